@@ -1,0 +1,102 @@
+/*
+ * attn.h: the one seam between the model and a KV design.
+ *
+ * Everything outside src/attn/ talks to an attention design through the
+ * al_attn_ops table below, so adding a design means one new file that fills
+ * the table, plus its tests. A design owns:
+ *   - its parameter list (HF tensor names relative to "model.layers.N.self_attn.",
+ *     shapes, init), from which loading, saving, init and counting follow;
+ *   - the closed-form KV-cache size per token (attention.md 3.6), from which
+ *     the cache allocates;
+ *   - training forward/backward over whole sequences, keeping in `saved` what
+ *     its backward needs;
+ *   - a decode step that reads and appends only its own cache form.
+ * The score function (softmax, ...) is applied by the shared kernels of
+ * score.c, which every design calls with its q/k/v layout.
+ */
+#ifndef AL_ATTN_H
+#define AL_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/core.h"
+#include "../model/config.h"
+#include "../nn/nn.h"
+
+enum { AL_ATTN_MAX_PARAMS = 12 };
+
+typedef enum { AL_INIT_NORMAL, AL_INIT_ONES, AL_INIT_ZEROS } al_init_kind;
+
+typedef struct al_param_spec {
+    char name[64];        /* relative to the layer's "self_attn." prefix */
+    int ndim;
+    int64_t shape[2];
+    al_init_kind init;
+    float std;            /* for AL_INIT_NORMAL */
+    int decay;            /* weight decay applies (matrices: 1, gains: 0) */
+} al_param_spec;
+
+/* One layer's view of its weights: w[i] / g[i] follow params() order; g[] are
+ * NULL when no gradients exist (inference). */
+typedef struct al_attn_layer {
+    const al_config *cfg;
+    float *w[AL_ATTN_MAX_PARAMS];
+    float *g[AL_ATTN_MAX_PARAMS];
+    const al_rope_table *rope;
+} al_attn_layer;
+
+typedef struct al_attn_ops {
+    const char *name;
+    /* design-specific shape checks beyond al_config_validate */
+    int (*validate)(const al_config *c, al_err *err);
+    /* fills out[0..n) and returns n (<= AL_ATTN_MAX_PARAMS) */
+    int (*params)(const al_config *c, al_param_spec *out);
+    /* KV-cache values per token per layer (attention.md 3.6) */
+    size_t (*cache_values_per_token)(const al_config *c);
+    /* floats kept per layer between forward and backward for B x T tokens */
+    size_t (*saved_floats)(const al_config *c, int B, int T);
+    /* floats of workspace shared by all layers (forward, backward and decode) */
+    size_t (*scratch_floats)(const al_config *c, int B, int T);
+    /* x[B*T, d] (normed layer input) -> y[B*T, d] (overwritten) */
+    void (*forward)(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T);
+    /* dy[B*T, d] -> dx[B*T, d] (accumulated) and L->g[] (accumulated) */
+    void (*backward)(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+                     float *scratch, int B, int T);
+    /* one token: x[d] at position pos -> y[d]; appends its cache entry at
+     * cache + pos * cache_values_per_token and reads entries [0, pos] */
+    void (*decode)(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch);
+} al_attn_ops;
+
+/* The design for a config (MHA/GQA/MQA share one implementation). */
+const al_attn_ops *al_attn_ops_for(const al_config *c);
+
+extern const al_attn_ops al_attn_gqa_ops; /* mha.c: MHA, GQA, MQA */
+
+/* ---- shared score kernels (score.c) ----
+ * Causal attention over B sequences of T tokens for H query heads sharing G
+ * KV heads (head h reads KV head h / (H/G)). Row t of sequence b is row
+ * b*T + t of each matrix; head h's vector starts at column h*dk (q, k) or
+ * h*dv (v, o) of a row, rows are ld* floats apart.
+ *   q[B*T, ldq]  k[B*T, ldk]  v[B*T, ldv]  o[B*T, ldo]  lse[B, H, T]
+ * lse keeps each row's log-sum-exp of scaled scores so backward can recompute
+ * the weights instead of storing T x T per head. */
+typedef struct al_attn_shape {
+    int B, T, H, G, dk, dv;
+    int ldq, ldk, ldv, ldo;
+    float scale;
+} al_attn_shape;
+
+void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
+/* dq, dk, dv ACCUMULATE; do[B*T, ldo] (the gradient of o). */
+void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                 const float *lse, const float *dout, float *dq, float *dk, float *dv);
+/* Plain reference versions (materialise each head's T x T weights), for tests. */
+void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
+void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                     const float *lse, const float *dout, float *dq, float *dk, float *dv);
+
+/* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
+void al_expf_inplace(float *x, int n);
+
+#endif

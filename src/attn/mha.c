@@ -1,0 +1,163 @@
+/*
+ * mha.c: multi-head (MHA), grouped-query (GQA) and multi-query (MQA)
+ * attention, as Hugging Face Llama computes them. One implementation: they
+ * differ only in the number G of KV heads.
+ *
+ *   q_h = RoPE(W_q[h] x)        h = 0..H-1, W_q: [H*d_h, d]
+ *   k_g = RoPE(W_k[g] x)        g = 0..G-1, W_k: [G*d_h, d]
+ *   v_g = W_v[g] x                          W_v: [G*d_h, d]
+ *   o_h = sum_j softmax_j(q_h . k_{g(h),j} / sqrt(d_h)) v_{g(h),j},  g(h) = h / (H/G)
+ *   y   = W_o concat_h(o_h)                 W_o: [d, H*d_h]
+ * RoPE is rotate-half (element i pairs with i + d_h/2).
+ * KV cache per token per layer: 2 G d_h values, laid out [k_0..k_{G-1} | v_0..v_{G-1}].
+ *
+ * The three projections sit next to each other in the parameter arena (the
+ * model lays tensors out in params() order), so [W_q; W_k; W_v] is one
+ * [(H+2G) d_h, d] matrix and q, k, v come from one GEMM as column ranges of a
+ * qkv[T, (H+2G) d_h] buffer.
+ */
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn.h"
+
+enum { W_Q, W_K, W_V, W_O };
+
+static int gqa_validate(const al_config *c, al_err *err) {
+    if (c->num_heads % c->num_kv_heads)
+        return al_errf(err, "invalid config: num_key_value_heads %d does not divide num_attention_heads %d",
+                       c->num_kv_heads, c->num_heads);
+    return 0;
+}
+
+static int gqa_params(const al_config *c, al_param_spec *out) {
+    int64_t d = c->hidden_size, qd = (int64_t)c->num_heads * c->head_dim, kvd = (int64_t)c->num_kv_heads * c->head_dim;
+    float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers); /* GPT-2 residual scaling */
+    const al_param_spec specs[] = {
+        {"q_proj.weight", 2, {qd, d}, AL_INIT_NORMAL, std, 1},
+        {"k_proj.weight", 2, {kvd, d}, AL_INIT_NORMAL, std, 1},
+        {"v_proj.weight", 2, {kvd, d}, AL_INIT_NORMAL, std, 1},
+        {"o_proj.weight", 2, {d, qd}, AL_INIT_NORMAL, std_out, 1},
+    };
+    memcpy(out, specs, sizeof specs);
+    return 4;
+}
+
+static size_t gqa_cache(const al_config *c) { return 2 * (size_t)c->num_kv_heads * c->head_dim; }
+
+static size_t qkv_width(const al_config *c) { return (size_t)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim; }
+
+/* saved: qkv[N, (H+2G) d_h] (q, k rotated) | o[N, H d_h] | lse[B, H, T] */
+static size_t gqa_saved(const al_config *c, int B, int T) {
+    size_t N = (size_t)B * T;
+    return N * qkv_width(c) + N * c->num_heads * c->head_dim + (size_t)B * c->num_heads * T;
+}
+
+/* backward: dqkv[N, (H+2G) d_h] | do[N, H d_h];  decode: qkv | o | scores[H, max_position] */
+static size_t gqa_scratch(const al_config *c, int B, int T) {
+    size_t N = (size_t)B * T, hd = (size_t)c->num_heads * c->head_dim;
+    size_t train = N * qkv_width(c) + N * hd;
+    size_t decode = qkv_width(c) + hd + (size_t)c->num_heads * c->max_position;
+    return train > decode ? train : decode;
+}
+
+static al_attn_shape shape_of(const al_config *c, int B, int T) {
+    int hd = c->num_heads * c->head_dim, w = (int)qkv_width(c);
+    al_attn_shape s = {B, T, c->num_heads, c->num_kv_heads, c->head_dim, c->head_dim, w, w, w, hd,
+                       1.0f / sqrtf((float)c->head_dim)};
+    return s;
+}
+
+static void gqa_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T) {
+    const al_config *c = L->cfg;
+    const int N = B * T, d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
+    const int w = (int)qkv_width(c);
+    assert(L->w[W_K] == L->w[W_Q] + (size_t)H * dh * d && L->w[W_V] == L->w[W_K] + (size_t)G * dh * d);
+    float *qkv = saved, *o = qkv + (size_t)N * w, *lse = o + (size_t)N * H * dh;
+    al_linear_fwd(qkv, x, L->w[W_Q], N, d, w, 0);               /* qkv[N, w] = x[N, d] Wqkv^T */
+    al_rope_half(qkv, N, T, 0, H, w, L->rope, +1);               /* q heads */
+    al_rope_half(qkv + (size_t)H * dh, N, T, 0, G, w, L->rope, +1); /* k heads */
+    al_attn_shape s = shape_of(c, B, T);
+    al_attn_fwd(&s, qkv, qkv + (size_t)H * dh, qkv + (size_t)(H + G) * dh, o, lse);
+    al_linear_fwd(y, o, L->w[W_O], N, H * dh, d, 0);           /* y[N, d] = o[N, H dh] Wo^T */
+    (void)scratch;
+}
+
+static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+                         float *scratch, int B, int T) {
+    const al_config *c = L->cfg;
+    const int N = B * T, d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
+    const int w = (int)qkv_width(c);
+    const float *qkv = saved, *o = qkv + (size_t)N * w, *lse = o + (size_t)N * H * dh;
+    float *dqkv = scratch, *d_o = dqkv + (size_t)N * w;
+    memset(dqkv, 0, sizeof(float) * (size_t)N * w);
+    memset(d_o, 0, sizeof(float) * (size_t)N * H * dh);
+    al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);
+    al_attn_shape s = shape_of(c, B, T);
+    al_attn_bwd(&s, qkv, qkv + (size_t)H * dh, qkv + (size_t)(H + G) * dh, o, lse, d_o, dqkv, dqkv + (size_t)H * dh,
+                dqkv + (size_t)(H + G) * dh);
+    al_rope_half(dqkv, N, T, 0, H, w, L->rope, -1);
+    al_rope_half(dqkv + (size_t)H * dh, N, T, 0, G, w, L->rope, -1);
+    al_linear_bwd(dx, L->g[W_Q], dqkv, x, L->w[W_Q], N, d, w);
+}
+
+static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
+    const al_config *c = L->cfg;
+    const int d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim, per_group = H / G;
+    const int w = (int)qkv_width(c), maxp = c->max_position;
+    const size_t vpt = gqa_cache(c);
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *qkv = scratch, *o = qkv + w, *scores = o + (size_t)H * dh;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, w, d, 1.0f, L->w[W_Q], d, x, 1, 0.0f, qkv, 1);
+    al_rope_half(qkv, 1, 1, pos, H + G, w, L->rope, +1); /* q and k heads are adjacent */
+    memcpy(cache + (size_t)pos * vpt, qkv + (size_t)H * dh, sizeof(float) * vpt);
+    const int n = pos + 1;
+#pragma omp parallel for schedule(static) if ((long)n * H * dh > 65536)
+    for (int h = 0; h < H; h++) {
+        const int g = h / per_group;
+        const float *qh = qkv + (size_t)h * dh;
+        float *sc = scores + (size_t)h * maxp, *oh = o + (size_t)h * dh;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            const float *kj = cache + (size_t)j * vpt + (size_t)g * dh;
+            float acc = 0.0f;
+            for (int e = 0; e < dh; e++) acc += qh[e] * kj[e];
+            sc[j] = acc * scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        for (int j = 0; j < n; j++) sc[j] -= mx;
+        al_expf_inplace(sc, n);
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) sum += sc[j];
+        for (int e = 0; e < dh; e++) oh[e] = 0.0f;
+        for (int j = 0; j < n; j++) {
+            const float *vj = cache + (size_t)j * vpt + (size_t)(G + g) * dh;
+            const float p = sc[j] / sum;
+            for (int e = 0; e < dh; e++) oh[e] += p * vj[e];
+        }
+    }
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, d, H * dh, 1.0f, L->w[W_O], H * dh, o, 1, 0.0f, y, 1);
+}
+
+const al_attn_ops al_attn_gqa_ops = {
+    .name = "gqa",
+    .validate = gqa_validate,
+    .params = gqa_params,
+    .cache_values_per_token = gqa_cache,
+    .saved_floats = gqa_saved,
+    .scratch_floats = gqa_scratch,
+    .forward = gqa_forward,
+    .backward = gqa_backward,
+    .decode = gqa_decode,
+};
+
+const al_attn_ops *al_attn_ops_for(const al_config *c) {
+    switch (c->attention) {
+    case AL_ATTN_MHA:
+    case AL_ATTN_GQA:
+    case AL_ATTN_MQA: return &al_attn_gqa_ops;
+    default: return NULL;
+    }
+}

@@ -1,0 +1,60 @@
+/*
+ * cli.h: what the command files share: a table-driven flag parser and the
+ * one-line error convention ("attnlab: <what failed>: <why>", exit 1; usage
+ * errors exit 2).
+ */
+#ifndef AL_CLI_H
+#define AL_CLI_H
+
+#include "core/core.h"
+
+typedef enum { ARG_INT, ARG_DOUBLE, ARG_STRING, ARG_FLAG } al_arg_type;
+
+typedef struct al_arg {
+    const char *name;   /* without the leading "--" */
+    al_arg_type type;
+    void *ptr;          /* long*, double*, char** (points into argv or a static), int* */
+    const char *help;
+    int seen;
+} al_arg;
+
+enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
+
+/* Parses argv[1..] ("--name value" or "--name=value"; "-n" aliases are given
+ * as names like "n"). Prints help to stdout (CLI_HELP) or one usage error line
+ * to stderr (CLI_USAGE). */
+int cli_parse(const char *cmd, const char *synopsis, al_arg *args, int n, int argc, char **argv);
+/* Sets one flag from text (used for presets and --config files). */
+int cli_set(const char *cmd, al_arg *args, int n, const char *name, const char *value, int mark_seen);
+al_arg *cli_find(al_arg *args, int n, const char *name);
+
+/* Prints "attnlab: <cmd>: <msg>" to stderr and returns 1. */
+int cli_fail(const char *cmd, const char *msg);
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif
+
+/* ---- the model/training flags shared by `train` and `bench train` ---- */
+#include "train/train.h"
+
+typedef struct train_flags {
+    const char *config, *preset, *data, *out, *attention;
+    long layers, hidden, heads, kv_heads, head_dim, ffn, context, batch, steps, warmup, seed, eval_every,
+        save_every, eval_tokens, threads;
+    double lr, rope_theta, weight_decay, val_fraction, min_lr_ratio, grad_clip;
+    int resume, tied, quiet;
+} train_flags;
+
+enum { TRAIN_MAX_ARGS = 40 };
+/* Fills args[] (returns the count) pointing into f, with defaults. */
+int train_flags_table(train_flags *f, al_arg *args);
+/* Applies preset < --config file < explicit flags, derives defaults
+ * (head_dim = hidden/heads, kv_heads = heads, ffn ~ 8/3 hidden) and fills o.
+ * Returns CLI_OK, 1 (error printed) or CLI_USAGE. */
+int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o);

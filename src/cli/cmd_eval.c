@@ -1,0 +1,126 @@
+/*
+ * cmd_eval.c: `attnlab eval`: loss and bits per byte of a model over a file
+ * (default: the validation split of the data the model was trained on), and
+ * optionally the logits of the first window as NPY.
+ */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "io/io.h"
+
+int cmd_eval(int argc, char **argv) {
+    const char *cmd = "eval";
+    const char *model_dir = NULL, *data = NULL, *logits_path = NULL;
+    long context = 0, batch = 4, max_tokens = 0, threads = 0;
+    int json = 0;
+    al_arg args[] = {
+        {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
+        {"data", ARG_STRING, &data, "text file to score, whole (default: the training data's validation split)"},
+        {"context", ARG_INT, &context, "window length T (default: the training context)"},
+        {"batch", ARG_INT, &batch, "windows per forward pass"},
+        {"max-tokens", ARG_INT, &max_tokens, "score at most N bytes (0: all)"},
+        {"logits", ARG_STRING, &logits_path, "write float32 logits [T, 256] of the first window to this .npy"},
+        {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"json", ARG_FLAG, &json, "print one JSON object"},
+    };
+    int n = (int)(sizeof args / sizeof args[0]);
+    int rc = cli_parse(cmd, "--model DIR [--data FILE] [--context T] [--logits OUT.npy]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (!model_dir) return cli_usage(cmd, "--model DIR is required");
+    if (batch <= 0 || context < 0 || max_tokens < 0) return cli_usage(cmd, "--batch must be positive, --context and --max-tokens not negative");
+    if (threads > 0) al_set_threads((int)threads);
+
+    al_err err;
+    al_model m;
+    char *extra = NULL;
+    if (al_model_load(&m, model_dir, &extra, &err)) return cli_fail(cmd, err.msg);
+    al_train_opts o;
+    al_train_opts_default(&o);
+    o.context = m.cfg.max_position;
+    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    free(extra);
+    char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
+    if (tj) al_train_opts_from_json(&o, tj, &err);
+    free(tj);
+    cJSON_Delete(al);
+    int T = context ? (int)context : o.context;
+    if (T > m.cfg.max_position) {
+        snprintf(err.msg, sizeof err.msg, "context %d exceeds the model's max_position_embeddings %d", T, m.cfg.max_position);
+        al_model_free(&m);
+        return cli_fail(cmd, err.msg);
+    }
+
+    al_corpus corpus;
+    const uint8_t *bytes;
+    size_t nbytes;
+    const char *what;
+    int failed = 0;
+    if (data) {
+        char *text;
+        if (al_read_file(data, &text, &nbytes, &err)) {
+            al_model_free(&m);
+            return cli_fail(cmd, err.msg);
+        }
+        if (nbytes < 2) {
+            free(text);
+            al_model_free(&m);
+            snprintf(err.msg, sizeof err.msg, "%s: data file is empty (needs at least 2 bytes)", data);
+            return cli_fail(cmd, err.msg);
+        }
+        corpus.bytes = (uint8_t *)text;
+        corpus.n = nbytes;
+        corpus.n_train = 0;
+        bytes = corpus.bytes;
+        what = data;
+    } else {
+        if (al_corpus_load(&corpus, o.data, o.val_fraction, 1, &err)) {
+            al_model_free(&m);
+            return cli_fail(cmd, err.msg);
+        }
+        bytes = corpus.bytes + corpus.n_train;
+        nbytes = corpus.n - corpus.n_train;
+        what = "validation split";
+    }
+
+    al_acts a;
+    double loss = NAN;
+    size_t count = 0;
+    double t0 = al_now();
+    if (al_acts_create(&a, &m, (int)batch, T, &err) ||
+        al_eval_bytes(&m, &a, bytes, nbytes, (size_t)max_tokens, &loss, &count, &err)) {
+        failed = cli_fail(cmd, err.msg);
+    }
+    double dt = al_now() - t0;
+    if (!failed) al_acts_free(&a);
+    if (!failed && logits_path) {
+        /* the first window: T bytes (or the whole file if shorter) */
+        int W = nbytes < (size_t)T ? (int)nbytes : T;
+        int *tok = malloc(sizeof(int) * (size_t)W);
+        if (al_acts_create(&a, &m, 1, W, &err)) {
+            failed = cli_fail(cmd, err.msg);
+        } else {
+            for (int i = 0; i < W; i++) tok[i] = bytes[i];
+            al_model_forward(&m, &a, tok, NULL);
+            int64_t shape[2] = {W, m.cfg.vocab_size};
+            if (al_npy_write_f32(logits_path, a.logits, 2, shape, &err)) failed = cli_fail(cmd, err.msg);
+            al_acts_free(&a);
+        }
+        free(tok);
+    }
+    if (!failed) {
+        if (json)
+            printf("{\"model\":\"%s\",\"data\":\"%s\",\"context\":%d,\"bytes\":%zu,\"loss\":%.6f,\"bits_per_byte\":%.6f,"
+                   "\"seconds\":%.3f}\n", model_dir, what, T, count, loss, loss / M_LN2, dt);
+        else
+            printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
+                   loss, loss / M_LN2, count, what, T, count / dt);
+    }
+    al_corpus_free(&corpus);
+    al_model_free(&m);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * cmd_info.c: `attnlab info`: what a model is and what it costs: parameters,
+ * FLOPs per token, and KV-cache bytes per token by the design's closed form
+ * next to the bytes a decoder actually allocates for a given context.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/model.h"
+
+int cmd_info(int argc, char **argv) {
+    const char *cmd = "info";
+    const char *model_dir = NULL;
+    long context = 0;
+    int json = 0;
+    al_arg args[] = {
+        {"model", ARG_STRING, &model_dir, "model directory"},
+        {"context", ARG_INT, &context, "context for FLOPs and cache allocation (default: max_position_embeddings)"},
+        {"json", ARG_FLAG, &json, "print one JSON object"},
+    };
+    int n = (int)(sizeof args / sizeof args[0]);
+    int rc = cli_parse(cmd, "--model DIR [--context T] [--json]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (!model_dir) return cli_usage(cmd, "--model DIR is required");
+    al_err err;
+    al_model m;
+    if (al_model_load(&m, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
+    const al_config *c = &m.cfg;
+    int T = context > 0 ? (int)context : c->max_position;
+    al_decoder dec;
+    if (al_decoder_create(&dec, &m, T, &err)) {
+        al_model_free(&m);
+        return cli_fail(cmd, err.msg);
+    }
+    size_t total = 0;
+    for (int i = 0; i < m.n_params; i++) total += m.params[i].numel;
+    size_t embed = (size_t)c->vocab_size * c->hidden_size;
+    size_t vpt = m.attn->cache_values_per_token(c);
+    size_t mha_vpt = 2 * (size_t)c->num_heads * c->head_dim;
+    size_t bytes_per_token = vpt * sizeof(float) * (size_t)c->num_layers;
+    size_t formula_bytes = bytes_per_token * (size_t)T;
+    double ratio = (double)vpt / (double)mha_vpt;
+    double fwd = al_model_fwd_flops_per_token(&m, T);
+    if (json) {
+        printf("{\"model\":\"%s\",\"attention\":\"%s\",\"score\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,"
+               "\"kv_heads\":%d,\"head_dim\":%d,\"intermediate\":%d,\"tied\":%s,\"params\":%zu,"
+               "\"params_non_embedding\":%zu,\"fwd_flops_per_token\":%.6g,\"train_flops_per_token\":%.6g,"
+               "\"context\":%d,\"kv_values_per_token_per_layer\":%zu,\"kv_bytes_per_token\":%zu,"
+               "\"kv_ratio_to_mha\":%.6f,\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu}\n",
+               model_dir, al_attn_name(c->attention), al_score_name(c->score), c->num_layers, c->hidden_size,
+               c->num_heads, c->num_kv_heads, c->head_dim, c->intermediate_size,
+               c->tie_word_embeddings ? "true" : "false", total, total - embed, fwd, 3 * fwd, T, vpt, bytes_per_token,
+               ratio, formula_bytes, dec.cache_bytes);
+    } else {
+        printf("model       %s\n", model_dir);
+        printf("design      %s attention (%d query heads, %d KV heads, head dim %d), %s scores\n",
+               al_attn_name(c->attention), c->num_heads, c->num_kv_heads, c->head_dim, al_score_name(c->score));
+        printf("shape       %d layers, hidden %d, SwiGLU %d, vocab %d, %s head, max context %d\n", c->num_layers,
+               c->hidden_size, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied",
+               c->max_position);
+        printf("parameters  %zu (%zu without the embedding)\n", total, total - embed);
+        printf("FLOPs/token %.4g forward, %.4g training (context %d)\n", fwd, 3 * fwd, T);
+        printf("KV cache    %zu values per token per layer = 2 x %d KV heads x %d (%.1f%% of MHA's %zu)\n", vpt,
+               c->num_kv_heads, c->head_dim, 100 * ratio, mha_vpt);
+        printf("            %zu bytes per token (float32, %d layers); %zu bytes for %d tokens; allocated %zu\n",
+               bytes_per_token, c->num_layers, formula_bytes, T, dec.cache_bytes);
+    }
+    al_decoder_free(&dec);
+    al_model_free(&m);
+    return 0;
+}

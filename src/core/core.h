@@ -1,0 +1,49 @@
+/*
+ * core.h: the small shared vocabulary of attnlab: errors, aligned memory, a
+ * reproducible RNG, clocks and thread counts.
+ *
+ * Errors: every library function that can fail takes an `al_err *` and returns
+ * 0 on success or -1 on failure, having written one line (no trailing newline)
+ * into err->msg saying what failed and why. Only the CLI prints it and exits.
+ */
+#ifndef AL_CORE_H
+#define AL_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define AL_ERR_LEN 512
+typedef struct al_err {
+    char msg[AL_ERR_LEN];
+} al_err;
+
+/* Writes a printf-style message into err (if err is non-NULL); returns -1 so
+ * callers can write `return al_errf(err, "...")`. */
+int al_errf(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes an existing message: "what: <old message>". Returns -1. */
+int al_err_prefix(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 64-byte aligned allocation (zeroed); NULL on failure. Free with al_free. */
+void *al_alloc(size_t bytes);
+void al_free(void *p);
+
+/* xoshiro256** generator: small state that checkpoints can save and restore
+ * so resumed runs draw exactly the same numbers. */
+typedef struct al_rng {
+    uint64_t s[4];
+} al_rng;
+void al_rng_seed(al_rng *r, uint64_t seed);
+uint64_t al_rng_u64(al_rng *r);
+double al_rng_uniform(al_rng *r);          /* [0, 1) */
+float al_rng_normal(al_rng *r);            /* standard normal (Box-Muller) */
+
+double al_now(void);                       /* monotonic seconds */
+int al_threads(void);                      /* worker threads (default: cores) */
+void al_set_threads(int n);
+
+/* Safe string -> number parsing for flags and configs: whole string must parse. */
+int al_parse_int(const char *s, long *out);
+int al_parse_double(const char *s, double *out);
+
+#endif

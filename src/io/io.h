@@ -1,0 +1,95 @@
+/*
+ * io.h: files attnlab reads and writes: whole-file reads, atomic writes,
+ * safetensors, NPY.
+ *
+ * Atomic writes: every output file is written to "<path>.tmp.<pid>", fsync'd,
+ * then renamed over <path> (and the directory fsync'd), so a crash or kill at
+ * any moment leaves either the old file or the new one, never a half-written
+ * file. On error the temp file is removed.
+ */
+#ifndef AL_IO_H
+#define AL_IO_H
+
+#include "../core/core.h"
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated for convenience;
+ * *len excludes the NUL). Errors name the path. */
+int al_read_file(const char *path, char **data, size_t *len, al_err *err);
+
+/* Atomic write of one buffer. */
+int al_write_file_atomic(const char *path, const void *data, size_t len, al_err *err);
+
+/* Streaming atomic writer, for files assembled from several pieces. A failure
+ * removes the temp file and latches: later writes/commit return -1 without
+ * overwriting err, so a caller may chain writes and check only the commit. */
+typedef struct al_afile {
+    FILE *f;
+    char *tmp_path;
+    char *path;
+    int failed;
+} al_afile;
+int al_afile_open(al_afile *a, const char *path, al_err *err);
+int al_afile_write(al_afile *a, const void *data, size_t len, al_err *err);
+int al_afile_commit(al_afile *a, al_err *err);  /* flush, fsync, rename, fsync dir */
+void al_afile_abort(al_afile *a);               /* remove temp; safe after commit */
+
+/* ---- safetensors ----
+ * Format: u64 little-endian header length N, N bytes of JSON header
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {"k": "v"}}, then the byte buffer. Offsets are relative to
+ * the start of the buffer. */
+enum { AL_ST_MAX_DIMS = 8 };
+typedef enum { AL_DT_F32, AL_DT_F16, AL_DT_BF16, AL_DT_F64, AL_DT_I32, AL_DT_I64 } al_dtype;
+
+typedef struct al_st_tensor {
+    char *name;
+    al_dtype dtype;
+    int ndim;
+    int64_t shape[AL_ST_MAX_DIMS];
+    size_t offset;  /* into the data buffer */
+    size_t nbytes;
+} al_st_tensor;
+
+typedef struct al_st_file {
+    char *blob;        /* whole file */
+    size_t blob_len;
+    const char *data;  /* start of the tensor buffer inside blob */
+    size_t data_len;
+    al_st_tensor *tensors;
+    int n_tensors;
+} al_st_file;
+
+/* Opens and validates: header length within file, JSON well-formed, every
+ * tensor's dtype known, offsets ordered inside the buffer and matching
+ * dtype size x shape. */
+int al_st_open(al_st_file *f, const char *path, al_err *err);
+void al_st_close(al_st_file *f);
+const al_st_tensor *al_st_find(const al_st_file *f, const char *name);
+/* Copies tensor `name` into dst as float32, converting from F32/F16/BF16/F64.
+ * Fails if missing, or if its shape differs from shape[0..ndim). */
+int al_st_read_f32(const al_st_file *f, const char *name, float *dst, int ndim,
+                   const int64_t *shape, al_err *err);
+
+/* Writer: collect tensors (pointers must stay valid until write), then write
+ * atomically as F32. Metadata is optional key/value strings. */
+typedef struct al_st_out_tensor {
+    const char *name;
+    const float *data;
+    int ndim;
+    int64_t shape[AL_ST_MAX_DIMS];
+} al_st_out_tensor;
+int al_st_write_f32(const char *path, const al_st_out_tensor *tensors, int n,
+                    const char *const *meta_kv, int n_meta, al_err *err);
+
+/* ---- NPY v1.0 ---- float32 little-endian, C order, written atomically. */
+int al_npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape, al_err *err);
+/* Reads a float32 ('<f4') C-order NPY; *data malloc'd. ndim <= AL_ST_MAX_DIMS. */
+int al_npy_read_f32(const char *path, float **data, int *ndim, int64_t *shape, al_err *err);
+
+/* fp16/bf16 conversions (scalar; exact round-to-nearest-even for f32->16). */
+float al_f16_to_f32(uint16_t h);
+float al_bf16_to_f32(uint16_t b);
+uint16_t al_f32_to_bf16(float f);
+uint16_t al_f32_to_f16(float f);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * config.c: config.json parsing, validation and writing (cJSON).
+ *
+ * Reading is strict where a wrong value would silently mis-run a model
+ * (non-integer sizes, unknown attention/score names, a kv-head count that does
+ * not divide the heads) and lenient where HF leaves keys optional (defaults as
+ * transformers' LlamaConfig).
+ */
+#include "config.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/io.h"
+
+static const char *attn_names[AL_ATTN_COUNT] = {"mha", "gqa", "mqa", "mla", "lrkv"};
+static const char *score_names[AL_SCORE_COUNT] = {"softmax", "poly", "relu", "sigmoid"};
+
+const char *al_attn_name(al_attn_kind k) { return (unsigned)k < AL_ATTN_COUNT ? attn_names[k] : "?"; }
+const char *al_score_name(al_score_kind k) { return (unsigned)k < AL_SCORE_COUNT ? score_names[k] : "?"; }
+
+int al_attn_from_name(const char *s, al_attn_kind *k) {
+    for (int i = 0; i < AL_ATTN_COUNT; i++)
+        if (s && strcmp(s, attn_names[i]) == 0) return *k = (al_attn_kind)i, 0;
+    return -1;
+}
+
+int al_score_from_name(const char *s, al_score_kind *k) {
+    for (int i = 0; i < AL_SCORE_COUNT; i++)
+        if (s && strcmp(s, score_names[i]) == 0) return *k = (al_score_kind)i, 0;
+    return -1;
+}
+
+void al_config_default(al_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 256;
+    c->hidden_size = 256;
+    c->intermediate_size = 0; /* 0: derived at validation time by callers */
+    c->num_layers = 4;
+    c->num_heads = 8;
+    c->num_kv_heads = 8;
+    c->head_dim = 32;
+    c->max_position = 256;
+    c->rms_norm_eps = 1e-5f;
+    c->rope_theta = 10000.0;
+    c->tie_word_embeddings = 0;
+    c->attention = AL_ATTN_MHA;
+    c->score = AL_SCORE_SOFTMAX;
+}
+
+int al_config_validate(const al_config *c, al_err *err) {
+    const struct { const char *name; int v; } pos[] = {
+        {"hidden_size", c->hidden_size},     {"intermediate_size", c->intermediate_size},
+        {"num_hidden_layers", c->num_layers}, {"num_attention_heads", c->num_heads},
+        {"num_key_value_heads", c->num_kv_heads}, {"head_dim", c->head_dim},
+        {"max_position_embeddings", c->max_position},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0) return al_errf(err, "invalid config: %s must be positive, got %d", pos[i].name, pos[i].v);
+    if (c->vocab_size != 256)
+        return al_errf(err, "invalid config: vocab_size must be 256 (bytes), got %d", c->vocab_size);
+    if (c->head_dim % 2)
+        return al_errf(err, "invalid config: head_dim must be even for RoPE, got %d", c->head_dim);
+    if (c->num_heads % c->num_kv_heads)
+        return al_errf(err, "invalid config: num_key_value_heads %d does not divide num_attention_heads %d",
+                       c->num_kv_heads, c->num_heads);
+    if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
+        return al_errf(err, "invalid config: rms_norm_eps must be positive");
+    if (!(c->rope_theta > 1) || !isfinite(c->rope_theta))
+        return al_errf(err, "invalid config: rope_theta must be > 1");
+    /* guard against sizes whose products overflow the arenas' size_t math */
+    if (c->hidden_size > 65536 || c->intermediate_size > 262144 || c->num_layers > 1024 || c->num_heads > 1024 ||
+        c->head_dim > 4096 || c->max_position > (1 << 20))
+        return al_errf(err, "invalid config: sizes are beyond what attnlab supports");
+    switch (c->attention) {
+    case AL_ATTN_MHA:
+        if (c->num_kv_heads != c->num_heads)
+            return al_errf(err, "invalid config: attention 'mha' needs num_key_value_heads == num_attention_heads (%d), got %d",
+                           c->num_heads, c->num_kv_heads);
+        break;
+    case AL_ATTN_MQA:
+        if (c->num_kv_heads != 1)
+            return al_errf(err, "invalid config: attention 'mqa' needs num_key_value_heads 1, got %d", c->num_kv_heads);
+        break;
+    case AL_ATTN_GQA:
+        if (c->num_kv_heads <= 1 || c->num_kv_heads >= c->num_heads)
+            return al_errf(err, "invalid config: attention 'gqa' needs 1 < num_key_value_heads < num_attention_heads, got %d of %d",
+                           c->num_kv_heads, c->num_heads);
+        break;
+    default:
+        return al_errf(err, "invalid config: attention '%s' is not available in this build", al_attn_name(c->attention));
+    }
+    if (c->score != AL_SCORE_SOFTMAX)
+        return al_errf(err, "invalid config: score '%s' is not available in this build", al_score_name(c->score));
+    return 0;
+}
+
+/* Reads an integer-valued JSON number; returns 1 if present, 0 if absent, -1 if malformed. */
+static int get_int(const cJSON *o, const char *key, int *out, al_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2147483647.0)
+        return al_errf(err, "invalid config: %s must be an integer", key);
+    *out = (int)v->valuedouble;
+    return 1;
+}
+
+static int get_num(const cJSON *o, const char *key, double *out, al_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) return al_errf(err, "invalid config: %s must be a number", key);
+    *out = v->valuedouble;
+    return 1;
+}
+
+int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *err) {
+    if (extra_out) *extra_out = NULL;
+    cJSON *root = cJSON_Parse(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return al_errf(err, "invalid config: not a JSON object");
+    }
+    al_config_default(c);
+    int rc = -1, have_heads = 0, have_hd = 0, have_kv = 0, tmp;
+    double num = 0;
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (arch) {
+        const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
+        if (!cJSON_IsString(a0)) {
+            al_errf(err, "invalid config: architectures must be a list of names");
+            goto done;
+        }
+        if (strcmp(a0->valuestring, "LlamaForCausalLM") != 0) {
+            al_errf(err, "unsupported architecture '%s' (this build reads LlamaForCausalLM)", a0->valuestring);
+            goto done;
+        }
+    }
+    if (get_int(root, "vocab_size", &c->vocab_size, err) < 0) goto done;
+    if (get_int(root, "hidden_size", &c->hidden_size, err) < 0) goto done;
+    if (get_int(root, "intermediate_size", &c->intermediate_size, err) < 0) goto done;
+    if (get_int(root, "num_hidden_layers", &c->num_layers, err) < 0) goto done;
+    if ((have_heads = get_int(root, "num_attention_heads", &c->num_heads, err)) < 0) goto done;
+    if ((have_kv = get_int(root, "num_key_value_heads", &tmp, err)) < 0) goto done;
+    if ((have_hd = get_int(root, "head_dim", &c->head_dim, err)) < 0) goto done;
+    if (get_int(root, "max_position_embeddings", &c->max_position, err) < 0) goto done;
+    if ((tmp = get_num(root, "rms_norm_eps", &num, err)) < 0) goto done;
+    if (tmp) c->rms_norm_eps = (float)num;
+    if ((tmp = get_num(root, "rope_theta", &num, err)) < 0) goto done;
+    if (tmp) c->rope_theta = num;
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    c->tie_word_embeddings = cJSON_IsTrue(tie);
+    if (!have_heads || c->num_heads <= 0) {
+        al_errf(err, "invalid config: num_attention_heads must be positive");
+        goto done;
+    }
+    if (have_kv) {
+        cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
+        c->num_kv_heads = (int)kv->valuedouble;
+    } else {
+        c->num_kv_heads = c->num_heads;
+    }
+    if (!have_hd) {
+        if (c->hidden_size <= 0 || c->hidden_size % c->num_heads) {
+            al_errf(err, "invalid config: hidden_size %d is not divisible by num_attention_heads %d and head_dim is not given",
+                    c->hidden_size, c->num_heads);
+            goto done;
+        }
+        c->head_dim = c->hidden_size / c->num_heads;
+    }
+    /* attention kind: from our block, else inferred from the head counts */
+    c->attention = c->num_kv_heads == c->num_heads ? AL_ATTN_MHA : c->num_kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
+    if (al) {
+        if (!cJSON_IsObject(al)) {
+            al_errf(err, "invalid config: \"attnlab\" must be an object");
+            goto done;
+        }
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(al, "attention");
+        if (a && (!cJSON_IsString(a) || al_attn_from_name(a->valuestring, &c->attention))) {
+            al_errf(err, "invalid config: unknown attention '%s' (expected mha, gqa, mqa, mla or lrkv)",
+                    cJSON_IsString(a) ? a->valuestring : "?");
+            goto done;
+        }
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(al, "score");
+        if (s && (!cJSON_IsString(s) || al_score_from_name(s->valuestring, &c->score))) {
+            al_errf(err, "invalid config: unknown score '%s' (expected softmax, poly, relu or sigmoid)",
+                    cJSON_IsString(s) ? s->valuestring : "?");
+            goto done;
+        }
+        if (extra_out) *extra_out = cJSON_PrintUnformatted(al);
+    }
+    rc = al_config_validate(c, err);
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err) {
+    char *text;
+    size_t len;
+    if (al_read_file(path, &text, &len, err)) return -1;
+    int rc = al_config_parse(c, text, extra_out, err);
+    free(text);
+    if (rc) al_err_prefix(err, "%s", path);
+    return rc;
+}
+
+int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(root, "model_type", "llama");
+    cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_layers);
+    cJSON_AddNumberToObject(root, "num_attention_heads", c->num_heads);
+    cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_kv_heads);
+    cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position);
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddBoolToObject(root, "attention_bias", 0);
+    cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    cJSON *al = extra_json ? cJSON_Parse(extra_json) : NULL;
+    if (!al || !cJSON_IsObject(al)) {
+        cJSON_Delete(al);
+        al = cJSON_CreateObject();
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "attention");
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "score");
+    cJSON_AddStringToObject(al, "attention", al_attn_name(c->attention));
+    cJSON_AddStringToObject(al, "score", al_score_name(c->score));
+    cJSON_AddItemToObject(root, "attnlab", al);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return al_errf(err, "%s: out of memory", path);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* cJSON_Print leaves room: replace the NUL, write n+1 bytes */
+    int rc = al_write_file_atomic(path, text, n + 1, err);
+    free(text);
+    return rc;
+}

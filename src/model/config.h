@@ -1,0 +1,50 @@
+/*
+ * config.h: the model configuration: one struct that mirrors a Hugging Face
+ * config.json (Llama keys) plus attnlab's own block {"attnlab": {...}}.
+ *
+ * The struct is the single source of truth for shapes; al_config_validate
+ * refuses impossible ones with a one-line reason before anything allocates.
+ */
+#ifndef AL_CONFIG_H
+#define AL_CONFIG_H
+
+#include "../core/core.h"
+
+typedef enum { AL_ATTN_MHA, AL_ATTN_GQA, AL_ATTN_MQA, AL_ATTN_MLA, AL_ATTN_LRKV, AL_ATTN_COUNT } al_attn_kind;
+typedef enum { AL_SCORE_SOFTMAX, AL_SCORE_POLY, AL_SCORE_RELU, AL_SCORE_SIGMOID, AL_SCORE_COUNT } al_score_kind;
+
+typedef struct al_config {
+    int vocab_size;          /* 256: bytes */
+    int hidden_size;         /* d */
+    int intermediate_size;   /* SwiGLU width f */
+    int num_layers;          /* L */
+    int num_heads;           /* H */
+    int num_kv_heads;        /* G (MHA: H, MQA: 1) */
+    int head_dim;            /* d_h */
+    int max_position;        /* longest sequence RoPE tables and caches cover */
+    float rms_norm_eps;
+    double rope_theta;
+    int tie_word_embeddings;
+    al_attn_kind attention;
+    al_score_kind score;
+} al_config;
+
+const char *al_attn_name(al_attn_kind k);
+const char *al_score_name(al_score_kind k);
+int al_attn_from_name(const char *s, al_attn_kind *k);
+int al_score_from_name(const char *s, al_score_kind *k);
+
+/* Fills defaults for a small byte-level Llama. */
+void al_config_default(al_config *c);
+/* Refuses impossible shapes: one line naming the problem. */
+int al_config_validate(const al_config *c, al_err *err);
+
+/* config.json <-> struct. `extra` (may be NULL) is a JSON object text merged
+ * into the "attnlab" block on save (training settings); on load the block's
+ * text is returned in *extra_out if non-NULL (malloc'd, may be NULL). */
+int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err);
+int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err);
+/* Parses config.json text (used by load; exposed for tests). */
+int al_config_parse(al_config *c, const char *json_text, char **extra_out, al_err *err);
+
+#endif

@@ -1,0 +1,401 @@
+/*
+ * model.c: parameter table and arenas, initialisation, checkpoints, the
+ * training forward/backward over a batch, and single-token decoding.
+ * Data flow of a step: embedding -> L x [RMSNorm -> attention design ->
+ * residual -> RMSNorm -> SwiGLU -> residual] -> RMSNorm -> LM head ->
+ * cross-entropy, then the same in reverse.
+ */
+#include "model.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../io/io.h"
+
+/* ---- parameter table ---- */
+
+static int add_param(al_model *m, int cap, const char *name, int ndim, int64_t r, int64_t c, al_init_kind init,
+                     float std, int decay) {
+    if (m->n_params >= cap) return -1;
+    al_param *p = &m->params[m->n_params++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = r;
+    p->shape[1] = ndim > 1 ? c : 1;
+    p->numel = (size_t)r * (size_t)p->shape[1];
+    p->offset = m->n_floats;
+    p->init = init;
+    p->std = std;
+    p->decay = decay;
+    m->n_floats += (p->numel + 15) & ~(size_t)15; /* 64-byte aligned tensors */
+    return 0;
+}
+
+static void set_views(al_model *m, float *base, al_layer_ptrs *layers, float **embed, float **final_norm,
+                      float **head) {
+    const al_config *c = &m->cfg;
+    int i = 0;
+    *embed = base + m->params[i++].offset;
+    for (int l = 0; l < c->num_layers; l++) {
+        al_layer_ptrs *L = &layers[l];
+        al_param_spec specs[AL_ATTN_MAX_PARAMS];
+        int na = m->attn->params(c, specs);
+        L->ln1 = base + m->params[i++].offset;
+        memset(&L->attn, 0, sizeof L->attn);
+        L->attn.cfg = &m->cfg;
+        L->attn.rope = &m->rope;
+        for (int a = 0; a < na; a++) L->attn.w[a] = base + m->params[i++].offset;
+        L->ln2 = base + m->params[i++].offset;
+        L->gate = base + m->params[i++].offset;
+        L->up = base + m->params[i++].offset;
+        L->down = base + m->params[i++].offset;
+    }
+    *final_norm = base + m->params[i++].offset;
+    *head = c->tie_word_embeddings ? *embed : base + m->params[i++].offset;
+}
+
+int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
+    memset(m, 0, sizeof *m);
+    if (al_config_validate(cfg, err)) return -1;
+    m->cfg = *cfg;
+    m->attn = al_attn_ops_for(cfg);
+    if (!m->attn) return al_errf(err, "invalid config: no implementation for attention '%s'", al_attn_name(cfg->attention));
+    if (m->attn->validate(cfg, err)) return -1;
+    const al_config *c = &m->cfg;
+    const int64_t d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size;
+    al_param_spec specs[AL_ATTN_MAX_PARAMS];
+    int na = m->attn->params(c, specs);
+    int cap = 3 + c->num_layers * (5 + na);
+    m->params = calloc((size_t)cap, sizeof *m->params);
+    m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
+    m->glayers = calloc((size_t)c->num_layers, sizeof *m->glayers);
+    if (!m->params || !m->layers || !m->glayers) {
+        al_model_free(m);
+        return al_errf(err, "out of memory");
+    }
+    float std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    char name[96];
+    add_param(m, cap, "model.embed_tokens.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    for (int l = 0; l < c->num_layers; l++) {
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
+        for (int a = 0; a < na; a++) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", l, specs[a].name);
+            add_param(m, cap, name, specs[a].ndim, specs[a].shape[0], specs[a].shape[1], specs[a].init, specs[a].std,
+                      specs[a].decay);
+        }
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+        add_param(m, cap, name, 2, f, d, AL_INIT_NORMAL, 0.02f, 1);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
+        add_param(m, cap, name, 2, f, d, AL_INIT_NORMAL, 0.02f, 1);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+        add_param(m, cap, name, 2, d, f, AL_INIT_NORMAL, std_out, 1);
+    }
+    add_param(m, cap, "model.norm.weight", 1, d, 1, AL_INIT_ONES, 0, 0);
+    if (!c->tie_word_embeddings) add_param(m, cap, "lm_head.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    m->w = al_alloc(sizeof(float) * m->n_floats);
+    if (!m->w || al_rope_table_init(&m->rope, c->max_position, c->head_dim, c->rope_theta)) {
+        al_model_free(m);
+        return al_errf(err, "out of memory for %zu parameters", m->n_floats);
+    }
+    set_views(m, m->w, m->layers, &m->embed, &m->final_norm, &m->lm_head);
+    return 0;
+}
+
+void al_model_free(al_model *m) {
+    if (!m) return;
+    al_free(m->w);
+    al_free(m->g);
+    free(m->params);
+    free(m->layers);
+    free(m->glayers);
+    al_rope_table_free(&m->rope);
+    memset(m, 0, sizeof *m);
+}
+
+void al_model_init_weights(al_model *m, uint64_t seed) {
+    al_rng rng;
+    al_rng_seed(&rng, seed);
+    for (int i = 0; i < m->n_params; i++) {
+        al_param *p = &m->params[i];
+        float *w = m->w + p->offset;
+        for (size_t j = 0; j < p->numel; j++)
+            w[j] = p->init == AL_INIT_ONES ? 1.0f : p->init == AL_INIT_ZEROS ? 0.0f : p->std * al_rng_normal(&rng);
+    }
+}
+
+int al_model_alloc_grads(al_model *m, al_err *err) {
+    if (m->g) return 0;
+    m->g = al_alloc(sizeof(float) * m->n_floats);
+    if (!m->g) return al_errf(err, "out of memory for gradients");
+    float *e, *n, *h;
+    set_views(m, m->g, m->glayers, &e, &n, &h);
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        for (int a = 0; a < AL_ATTN_MAX_PARAMS; a++) m->layers[l].attn.g[a] = m->glayers[l].attn.w[a];
+    return 0;
+}
+
+void al_model_zero_grads(al_model *m) {
+    if (m->g) memset(m->g, 0, sizeof(float) * m->n_floats);
+}
+
+size_t al_model_matmul_params(const al_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].ndim == 2 && strcmp(m->params[i].name, "model.embed_tokens.weight") != 0) n += m->params[i].numel;
+    if (m->cfg.tie_word_embeddings) n += (size_t)m->cfg.vocab_size * m->cfg.hidden_size; /* the head's product */
+    return n;
+}
+
+/* Forward FLOPs per token: 2 per matmul weight, plus causal attention
+ * (q.k and p.v over on average T/2 keys: 2 x 2 x H d_h x T/2). */
+double al_model_fwd_flops_per_token(const al_model *m, int T) {
+    const al_config *c = &m->cfg;
+    return 2.0 * (double)al_model_matmul_params(m) + 2.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
+}
+
+double al_model_train_flops_per_token(const al_model *m, int T) { return 3.0 * al_model_fwd_flops_per_token(m, T); }
+
+/* ---- checkpoints ---- */
+
+int al_model_save(const al_model *m, const char *dir, const char *extra_json, al_err *err) {
+    if (mkdir(dir, 0777) && errno != EEXIST) return al_errf(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    char path[4096];
+    al_st_out_tensor *t = calloc((size_t)m->n_params, sizeof *t);
+    if (!t) return al_errf(err, "out of memory");
+    for (int i = 0; i < m->n_params; i++) {
+        t[i].name = m->params[i].name;
+        t[i].data = m->w + m->params[i].offset;
+        t[i].ndim = m->params[i].ndim;
+        t[i].shape[0] = m->params[i].shape[0];
+        t[i].shape[1] = m->params[i].shape[1];
+    }
+    const char *meta[] = {"format", "pt"};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int rc = al_st_write_f32(path, t, m->n_params, meta, 1, err);
+    free(t);
+    if (rc) return -1;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return al_config_save(&m->cfg, path, extra_json, err);
+}
+
+int al_model_load_weights(al_model *m, const char *path, al_err *err) {
+    al_st_file f;
+    if (al_st_open(&f, path, err)) return -1;
+    int rc = 0;
+    for (int i = 0; i < m->n_params && !rc; i++) {
+        const al_param *p = &m->params[i];
+        rc = al_st_read_f32(&f, p->name, m->w + p->offset, p->ndim, p->shape, err);
+    }
+    /* a tensor we do not know means the file and config disagree: refuse */
+    for (int t = 0; t < f.n_tensors && !rc; t++) {
+        const char *name = f.tensors[t].name;
+        int known = m->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0;
+        for (int i = 0; i < m->n_params && !known; i++) known = strcmp(name, m->params[i].name) == 0;
+        if (!known) rc = al_errf(err, "unexpected tensor '%s' (not part of this config)", name);
+    }
+    al_st_close(&f);
+    if (rc) al_err_prefix(err, "%s", path);
+    return rc;
+}
+
+int al_model_load(al_model *m, const char *dir, char **extra_out, al_err *err) {
+    char path[4096];
+    al_config c;
+    if (extra_out) *extra_out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (al_config_load(&c, path, extra_out, err)) return -1;
+    if (al_model_create(m, &c, err)) {
+        al_err_prefix(err, "%s", path);
+        goto fail;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (al_model_load_weights(m, path, err)) goto fail;
+    return 0;
+fail:
+    al_model_free(m);
+    if (extra_out) {
+        free(*extra_out);
+        *extra_out = NULL;
+    }
+    return -1;
+}
+
+/* ---- activations ---- */
+
+int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
+    memset(a, 0, sizeof *a);
+    const al_config *c = &m->cfg;
+    if (T > c->max_position) return al_errf(err, "context %d exceeds max_position_embeddings %d", T, c->max_position);
+    const size_t N = (size_t)B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size, L = c->num_layers;
+    a->B = B;
+    a->T = T;
+    a->attn_saved_per_layer = (m->attn->saved_floats(c, B, T) + 15) & ~(size_t)15;
+    size_t sizes[] = {
+        (L + 1) * N * d,                 /* x_in */
+        L * N * d, L * N, L * a->attn_saved_per_layer, L * N * d, L * N * d, L * N, /* xn1 rstd1 saved x_mid xn2 rstd2 */
+        L * N * f, L * N * f, L * N * f, /* gate up hmid */
+        N * d, N, N * V, N * V,          /* xnf rstdf logits dlogits */
+        N * d, N * d, N * f, N * f, N * f, m->attn->scratch_floats(c, B, T), /* dres dtmp dh dg du scratch */
+    };
+    float **ptrs[] = {&a->x_in, &a->xn1, &a->rstd1, &a->attn_saved, &a->x_mid, &a->xn2, &a->rstd2, &a->gate, &a->up,
+                      &a->hmid, &a->xnf, &a->rstdf, &a->logits, &a->dlogits, &a->dres, &a->dtmp, &a->dh, &a->dg,
+                      &a->du, &a->attn_scratch};
+    enum { NBUF = sizeof ptrs / sizeof ptrs[0] };
+    size_t total = 0;
+    for (int i = 0; i < NBUF; i++) total += (sizes[i] + 15) & ~(size_t)15;
+    a->arena = al_alloc(sizeof(float) * total);
+    a->tokens = malloc(sizeof(int) * N);
+    a->targets = malloc(sizeof(int) * N);
+    if (!a->arena || !a->tokens || !a->targets) {
+        al_acts_free(a);
+        return al_errf(err, "out of memory for activations (%zu MB)", total * 4 >> 20);
+    }
+    a->n_floats = total;
+    float *p = a->arena;
+    for (int i = 0; i < NBUF; i++) {
+        *ptrs[i] = p;
+        p += (sizes[i] + 15) & ~(size_t)15;
+    }
+    return 0;
+}
+
+void al_acts_free(al_acts *a) {
+    al_free(a->arena);
+    free(a->tokens);
+    free(a->targets);
+    memset(a, 0, sizeof *a);
+}
+
+/* out[n] = a[n] + b[n] */
+static void add_vec(float *out, const float *x, const float *y, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) out[i] = x[i] + y[i];
+}
+
+double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets) {
+    const al_config *c = &m->cfg;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size;
+    const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
+    memcpy(a->tokens, tokens, sizeof(int) * N);
+    al_embed_fwd(a->x_in, m->embed, tokens, N, d);
+    for (int l = 0; l < c->num_layers; l++) {
+        const al_layer_ptrs *L = &m->layers[l];
+        float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
+        float *gate = a->gate + l * Nf, *up = a->up + l * Nf, *hmid = a->hmid + l * Nf;
+        al_rmsnorm_fwd(xn1, a->rstd1 + (size_t)l * N, x, L->ln1, N, d, c->rms_norm_eps);
+        m->attn->forward(&L->attn, xn1, a->dtmp, a->attn_saved + l * a->attn_saved_per_layer, a->attn_scratch, B, T);
+        add_vec(x_mid, x, a->dtmp, Nd);
+        al_rmsnorm_fwd(xn2, a->rstd2 + (size_t)l * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
+        al_linear_fwd(gate, xn2, L->gate, N, d, f, 0);
+        al_linear_fwd(up, xn2, L->up, N, d, f, 0);
+        al_swiglu_fwd(hmid, gate, up, Nf);
+        al_linear_fwd(a->dtmp, hmid, L->down, N, f, d, 0);
+        add_vec(x + Nd, x_mid, a->dtmp, Nd);
+    }
+    al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, N, d, c->rms_norm_eps);
+    al_linear_fwd(a->logits, a->xnf, m->lm_head, N, d, V, 0);
+    if (!targets) return 0.0;
+    int count = 0;
+    for (int i = 0; i < N; i++) {
+        a->targets[i] = targets[i];
+        count += targets[i] >= 0;
+    }
+    if (count == 0) return 0.0;
+    double sum = al_xent_fwd_bwd(a->dlogits, a->logits, targets, N, V, 1.0f / (float)count);
+    return sum / count;
+}
+
+void al_model_backward(al_model *m, al_acts *a) {
+    const al_config *c = &m->cfg;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size;
+    const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
+    float *g_head = m->cfg.tie_word_embeddings ? m->g + m->params[0].offset : m->g + m->params[m->n_params - 1].offset;
+    float *g_norm = m->g + (m->final_norm - m->w);
+    memset(a->dtmp, 0, sizeof(float) * Nd);
+    al_linear_bwd(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
+    memset(a->dres, 0, sizeof(float) * Nd);
+    al_rmsnorm_bwd(a->dres, g_norm, a->dtmp, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, a->rstdf, N, d);
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const al_layer_ptrs *L = &m->layers[l], *G = &m->glayers[l];
+        const float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
+        const float *gate = a->gate + l * Nf, *up = a->up + l * Nf, *hmid = a->hmid + l * Nf;
+        /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the residual */
+        memset(a->dh, 0, sizeof(float) * Nf);
+        al_linear_bwd(a->dh, G->down, a->dres, hmid, L->down, N, f, d);
+        al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
+        memset(a->dtmp, 0, sizeof(float) * Nd);
+        al_linear_bwd(a->dtmp, G->gate, a->dg, xn2, L->gate, N, d, f);
+        al_linear_bwd(a->dtmp, G->up, a->du, xn2, L->up, N, d, f);
+        al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
+        /* attention branch */
+        memset(a->dtmp, 0, sizeof(float) * Nd);
+        m->attn->backward(&L->attn, xn1, a->dres, a->dtmp, a->attn_saved + l * a->attn_saved_per_layer,
+                          a->attn_scratch, B, T);
+        al_rmsnorm_bwd(a->dres, G->ln1, a->dtmp, x, L->ln1, a->rstd1 + (size_t)l * N, N, d);
+    }
+    al_embed_bwd(m->g + m->params[0].offset, a->dres, a->tokens, N, d);
+}
+
+/* ---- decoding ---- */
+
+int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *err) {
+    memset(dec, 0, sizeof *dec);
+    const al_config *c = &m->cfg;
+    if (capacity <= 0 || capacity > c->max_position)
+        return al_errf(err, "context %d outside 1..max_position_embeddings (%d)", capacity, c->max_position);
+    dec->m = m;
+    dec->capacity = capacity;
+    dec->values_per_token = m->attn->cache_values_per_token(c);
+    size_t n = (size_t)c->num_layers * capacity * dec->values_per_token;
+    dec->cache_bytes = n * sizeof(float);
+    dec->cache = al_alloc(dec->cache_bytes);
+    dec->scratch = al_alloc(sizeof(float) * (4 * (size_t)c->hidden_size + 3 * (size_t)c->intermediate_size +
+                                             m->attn->scratch_floats(c, 1, 1)));
+    if (!dec->cache || !dec->scratch) {
+        al_decoder_free(dec);
+        return al_errf(err, "out of memory for a %d-token KV cache", capacity);
+    }
+    return 0;
+}
+
+void al_decoder_free(al_decoder *dec) {
+    al_free(dec->cache);
+    al_free(dec->scratch);
+    memset(dec, 0, sizeof *dec);
+}
+
+int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
+    const al_model *m = dec->m;
+    const al_config *c = &m->cfg;
+    const int d = c->hidden_size, f = c->intermediate_size, pos = dec->pos;
+    if (pos >= dec->capacity) return al_errf(err, "KV cache full (%d tokens)", dec->capacity);
+    if (token < 0 || token >= c->vocab_size) return al_errf(err, "token %d outside the vocabulary", token);
+    float *x = dec->scratch, *xn = x + d, *y = xn + d, *gate = y + d, *up = gate + f, *h = up + f;
+    float *attn_scratch = h + f + d;
+    float rstd;
+    memcpy(x, m->embed + (size_t)token * d, sizeof(float) * d);
+    for (int l = 0; l < c->num_layers; l++) {
+        const al_layer_ptrs *L = &m->layers[l];
+        float *cache = dec->cache + (size_t)l * dec->capacity * dec->values_per_token;
+        al_rmsnorm_fwd(xn, &rstd, x, L->ln1, 1, d, c->rms_norm_eps);
+        m->attn->decode(&L->attn, xn, y, cache, pos, attn_scratch);
+        for (int i = 0; i < d; i++) x[i] += y[i];
+        al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, f, d, 1.0f, L->gate, d, xn, 1, 0.0f, gate, 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, f, d, 1.0f, L->up, d, xn, 1, 0.0f, up, 1);
+        al_swiglu_fwd(h, gate, up, (size_t)f);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, d, f, 1.0f, L->down, f, h, 1, 0.0f, y, 1);
+        for (int i = 0; i < d; i++) x[i] += y[i];
+    }
+    al_rmsnorm_fwd(xn, &rstd, x, m->final_norm, 1, d, c->rms_norm_eps);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, c->vocab_size, d, 1.0f, m->lm_head, d, xn, 1, 0.0f, logits, 1);
+    dec->pos++;
+    return 0;
+}

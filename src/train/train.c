@@ -1,0 +1,435 @@
+/*
+ * train.c: the training loop (see train.h for the run directory layout).
+ * One step: sample B windows -> forward -> backward -> clip the global
+ * gradient norm -> AdamW. Everything that decides the numbers (weights,
+ * moments, step, data RNG) is in the training state, so a resumed run repeats
+ * an uninterrupted one bit for bit on the same machine and thread count.
+ */
+#include "train.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../io/io.h"
+
+void al_train_opts_default(al_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    al_config_default(&o->model);
+    o->model.intermediate_size = 688;
+    o->batch = 8;
+    o->context = 256;
+    o->steps = 1000;
+    o->warmup = 100;
+    o->eval_every = 200;
+    o->save_every = 500;
+    o->eval_tokens = 65536;
+    o->lr = 1e-3;
+    o->min_lr_ratio = 0.1;
+    o->weight_decay = 0.1;
+    o->beta1 = 0.9;
+    o->beta2 = 0.95;
+    o->adam_eps = 1e-8;
+    o->grad_clip = 1.0;
+    o->val_fraction = 0.05;
+    o->seed = 1337;
+    o->progress = 1;
+}
+
+/* ---- settings as JSON ---- */
+
+#define OPT_INTS(X) X(batch) X(context) X(steps) X(warmup) X(eval_every) X(save_every) X(eval_tokens)
+#define OPT_DBLS(X) X(lr) X(min_lr_ratio) X(weight_decay) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(val_fraction)
+
+char *al_train_opts_to_json(const al_train_opts *o) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "data", o->data[0] ? o->data : "default");
+#define ADD(f) cJSON_AddNumberToObject(j, #f, (double)o->f);
+    OPT_INTS(ADD) OPT_DBLS(ADD)
+#undef ADD
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
+    cJSON *j = cJSON_Parse(json);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return al_errf(err, "training settings are not a JSON object");
+    }
+    const cJSON *v;
+    int rc = 0;
+#define GET(f)                                                                   \
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                         \
+        if (!cJSON_IsNumber(v)) rc = al_errf(err, "training setting '%s' must be a number", #f); \
+        else o->f = (__typeof__(o->f))v->valuedouble;                            \
+    }
+    OPT_INTS(GET) OPT_DBLS(GET)
+#undef GET
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "data")) && cJSON_IsString(v))
+        snprintf(o->data, sizeof o->data, "%s", strcmp(v->valuestring, "default") ? v->valuestring : "");
+    cJSON_Delete(j);
+    return rc;
+}
+
+double al_lr_at(const al_train_opts *o, int step) {
+    if (step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+    int decay_steps = o->steps - o->warmup;
+    double frac = decay_steps > 0 ? (double)(step - o->warmup) / (double)decay_steps : 1.0;
+    if (frac > 1) frac = 1;
+    double min_lr = o->lr * o->min_lr_ratio;
+    return min_lr + 0.5 * (o->lr - min_lr) * (1.0 + cos(M_PI * frac));
+}
+
+/* ---- evaluation ---- */
+
+int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n, size_t max_tokens, double *loss,
+                  size_t *count, al_err *err) {
+    const int B = a->B, T = a->T;
+    size_t n_pred = n > 0 ? n - 1 : 0;
+    if (max_tokens && n_pred > max_tokens) n_pred = max_tokens;
+    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 bytes)");
+    double sum = 0;
+    size_t done = 0;
+    int *in = a->tokens, *tg = malloc(sizeof(int) * (size_t)B * T), *tmp = malloc(sizeof(int) * (size_t)B * T);
+    if (!tg || !tmp) {
+        free(tg);
+        free(tmp);
+        return al_errf(err, "out of memory");
+    }
+    (void)in;
+    while (done < n_pred) {
+        /* B windows of T predictions starting at byte `done` */
+        size_t batch_count = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t i = done + (size_t)b * T + (size_t)t; /* predicts byte i+1 from bytes <= i in its window */
+                int ok = i < n_pred;
+                tmp[b * T + t] = ok ? bytes[i] : 0;
+                tg[b * T + t] = ok ? bytes[i + 1] : -1;
+                batch_count += ok;
+            }
+        double mean = al_model_forward(m, a, tmp, tg);
+        sum += mean * (double)batch_count;
+        done += (size_t)B * T;
+    }
+    free(tg);
+    free(tmp);
+    *count = n_pred;
+    *loss = sum / (double)n_pred;
+    return 0;
+}
+
+/* ---- checkpoints ---- */
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_signal(int sig) { stop_signal = sig; }
+
+static int save_state(const al_model *m, const float *mom1, const float *mom2, int step, const al_rng *rng,
+                      const char *dir, al_err *err) {
+    char path[4200], meta_step[32], meta_rng[4][24];
+    snprintf(meta_step, sizeof meta_step, "%d", step);
+    for (int i = 0; i < 4; i++) snprintf(meta_rng[i], sizeof meta_rng[i], "%016" PRIx64, rng->s[i]);
+    const char *meta[] = {"step", meta_step, "rng0", meta_rng[0], "rng1", meta_rng[1],
+                          "rng2", meta_rng[2], "rng3", meta_rng[3]};
+    al_st_out_tensor t[3] = {
+        {"weights", m->w, 1, {(int64_t)m->n_floats}},
+        {"adam.m", mom1, 1, {(int64_t)m->n_floats}},
+        {"adam.v", mom2, 1, {(int64_t)m->n_floats}},
+    };
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    return al_st_write_f32(path, t, 3, meta, 5, err);
+}
+
+/* Finds "key": "value" in a safetensors file's __metadata__ (we wrote it). */
+static int state_meta(const char *path, const char *key, char *out, size_t cap, al_err *err) {
+    char *blob;
+    size_t len;
+    if (al_read_file(path, &blob, &len, err)) return -1;
+    uint64_t hl = 0;
+    if (len >= 8) memcpy(&hl, blob, 8);
+    int rc = -1;
+    if (len < 8 || hl > len - 8) {
+        al_errf(err, "%s: truncated training state", path);
+    } else {
+        char saved = blob[8 + hl];
+        blob[8 + hl] = 0;
+        cJSON *j = cJSON_Parse(blob + 8);
+        blob[8 + hl] = saved;
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "__metadata__");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, key);
+        if (cJSON_IsString(v)) {
+            snprintf(out, cap, "%s", v->valuestring);
+            rc = 0;
+        } else {
+            al_errf(err, "%s: training state lacks '%s'", path, key);
+        }
+        cJSON_Delete(j);
+    }
+    free(blob);
+    return rc;
+}
+
+static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *dir, al_err *err) {
+    char path[4200], buf[64];
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    al_st_file f;
+    if (al_st_open(&f, path, err)) return -1;
+    int64_t shape[1] = {(int64_t)m->n_floats};
+    int rc = al_st_read_f32(&f, "weights", m->w, 1, shape, err) || al_st_read_f32(&f, "adam.m", mom1, 1, shape, err) ||
+             al_st_read_f32(&f, "adam.v", mom2, 1, shape, err);
+    al_st_close(&f);
+    if (rc) return al_err_prefix(err, "%s", path);
+    long v;
+    if (state_meta(path, "step", buf, sizeof buf, err) || al_parse_int(buf, &v) || v < 0)
+        return al_errf(err, "%s: bad step in training state", path);
+    *step = (int)v;
+    for (int i = 0; i < 4; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "rng%d", i);
+        if (state_meta(path, key, buf, sizeof buf, err)) return -1;
+        rng->s[i] = strtoull(buf, NULL, 16);
+    }
+    return 0;
+}
+
+static int save_checkpoint(const al_model *m, const al_train_opts *o, const float *m1, const float *m2, int step,
+                           const al_rng *rng, al_err *err) {
+    char *train_json = al_train_opts_to_json(o);
+    char extra[8192];
+    snprintf(extra, sizeof extra, "{\"train\": %s, \"step\": %d}", train_json ? train_json : "{}", step);
+    free(train_json);
+    if (save_state(m, m1, m2, step, rng, o->out, err)) return -1;
+    return al_model_save(m, o->out, extra, err);
+}
+
+/* Keeps the log lines of steps <= step (a resumed run rewrites the rest). */
+static int trim_log(const char *path, int step, al_err *err) {
+    char *text;
+    size_t len;
+    if (access(path, F_OK) != 0) return 0;
+    if (al_read_file(path, &text, &len, err)) return -1;
+    char *out = malloc(len + 1);
+    size_t n = 0;
+    for (char *line = text; line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t ll = nl ? (size_t)(nl - line) + 1 : (size_t)(text + len - line);
+        const char *s = strstr(line, "\"step\":");
+        long st = s && s < line + ll ? strtol(s + 7, NULL, 10) : -1;
+        if (st >= 0 && st <= step && nl) {
+            memcpy(out + n, line, ll);
+            n += ll;
+        }
+        line += ll;
+    }
+    int rc = al_write_file_atomic(path, out, n, err);
+    free(out);
+    free(text);
+    return rc;
+}
+
+/* ---- the loop ---- */
+
+void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
+    const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
+    const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
+    for (int i = 0; i < m->n_params; i++) {
+        const al_param *p = &m->params[i];
+        float *w = m->w + p->offset, *g = m->g + p->offset, *a = m1 + p->offset, *b = m2 + p->offset;
+        const float wd = p->decay ? (float)o->weight_decay : 0.0f, flr = (float)lr;
+        const size_t n = p->numel;
+#pragma omp parallel for schedule(static) if (n > 32768)
+        for (size_t j = 0; j < n; j++) {
+            float gj = g[j] * gscale;
+            a[j] = b1 * a[j] + (1.0f - b1) * gj;
+            b[j] = b2 * b[j] + (1.0f - b2) * gj * gj;
+            float mh = a[j] / bc1, vh = b[j] / bc2;
+            w[j] -= flr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
+        }
+    }
+}
+
+double al_grad_norm(const al_model *m) {
+    double total = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const float *g = m->g + m->params[i].offset;
+        double s = 0;
+        for (size_t j = 0; j < m->params[i].numel; j++) s += (double)g[j] * g[j];
+        total += s;
+    }
+    return sqrt(total);
+}
+
+static void fmt_time(char *buf, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e7) snprintf(buf, cap, "?");
+    else if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else if (s >= 60) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, cap, "%.0fs", s);
+}
+
+int al_train(al_train_opts *o, al_err *err) {
+    al_model m = {0};
+    al_acts acts = {0}, eval_acts = {0};
+    al_corpus corpus = {0};
+    float *m1 = NULL, *m2 = NULL;
+    int *batch_in = NULL, *batch_tg = NULL;
+    FILE *log = NULL;
+    int result = AL_TRAIN_ERROR, step = 0;
+    al_rng rng;
+    char path[4200];
+    struct sigaction sa = {0}, old_int, old_term;
+
+    if (o->batch <= 0 || o->context <= 0 || o->steps <= 0 || o->warmup < 0 || o->eval_every < 0 || o->save_every < 0)
+        return al_errf(err, "invalid training settings: batch, context and steps must be positive");
+    if (!(o->lr > 0) || !isfinite(o->lr)) return al_errf(err, "invalid training settings: lr must be positive");
+    if (o->context > o->model.max_position) o->model.max_position = o->context;
+    if (mkdir(o->out, 0777) && errno != EEXIST)
+        return al_errf(err, "%s: cannot create output directory: %s", o->out, strerror(errno));
+    if (al_corpus_load(&corpus, o->data, o->val_fraction, o->context, err)) return -1;
+    if (al_model_create(&m, &o->model, err) || al_model_alloc_grads(&m, err)) goto done;
+    m1 = al_alloc(sizeof(float) * m.n_floats);
+    m2 = al_alloc(sizeof(float) * m.n_floats);
+    batch_in = malloc(sizeof(int) * (size_t)o->batch * o->context);
+    batch_tg = malloc(sizeof(int) * (size_t)o->batch * o->context);
+    if (!m1 || !m2 || !batch_in || !batch_tg) {
+        al_errf(err, "out of memory for optimizer state");
+        goto done;
+    }
+    if (al_acts_create(&acts, &m, o->batch, o->context, err) || al_acts_create(&eval_acts, &m, o->batch, o->context, err))
+        goto done;
+
+    snprintf(path, sizeof path, "%s/log.jsonl", o->out);
+    if (o->resume) {
+        if (load_state(&m, m1, m2, &step, &rng, o->out, err)) goto done;
+        if (trim_log(path, step, err)) goto done;
+        fprintf(stderr, "attnlab: resuming %s at step %d of %d\n", o->out, step, o->steps);
+    } else {
+        al_model_init_weights(&m, o->seed);
+        al_rng_seed(&rng, o->seed ^ 0xda7aULL);
+        unlink(path);
+        /* config.json right away, so a run killed before its first checkpoint is still identifiable */
+        char *tj = al_train_opts_to_json(o), extra[8192];
+        snprintf(extra, sizeof extra, "{\"train\": %s, \"step\": 0}", tj ? tj : "{}");
+        free(tj);
+        snprintf(path, sizeof path, "%s/config.json", o->out);
+        if (al_config_save(&m.cfg, path, extra, err)) goto done;
+        snprintf(path, sizeof path, "%s/log.jsonl", o->out);
+    }
+    log = fopen(path, "a");
+    if (!log) {
+        al_errf(err, "%s: %s", path, strerror(errno));
+        goto done;
+    }
+
+    stop_signal = 0;
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    const double tokens_per_step = (double)o->batch * o->context;
+    const double flops_per_step = al_model_train_flops_per_token(&m, o->context) * tokens_per_step;
+    const int tty = o->progress && isatty(2);
+    const int print_every = o->steps >= 20 ? o->steps / 20 : 1;
+    const uint8_t *val = corpus.bytes + corpus.n_train;
+    const size_t n_val = corpus.n - corpus.n_train;
+    double t_start = al_now(), ema_dt = 0;
+    int start_step = step, last_saved = step;
+    result = AL_TRAIN_OK;
+    while (step < o->steps) {
+        double t0 = al_now();
+        double lr = al_lr_at(o, step);
+        al_sample_batch(corpus.bytes, 0, corpus.n_train, o->batch, o->context, &rng, batch_in, batch_tg);
+        al_model_zero_grads(&m);
+        double loss = al_model_forward(&m, &acts, batch_in, batch_tg);
+        if (!isfinite(loss)) {
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "training diverged: loss is %s at step %d; the last good checkpoint (step %d) is kept",
+                    isnan(loss) ? "nan" : "inf", step + 1, last_saved);
+            break;
+        }
+        al_model_backward(&m, &acts);
+        double gn = al_grad_norm(&m);
+        if (!isfinite(gn)) {
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "training diverged: gradient norm is not finite at step %d; the last good checkpoint (step %d) is kept",
+                    step + 1, last_saved);
+            break;
+        }
+        float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
+        al_adamw_update(&m, m1, m2, lr, o, step + 1, gscale);
+        step++;
+        double dt = al_now() - t0;
+        ema_dt = step == start_step + 1 ? dt : 0.9 * ema_dt + 0.1 * dt;
+        double tps = tokens_per_step / dt;
+
+        int do_eval = (o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps;
+        double val_loss = NAN;
+        if (do_eval) {
+            size_t cnt;
+            if (al_eval_bytes(&m, &eval_acts, val, n_val, (size_t)o->eval_tokens, &val_loss, &cnt, err)) {
+                result = AL_TRAIN_ERROR;
+                break;
+            }
+        }
+        fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
+                     "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f",
+                step, loss, lr, gn, tps, flops_per_step / dt, al_now() - t_start);
+        if (do_eval) fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", val_loss, val_loss / M_LN2);
+        fprintf(log, "}\n");
+        fflush(log);
+
+        char eta[32];
+        fmt_time(eta, sizeof eta, ema_dt * (o->steps - step));
+        if (tty)
+            fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %.0f tok/s | ETA %s   ", step, o->steps, loss, lr,
+                    tps, eta);
+        else if (o->progress && (step % print_every == 0 || step == o->steps))
+            fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %.0f tok/s | ETA %s\n", step, o->steps, loss, lr, tps,
+                    eta);
+        if (do_eval && o->progress)
+            fprintf(stderr, "%sstep %d: val loss %.4f (%.4f bits/byte)\n", tty ? "\n" : "", step, val_loss,
+                    val_loss / M_LN2);
+
+        int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || stop_signal;
+        if (do_save) {
+            if (save_checkpoint(&m, o, m1, m2, step, &rng, err)) {
+                result = AL_TRAIN_ERROR;
+                break;
+            }
+            last_saved = step;
+        }
+        if (stop_signal) {
+            if (tty) fputc('\n', stderr);
+            fprintf(stderr, "attnlab: interrupted at step %d; checkpoint saved in %s (continue with --resume)\n", step,
+                    o->out);
+            result = AL_TRAIN_INTERRUPTED;
+            break;
+        }
+    }
+    if (result == AL_TRAIN_OK && step == start_step && step >= o->steps)
+        fprintf(stderr, "attnlab: %s already trained to step %d\n", o->out, step);
+    if (tty && result == AL_TRAIN_OK) fputc('\n', stderr);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+done:
+    if (log) fclose(log);
+    al_free(m1);
+    al_free(m2);
+    free(batch_in);
+    free(batch_tg);
+    al_acts_free(&acts);
+    al_acts_free(&eval_acts);
+    al_model_free(&m);
+    al_corpus_free(&corpus);
+    return result;
+}
