@@ -43,7 +43,8 @@ typedef struct al_attn_layer {
     const al_config *cfg;
     float *w[AL_ATTN_MAX_PARAMS];
     float *g[AL_ATTN_MAX_PARAMS];
-    const al_rope_table *rope;
+    const al_rope_table *rope;      /* the design's main RoPE table (rope_dims()[0]) */
+    const al_rope_table *rope_aux;  /* a second table if the design needs one, else NULL */
 } al_attn_layer;
 
 typedef struct al_attn_ops {
@@ -52,6 +53,9 @@ typedef struct al_attn_ops {
     int (*validate)(const al_config *c, al_err *err);
     /* fills out[0..n) and returns n (<= AL_ATTN_MAX_PARAMS) */
     int (*params)(const al_config *c, al_param_spec *out);
+    /* dimensions of the RoPE tables the design rotates with: dims[0] main,
+     * dims[1] auxiliary (0: none) */
+    void (*rope_dims)(const al_config *c, int dims[2]);
     /* KV-cache values per token per layer (attention.md 3.6) */
     size_t (*cache_values_per_token)(const al_config *c);
     /* floats kept per layer between forward and backward for B x T tokens */

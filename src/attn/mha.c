@@ -25,10 +25,28 @@
 
 enum { W_Q, W_K, W_V, W_O };
 
+/* Head shapes, and that the declared design matches the head counts. */
 static int gqa_validate(const al_config *c, al_err *err) {
+    if (c->head_dim <= 0) return al_errf(err, "invalid config: head_dim must be positive, got %d", c->head_dim);
+    if (c->head_dim % 2) return al_errf(err, "invalid config: head_dim must be even for RoPE, got %d", c->head_dim);
     if (c->num_heads % c->num_kv_heads)
         return al_errf(err, "invalid config: num_key_value_heads %d does not divide num_attention_heads %d",
                        c->num_kv_heads, c->num_heads);
+    switch (c->attention) {
+    case AL_ATTN_MHA:
+        if (c->num_kv_heads != c->num_heads)
+            return al_errf(err, "invalid config: attention 'mha' needs num_key_value_heads == num_attention_heads (%d), got %d",
+                           c->num_heads, c->num_kv_heads);
+        break;
+    case AL_ATTN_MQA:
+        if (c->num_kv_heads != 1)
+            return al_errf(err, "invalid config: attention 'mqa' needs num_key_value_heads 1, got %d", c->num_kv_heads);
+        break;
+    default:
+        if (c->num_kv_heads <= 1 || c->num_kv_heads >= c->num_heads)
+            return al_errf(err, "invalid config: attention 'gqa' needs 1 < num_key_value_heads < num_attention_heads, got %d of %d",
+                           c->num_kv_heads, c->num_heads);
+    }
     return 0;
 }
 
@@ -43,6 +61,11 @@ static int gqa_params(const al_config *c, al_param_spec *out) {
     };
     memcpy(out, specs, sizeof specs);
     return 4;
+}
+
+static void gqa_rope_dims(const al_config *c, int dims[2]) {
+    dims[0] = c->head_dim;
+    dims[1] = 0;
 }
 
 static size_t gqa_cache(const al_config *c) { return 2 * (size_t)c->num_kv_heads * c->head_dim; }
@@ -145,6 +168,7 @@ const al_attn_ops al_attn_gqa_ops = {
     .name = "gqa",
     .validate = gqa_validate,
     .params = gqa_params,
+    .rope_dims = gqa_rope_dims,
     .cache_values_per_token = gqa_cache,
     .saved_floats = gqa_saved,
     .scratch_floats = gqa_scratch,
@@ -152,12 +176,3 @@ const al_attn_ops al_attn_gqa_ops = {
     .backward = gqa_backward,
     .decode = gqa_decode,
 };
-
-const al_attn_ops *al_attn_ops_for(const al_config *c) {
-    switch (c->attention) {
-    case AL_ATTN_MHA:
-    case AL_ATTN_GQA:
-    case AL_ATTN_MQA: return &al_attn_gqa_ops;
-    default: return NULL;
-    }
-}

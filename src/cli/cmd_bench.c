@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/blas.h"
 #include "core/ceiling.h"
 #include "model/model.h"
 #include "train/train.h"
@@ -69,14 +70,15 @@ static int bench_train(int argc, char **argv) {
         printf("{\"bench\":\"train\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
                "\"batch\":%d,\"context\":%d,\"threads\":%d,\"step_s\":%.5f,\"step_s_best\":%.5f,\"tokens_per_s\":%.1f,"
                "\"model_gflops_per_step\":%.4f,\"model_gflops_per_s\":%.2f,\"sgemm_gflops\":%.2f,\"mfu\":%.4f,"
-               "\"peak_rss_bytes\":%ld}\n",
+               "\"peak_rss_bytes\":%ld,\"blas_kernels\":\"%s\"}\n",
                m.cfg.num_layers, m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads, m.cfg.head_dim, o.batch,
-               o.context, al_threads(), mean, best, tps, flops / 1e9, gflops, sgemm, mfu, rss);
+               o.context, al_threads(), mean, best, tps, flops / 1e9, gflops, sgemm, mfu, rss, al_blas_kernels());
     } else {
         printf("train step: %d layers, hidden %d, %d heads (%d KV), B=%d x T=%d, %d threads\n", m.cfg.num_layers,
                m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads, o.batch, o.context, al_threads());
         printf("  %.1f ms/step (best %.1f), %.0f tokens/s, %.1f model GFLOP/s\n", 1e3 * mean, 1e3 * best, tps, gflops);
-        printf("  sgemm ceiling %.1f GFLOP/s (n=%ld, same run) -> MFU %.1f%%\n", sgemm, sgemm_n, 100 * mfu);
+        printf("  sgemm ceiling %.1f GFLOP/s (n=%ld, same run, OpenBLAS %s kernels) -> MFU %.1f%%\n", sgemm, sgemm_n,
+               al_blas_kernels(), 100 * mfu);
         printf("  peak RSS %.1f MB\n", rss / 1048576.0);
     }
     al_free(m1);

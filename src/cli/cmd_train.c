@@ -163,7 +163,7 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
         c->attention = f->kv_heads == f->heads ? AL_ATTN_MHA : f->kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
     }
     al_err err;
-    if (al_config_validate(c, &err)) return cli_fail(cmd, err.msg);
+    if (al_config_validate(c, &err)) return cli_usage(cmd, "%s", err.msg); /* impossible flag values: usage error */
     if (f->context <= 0 || f->batch <= 0 || f->steps <= 0)
         return cli_usage(cmd, "--context, --batch and --steps must be positive");
     if (f->warmup < 0 || f->eval_every < 0 || f->save_every < 0 || f->eval_tokens < 0)
@@ -239,5 +239,6 @@ int cmd_train(int argc, char **argv) {
     al_err err;
     rc = al_train(&o, &err);
     if (rc == AL_TRAIN_ERROR) return cli_fail(cmd, err.msg);
-    return rc == AL_TRAIN_INTERRUPTED ? 130 : 0;
+    /* the shell's convention for death by signal, though we exit cleanly */
+    return rc == AL_TRAIN_INTERRUPTED ? 130 : rc == AL_TRAIN_TERMINATED ? 143 : 0;
 }

@@ -6,6 +6,7 @@
 
 #include "attnlab.h"
 #include "cli.h"
+#include "core/blas.h"
 
 static const struct {
     const char *name;
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    al_blas_fix_kernels(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../attn/attn.h"
 #include "../io/io.h"
 
 static const char *attn_names[AL_ATTN_COUNT] = {"mha", "gqa", "mqa", "mla", "lrkv"};
@@ -54,18 +55,12 @@ int al_config_validate(const al_config *c, al_err *err) {
     const struct { const char *name; int v; } pos[] = {
         {"hidden_size", c->hidden_size},     {"intermediate_size", c->intermediate_size},
         {"num_hidden_layers", c->num_layers}, {"num_attention_heads", c->num_heads},
-        {"num_key_value_heads", c->num_kv_heads}, {"head_dim", c->head_dim},
-        {"max_position_embeddings", c->max_position},
+        {"num_key_value_heads", c->num_kv_heads}, {"max_position_embeddings", c->max_position},
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v <= 0) return al_errf(err, "invalid config: %s must be positive, got %d", pos[i].name, pos[i].v);
     if (c->vocab_size != 256)
         return al_errf(err, "invalid config: vocab_size must be 256 (bytes), got %d", c->vocab_size);
-    if (c->head_dim % 2)
-        return al_errf(err, "invalid config: head_dim must be even for RoPE, got %d", c->head_dim);
-    if (c->num_heads % c->num_kv_heads)
-        return al_errf(err, "invalid config: num_key_value_heads %d does not divide num_attention_heads %d",
-                       c->num_kv_heads, c->num_heads);
     if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
         return al_errf(err, "invalid config: rms_norm_eps must be positive");
     if (!(c->rope_theta > 1) || !isfinite(c->rope_theta))
@@ -74,24 +69,9 @@ int al_config_validate(const al_config *c, al_err *err) {
     if (c->hidden_size > 65536 || c->intermediate_size > 262144 || c->num_layers > 1024 || c->num_heads > 1024 ||
         c->head_dim > 4096 || c->max_position > (1 << 20))
         return al_errf(err, "invalid config: sizes are beyond what attnlab supports");
-    switch (c->attention) {
-    case AL_ATTN_MHA:
-        if (c->num_kv_heads != c->num_heads)
-            return al_errf(err, "invalid config: attention 'mha' needs num_key_value_heads == num_attention_heads (%d), got %d",
-                           c->num_heads, c->num_kv_heads);
-        break;
-    case AL_ATTN_MQA:
-        if (c->num_kv_heads != 1)
-            return al_errf(err, "invalid config: attention 'mqa' needs num_key_value_heads 1, got %d", c->num_kv_heads);
-        break;
-    case AL_ATTN_GQA:
-        if (c->num_kv_heads <= 1 || c->num_kv_heads >= c->num_heads)
-            return al_errf(err, "invalid config: attention 'gqa' needs 1 < num_key_value_heads < num_attention_heads, got %d of %d",
-                           c->num_kv_heads, c->num_heads);
-        break;
-    default:
-        return al_errf(err, "invalid config: attention '%s' is not available in this build", al_attn_name(c->attention));
-    }
+    const al_attn_ops *ops = al_attn_ops_for(c);
+    if (!ops) return al_errf(err, "invalid config: attention '%s' is not available in this build", al_attn_name(c->attention));
+    if (ops->validate(c, err)) return -1;
     if (c->score != AL_SCORE_SOFTMAX)
         return al_errf(err, "invalid config: score '%s' is not available in this build", al_score_name(c->score));
     return 0;
@@ -126,14 +106,18 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     int rc = -1, have_heads = 0, have_hd = 0, have_kv = 0, tmp;
     double num = 0;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    int is_mla = 0, is_attnlab = 0;
     if (arch) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
         if (!cJSON_IsString(a0)) {
             al_errf(err, "invalid config: architectures must be a list of names");
             goto done;
         }
-        if (strcmp(a0->valuestring, "LlamaForCausalLM") != 0) {
-            al_errf(err, "unsupported architecture '%s' (this build reads LlamaForCausalLM)", a0->valuestring);
+        is_mla = strcmp(a0->valuestring, "DeepseekV2ForCausalLM") == 0;
+        is_attnlab = strcmp(a0->valuestring, "AttnlabForCausalLM") == 0;
+        if (!is_mla && !is_attnlab && strcmp(a0->valuestring, "LlamaForCausalLM") != 0) {
+            al_errf(err, "unsupported architecture '%s' (attnlab reads LlamaForCausalLM, DeepseekV2ForCausalLM, AttnlabForCausalLM)",
+                    a0->valuestring);
             goto done;
         }
     }
@@ -161,7 +145,15 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     } else {
         c->num_kv_heads = c->num_heads;
     }
-    if (!have_hd) {
+    if (is_mla) {
+        if (get_int(root, "kv_lora_rank", &c->kv_lora_rank, err) < 0 ||
+            get_int(root, "q_lora_rank", &c->q_lora_rank, err) < 0 ||
+            get_int(root, "qk_nope_head_dim", &c->qk_nope_head_dim, err) < 0 ||
+            get_int(root, "qk_rope_head_dim", &c->qk_rope_head_dim, err) < 0 ||
+            get_int(root, "v_head_dim", &c->v_head_dim, err) < 0)
+            goto done;
+        if (!have_hd) c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    } else if (!have_hd) {
         if (c->hidden_size <= 0 || c->hidden_size % c->num_heads) {
             al_errf(err, "invalid config: hidden_size %d is not divisible by num_attention_heads %d and head_dim is not given",
                     c->hidden_size, c->num_heads);
@@ -169,8 +161,8 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         }
         c->head_dim = c->hidden_size / c->num_heads;
     }
-    /* attention kind: from our block, else inferred from the head counts */
-    c->attention = c->num_kv_heads == c->num_heads ? AL_ATTN_MHA : c->num_kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
+    /* attention kind: from our block, else from the architecture and head counts */
+    c->attention = is_mla ? AL_ATTN_MLA : c->num_kv_heads == c->num_heads ? AL_ATTN_MHA : c->num_kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
     if (al) {
         if (!cJSON_IsObject(al)) {
@@ -189,12 +181,27 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
                     cJSON_IsString(s) ? s->valuestring : "?");
             goto done;
         }
+        if (get_int(al, "lrkv_rank", &c->lrkv_rank, err) < 0) goto done;
         if (extra_out) *extra_out = cJSON_PrintUnformatted(al);
+    }
+    if ((is_mla && c->attention != AL_ATTN_MLA) || (c->attention == AL_ATTN_MLA && !is_mla)) {
+        al_errf(err, "invalid config: attention 'mla' goes with architecture DeepseekV2ForCausalLM");
+        goto done;
+    }
+    if ((c->attention == AL_ATTN_LRKV) != is_attnlab) {
+        al_errf(err, "invalid config: attention 'lrkv' goes with architecture AttnlabForCausalLM");
+        goto done;
     }
     rc = al_config_validate(c, err);
 done:
     cJSON_Delete(root);
     return rc;
+}
+
+const char *al_config_architecture(const al_config *c) {
+    return c->attention == AL_ATTN_MLA    ? "DeepseekV2ForCausalLM"
+           : c->attention == AL_ATTN_LRKV ? "AttnlabForCausalLM"
+                                          : "LlamaForCausalLM";
 }
 
 int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err) {
@@ -210,15 +217,32 @@ int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err
 int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(root, "model_type", "llama");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(al_config_architecture(c)));
+    cJSON_AddStringToObject(root, "model_type", c->attention == AL_ATTN_MLA    ? "deepseek_v2"
+                                                : c->attention == AL_ATTN_LRKV ? "attnlab"
+                                                                               : "llama");
     cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
     cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_layers);
     cJSON_AddNumberToObject(root, "num_attention_heads", c->num_heads);
     cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_kv_heads);
-    cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+    if (c->attention == AL_ATTN_MLA) {
+        cJSON_AddNumberToObject(root, "kv_lora_rank", c->kv_lora_rank);
+        if (c->q_lora_rank > 0) cJSON_AddNumberToObject(root, "q_lora_rank", c->q_lora_rank);
+        else cJSON_AddNullToObject(root, "q_lora_rank");
+        cJSON_AddNumberToObject(root, "qk_nope_head_dim", c->qk_nope_head_dim);
+        cJSON_AddNumberToObject(root, "qk_rope_head_dim", c->qk_rope_head_dim);
+        cJSON_AddNumberToObject(root, "v_head_dim", c->v_head_dim);
+        /* dense MLP in every layer, read the same by HF's native and remote DeepseekV2 code */
+        cJSON_AddNullToObject(root, "n_routed_experts");
+        cJSON_AddNullToObject(root, "n_shared_experts");
+        cJSON_AddNumberToObject(root, "first_k_dense_replace", c->num_layers);
+        cJSON_AddNumberToObject(root, "moe_layer_freq", 1);
+        cJSON_AddNullToObject(root, "rope_scaling");
+    } else {
+        cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+    }
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
@@ -234,8 +258,10 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     }
     cJSON_DeleteItemFromObjectCaseSensitive(al, "attention");
     cJSON_DeleteItemFromObjectCaseSensitive(al, "score");
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "lrkv_rank");
     cJSON_AddStringToObject(al, "attention", al_attn_name(c->attention));
     cJSON_AddStringToObject(al, "score", al_score_name(c->score));
+    if (c->attention == AL_ATTN_LRKV) cJSON_AddNumberToObject(al, "lrkv_rank", c->lrkv_rank);
     cJSON_AddItemToObject(root, "attnlab", al);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);

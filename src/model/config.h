@@ -27,6 +27,11 @@ typedef struct al_config {
     int tie_word_embeddings;
     al_attn_kind attention;
     al_score_kind score;
+    /* MLA (DeepSeek-V2 names): latent rank d_c, query latent rank (0: none),
+     * per-head key dims without / with RoPE, value dim */
+    int kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* LRKV: per-head low-rank residual rank r (0 = MQA) */
+    int lrkv_rank;
 } al_config;
 
 const char *al_attn_name(al_attn_kind k);
@@ -36,8 +41,12 @@ int al_score_from_name(const char *s, al_score_kind *k);
 
 /* Fills defaults for a small byte-level Llama. */
 void al_config_default(al_config *c);
-/* Refuses impossible shapes: one line naming the problem. */
+/* Refuses impossible shapes: one line naming the problem. Checks what every
+ * design shares, then the design's own rules (its ops->validate). */
 int al_config_validate(const al_config *c, al_err *err);
+
+/* The HF "architectures" name a config is saved under. */
+const char *al_config_architecture(const al_config *c);
 
 /* config.json <-> struct. `extra` (may be NULL) is a JSON object text merged
  * into the "attnlab" block on save (training settings); on load the block's

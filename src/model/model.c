@@ -48,6 +48,7 @@ static void set_views(al_model *m, float *base, al_layer_ptrs *layers, float **e
         memset(&L->attn, 0, sizeof L->attn);
         L->attn.cfg = &m->cfg;
         L->attn.rope = &m->rope;
+        L->attn.rope_aux = m->rope_aux.cos ? &m->rope_aux : NULL;
         for (int a = 0; a < na; a++) L->attn.w[a] = base + m->params[i++].offset;
         L->ln2 = base + m->params[i++].offset;
         L->gate = base + m->params[i++].offset;
@@ -99,8 +100,11 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
     }
     add_param(m, cap, "model.norm.weight", 1, d, 1, AL_INIT_ONES, 0, 0);
     if (!c->tie_word_embeddings) add_param(m, cap, "lm_head.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    int rope_dims[2];
+    m->attn->rope_dims(c, rope_dims);
     m->w = al_alloc(sizeof(float) * m->n_floats);
-    if (!m->w || al_rope_table_init(&m->rope, c->max_position, c->head_dim, c->rope_theta)) {
+    if (!m->w || al_rope_table_init(&m->rope, c->max_position, rope_dims[0], c->rope_theta) ||
+        (rope_dims[1] > 0 && al_rope_table_init(&m->rope_aux, c->max_position, rope_dims[1], c->rope_theta))) {
         al_model_free(m);
         return al_errf(err, "out of memory for %zu parameters", m->n_floats);
     }
@@ -116,6 +120,7 @@ void al_model_free(al_model *m) {
     free(m->layers);
     free(m->glayers);
     al_rope_table_free(&m->rope);
+    al_rope_table_free(&m->rope_aux);
     memset(m, 0, sizeof *m);
 }
 

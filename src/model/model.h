@@ -45,7 +45,7 @@ typedef struct al_model {
     /* views into w (and the matching g views through al_grad_of) */
     float *embed, *final_norm, *lm_head;
     al_layer_ptrs *layers, *glayers; /* glayers: same pointers into g */
-    al_rope_table rope;
+    al_rope_table rope, rope_aux; /* tables for the design's rope_dims() */
 } al_model;
 
 /* Builds the parameter table and arenas for a validated config; weights zero. */

@@ -239,6 +239,13 @@ static int trim_log(const char *path, int step, al_err *err) {
 
 /* ---- the loop ---- */
 
+/* What a diverged run leaves behind, for its error message. */
+static const char *kept_msg(char *buf, size_t cap, int last_saved) {
+    if (last_saved < 0) snprintf(buf, cap, "no checkpoint was saved yet (lower --lr?)");
+    else snprintf(buf, cap, "the last good checkpoint (step %d) is kept", last_saved);
+    return buf;
+}
+
 void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
     const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
@@ -343,7 +350,8 @@ int al_train(al_train_opts *o, al_err *err) {
     const uint8_t *val = corpus.bytes + corpus.n_train;
     const size_t n_val = corpus.n - corpus.n_train;
     double t_start = al_now(), ema_dt = 0;
-    int start_step = step, last_saved = step;
+    int start_step = step, last_saved = o->resume ? step : -1;
+    char kept[96];
     result = AL_TRAIN_OK;
     while (step < o->steps) {
         double t0 = al_now();
@@ -353,16 +361,16 @@ int al_train(al_train_opts *o, al_err *err) {
         double loss = al_model_forward(&m, &acts, batch_in, batch_tg);
         if (!isfinite(loss)) {
             result = AL_TRAIN_ERROR;
-            al_errf(err, "training diverged: loss is %s at step %d; the last good checkpoint (step %d) is kept",
-                    isnan(loss) ? "nan" : "inf", step + 1, last_saved);
+            al_errf(err, "training diverged: loss is %s at step %d; %s", isnan(loss) ? "nan" : "inf", step + 1,
+                    kept_msg(kept, sizeof kept, last_saved));
             break;
         }
         al_model_backward(&m, &acts);
         double gn = al_grad_norm(&m);
         if (!isfinite(gn)) {
             result = AL_TRAIN_ERROR;
-            al_errf(err, "training diverged: gradient norm is not finite at step %d; the last good checkpoint (step %d) is kept",
-                    step + 1, last_saved);
+            al_errf(err, "training diverged: gradient norm is not finite at step %d; %s", step + 1,
+                    kept_msg(kept, sizeof kept, last_saved));
             break;
         }
         float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
@@ -400,7 +408,8 @@ int al_train(al_train_opts *o, al_err *err) {
             fprintf(stderr, "%sstep %d: val loss %.4f (%.4f bits/byte)\n", tty ? "\n" : "", step, val_loss,
                     val_loss / M_LN2);
 
-        int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || stop_signal;
+        const int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
+        int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || signalled;
         if (do_save) {
             if (save_checkpoint(&m, o, m1, m2, step, &rng, err)) {
                 result = AL_TRAIN_ERROR;
@@ -408,11 +417,11 @@ int al_train(al_train_opts *o, al_err *err) {
             }
             last_saved = step;
         }
-        if (stop_signal) {
+        if (signalled) {
             if (tty) fputc('\n', stderr);
             fprintf(stderr, "attnlab: interrupted at step %d; checkpoint saved in %s (continue with --resume)\n", step,
                     o->out);
-            result = AL_TRAIN_INTERRUPTED;
+            result = signalled == SIGTERM ? AL_TRAIN_TERMINATED : AL_TRAIN_INTERRUPTED;
             break;
         }
     }

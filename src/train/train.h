@@ -33,9 +33,10 @@ void al_train_opts_default(al_train_opts *o);
 char *al_train_opts_to_json(const al_train_opts *o);
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);
 
-enum { AL_TRAIN_OK = 0, AL_TRAIN_ERROR = -1, AL_TRAIN_INTERRUPTED = 1 };
+enum { AL_TRAIN_OK = 0, AL_TRAIN_ERROR = -1, AL_TRAIN_INTERRUPTED = 1, AL_TRAIN_TERMINATED = 2 };
 /* Runs (or resumes) training into o->out. Returns AL_TRAIN_OK, AL_TRAIN_ERROR
- * (err filled) or AL_TRAIN_INTERRUPTED (SIGINT/SIGTERM: checkpoint saved). */
+ * (err filled), AL_TRAIN_INTERRUPTED (SIGINT) or AL_TRAIN_TERMINATED (SIGTERM);
+ * after a signal the checkpoint of the current step has been saved. */
 int al_train(al_train_opts *o, al_err *err);
 
 /* Learning rate at step s (0-based) of the schedule. */

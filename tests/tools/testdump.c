@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/blas.h"
 #include "io/io.h"
 #include "model/model.h"
 
 int main(int argc, char **argv) {
+    al_blas_fix_kernels(argv);
     if (argc != 4) {
         fprintf(stderr, "usage: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors\n");
         return 2;

@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# test_train.sh: `attnlab train` end to end on tiny models: the loss goes
+# down, log.jsonl is well-formed, an interrupted (SIGINT/SIGTERM) and resumed
+# run equals an uninterrupted one bit for bit, divergence is reported and
+# leaves a loadable checkpoint, and eval / generate / info work on the result.
+#
+# usage: bash tests/cli/test_train.sh PATH/TO/attnlab WORKDIR
+# shellcheck source=tests/cli/lib.sh
+. "$(dirname "$0")/lib.sh" "$@"
+
+DATA=$WORK/data.txt
+make_text "$DATA" 1200 # ~50 KB of template sentences
+
+# ---------------------------------------------------------------- learning
+
+M=$WORK/learn
+begin "training lowers validation loss by >= 0.5 nats"
+run train --data "$DATA" --out "$M" --layers 1 --hidden 64 --heads 4 --context 32 --batch 8 --steps 60 \
+    --lr 5e-3 --warmup 5 --eval-every 5 --eval-tokens 2048 --threads 2 --quiet
+check_ok
+check_stderr_empty
+check_exists "$M/model.safetensors"
+check_py "val_loss did not drop by 0.5 nats" '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+v = [r["val_loss"] for r in rows if "val_loss" in r]
+assert len(v) >= 2, "fewer than two evaluations"
+assert v[0] - v[-1] >= 0.5, "first val_loss %.4f, last %.4f" % (v[0], v[-1])
+' "$M/log.jsonl"
+end
+
+begin "log.jsonl: one valid JSON object per step with step, train_loss, lr, tokens_per_s"
+check_py "log.jsonl is malformed" '
+import json, math, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[-1] == "", "last line is not newline-terminated"
+rows = [json.loads(l) for l in lines[:-1]]
+assert [r["step"] for r in rows] == list(range(1, 61)), "steps are not 1..60"
+for r in rows:
+    for k in ("step", "train_loss", "lr", "tokens_per_s"):
+        assert k in r, "step %s lacks %s" % (r.get("step"), k)
+        assert isinstance(r[k], (int, float)) and math.isfinite(r[k]), "%s = %r" % (k, r[k])
+    assert isinstance(r["step"], int)
+    assert r["lr"] > 0 and r["tokens_per_s"] > 0 and r["train_loss"] > 0
+assert [r["step"] for r in rows if "val_loss" in r] == list(range(5, 61, 5)), "val_loss not every 5 steps"
+' "$M/log.jsonl"
+end
+
+# ---------------------------------------------------------------- resume
+
+RFLAGS=(--data "$DATA" --layers 2 --hidden 128 --heads 4 --context 64 --batch 8 --steps 40 --eval-every 10
+    --eval-tokens 512 --threads 2 --save-every 1000 --quiet)
+
+begin "uninterrupted reference run (40 steps)"
+run train "${RFLAGS[@]}" --out "$WORK/runA"
+check_ok
+check_exists "$WORK/runA/model.safetensors"
+end
+
+# interrupt SIG DIR: starts the run in the background, sends SIG once its
+# log has >= 5 lines, waits; sets RC (stderr in ERRF).
+interrupt() {
+    local sig=$1 dir=$2 pid i=0
+    timeout 60 "$BIN" train "${RFLAGS[@]}" --out "$dir" >"$OUTF" 2>"$ERRF" </dev/null &
+    pid=$!
+    while [ "$(wc -l 2>/dev/null <"$dir/log.jsonl" || echo 0)" -lt 5 ] && kill -0 "$pid" 2>/dev/null; do
+        sleep 0.02
+        i=$((i + 1))
+        [ $i -lt 3000 ] || break
+    done
+    kill -"$sig" "$pid" 2>/dev/null # timeout(1) passes it on to attnlab
+    wait "$pid"
+    RC=$?
+}
+
+# log_same A B: train_loss (and lr, val_loss) of every step identical.
+log_same() {
+    check_py "$1 and $2 logs differ" '
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    steps = [r["step"] for r in rows]
+    assert steps == list(range(1, len(rows) + 1)), "%s: steps not 1..N once each: %s" % (p, steps)
+    return {r["step"]: (r["train_loss"], r["lr"], r.get("val_loss")) for r in rows}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert len(a) == 40 and len(b) == 40, "lengths %d, %d" % (len(a), len(b))
+bad = [s for s in a if a[s] != b[s]]
+assert not bad, "first differing step %d: %s vs %s" % (bad[0], a[bad[0]], b[bad[0]])
+' "$1/log.jsonl" "$2/log.jsonl"
+}
+
+for sig in INT TERM; do
+    D=$WORK/run_$sig
+    want=130
+    [ "$sig" = TERM ] && want=143
+    begin "SIG$sig mid-run: exit $want with a training state"
+    interrupt "$sig" "$D"
+    check_no_crash
+    check_status "$want"
+    check_one_line_error "interrupted at step"
+    check_exists "$D/train_state.safetensors"
+    check_exists "$D/model.safetensors"
+    check_no_tmp "$D"
+    [ "$(wc -l <"$D/log.jsonl")" -lt 40 ] || note "the run finished before the signal"
+    end
+
+    begin "SIG$sig: --resume completes the run"
+    run train --out "$D" --resume --threads 2 --quiet
+    check_ok
+    check_stderr "resuming"
+    end
+
+    begin "SIG$sig: resumed model is byte-identical to the uninterrupted one"
+    check_same_file "$WORK/runA/model.safetensors" "$D/model.safetensors"
+    end
+
+    begin "SIG$sig: resumed log matches the uninterrupted one step by step"
+    log_same "$WORK/runA" "$D"
+    end
+done
+
+begin "--resume with another flag (--lr) is a usage error"
+cp "$WORK/runA/model.safetensors" "$WORK/runA.model.before"
+run train --out "$WORK/runA" --resume --lr 0.5
+check_error 2 "--lr.*resume"
+check_same_file "$WORK/runA.model.before" "$WORK/runA/model.safetensors"
+end
+
+begin "--resume of a finished run changes nothing"
+run train --out "$WORK/runA" --resume --threads 2 --quiet
+check_ok
+check_stderr "already trained"
+check_same_file "$WORK/runA.model.before" "$WORK/runA/model.safetensors"
+check_py "log changed" 'import sys; assert sum(1 for _ in open(sys.argv[1])) == 40' "$WORK/runA/log.jsonl"
+end
+
+# ---------------------------------------------------------------- divergence
+
+N=$WORK/nan
+begin "divergence (--lr 1e30): exit 1, one-line error"
+run train --data "$DATA" --out "$N" --layers 1 --hidden 32 --heads 2 --context 16 --batch 2 --steps 20 \
+    --eval-every 3 --eval-tokens 256 --lr 1e30 --warmup 0 --save-every 1 --threads 2 --quiet
+check_error 1 "diverged|nan|inf"
+check_no_tmp "$N"
+end
+
+begin "divergence: the model directory still holds a loadable checkpoint"
+run info --model "$N"
+check_ok
+end
+
+# ---------------------------------------------------------------- eval / generate / info
+
+begin "eval prints bits/byte"
+run eval --model "$M" --data "$DATA" --threads 2
+check_ok
+check_stdout "[0-9.]+ bits/byte"
+end
+
+begin "eval --json is one JSON object"
+run eval --model "$M" --data "$DATA" --max-tokens 4096 --json
+check_ok
+check_py "bad eval JSON" '
+import json, math, sys
+j = json.loads(open(sys.argv[1]).read())
+assert j["bytes"] == 4096, j
+assert math.isfinite(j["bits_per_byte"]) and 0 < j["bits_per_byte"] < 8, j
+assert abs(j["bits_per_byte"] - j["loss"] / math.log(2)) < 1e-4, j
+' "$OUTF"
+end
+
+begin "eval --logits OUT.npy --context 16 writes float32 [16, 256]"
+run eval --model "$M" --data "$DATA" --logits "$WORK/logits.npy" --context 16
+check_ok
+check_py "bad NPY" '
+import numpy as np, sys
+a = np.load(sys.argv[1])
+assert a.shape == (16, 256), a.shape
+assert a.dtype == np.float32, a.dtype
+assert np.isfinite(a).all(), "non-finite logits"
+' "$WORK/logits.npy"
+check_no_tmp "$WORK"
+end
+
+begin "generate --temperature 0 is deterministic and reports tokens/s"
+run generate --model "$M" --prompt "the cat" -n 20 --temperature 0
+check_ok
+cp "$OUTF" "$WORK/gen1.txt"
+check_stderr "tokens/s"
+check_stdout "^the cat"
+run generate --model "$M" --prompt "the cat" -n 20 --temperature 0
+check_ok
+check_same_file "$WORK/gen1.txt" "$OUTF"
+[ "$(wc -c <"$OUTF")" -eq $((7 + 20 + 1)) ] || note "stdout is $(wc -c <"$OUTF") bytes, expected prompt + 20 + newline"
+end
+
+begin "generate with a seed is reproducible"
+run generate --model "$M" --prompt "a dog" -n 20 --temperature 1 --top-k 10 --seed 7
+check_ok
+cp "$OUTF" "$WORK/gen2.txt"
+run generate --model "$M" --prompt "a dog" -n 20 --temperature 1 --top-k 10 --seed 7
+check_ok
+check_same_file "$WORK/gen2.txt" "$OUTF"
+end
+
+# info_kv NAME ATTN KVH ARGS...: tiny model, then the KV numbers of info --json
+info_kv() {
+    local name=$1 attn=$2 kvh=$3 d=$WORK/info_$1
+    shift 3
+    begin "info --json KV cache: $name"
+    run train --data "$DATA" --out "$d" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 1 \
+        --eval-tokens 64 --threads 2 --quiet "$@"
+    check_ok
+    for ctx in "" 8; do
+        run info --model "$d" --json ${ctx:+--context $ctx}
+        check_ok
+        check_py "info --json $name ${ctx:+--context $ctx}" '
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+attn, kvh, ctx = sys.argv[2], int(sys.argv[3]), int(sys.argv[4] or 16)
+assert j["attention"] == attn, "attention %s" % j["attention"]
+assert j["kv_heads"] == kvh and j["heads"] == 4 and j["head_dim"] == 8, j
+assert j["context"] == ctx, "context %s" % j["context"]
+assert j["kv_values_per_token_per_layer"] == 2 * j["kv_heads"] * j["head_dim"], j
+assert j["kv_bytes_per_token"] == 4 * j["layers"] * j["kv_values_per_token_per_layer"], j
+assert j["kv_bytes_formula"] == j["kv_bytes_per_token"] * ctx, j
+assert j["kv_bytes_formula"] == j["kv_bytes_allocated"], "formula %d, allocated %d" % (
+    j["kv_bytes_formula"], j["kv_bytes_allocated"])
+assert abs(j["kv_ratio_to_mha"] - kvh / 4) < 1e-6, j
+' "$OUTF" "$attn" "$kvh" "$ctx"
+    done
+    end
+}
+info_kv mha mha 4
+info_kv gqa gqa 2 --kv-heads 2
+info_kv mqa mqa 1 --kv-heads 1
+
+begin "no temp files anywhere in the work dir"
+check_no_tmp "$WORK"
+end
+
+finish
