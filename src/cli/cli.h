@@ -47,6 +47,7 @@ typedef struct train_flags {
     const char *config, *preset, *data, *out, *attention;
     long layers, hidden, heads, kv_heads, head_dim, ffn, context, batch, steps, warmup, seed, eval_every,
         save_every, eval_tokens, threads;
+    long kv_lora_rank, q_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim, lrkv_rank; /* MLA, LRKV; -1: default */
     double lr, rope_theta, weight_decay, val_fraction, min_lr_ratio, grad_clip;
     int resume, tied, quiet;
 } train_flags;

@@ -88,12 +88,113 @@ static int bench_train(int argc, char **argv) {
     return 0;
 }
 
+/* Decode speed at a long context. The cache is filled with random values
+ * instead of running `context` decode steps first: the time of a step does
+ * not depend on what the cache holds, only on how much of it is read. Bytes
+ * moved per token = every weight read once (the embedding: one row, unless
+ * it is also the tied head) + the cache entries read. */
+static int bench_decode(int argc, char **argv) {
+    const char *cmd = "bench decode";
+    train_flags f;
+    al_arg args[TRAIN_MAX_ARGS + 5];
+    int n = train_flags_table(&f, args);
+    const char *model_dir = NULL;
+    long context = 4096, tokens = 32, triad_mb = 256;
+    int json = 0;
+    args[n++] = (al_arg){"model", ARG_STRING, &model_dir, "model directory (default: a random model from the flags)"};
+    args[n++] = (al_arg){"decode-context", ARG_INT, &context, "cache length at which decoding is timed"};
+    args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "timed decode steps (the last ones before the context is full)"};
+    args[n++] = (al_arg){"triad-mb", ARG_INT, &triad_mb, "MB per array of the bandwidth ceiling measurement"};
+    args[n++] = (al_arg){"json", ARG_FLAG, &json, "print one JSON object"};
+    int rc = cli_parse(cmd, "[--model DIR | --preset NAME] [--decode-context T] [--tokens N] [--json]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (context < 2 || tokens < 1 || tokens >= context || triad_mb < 1)
+        return cli_usage(cmd, "need 0 < --tokens < --decode-context and a positive --triad-mb");
+    al_err err;
+    al_config cfg;
+    al_model m;
+    if (model_dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/config.json", model_dir);
+        if (al_config_load(&cfg, path, NULL, &err)) return cli_fail(cmd, err.msg);
+    } else {
+        if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "bench";
+        al_train_opts o;
+        if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
+        cfg = o.model;
+    }
+    if (f.threads > 0) al_set_threads((int)f.threads);
+    /* a longer RoPE table than the model trained with: fine for timing */
+    if (cfg.max_position < context) cfg.max_position = (int)context;
+    if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
+    if (model_dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
+        if (al_model_load_weights(&m, path, &err)) {
+            al_model_free(&m);
+            return cli_fail(cmd, err.msg);
+        }
+    } else {
+        al_model_init_weights(&m, 1);
+    }
+    al_decoder dec;
+    if (al_decoder_create(&dec, &m, (int)context, &err)) {
+        al_model_free(&m);
+        return cli_fail(cmd, err.msg);
+    }
+    al_rng rng;
+    al_rng_seed(&rng, 2);
+    size_t cache_floats = dec.cache_bytes / sizeof(float);
+    for (size_t i = 0; i < cache_floats; i++) dec.cache[i] = 0.5f * al_rng_normal(&rng);
+    float logits[256];
+    dec.pos = (int)(context - tokens - 1);
+    al_decoder_step(&dec, 'a', logits, &err); /* warm-up: caches, threads */
+    double t0 = al_now();
+    int tok = 'a';
+    for (long i = 0; i < tokens; i++) {
+        if (al_decoder_step(&dec, tok, logits, &err)) break;
+        tok = (int)(al_rng_u64(&rng) % 256);
+    }
+    double dt = (al_now() - t0) / tokens;
+    double triad = al_measure_triad_gbs((int)triad_mb, 5);
+    size_t weight_bytes = 0;
+    for (int i = 0; i < m.n_params; i++) weight_bytes += m.params[i].numel * sizeof(float);
+    if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * sizeof(float) - cfg.hidden_size * sizeof(float);
+    double avg_pos = (double)context - tokens / 2.0;
+    double cache_read = avg_pos * dec.values_per_token * sizeof(float) * cfg.num_layers;
+    double bytes = (double)weight_bytes + cache_read, gbs = bytes / dt / 1e9;
+    if (json) {
+        printf("{\"bench\":\"decode\",\"attention\":\"%s\",\"context\":%ld,\"threads\":%d,\"tokens_per_s\":%.2f,"
+               "\"ms_per_token\":%.4f,\"weight_bytes\":%zu,\"kv_bytes_per_token_per_position\":%zu,"
+               "\"kv_bytes_read_per_token\":%.0f,\"bytes_per_token\":%.0f,\"achieved_gb_per_s\":%.3f,"
+               "\"triad_gb_per_s\":%.3f,\"bandwidth_ratio\":%.4f,\"peak_rss_bytes\":%ld}\n",
+               al_attn_name(cfg.attention), context, al_threads(), 1 / dt, 1e3 * dt, weight_bytes,
+               dec.values_per_token * sizeof(float) * cfg.num_layers, cache_read, bytes, gbs, triad, gbs / triad,
+               al_peak_rss_bytes());
+    } else {
+        printf("decode at context %ld: %s attention, %d layers, %d threads\n", context, al_attn_name(cfg.attention),
+               cfg.num_layers, al_threads());
+        printf("  %.1f tokens/s (%.3f ms/token)\n", 1 / dt, 1e3 * dt);
+        printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token)\n",
+               weight_bytes / 1e6, cache_read / 1e6, dec.values_per_token * sizeof(float) * cfg.num_layers);
+        printf("  %.2f GB/s achieved; triad ceiling %.2f GB/s (same run) -> %.1f%% of bandwidth\n", gbs, triad,
+               100 * gbs / triad);
+    }
+    al_decoder_free(&dec);
+    al_model_free(&m);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: attnlab bench <what> [flags]\n\n  train      training step throughput and MFU\n\n"
+        printf("usage: attnlab bench <what> [flags]\n\n  train      training step throughput and MFU\n"
+               "  decode     decode speed at a long context vs memory bandwidth\n\n"
                "'attnlab bench <what> --help' lists its flags.\n");
         return 0;
     }
-    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train)%s", argc >= 2 ? argv[1] : "");
+    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train, decode)%s",
+                     argc >= 2 ? argv[1] : "");
 }

