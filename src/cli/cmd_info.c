@@ -9,6 +9,20 @@
 #include "cli.h"
 #include "model/model.h"
 
+/* The closed form of attention.md 3.6 for this design, in words. */
+static void cache_formula(const al_config *c, char *buf, size_t cap) {
+    switch (c->attention) {
+    case AL_ATTN_MLA:
+        snprintf(buf, cap, "d_c %d + d_r %d (latent + shared RoPE key)", c->kv_lora_rank, c->qk_rope_head_dim);
+        break;
+    case AL_ATTN_LRKV:
+        snprintf(buf, cap, "2 x (d_h %d + %d heads x r %d) (shared K/V + per-head latents)", c->head_dim, c->num_heads,
+                 c->lrkv_rank);
+        break;
+    default: snprintf(buf, cap, "2 x %d KV heads x %d", c->num_kv_heads, c->head_dim);
+    }
+}
+
 int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
     const char *model_dir = NULL;
@@ -38,32 +52,47 @@ int cmd_info(int argc, char **argv) {
     for (int i = 0; i < m.n_params; i++) total += m.params[i].numel;
     size_t embed = (size_t)c->vocab_size * c->hidden_size;
     size_t vpt = m.attn->cache_values_per_token(c);
-    size_t mha_vpt = 2 * (size_t)c->num_heads * c->head_dim;
+    /* the MHA of the same heads; its head width is MLA's value width (MLA's
+     * key width qk_nope + qk_rope includes the extra RoPE part) */
+    int mha_dh = c->attention == AL_ATTN_MLA ? c->v_head_dim : c->head_dim;
+    size_t mha_vpt = 2 * (size_t)c->num_heads * mha_dh;
     size_t bytes_per_token = vpt * sizeof(float) * (size_t)c->num_layers;
     size_t formula_bytes = bytes_per_token * (size_t)T;
     double ratio = (double)vpt / (double)mha_vpt;
     double fwd = al_model_fwd_flops_per_token(&m, T);
     if (json) {
         printf("{\"model\":\"%s\",\"attention\":\"%s\",\"score\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,"
-               "\"kv_heads\":%d,\"head_dim\":%d,\"intermediate\":%d,\"tied\":%s,\"params\":%zu,"
+               "\"kv_heads\":%d,\"head_dim\":%d,\"kv_lora_rank\":%d,\"q_lora_rank\":%d,\"qk_nope_head_dim\":%d,"
+               "\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"lrkv_rank\":%d,\"intermediate\":%d,\"tied\":%s,\"params\":%zu,"
                "\"params_non_embedding\":%zu,\"fwd_flops_per_token\":%.6g,\"train_flops_per_token\":%.6g,"
                "\"context\":%d,\"kv_values_per_token_per_layer\":%zu,\"kv_bytes_per_token\":%zu,"
                "\"kv_ratio_to_mha\":%.6f,\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu}\n",
                model_dir, al_attn_name(c->attention), al_score_name(c->score), c->num_layers, c->hidden_size,
-               c->num_heads, c->num_kv_heads, c->head_dim, c->intermediate_size,
+               c->num_heads, c->num_kv_heads, c->head_dim, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim,
+               c->qk_rope_head_dim, c->v_head_dim, c->lrkv_rank, c->intermediate_size,
                c->tie_word_embeddings ? "true" : "false", total, total - embed, fwd, 3 * fwd, T, vpt, bytes_per_token,
                ratio, formula_bytes, dec.cache_bytes);
     } else {
         printf("model       %s\n", model_dir);
-        printf("design      %s attention (%d query heads, %d KV heads, head dim %d), %s scores\n",
-               al_attn_name(c->attention), c->num_heads, c->num_kv_heads, c->head_dim, al_score_name(c->score));
+        if (c->attention == AL_ATTN_MLA)
+            printf("design      mla attention (%d heads; d_c %d, q rank %d, key dims %d + %d RoPE, value dims %d), %s scores\n",
+                   c->num_heads, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim,
+                   c->v_head_dim, al_score_name(c->score));
+        else if (c->attention == AL_ATTN_LRKV)
+            printf("design      lrkv attention (%d heads, head dim %d, rank %d), %s scores\n", c->num_heads,
+                   c->head_dim, c->lrkv_rank, al_score_name(c->score));
+        else
+            printf("design      %s attention (%d query heads, %d KV heads, head dim %d), %s scores\n",
+                   al_attn_name(c->attention), c->num_heads, c->num_kv_heads, c->head_dim, al_score_name(c->score));
         printf("shape       %d layers, hidden %d, SwiGLU %d, vocab %d, %s head, max context %d\n", c->num_layers,
                c->hidden_size, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied",
                c->max_position);
         printf("parameters  %zu (%zu without the embedding)\n", total, total - embed);
         printf("FLOPs/token %.4g forward, %.4g training (context %d)\n", fwd, 3 * fwd, T);
-        printf("KV cache    %zu values per token per layer = 2 x %d KV heads x %d (%.1f%% of MHA's %zu)\n", vpt,
-               c->num_kv_heads, c->head_dim, 100 * ratio, mha_vpt);
+        char formula[160];
+        cache_formula(c, formula, sizeof formula);
+        printf("KV cache    %zu values per token per layer = %s: %.2f%% of MHA's 2 x %d heads x %d = %zu\n", vpt,
+               formula, 100 * ratio, c->num_heads, mha_dh, mha_vpt);
         printf("            %zu bytes per token (float32, %d layers); %zu bytes for %d tokens; allocated %zu\n",
                bytes_per_token, c->num_layers, formula_bytes, T, dec.cache_bytes);
     }
