@@ -76,29 +76,54 @@ typedef struct al_attn_ops {
 const al_attn_ops *al_attn_ops_for(const al_config *c);
 
 extern const al_attn_ops al_attn_gqa_ops; /* mha.c: MHA, GQA, MQA */
+extern const al_attn_ops al_attn_lrkv_ops; /* lrkv.c: low-rank key-value attention */
+extern const al_attn_ops al_attn_mla_ops; /* mla.c: DeepSeek-V2 latent attention */
 
 /* ---- shared score kernels (score.c) ----
- * Causal attention over B sequences of T tokens for H query heads sharing G
- * KV heads (head h reads KV head h / (H/G)). Row t of sequence b is row
- * b*T + t of each matrix; head h's vector starts at column h*dk (q, k) or
- * h*dv (v, o) of a row, rows are ld* floats apart.
+ * Attention over B sequences of T tokens for H query heads sharing G KV heads
+ * (head h reads KV head h / (H/G)), causal unless `bidirectional`. Row t of
+ * sequence b is row b*T + t of each matrix; head h's vector starts at column
+ * h*dk (q, k) or h*dv (v, o) of a row, rows are ld* floats apart.
  *   q[B*T, ldq]  k[B*T, ldk]  v[B*T, ldv]  o[B*T, ldo]  lse[B, H, T]
- * lse keeps each row's log-sum-exp of scaled scores so backward can recompute
- * the weights instead of storing T x T per head. */
+ * Weights follow attention.md 2 with s = scale * q.k:
+ *   softmax  exp(s) / sum          poly     poly_coef * s^poly_power
+ *   relu     relu(s) / score_n     sigmoid  sigmoid(s - log score_n)
+ * and masked pairs weigh exactly 0. Softmax keeps each row's log-sum-exp in
+ * lse so backward can recompute weights instead of storing T x T per head;
+ * the other functions need nothing saved (their lse entries are set to 0).
+ * The fields after `scale` were appended so that positional initialisers of
+ * the first eleven keep working: zeros mean causal softmax. */
 typedef struct al_attn_shape {
     int B, T, H, G, dk, dv;
     int ldq, ldk, ldv, ldo;
     float scale;
+    int bidirectional;   /* 1: every key is visible to every query (no mask) */
+    al_score_kind score; /* AL_SCORE_SOFTMAX (0) unless set */
+    int poly_power;      /* poly: integer p >= 1 */
+    float poly_coef;     /* poly: c, already resolved ("auto" = 1/sqrt(score_n)) */
+    float score_n;       /* relu, sigmoid (and poly "auto"): N */
 } al_attn_shape;
+
+/* Copies the config's score function into s (score, poly_power, resolved
+ * poly_coef, score_n); leaves the shape and `bidirectional` alone. Every
+ * design calls this where it builds its shape, and for decode. */
+void al_attn_set_score(al_attn_shape *s, const al_config *c);
 
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
 /* dq, dk, dv ACCUMULATE; do[B*T, ldo] (the gradient of o). */
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv);
-/* Plain reference versions (materialise each head's T x T weights), for tests. */
+/* Plain reference versions (materialise each head's T x T weights in double), for tests. */
 void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
 void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                      const float *lse, const float *dout, float *dq, float *dk, float *dv);
+
+/* Decode: row[n] holds one query's scaled scores s_j against the n visible
+ * keys; replaces them in place with the weights p_j of s's score function
+ * (softmax normalises the row; the others map each entry on its own, so a
+ * design that streams the row in chunks may call this per chunk for them
+ * and simply add the chunks' p.v). Only the score fields of s are read. */
+void al_score_row(const al_attn_shape *s, float *row, int n);
 
 /* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
 void al_expf_inplace(float *x, int n);

@@ -6,7 +6,8 @@
  *   q_h = RoPE(W_q[h] x)        h = 0..H-1, W_q: [H*d_h, d]
  *   k_g = RoPE(W_k[g] x)        g = 0..G-1, W_k: [G*d_h, d]
  *   v_g = W_v[g] x                          W_v: [G*d_h, d]
- *   o_h = sum_j softmax_j(q_h . k_{g(h),j} / sqrt(d_h)) v_{g(h),j},  g(h) = h / (H/G)
+ *   o_h = sum_j p(q_h . k_{g(h),j} / sqrt(d_h)) v_{g(h),j},  g(h) = h / (H/G)
+ *         (p: the config's score function over the visible j, attention.md 2)
  *   y   = W_o concat_h(o_h)                 W_o: [d, H*d_h]
  * RoPE is rotate-half (element i pairs with i + d_h/2).
  * KV cache per token per layer: 2 G d_h values, laid out [k_0..k_{G-1} | v_0..v_{G-1}].
@@ -90,6 +91,7 @@ static al_attn_shape shape_of(const al_config *c, int B, int T) {
     int hd = c->num_heads * c->head_dim, w = (int)qkv_width(c);
     al_attn_shape s = {B, T, c->num_heads, c->num_kv_heads, c->head_dim, c->head_dim, w, w, w, hd,
                        1.0f / sqrtf((float)c->head_dim)};
+    al_attn_set_score(&s, c);
     return s;
 }
 
@@ -131,7 +133,7 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *
     const int d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim, per_group = H / G;
     const int w = (int)qkv_width(c), maxp = c->max_position;
     const size_t vpt = gqa_cache(c);
-    const float scale = 1.0f / sqrtf((float)dh);
+    const al_attn_shape fn = shape_of(c, 1, pos + 1); /* scale and score function */
     float *qkv = scratch, *o = qkv + w, *scores = o + (size_t)H * dh;
     cblas_sgemv(CblasRowMajor, CblasNoTrans, w, d, 1.0f, L->w[W_Q], d, x, 1, 0.0f, qkv, 1);
     al_rope_half(qkv, 1, 1, pos, H + G, w, L->rope, +1); /* q and k heads are adjacent */
@@ -142,22 +144,17 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *
         const int g = h / per_group;
         const float *qh = qkv + (size_t)h * dh;
         float *sc = scores + (size_t)h * maxp, *oh = o + (size_t)h * dh;
-        float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
             const float *kj = cache + (size_t)j * vpt + (size_t)g * dh;
             float acc = 0.0f;
             for (int e = 0; e < dh; e++) acc += qh[e] * kj[e];
-            sc[j] = acc * scale;
-            mx = sc[j] > mx ? sc[j] : mx;
+            sc[j] = acc * fn.scale;
         }
-        for (int j = 0; j < n; j++) sc[j] -= mx;
-        al_expf_inplace(sc, n);
-        float sum = 0.0f;
-        for (int j = 0; j < n; j++) sum += sc[j];
+        al_score_row(&fn, sc, n);
         for (int e = 0; e < dh; e++) oh[e] = 0.0f;
         for (int j = 0; j < n; j++) {
             const float *vj = cache + (size_t)j * vpt + (size_t)(G + g) * dh;
-            const float p = sc[j] / sum;
+            const float p = sc[j];
             for (int e = 0; e < dh; e++) oh[e] += p * vj[e];
         }
     }

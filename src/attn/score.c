@@ -1,164 +1,464 @@
 /*
- * score.c: the shared causal attention kernels every KV design calls.
+ * score.c: the shared attention kernels every KV design calls, for the four
+ * score functions of attention.md 2 (softmax, poly, relu, sigmoid), causal
+ * or bidirectional.
  *
- * Softmax attention, flash-style in memory: the forward keeps only each row's
- * log-sum-exp (lse), and the backward recomputes a block of weights from it,
- * so activation memory is O(T) per head, never T x T per head. Work is cut
- * into blocks of QB query rows; a block's scores against its keys [0, i1)
- * (causal) live in a per-thread QB x T scratch and are produced and consumed
- * by single-threaded sgemm calls (OpenBLAS runs one thread inside an OpenMP
- * region, so threads never nest).
+ * Streamed in both directions: work is cut into tiles of QB query rows x KB
+ * keys, and a thread only ever holds one tile of scores (and, in backward,
+ * one of score gradients), so memory is O(T) per head for any T and the
+ * tiles stay in cache. Tile products are single-threaded sgemm calls
+ * (OpenBLAS runs one thread inside an OpenMP region, so threads never nest).
  *
- * Forward parallelises over (sequence, head, query block); backward over
- * (sequence, KV group), because the key/value gradients of a group are summed
- * over its heads and query blocks and this keeps that sum race-free and in a
- * fixed order (deterministic for any thread count).
+ * Forward, per (sequence, head, query block), over its key tiles in order:
+ *   softmax  online: each row keeps its running max m and sum l; a new tile
+ *            rescales the row's output accumulator by exp(m_old - m_new)
+ *            before adding P V, and lse = m + log l is kept for backward;
+ *   others   each weight depends on its own score only, so P = f(S) of the
+ *            tile is added into the output as it is: no max, no sum, nothing
+ *            saved.
+ * Backward recomputes each tile's scores (softmax: P = exp(S - lse); the
+ * others: f(S) and f'(S) from S itself) and needs D_i = dO_i . O_i only for
+ * softmax (the derivative of the normalisation).
+ *
+ * Parallelism and determinism: forward runs over (sequence, head, query
+ * block); every output row belongs to one item. Backward runs over
+ * (sequence, head): a head's dq rows and its whole pass over dk, dv of its
+ * KV head stay within one item, in a fixed tile order. When several query
+ * heads share a KV head (GQA, MQA), each head writes its dk, dv into its own
+ * partial buffer and a second loop adds the partials in head order; so the
+ * sums never race, are the same for any thread count, and MQA still has B*H
+ * items to spread over threads rather than B.
+ *
+ * Score functions are dispatched outside the inner loops: each elementwise
+ * map is its own tight loop per function (and per small power) so gcc
+ * vectorises it.
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
 #include "../nn/fastmath.h"
 
-enum { QB = 64 };
+/* QB x KB tiles: 64 x 128 keeps a tile (32 KB) and the operands of its three
+ * products within L2, and the products large enough that sgemm's call
+ * overhead stays a few percent (measured at d_h = 64). */
+enum { QB = 64, KB = 128 };
 
 /* exp over a row, vectorised through al_expf (fastmath.h). */
 void al_expf_inplace(float *restrict x, int n) {
     for (int i = 0; i < n; i++) x[i] = al_expf(x[i]);
 }
 
-/* Row r of a block: exponentiate the first n valid scores after subtracting
- * `shift`, zero the rest up to `width`. */
-static void exp_row_masked(float *row, int n, int width, float shift) {
-    for (int j = 0; j < n; j++) row[j] -= shift;
-    al_expf_inplace(row, n);
-    for (int j = n; j < width; j++) row[j] = 0.0f;
+/* The score function with its constants resolved once per call. */
+typedef struct score_fn {
+    al_score_kind kind;
+    int p;          /* poly power */
+    float c;        /* poly coefficient */
+    float inv_n;    /* relu: 1/N */
+    float log_n;    /* sigmoid: log N */
+} score_fn;
+
+/* Row reductions. simd: without it gcc keeps them scalar (a dependent chain
+ * per element, as slow as the tile's sgemm); the vector order is fixed at
+ * compile time, so results do not depend on the thread count. */
+static float row_max(const float *x, int n, float init) {
+    float mx = init;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
 }
 
+/* x <- exp(x - shift), returning the sum: one pass over the row */
+static float exp_shift_sum(float *x, int n, float shift) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+        const float e = al_expf(x[j] - shift);
+        x[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+static score_fn fn_of(const al_attn_shape *s) {
+    /* N < 1 would make relu/sigmoid meaningless; only a zeroed shape (softmax) gets here with 0 */
+    const float n = s->score_n >= 1.0f ? s->score_n : 1.0f;
+    score_fn f = {s->score, s->poly_power >= 1 ? s->poly_power : 1, s->poly_coef, 1.0f / n, logf(n)};
+    return f;
+}
+
+void al_attn_set_score(al_attn_shape *s, const al_config *c) {
+    s->score = c->score;
+    s->poly_power = c->poly_power;
+    s->score_n = (float)c->score_n;
+    s->poly_coef = c->poly_scale_auto ? (float)(1.0 / sqrt((double)c->score_n)) : (float)c->poly_scale;
+}
+
+/* x^p by squaring: a config may ask for any power, and this stays O(log p). */
+static inline float powi(float x, int p) {
+    float r = 1.0f;
+    for (; p; p >>= 1, x *= x)
+        if (p & 1) r *= x;
+    return r;
+}
+
+/* x > 0 ? y : 0, on the bits (NaN x counts as positive): written with a
+ * float compare or select gcc keeps a branch (a float compare may trap) and
+ * does not vectorise the loop. */
+static inline float if_positive(float x, float y) {
+    int32_t b;
+    uint32_t yb;
+    memcpy(&b, &x, sizeof b);
+    memcpy(&yb, &y, sizeof yb);
+    yb &= (uint32_t)-(int32_t)(b > 0);
+    memcpy(&y, &yb, sizeof y);
+    return y;
+}
+
+/* x[0..n): scores -> weights for the elementwise functions (not softmax). */
+static void map_fwd(const score_fn *f, float *restrict x, int n) {
+    const float c = f->c, inv_n = f->inv_n, log_n = f->log_n;
+    switch (f->kind) {
+    case AL_SCORE_POLY:
+        switch (f->p) {
+        case 1:
+            for (int j = 0; j < n; j++) x[j] = c * x[j];
+            break;
+        case 2:
+            for (int j = 0; j < n; j++) x[j] = c * x[j] * x[j];
+            break;
+        case 3:
+            for (int j = 0; j < n; j++) x[j] = c * x[j] * x[j] * x[j];
+            break;
+        default:
+            for (int j = 0; j < n; j++) x[j] = c * powi(x[j], f->p);
+        }
+        break;
+    case AL_SCORE_RELU:
+        for (int j = 0; j < n; j++) x[j] = if_positive(x[j], x[j] * inv_n);
+        break;
+    case AL_SCORE_SIGMOID:
+        for (int j = 0; j < n; j++) x[j] = 1.0f / (1.0f + al_expf(log_n - x[j]));
+        break;
+    default:
+        break;
+    }
+}
+
+/* x[0..n): scores -> weights f(s); g[0..n): dL/dp -> dL/ds = f'(s) dL/dp.
+ * For the elementwise functions (not softmax). */
+static void map_bwd(const score_fn *f, float *restrict x, float *restrict g, int n) {
+    const float c = f->c, inv_n = f->inv_n, log_n = f->log_n;
+    switch (f->kind) {
+    case AL_SCORE_POLY: {
+        const float cp = c * (float)f->p;
+        switch (f->p) {
+        case 1:
+            for (int j = 0; j < n; j++) x[j] = c * x[j], g[j] = c * g[j];
+            break;
+        case 2:
+            for (int j = 0; j < n; j++) {
+                const float s = x[j];
+                x[j] = c * s * s;
+                g[j] = cp * s * g[j];
+            }
+            break;
+        case 3:
+            for (int j = 0; j < n; j++) {
+                const float s = x[j], s2 = s * s;
+                x[j] = c * s2 * s;
+                g[j] = cp * s2 * g[j];
+            }
+            break;
+        default:
+            for (int j = 0; j < n; j++) {
+                const float s = x[j], sp1 = powi(s, f->p - 1);
+                x[j] = c * sp1 * s;
+                g[j] = cp * sp1 * g[j];
+            }
+        }
+        break;
+    }
+    case AL_SCORE_RELU:
+        for (int j = 0; j < n; j++) {
+            const float s = x[j];
+            x[j] = if_positive(s, s * inv_n);
+            g[j] = if_positive(s, g[j] * inv_n);
+        }
+        break;
+    case AL_SCORE_SIGMOID:
+        for (int j = 0; j < n; j++) {
+            const float p = 1.0f / (1.0f + al_expf(log_n - x[j]));
+            x[j] = p;
+            g[j] = g[j] * p * (1.0f - p);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+void al_score_row(const al_attn_shape *s, float *row, int n) {
+    const score_fn f = fn_of(s);
+    if (f.kind != AL_SCORE_SOFTMAX) {
+        map_fwd(&f, row, n);
+        return;
+    }
+    if (n <= 0) return;
+    const float mx = row_max(row, n, row[0]);
+    const float inv = 1.0f / exp_shift_sum(row, n, mx);
+    for (int j = 0; j < n; j++) row[j] *= inv;
+}
+
+/* Keys of the tile [j0, j0 + kb) that query row i sees: a prefix of the tile. */
+static inline int visible(const al_attn_shape *s, int i, int j0, int kb) {
+    if (s->bidirectional) return kb;
+    const int n = i - j0 + 1;
+    return n < 0 ? 0 : n > kb ? kb : n;
+}
+
+/* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T] */
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
-    const int T = s->T, H = s->H, per_group = s->H / s->G, nqb = (T + QB - 1) / QB;
+    const int T = s->T, H = s->H, dv = s->dv, per_group = s->H / s->G, nqb = (T + QB - 1) / QB;
+    const score_fn f = fn_of(s);
+    const int softmax = f.kind == AL_SCORE_SOFTMAX;
     const long items = (long)s->B * H * nqb;
 #pragma omp parallel
     {
-        float *S = malloc(sizeof(float) * QB * (size_t)T);
+        float *S = malloc(sizeof(float) * QB * KB);
+        float mrow[QB], lrow[QB];
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < items; it++) {
-            /* biggest (latest) query blocks first: better load balance */
-            int qb = nqb - 1 - (int)(it % nqb);
-            int h = (int)((it / nqb) % H), b = (int)(it / ((long)nqb * H)), g = h / per_group;
-            int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0, kn = i1;
-            const float *qb_p = q + (size_t)(b * T + i0) * s->ldq + (size_t)h * s->dk;
+            /* causal: latest (largest) query blocks first, for load balance */
+            const int qb = nqb - 1 - (int)(it % nqb);
+            const int h = (int)((it / nqb) % H), b = (int)(it / ((long)nqb * H)), g = h / per_group;
+            const int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0;
+            const int kend = s->bidirectional ? T : i1;
+            const float *q_p = q + (size_t)(b * T + i0) * s->ldq + (size_t)h * s->dk;
             const float *k_p = k + (size_t)b * T * s->ldk + (size_t)g * s->dk;
-            const float *v_p = v + (size_t)b * T * s->ldv + (size_t)g * s->dv;
-            /* S[m, kn] = scale * Q_blk[m, dk] . K[kn, dk]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, s->dk, s->scale, qb_p, s->ldq, k_p, s->ldk,
-                        0.0f, S, kn);
-            float *lse_p = lse + ((size_t)b * H + h) * T + i0;
+            const float *v_p = v + (size_t)b * T * s->ldv + (size_t)g * dv;
+            float *o_p = o + (size_t)(b * T + i0) * s->ldo + (size_t)h * dv;
             for (int r = 0; r < m; r++) {
-                float *row = S + (size_t)r * kn;
-                int n = i0 + r + 1;
-                float mx = row[0];
-                for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-                exp_row_masked(row, n, kn, mx);
-                float sum = 0.0f;
-                for (int j = 0; j < n; j++) sum += row[j];
-                float inv = 1.0f / sum;
-                for (int j = 0; j < n; j++) row[j] *= inv;
-                lse_p[r] = mx + logf(sum);
+                memset(o_p + (size_t)r * s->ldo, 0, sizeof(float) * dv);
+                mrow[r] = -INFINITY;
+                lrow[r] = 0.0f;
             }
-            /* O_blk[m, dv] = P[m, kn] . V[kn, dv] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, s->dv, kn, 1.0f, S, kn, v_p, s->ldv, 0.0f,
-                        o + (size_t)(b * T + i0) * s->ldo + (size_t)h * s->dv, s->ldo);
+            for (int j0 = 0; j0 < kend; j0 += KB) {
+                const int kb = j0 + KB < kend ? KB : kend - j0;
+                /* S[m, kb] = scale * Q_blk[m, dk] . K_tile[kb, dk]^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, s->dk, s->scale, q_p, s->ldq,
+                            k_p + (size_t)j0 * s->ldk, s->ldk, 0.0f, S, kb);
+                for (int r = 0; r < m; r++) {
+                    float *row = S + (size_t)r * kb;
+                    const int nv = visible(s, i0 + r, j0, kb);
+                    if (softmax && nv > 0) {
+                        const float mx = row_max(row, nv, mrow[r]);
+                        /* first tile: exp(-inf) = 0 scales the zeroed accumulator */
+                        const float alpha = al_expf(mrow[r] - mx);
+                        lrow[r] = lrow[r] * alpha + exp_shift_sum(row, nv, mx);
+                        mrow[r] = mx;
+                        if (alpha != 1.0f) {
+                            float *orow = o_p + (size_t)r * s->ldo;
+                            for (int c = 0; c < dv; c++) orow[c] *= alpha;
+                        }
+                    } else if (!softmax) {
+                        map_fwd(&f, row, nv);
+                    }
+                    /* masked pairs: exactly 0, whatever their score was */
+                    for (int j = nv; j < kb; j++) row[j] = 0.0f;
+                }
+                /* O_blk[m, dv] += P[m, kb] . V_tile[kb, dv] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, dv, kb, 1.0f, S, kb,
+                            v_p + (size_t)j0 * s->ldv, s->ldv, 1.0f, o_p, s->ldo);
+            }
+            if (lse) {
+                float *lse_p = lse + ((size_t)b * H + h) * T + i0;
+                for (int r = 0; r < m; r++) lse_p[r] = softmax ? mrow[r] + logf(lrow[r]) : 0.0f;
+            }
+            if (softmax)
+                for (int r = 0; r < m; r++) {
+                    const float inv = 1.0f / lrow[r];
+                    float *orow = o_p + (size_t)r * s->ldo;
+                    for (int c = 0; c < dv; c++) orow[c] *= inv;
+                }
         }
         free(S);
     }
 }
 
+/* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
+ *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated */
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv) {
-    const int T = s->T, H = s->H, G = s->G, per_group = H / G, nqb = (T + QB - 1) / QB;
-    const int items = s->B * G;
+    const int B = s->B, T = s->T, H = s->H, G = s->G, per_group = H / G, nqb = (T + QB - 1) / QB;
+    const int DK = s->dk, DV = s->dv;
+    const score_fn f = fn_of(s);
+    const int softmax = f.kind == AL_SCORE_SOFTMAX;
+    /* part[B, H, T, dk + dv]: each query head's own dk | dv when heads share a KV head */
+    const int shared = per_group > 1;
+    const size_t pw = (size_t)DK + DV;
+    float *part = shared ? calloc((size_t)B * H * T * pw, sizeof(float)) : NULL;
+    const int items = B * H;
 #pragma omp parallel
     {
-        float *P = malloc(sizeof(float) * QB * (size_t)T);
-        float *dS = malloc(sizeof(float) * QB * (size_t)T);
+        float *P = malloc(sizeof(float) * QB * KB);
+        float *dS = malloc(sizeof(float) * QB * KB);
         float Drow[QB];
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; it++) {
-            int b = it / G, g = it % G;
-            const float *k_p = k + (size_t)b * T * s->ldk + (size_t)g * s->dk;
-            const float *v_p = v + (size_t)b * T * s->ldv + (size_t)g * s->dv;
-            float *dk_p = dk + (size_t)b * T * s->ldk + (size_t)g * s->dk;
-            float *dv_p = dv + (size_t)b * T * s->ldv + (size_t)g * s->dv;
-            for (int h = g * per_group; h < (g + 1) * per_group; h++) {
-                for (int qb = 0; qb < nqb; qb++) {
-                    int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0, kn = i1;
-                    size_t row0 = (size_t)(b * T + i0);
-                    const float *q_p = q + row0 * s->ldq + (size_t)h * s->dk;
-                    const float *o_p = o + row0 * s->ldo + (size_t)h * s->dv;
-                    const float *do_p = dout + row0 * s->ldo + (size_t)h * s->dv;
-                    const float *lse_p = lse + ((size_t)b * H + h) * T + i0;
-                    /* recompute P[m, kn] = exp(scale Q K^T - lse) */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, s->dk, s->scale, q_p, s->ldq, k_p,
-                                s->ldk, 0.0f, P, kn);
-                    for (int r = 0; r < m; r++) exp_row_masked(P + (size_t)r * kn, i0 + r + 1, kn, lse_p[r]);
-                    /* dP[m, kn] = dO[m, dv] . V[kn, dv]^T */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, s->dv, 1.0f, do_p, s->ldo, v_p,
-                                s->ldv, 0.0f, dS, kn);
-                    /* D_i = dO_i . O_i ; dS = P * (dP - D) */
+            const int b = it / H, h = it % H, g = h / per_group;
+            const float *k_p = k + (size_t)b * T * s->ldk + (size_t)g * DK;
+            const float *v_p = v + (size_t)b * T * s->ldv + (size_t)g * DV;
+            float *dk_p, *dv_p;
+            int lddk, lddv;
+            if (shared) {
+                dk_p = part + ((size_t)b * H + h) * T * pw;
+                dv_p = dk_p + DK;
+                lddk = lddv = (int)pw;
+            } else {
+                dk_p = dk + (size_t)b * T * s->ldk + (size_t)g * DK;
+                dv_p = dv + (size_t)b * T * s->ldv + (size_t)g * DV;
+                lddk = s->ldk;
+                lddv = s->ldv;
+            }
+            for (int qb = 0; qb < nqb; qb++) {
+                const int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0;
+                const int kend = s->bidirectional ? T : i1;
+                const size_t row0 = (size_t)(b * T + i0);
+                const float *q_p = q + row0 * s->ldq + (size_t)h * DK;
+                const float *do_p = dout + row0 * s->ldo + (size_t)h * DV;
+                float *dq_p = dq + row0 * s->ldq + (size_t)h * DK;
+                const float *lse_p = softmax ? lse + ((size_t)b * H + h) * T + i0 : NULL;
+                if (softmax) /* D_i = dO_i . O_i = sum_j p_ij dP_ij */
                     for (int r = 0; r < m; r++) {
+                        const float *a = do_p + (size_t)r * s->ldo, *c = o + (row0 + r) * s->ldo + (size_t)h * DV;
                         float acc = 0.0f;
-                        for (int c = 0; c < s->dv; c++) acc += do_p[(size_t)r * s->ldo + c] * o_p[(size_t)r * s->ldo + c];
+#pragma omp simd reduction(+ : acc)
+                        for (int e = 0; e < DV; e++) acc += a[e] * c[e];
                         Drow[r] = acc;
                     }
+                for (int j0 = 0; j0 < kend; j0 += KB) {
+                    const int kb = j0 + KB < kend ? KB : kend - j0;
+                    const float *kt = k_p + (size_t)j0 * s->ldk, *vt = v_p + (size_t)j0 * s->ldv;
+                    /* S[m, kb] = scale Q_blk K_tile^T ;  dP[m, kb] = dO_blk[m, dv] . V_tile[kb, dv]^T */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DK, s->scale, q_p, s->ldq, kt, s->ldk,
+                                0.0f, P, kb);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DV, 1.0f, do_p, s->ldo, vt, s->ldv,
+                                0.0f, dS, kb);
+                    /* P <- weights, dS <- dL/ds (gradient wrt the scaled score) */
                     for (int r = 0; r < m; r++) {
-                        float *ds = dS + (size_t)r * kn;
-                        const float *p = P + (size_t)r * kn;
-                        for (int j = 0; j < kn; j++) ds[j] = p[j] * (ds[j] - Drow[r]);
+                        float *p = P + (size_t)r * kb, *ds = dS + (size_t)r * kb;
+                        const int nv = visible(s, i0 + r, j0, kb);
+                        if (softmax) {
+                            const float l = lse_p[r], D = Drow[r];
+                            for (int j = 0; j < nv; j++) {
+                                p[j] = al_expf(p[j] - l);
+                                ds[j] = p[j] * (ds[j] - D);
+                            }
+                        } else {
+                            map_bwd(&f, p, ds, nv);
+                        }
+                        for (int j = nv; j < kb; j++) p[j] = ds[j] = 0.0f;
                     }
-                    /* dQ[m, dk] += scale dS . K ; dK[kn, dk] += scale dS^T . Q ; dV[kn, dv] += P^T . dO */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, s->dk, kn, s->scale, dS, kn, k_p, s->ldk,
-                                1.0f, dq + row0 * s->ldq + (size_t)h * s->dk, s->ldq);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, s->dk, m, s->scale, dS, kn, q_p, s->ldq,
-                                1.0f, dk_p, s->ldk);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, s->dv, m, 1.0f, P, kn, do_p, s->ldo, 1.0f,
-                                dv_p, s->ldv);
+                    /* dQ_blk[m, dk] += scale dS . K_tile ; dK_tile[kb, dk] += scale dS^T . Q_blk ;
+                     * dV_tile[kb, dv] += P^T . dO_blk */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, DK, kb, s->scale, dS, kb, kt, s->ldk,
+                                1.0f, dq_p, s->ldq);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DK, m, s->scale, dS, kb, q_p, s->ldq,
+                                1.0f, dk_p + (size_t)j0 * lddk, lddk);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DV, m, 1.0f, P, kb, do_p, s->ldo, 1.0f,
+                                dv_p + (size_t)j0 * lddv, lddv);
                 }
             }
         }
         free(P);
         free(dS);
+        if (shared) {
+            /* dk, dv of KV head g += its heads' partials, in head order */
+#pragma omp for schedule(static)
+            for (long rt = 0; rt < (long)B * T * G; rt++) {
+                const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
+                float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
+                float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * DV;
+                const float *p0 = part + (((size_t)b * H + (size_t)g * per_group) * T + t) * pw;
+                const size_t hstride = (size_t)T * pw;
+                for (int e = 0; e < DK; e++) {
+                    float acc = p0[e];
+                    for (int j = 1; j < per_group; j++) acc += p0[j * hstride + e];
+                    dkr[e] += acc;
+                }
+                for (int e = 0; e < DV; e++) {
+                    float acc = p0[DK + e];
+                    for (int j = 1; j < per_group; j++) acc += p0[j * hstride + DK + e];
+                    dvr[e] += acc;
+                }
+            }
+        }
     }
+    free(part);
 }
 
 /* ---- plain references: one head at a time, full T x T weights, doubles ---- */
 
-static void ref_weights(const al_attn_shape *s, const float *q, const float *k, int b, int h, double *W, float *lse) {
+static double ref_f(const al_attn_shape *s, double x) {
+    const double n = s->score_n >= 1.0f ? s->score_n : 1.0;
+    switch (s->score) {
+    case AL_SCORE_POLY: return (double)s->poly_coef * pow(x, s->poly_power);
+    case AL_SCORE_RELU: return x > 0 ? x / n : 0.0;
+    case AL_SCORE_SIGMOID: return 1.0 / (1.0 + exp(-(x - log(n))));
+    default: return exp(x);
+    }
+}
+
+/* d f / d x for the elementwise functions */
+static double ref_df(const al_attn_shape *s, double x) {
+    const double n = s->score_n >= 1.0f ? s->score_n : 1.0;
+    switch (s->score) {
+    case AL_SCORE_POLY: return (double)s->poly_coef * s->poly_power * pow(x, s->poly_power - 1);
+    case AL_SCORE_RELU: return x > 0 ? 1.0 / n : 0.0;
+    case AL_SCORE_SIGMOID: {
+        const double p = 1.0 / (1.0 + exp(-(x - log(n))));
+        return p * (1 - p);
+    }
+    default: return 0.0;
+    }
+}
+
+/* Sc[T, T] = scaled scores of head h of sequence b; W[T, T] = its weights
+ * (0 where masked); lse[B, H, T] if non-NULL (0 for the elementwise functions) */
+static void ref_weights(const al_attn_shape *s, const float *q, const float *k, int b, int h, double *Sc, double *W,
+                        float *lse) {
     const int T = s->T, g = h / (s->H / s->G);
     for (int i = 0; i < T; i++) {
+        const int n = s->bidirectional ? T : i + 1;
         double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= i; j++) {
+        for (int j = 0; j < T; j++) {
             double acc = 0;
             for (int c = 0; c < s->dk; c++)
                 acc += (double)q[(size_t)(b * T + i) * s->ldq + h * s->dk + c] * k[(size_t)(b * T + j) * s->ldk + g * s->dk + c];
-            W[(size_t)i * T + j] = acc * s->scale;
-            if (W[(size_t)i * T + j] > mx) mx = W[(size_t)i * T + j];
+            Sc[(size_t)i * T + j] = acc * s->scale;
+            if (j < n && Sc[(size_t)i * T + j] > mx) mx = Sc[(size_t)i * T + j];
         }
-        for (int j = 0; j <= i; j++) sum += exp(W[(size_t)i * T + j] - mx);
-        for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j <= i ? exp(W[(size_t)i * T + j] - mx) / sum : 0.0;
-        if (lse) lse[((size_t)b * s->H + h) * T + i] = (float)(mx + log(sum));
+        if (s->score == AL_SCORE_SOFTMAX) {
+            for (int j = 0; j < n; j++) sum += exp(Sc[(size_t)i * T + j] - mx);
+            for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j < n ? exp(Sc[(size_t)i * T + j] - mx) / sum : 0.0;
+        } else {
+            for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j < n ? ref_f(s, Sc[(size_t)i * T + j]) : 0.0;
+        }
+        if (lse) lse[((size_t)b * s->H + h) * T + i] = s->score == AL_SCORE_SOFTMAX ? (float)(mx + log(sum)) : 0.0f;
     }
 }
 
 void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
     const int T = s->T;
-    double *W = malloc(sizeof(double) * (size_t)T * T);
+    double *Sc = malloc(sizeof(double) * (size_t)T * T), *W = malloc(sizeof(double) * (size_t)T * T);
     for (int b = 0; b < s->B; b++)
         for (int h = 0; h < s->H; h++) {
             int g = h / (s->H / s->G);
-            ref_weights(s, q, k, b, h, W, lse);
+            ref_weights(s, q, k, b, h, Sc, W, lse);
             for (int i = 0; i < T; i++)
                 for (int c = 0; c < s->dv; c++) {
                     double acc = 0;
@@ -166,6 +466,7 @@ void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, con
                     o[(size_t)(b * T + i) * s->ldo + h * s->dv + c] = (float)acc;
                 }
         }
+    free(Sc);
     free(W);
 }
 
@@ -174,15 +475,16 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
     (void)o;
     (void)lse;
     const int T = s->T;
-    double *W = malloc(sizeof(double) * (size_t)T * T);
+    double *Sc = malloc(sizeof(double) * (size_t)T * T), *W = malloc(sizeof(double) * (size_t)T * T);
     double *dW = malloc(sizeof(double) * (size_t)T * T);
     for (int b = 0; b < s->B; b++)
         for (int h = 0; h < s->H; h++) {
             int g = h / (s->H / s->G);
-            ref_weights(s, q, k, b, h, W, NULL);
+            ref_weights(s, q, k, b, h, Sc, W, NULL);
             const float *dO = dout + (size_t)b * T * s->ldo + h * s->dv;
-            /* dW = dO V^T ; dS = W * (dW - rowsum(W * dW)) */
+            /* dW = dO V^T ; dS = softmax: W * (dW - rowsum(W * dW)), others: f'(S) * dW ; 0 where masked */
             for (int i = 0; i < T; i++) {
+                const int n = s->bidirectional ? T : i + 1;
                 double dot = 0;
                 for (int j = 0; j < T; j++) {
                     double acc = 0;
@@ -191,7 +493,12 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
                     dW[(size_t)i * T + j] = acc;
                     dot += acc * W[(size_t)i * T + j];
                 }
-                for (int j = 0; j < T; j++) dW[(size_t)i * T + j] = W[(size_t)i * T + j] * (dW[(size_t)i * T + j] - dot);
+                for (int j = 0; j < T; j++) {
+                    double *d = &dW[(size_t)i * T + j];
+                    if (j >= n) *d = 0.0;
+                    else if (s->score == AL_SCORE_SOFTMAX) *d = W[(size_t)i * T + j] * (*d - dot);
+                    else *d = ref_df(s, Sc[(size_t)i * T + j]) * *d;
+                }
             }
             for (int i = 0; i < T; i++)
                 for (int j = 0; j < T; j++) {
@@ -204,6 +511,7 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
                         dv[(size_t)(b * T + j) * s->ldv + g * s->dv + c] += (float)(w * dO[(size_t)i * s->ldo + c]);
                 }
         }
+    free(Sc);
     free(W);
     free(dW);
 }

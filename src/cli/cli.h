@@ -44,10 +44,11 @@ int cmd_bench(int argc, char **argv);
 #include "train/train.h"
 
 typedef struct train_flags {
-    const char *config, *preset, *data, *out, *attention;
+    const char *config, *preset, *data, *out, *attention, *score, *poly_scale;
     long layers, hidden, heads, kv_heads, head_dim, ffn, context, batch, steps, warmup, seed, eval_every,
         save_every, eval_tokens, threads;
     long kv_lora_rank, q_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim, lrkv_rank; /* MLA, LRKV; -1: default */
+    long poly_power;
     double lr, rope_theta, weight_decay, val_fraction, min_lr_ratio, grad_clip;
     int resume, tied, quiet;
 } train_flags;

@@ -4,6 +4,7 @@
  * built-in defaults, --preset, --config FILE, explicit flags.
  */
 #include <cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ int train_flags_table(train_flags *f, al_arg *args) {
     f->min_lr_ratio = d.min_lr_ratio;
     f->grad_clip = d.grad_clip;
     f->kv_lora_rank = f->q_lora_rank = f->qk_nope_dim = f->qk_rope_dim = f->v_head_dim = f->lrkv_rank = -1;
+    f->poly_power = d.model.poly_power;
     al_arg t[] = {
         {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2; study: mha gqa mqa mla lrkv); flags override it"},
         {"config", ARG_STRING, &f->config, "JSON file of flag names to values, e.g. {\"layers\": 4}"},
@@ -55,6 +57,9 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"qk-rope-dim", ARG_INT, &f->qk_rope_dim, "MLA: shared RoPE key dims (default head dim / 2)"},
         {"v-head-dim", ARG_INT, &f->v_head_dim, "MLA: per-head value dims (default head dim)"},
         {"lrkv-rank", ARG_INT, &f->lrkv_rank, "LRKV: per-head residual rank r, even (default head dim / 2)"},
+        {"score", ARG_STRING, &f->score, "attention weights: softmax | poly | relu | sigmoid (default softmax)"},
+        {"poly-power", ARG_INT, &f->poly_power, "poly: weights c s^p, integer p >= 1 (default 3)"},
+        {"poly-scale", ARG_STRING, &f->poly_scale, "poly: c, a positive number or auto = 1/sqrt(context) (default auto)"},
         {"ffn", ARG_INT, &f->ffn, "SwiGLU width (default 8/3 hidden, rounded up to 16)"},
         {"tied", ARG_FLAG, &f->tied, "tie the LM head to the embedding"},
         {"rope-theta", ARG_DOUBLE, &f->rope_theta, "RoPE base"},
@@ -186,6 +191,24 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
         c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
     }
     if (is_lrkv) c->lrkv_rank = f->lrkv_rank >= 0 ? (int)f->lrkv_rank : (int)(f->head_dim / 2) / 2 * 2;
+    if (f->score && al_score_from_name(f->score, &c->score))
+        return cli_usage(cmd, "unknown score '%s' (softmax, poly, relu, sigmoid)", f->score);
+    static const char *const poly_flags[] = {"poly-power", "poly-scale"};
+    for (int i = 0; i < 2; i++)
+        if (c->score != AL_SCORE_POLY && cli_find(args, n, poly_flags[i])->seen)
+            return cli_usage(cmd, "--%s applies only to --score poly", poly_flags[i]);
+    if (f->poly_power < 1 || f->poly_power > INT_MAX)
+        return cli_usage(cmd, "--poly-power must be an integer >= 1, got %ld", f->poly_power);
+    c->poly_power = (int)f->poly_power;
+    c->poly_scale_auto = !f->poly_scale || !strcmp(f->poly_scale, "auto");
+    if (!c->poly_scale_auto) {
+        char *end;
+        c->poly_scale = strtod(f->poly_scale, &end);
+        if (end == f->poly_scale || *end)
+            return cli_usage(cmd, "--poly-scale must be a positive number or auto, got '%s'", f->poly_scale);
+    }
+    /* relu, sigmoid and poly auto keep the training length as N, also when evaluated at another */
+    c->score_n = c->max_position;
     al_err err;
     if (al_config_validate(c, &err)) return cli_usage(cmd, "%s", err.msg); /* impossible flag values: usage error */
     if (f->context <= 0 || f->batch <= 0 || f->steps <= 0)

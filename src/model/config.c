@@ -49,6 +49,10 @@ void al_config_default(al_config *c) {
     c->tie_word_embeddings = 0;
     c->attention = AL_ATTN_MHA;
     c->score = AL_SCORE_SOFTMAX;
+    c->poly_power = 3;
+    c->poly_scale = 1.0;
+    c->poly_scale_auto = 1;
+    c->score_n = c->max_position;
 }
 
 int al_config_validate(const al_config *c, al_err *err) {
@@ -72,8 +76,11 @@ int al_config_validate(const al_config *c, al_err *err) {
     const al_attn_ops *ops = al_attn_ops_for(c);
     if (!ops) return al_errf(err, "invalid config: attention '%s' is not available in this build", al_attn_name(c->attention));
     if (ops->validate(c, err)) return -1;
-    if (c->score != AL_SCORE_SOFTMAX)
-        return al_errf(err, "invalid config: score '%s' is not available in this build", al_score_name(c->score));
+    if ((unsigned)c->score >= AL_SCORE_COUNT) return al_errf(err, "invalid config: unknown score function");
+    if (c->poly_power < 1) return al_errf(err, "invalid config: poly_power must be an integer >= 1, got %d", c->poly_power);
+    if (!c->poly_scale_auto && !(c->poly_scale > 0 && isfinite(c->poly_scale)))
+        return al_errf(err, "invalid config: poly_scale must be a positive number or \"auto\", got %g", c->poly_scale);
+    if (c->score_n < 1) return al_errf(err, "invalid config: score_n must be positive, got %d", c->score_n);
     return 0;
 }
 
@@ -161,6 +168,8 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         }
         c->head_dim = c->hidden_size / c->num_heads;
     }
+    /* absent score_n: the length the positions were set up for, i.e. the training context */
+    c->score_n = c->max_position;
     /* attention kind: from our block, else from the architecture and head counts */
     c->attention = is_mla ? AL_ATTN_MLA : c->num_kv_heads == c->num_heads ? AL_ATTN_MHA : c->num_kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
@@ -182,6 +191,16 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
             goto done;
         }
         if (get_int(al, "lrkv_rank", &c->lrkv_rank, err) < 0) goto done;
+        if (get_int(al, "poly_power", &c->poly_power, err) < 0) goto done;
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(al, "poly_scale");
+        if (cJSON_IsNumber(ps)) {
+            c->poly_scale = ps->valuedouble;
+            c->poly_scale_auto = 0;
+        } else if (ps && !cJSON_IsNull(ps) && !(cJSON_IsString(ps) && strcmp(ps->valuestring, "auto") == 0)) {
+            al_errf(err, "invalid config: poly_scale must be a positive number or \"auto\"");
+            goto done;
+        }
+        if (get_int(al, "score_n", &c->score_n, err) < 0) goto done;
         if (extra_out) *extra_out = cJSON_PrintUnformatted(al);
     }
     if ((is_mla && c->attention != AL_ATTN_MLA) || (c->attention == AL_ATTN_MLA && !is_mla)) {
@@ -259,8 +278,18 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     cJSON_DeleteItemFromObjectCaseSensitive(al, "attention");
     cJSON_DeleteItemFromObjectCaseSensitive(al, "score");
     cJSON_DeleteItemFromObjectCaseSensitive(al, "lrkv_rank");
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "poly_power");
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "poly_scale");
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "score_n");
     cJSON_AddStringToObject(al, "attention", al_attn_name(c->attention));
     cJSON_AddStringToObject(al, "score", al_score_name(c->score));
+    /* softmax has no parameters; the others carry what reproduces them at any length */
+    if (c->score == AL_SCORE_POLY) {
+        cJSON_AddNumberToObject(al, "poly_power", c->poly_power);
+        if (c->poly_scale_auto) cJSON_AddStringToObject(al, "poly_scale", "auto");
+        else cJSON_AddNumberToObject(al, "poly_scale", c->poly_scale);
+    }
+    if (c->score != AL_SCORE_SOFTMAX) cJSON_AddNumberToObject(al, "score_n", c->score_n);
     if (c->attention == AL_ATTN_LRKV) cJSON_AddNumberToObject(al, "lrkv_rank", c->lrkv_rank);
     cJSON_AddItemToObject(root, "attnlab", al);
     char *text = cJSON_Print(root);

@@ -32,6 +32,15 @@ typedef struct al_config {
     int kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
     /* LRKV: per-head low-rank residual rank r (0 = MQA) */
     int lrkv_rank;
+    /* score function parameters (attention.md 2): poly weight c s^p with
+     * p = poly_power and c = poly_scale, or 1/sqrt(score_n) when
+     * poly_scale_auto; relu and sigmoid divide by / shift by log of score_n.
+     * score_n is fixed when training (the context) and saved, so evaluating
+     * at another length reproduces the trained function. */
+    int poly_power;      /* >= 1, default 3 */
+    double poly_scale;   /* > 0, used unless poly_scale_auto */
+    int poly_scale_auto; /* default 1 */
+    int score_n;         /* N >= 1; default: max_position (the training context) */
 } al_config;
 
 const char *al_attn_name(al_attn_kind k);

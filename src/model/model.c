@@ -31,7 +31,9 @@ static int add_param(al_model *m, int cap, const char *name, int ndim, int64_t r
     p->init = init;
     p->std = std;
     p->decay = decay;
-    m->n_floats += (p->numel + 15) & ~(size_t)15; /* 64-byte aligned tensors */
+    /* no padding: tensors a design lists together stay adjacent, so e.g. q, k
+     * and v projections form one matrix for a single GEMM */
+    m->n_floats += p->numel;
     return 0;
 }
 
@@ -158,11 +160,17 @@ size_t al_model_matmul_params(const al_model *m) {
     return n;
 }
 
-/* Forward FLOPs per token: 2 per matmul weight, plus causal attention
- * (q.k and p.v over on average T/2 keys: 2 x 2 x H d_h x T/2). */
+/* Forward FLOPs per token: 2 per matmul weight, plus causal attention:
+ * q.k (key width dk) and p.v (value width dv) over on average T/2 keys,
+ * 2 x (dk + dv) x H x T/2. MLA's keys are qk_nope + qk_rope wide. */
 double al_model_fwd_flops_per_token(const al_model *m, int T) {
     const al_config *c = &m->cfg;
-    return 2.0 * (double)al_model_matmul_params(m) + 2.0 * c->num_layers * (double)c->num_heads * c->head_dim * T;
+    int dk = c->head_dim, dv = c->head_dim;
+    if (c->attention == AL_ATTN_MLA) {
+        dk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+        dv = c->v_head_dim;
+    }
+    return 2.0 * (double)al_model_matmul_params(m) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
 }
 
 double al_model_train_flops_per_token(const al_model *m, int T) { return 3.0 * al_model_fwd_flops_per_token(m, T); }

@@ -51,6 +51,7 @@ CONFIGS = [
     ("gqa_untied", 24, 56, 3, 6, 3, 8, False, 10000.0, 11),    # H*dh=48 != d
     ("mqa_tied", 16, 32, 2, 4, 1, 8, True, 500.0, 9),          # H*dh=32 != d
     ("mqa_untied", 32, 64, 2, 2, 1, 8, False, 10000.0, 16),
+    ("mha_odd", 18, 30, 2, 3, 3, 2, False, 10000.0, 7),        # tensor sizes not multiples of 16 floats
 ]
 LOWP_CONFIG = "gqa_untied"          # used for the BF16 / F16 checkpoints
 EVAL_CONFIGS = [("gqa_untied", 13), ("mqa_tied", 16)]  # (config, context)

@@ -1,0 +1,445 @@
+/*
+ * lrkv.c: low-rank key-value attention (LRKV; O'Neill et al., arXiv
+ * 2601.11471; attention.md 3.3 and 3.5). Every head's key and value maps are
+ * one map shared by the layer's heads plus a rank-r correction of its own:
+ *
+ *   W_K[h] = W_Ks + B_K[h] U_K[h],   W_V[h] = W_Vs + B_V[h] U_V[h]
+ *
+ *   q_h    = RoPE^(dh)(W_q[h] x)                      W_q:  [H*dh, d]
+ *   K_s    = W_Ks x,  V_s = W_Vs x                     W_Ks, W_Vs: [dh, d]
+ *   R_K[h] = U_K[h] x,  R_V[h] = U_V[h] x              U_K, U_V: [H*r, d] (rows h*r.. are head h)
+ *   k_h    = RoPE^(dh)(K_s) + B_K[h] RoPE^(r)(R_K[h])  B_K, B_V: [H*dh, r] (rows h*dh.. are head h)
+ *   v_h    = V_s + B_V[h] R_V[h]
+ *   o_h    = sum_j p(q_h . k_h,j / sqrt(dh)) v_h,j   (causal; p: the config's
+ *            score function over the visible j, attention.md 2)
+ *   y      = W_o concat_h(o_h)                         W_o:  [d, H*dh]
+ *
+ * RoPE is rotate-half in each space (the r-dim table is the layer's rope_aux),
+ * applied to each component once, before the up-projection (3.5). That is what
+ * makes the factored decode exact: B_K[h] never has to commute with a rotation.
+ * r = 0 is exactly MQA (k = RoPE(K_s), v = V_s); r = dh can express MHA.
+ *
+ * Tensors (params() order; names relative to "model.layers.N.self_attn."):
+ *   q_proj [H*dh, d], k_shared_proj [dh, d], v_shared_proj [dh, d],
+ *   k_down_proj [H*r, d], v_down_proj [H*r, d], k_up_proj [H*dh, r],
+ *   v_up_proj [H*dh, r], o_proj [d, H*dh].
+ * The first five are read by the same x, so when the arena holds them back to
+ * back (it does unless a tensor's size is not a multiple of 16 floats) they
+ * are one [P, d] matrix, P = H*dh + 2*dh + 2*H*r, and one GEMM gives
+ *   proj[N, P] = [ q (H*dh) | K_s (dh) | V_s (dh) | R_K (H*r) | R_V (H*r) ].
+ *
+ * KV cache per token per layer: 2 (dh + H r) values, laid out exactly as the
+ * tail of a proj row:
+ *   [ RoPE(K_s) (dh) | V_s (dh) | RoPE(R_K[0..H)) (H*r) | R_V[0..H) (H*r) ]
+ * so appending a token is one memcpy. Decode never builds a past token's k_h
+ * or v_h (3.3):
+ *   s_h,j = (q_h . K_s,j + (B_K[h]^T q_h) . R_K[h],j) / sqrt(dh)
+ *   o_h   = sum_j p_j V_s,j + B_V[h] (sum_j p_j R_V[h],j)
+ *
+ * Training materialises k_h, v_h ([N, H*dh] each; N*H*dh*r multiply-adds, small
+ * beside the attention itself) and calls the shared score kernels with G = H;
+ * a factored score would cost (dh + r) per query-key pair instead of dh. The
+ * materialised K, V live in scratch and are rebuilt in backward, so a layer
+ * saves only proj, o and lse: N (2 H dh + 2 dh + 2 H r) + B H T floats, against
+ * MHA's N 4 H dh + B H T. With r = 0 the kernels read K_s, V_s straight from
+ * proj with G = 1: the MQA computation, nothing materialised.
+ * Gradients reaching the shared maps are summed over heads in head order and
+ * every parallel loop owns its outputs, so results do not depend on the
+ * thread count.
+ *
+ * On configuration, num_key_value_heads must equal num_attention_heads: every
+ * head has its own effective key/value map (which is what the head-similarity
+ * analysis and any HF-side reader counting K/V maps sees), even though the
+ * cache stores only the shared part plus rank-r latents.
+ */
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn.h"
+#include "../nn/fastmath.h"
+
+enum { W_Q, W_KS, W_VS, W_KD, W_VD, W_KU, W_VU, W_O, N_W };
+
+/* Rows per work item when materialising k/v and reducing their gradients. */
+enum { RB = 128 };
+/* Positions per work item in decode (flash-decoding split of the context). */
+enum { DCH = 256 };
+
+/* ---- shapes ---- */
+
+typedef struct dims {
+    int d, H, dh, r;
+    int w;                       /* proj row width P */
+    int o_ks, o_vs, o_rk, o_rv;  /* column offsets in a proj row */
+    int hd;                      /* H*dh */
+} dims;
+
+static dims dims_of(const al_config *c) {
+    dims m;
+    m.d = c->hidden_size;
+    m.H = c->num_heads;
+    m.dh = c->head_dim;
+    m.r = c->lrkv_rank;
+    m.hd = m.H * m.dh;
+    m.o_ks = m.hd;
+    m.o_vs = m.o_ks + m.dh;
+    m.o_rk = m.o_vs + m.dh;
+    m.o_rv = m.o_rk + m.H * m.r;
+    m.w = m.o_rv + m.H * m.r;
+    return m;
+}
+
+static int lrkv_validate(const al_config *c, al_err *err) {
+    const int dh = c->head_dim, r = c->lrkv_rank;
+    if (dh <= 0) return al_errf(err, "invalid config: head_dim must be positive, got %d", dh);
+    if (dh % 2) return al_errf(err, "invalid config: head_dim must be even for RoPE, got %d", dh);
+    if (c->num_kv_heads != c->num_heads)
+        return al_errf(err,
+                       "invalid config: attention 'lrkv' needs num_key_value_heads == num_attention_heads (%d), got %d",
+                       c->num_heads, c->num_kv_heads);
+    if (r < 0) return al_errf(err, "invalid config: lrkv_rank must be non-negative, got %d", r);
+    if (r % 2) return al_errf(err, "invalid config: lrkv_rank must be even, got %d", r);
+    if (r > dh) return al_errf(err, "invalid config: lrkv_rank %d exceeds head_dim %d", r, dh);
+    return 0;
+}
+
+/* Init: shared, query and output maps as every design. The residual B U
+ * starts as a small perturbation of the shared map: with U ~ N(0, s_U^2),
+ * B ~ N(0, s_B^2), E||B U||_F^2 = dh d r s_B^2 s_U^2 against
+ * E||W_s||_F^2 = dh d s^2, so s_U = s and s_B = 0.1 / sqrt(r) give
+ * ||B_K[h] U_K[h]||_F ~ 0.1 ||W_Ks||_F. U at the shared scale keeps the
+ * latents R = U x on the scale of K_s; the smallness sits in B. */
+static int lrkv_params(const al_config *c, al_param_spec *out) {
+    const int64_t d = c->hidden_size, H = c->num_heads, dh = c->head_dim, r = c->lrkv_rank;
+    const float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    const float std_up = r > 0 ? 0.1f / sqrtf((float)r) : 0.0f;
+    const al_param_spec specs[N_W] = {
+        {"q_proj.weight", 2, {H * dh, d}, AL_INIT_NORMAL, std, 1},
+        {"k_shared_proj.weight", 2, {dh, d}, AL_INIT_NORMAL, std, 1},
+        {"v_shared_proj.weight", 2, {dh, d}, AL_INIT_NORMAL, std, 1},
+        {"k_down_proj.weight", 2, {H * r, d}, AL_INIT_NORMAL, std, 1},
+        {"v_down_proj.weight", 2, {H * r, d}, AL_INIT_NORMAL, std, 1},
+        {"k_up_proj.weight", 2, {H * dh, r}, AL_INIT_NORMAL, std_up, 1},
+        {"v_up_proj.weight", 2, {H * dh, r}, AL_INIT_NORMAL, std_up, 1},
+        {"o_proj.weight", 2, {d, H * dh}, AL_INIT_NORMAL, std_out, 1},
+    };
+    memcpy(out, specs, sizeof specs);
+    return N_W;
+}
+
+static void lrkv_rope_dims(const al_config *c, int rd[2]) {
+    rd[0] = c->head_dim;
+    rd[1] = c->lrkv_rank; /* 0: no table, r = 0 has no latents */
+}
+
+static size_t lrkv_cache(const al_config *c) {
+    return 2 * ((size_t)c->head_dim + (size_t)c->num_heads * c->lrkv_rank);
+}
+
+/* saved: proj[N, P] (q, K_s, R_K rotated) | o[N, H*dh] | lse[B, H, T] */
+static size_t lrkv_saved(const al_config *c, int B, int T) {
+    const dims m = dims_of(c);
+    const size_t N = (size_t)B * T;
+    return N * m.w + N * m.hd + (size_t)B * m.H * T;
+}
+
+/* Decode scratch: proj[P] | o[H*dh] | qB[H*r] | per position chunk:
+ * scores[H, DCH], max[H], sum[H], acc_s[H, dh], acc_r[H, r]. */
+static size_t chunk_floats(const dims *m) { return (size_t)m->H * (DCH + 2 + m->dh + m->r); }
+
+static size_t decode_scratch(const al_config *c) {
+    const dims m = dims_of(c);
+    const size_t nch = ((size_t)c->max_position + DCH - 1) / DCH;
+    return (size_t)m.w + m.hd + (size_t)m.H * m.r + nch * chunk_floats(&m);
+}
+
+/* forward: K, V [N, H*dh];  backward: K, V, dK, dV, dO [N, H*dh] | dproj [N, P].
+ * r = 0 reads K_s / V_s straight from proj (MQA), so no K, V, dK, dV. */
+static size_t lrkv_scratch(const al_config *c, int B, int T) {
+    const dims m = dims_of(c);
+    const size_t N = (size_t)B * T, kv = m.r > 0 ? 4 : 0;
+    const size_t train = (kv + 1) * N * m.hd + N * m.w;
+    const size_t dec = decode_scratch(c);
+    return train > dec ? train : dec;
+}
+
+/* ---- the fused input projection ---- */
+
+/* Output rows of the five input-side tensors, in params() order. */
+static void in_rows(const dims *m, int rows[5]) {
+    rows[0] = m->hd;
+    rows[1] = rows[2] = m->dh;
+    rows[3] = rows[4] = m->H * m->r;
+}
+
+/* The model lays tensors out back to back in params() order (no padding),
+ * so W_q..U_V form one [P, d] matrix, and their gradients likewise. */
+static inline int contiguous(const dims *m, float *const *base) {
+    int rows[5];
+    in_rows(m, rows);
+    for (int i = 0; i < 4; i++)
+        if (base[W_Q + i + 1] != base[W_Q + i] + (size_t)rows[i] * m->d) return 0;
+    return 1;
+}
+
+/* proj[N, P] = x[N, d] [W_q; W_Ks; W_Vs; U_K; U_V]^T */
+static void proj_fwd(const al_attn_layer *L, const dims *m, const float *x, float *proj, int N) {
+    assert(contiguous(m, L->w));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, m->w, m->d, 1.0f, x, m->d, L->w[W_Q], m->d, 0.0f, proj,
+                m->w);
+}
+
+/* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] += dproj^T x[N, d] */
+static void proj_bwd(const al_attn_layer *L, const dims *m, const float *x, const float *dproj, float *dx, int N) {
+    assert(contiguous(m, L->w) && contiguous(m, L->g));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, m->d, m->w, 1.0f, dproj, m->w, L->w[W_Q], m->d, 1.0f,
+                dx, m->d);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->w, m->d, N, 1.0f, dproj, m->w, x, m->d, 1.0f, L->g[W_Q],
+                m->d);
+}
+
+/* RoPE on q and K_s (adjacent: H+1 vectors of dh) and on every R_K[h]. sign
+ * -1 is the transpose, for gradients. */
+static void rope_proj(const al_attn_layer *L, const dims *m, float *proj, int N, int T, int pos0, int sign) {
+    al_rope_half(proj, N, T, pos0, m->H + 1, m->w, L->rope, sign);
+    if (m->r > 0) al_rope_half(proj + m->o_rk, N, T, pos0, m->H, m->w, L->rope_aux, sign);
+}
+
+/* ---- materialised per-head keys and values (training) ----
+ * K[N, H*dh]: K[n, h] = K_s[n] + B_K[h] R_K[n, h]  (R_K rotated in proj)
+ * V[N, H*dh]: V[n, h] = V_s[n] + B_V[h] R_V[n, h]
+ * Work items are (row block, head); each runs single-threaded sgemm. */
+static void build_kv(const al_attn_layer *L, const dims *m, const float *proj, float *K, float *V, int N) {
+    const int nrb = (N + RB - 1) / RB, H = m->H, dh = m->dh, r = m->r, hd = m->hd, w = m->w;
+    const long items = (long)nrb * H;
+#pragma omp parallel for schedule(static) if ((long)N * hd * r > 65536)
+    for (long it = 0; it < items; it++) {
+        const int rb = (int)(it / H), h = (int)(it % H);
+        const int n0 = rb * RB, rows = n0 + RB < N ? RB : N - n0;
+        for (int n = n0; n < n0 + rows; n++) {
+            memcpy(K + (size_t)n * hd + (size_t)h * dh, proj + (size_t)n * w + m->o_ks, sizeof(float) * dh);
+            memcpy(V + (size_t)n * hd + (size_t)h * dh, proj + (size_t)n * w + m->o_vs, sizeof(float) * dh);
+        }
+        /* K_blk[rows, dh] += R_K,h[rows, r] B_K[h]^T ; same for V */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rk + h * r,
+                    w, L->w[W_KU] + (size_t)h * dh * r, r, 1.0f, K + (size_t)n0 * hd + (size_t)h * dh, hd);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rv + h * r,
+                    w, L->w[W_VU] + (size_t)h * dh * r, r, 1.0f, V + (size_t)n0 * hd + (size_t)h * dh, hd);
+    }
+}
+
+static al_attn_shape shape_of(const al_config *c, const dims *m, int B, int T) {
+    /* r > 0: per-head K, V of their own buffers; r = 0: K_s, V_s in proj (G = 1) */
+    const int ldkv = m->r > 0 ? m->hd : m->w;
+    al_attn_shape s = {B, T, m->H, m->r > 0 ? m->H : 1, m->dh, m->dh, m->w, ldkv, ldkv, m->hd,
+                       1.0f / sqrtf((float)m->dh)};
+    al_attn_set_score(&s, c);
+    return s;
+}
+
+static void lrkv_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B,
+                         int T) {
+    const dims m = dims_of(L->cfg);
+    const int N = B * T;
+    float *proj = saved, *o = proj + (size_t)N * m.w, *lse = o + (size_t)N * m.hd;
+    proj_fwd(L, &m, x, proj, N);
+    rope_proj(L, &m, proj, N, T, 0, +1);
+    const al_attn_shape s = shape_of(L->cfg, &m, B, T);
+    if (m.r > 0) {
+        float *K = scratch, *V = K + (size_t)N * m.hd;
+        build_kv(L, &m, proj, K, V, N);
+        al_attn_fwd(&s, proj, K, V, o, lse);
+    } else {
+        al_attn_fwd(&s, proj, proj + m.o_ks, proj + m.o_vs, o, lse);
+    }
+    al_linear_fwd(y, o, L->w[W_O], N, m.hd, m.d, 0); /* y[N, d] = o[N, H*dh] W_o^T */
+}
+
+/* Gradients of the materialisation, given dK, dV [N, H*dh]:
+ *   dK_s[n] = sum_h dK[n, h]        (heads in order: deterministic)
+ *   dR_K[n, h] = B_K[h]^T dK[n, h]  -> dproj[N, P] columns (rotated frame)
+ *   dB_K[h] += sum_n dK[n, h] R_K[n, h]^T   [dh, r]
+ * and the same for V. dproj's K_s/V_s/R columns are overwritten. */
+static void build_kv_bwd(const al_attn_layer *L, const dims *m, const float *proj, const float *dK, const float *dV,
+                         float *dproj, int N) {
+    const int nrb = (N + RB - 1) / RB, H = m->H, dh = m->dh, r = m->r, hd = m->hd, w = m->w;
+    const int par = (long)N * hd * r > 65536;
+#pragma omp parallel for schedule(static) if (par)
+    for (int rb = 0; rb < nrb; rb++) {
+        const int n0 = rb * RB, rows = n0 + RB < N ? RB : N - n0;
+        for (int n = n0; n < n0 + rows; n++) {
+            float *dks = dproj + (size_t)n * w + m->o_ks, *dvs = dproj + (size_t)n * w + m->o_vs;
+            const float *dk = dK + (size_t)n * hd, *dv = dV + (size_t)n * hd;
+            for (int e = 0; e < dh; e++) dks[e] = dk[e], dvs[e] = dv[e];
+            for (int h = 1; h < H; h++)
+                for (int e = 0; e < dh; e++) dks[e] += dk[h * dh + e], dvs[e] += dv[h * dh + e];
+        }
+        /* dR_h[rows, r] = dK_h[rows, dh] B_K[h][dh, r] */
+        for (int h = 0; h < H; h++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, dh, 1.0f, dK + (size_t)n0 * hd + h * dh,
+                        hd, L->w[W_KU] + (size_t)h * dh * r, r, 0.0f, dproj + (size_t)n0 * w + m->o_rk + h * r, w);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, dh, 1.0f, dV + (size_t)n0 * hd + h * dh,
+                        hd, L->w[W_VU] + (size_t)h * dh * r, r, 0.0f, dproj + (size_t)n0 * w + m->o_rv + h * r, w);
+        }
+    }
+    /* dB[h][dh, r] += dK_h^T[dh, N] R_h[N, r]: one item per (head, K or V),
+     * each a whole-N sum inside one single-threaded sgemm */
+#pragma omp parallel for schedule(static) if (par)
+    for (int it = 0; it < 2 * H; it++) {
+        const int h = it >> 1, isv = it & 1;
+        const float *dX = (isv ? dV : dK) + (size_t)h * dh;
+        const float *R = proj + (isv ? m->o_rv : m->o_rk) + h * r;
+        float *dB = L->g[isv ? W_VU : W_KU] + (size_t)h * dh * r;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dh, r, N, 1.0f, dX, hd, R, w, 1.0f, dB, r);
+    }
+}
+
+static void lrkv_backward(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+                          float *scratch, int B, int T) {
+    const dims m = dims_of(L->cfg);
+    const int N = B * T;
+    const size_t Nhd = (size_t)N * m.hd;
+    const float *proj = saved, *o = proj + (size_t)N * m.w, *lse = o + Nhd;
+    float *d_o = scratch, *dproj = d_o + Nhd;
+    const al_attn_shape s = shape_of(L->cfg, &m, B, T);
+    memset(d_o, 0, sizeof(float) * Nhd);
+    memset(dproj, 0, sizeof(float) * (size_t)N * m.w);
+    al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, m.hd, m.d);
+    if (m.r > 0) {
+        float *K = dproj + (size_t)N * m.w, *V = K + Nhd, *dK = V + Nhd, *dV = dK + Nhd;
+        build_kv(L, &m, proj, K, V, N);
+        memset(dK, 0, sizeof(float) * 2 * Nhd);
+        al_attn_bwd(&s, proj, K, V, o, lse, d_o, dproj, dK, dV);
+        build_kv_bwd(L, &m, proj, dK, dV, dproj, N);
+    } else {
+        al_attn_bwd(&s, proj, proj + m.o_ks, proj + m.o_vs, o, lse, d_o, dproj, dproj + m.o_ks, dproj + m.o_vs);
+    }
+    rope_proj(L, &m, dproj, N, T, 0, -1);
+    proj_bwd(L, &m, x, dproj, dx, N);
+}
+
+/* ---- factored decode ---- */
+
+/* One chunk of positions [j0, j1) for all heads: its scores, their max and
+ * sum, and the unnormalised sums of shared and latent values. Softmax weights
+ * are exp(s - chunk max), merged across chunks by the caller; the other score
+ * functions map each score on its own, so a chunk's weights are final (max 0,
+ * sum unused). The shared
+ * parts are sgemm products with all H queries at once (K_s, V_s are read once
+ * for every head; single-threaded BLAS inside the caller's parallel loop).
+ * The latent parts are r-long dots per (position, head): as sgemv calls with
+ * only r columns they ran 2x slower (measured, r = 16).
+ *   q[H, dh] (pre-scaled), qB[H, r] = B_K[h]^T q_h; cache rows vpt apart
+ *   out: mx[H], sum[H], acc_s[H, dh], acc_r[H, r]; sc[H, DCH] workspace */
+static void decode_chunk(const dims *m, const al_attn_shape *fn, const float *q, const float *qB, const float *cache,
+                         int vpt, int j0, int j1, float *sc, float *mx, float *sum, float *acc_s, float *acc_r) {
+    const int H = m->H, dh = m->dh, r = m->r, n = j1 - j0;
+    const float *row0 = cache + (size_t)j0 * vpt;
+    const float *ks = row0, *vs = row0 + dh, *rk = row0 + 2 * dh, *rv = rk + H * r;
+    /* sc[H, n] = q[H, dh] K_s[n, dh]^T ; sc[h, n] += R_K,h[n, r] qB_h[r] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, n, dh, 1.0f, q, dh, ks, vpt, 0.0f, sc, DCH);
+    for (int j = 0; j < n && r > 0; j++) {
+        const float *rkj = rk + (size_t)j * vpt;
+        for (int h = 0; h < H; h++) {
+            float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+            for (int k = 0; k < r; k++) a += qB[h * r + k] * rkj[h * r + k];
+            sc[(size_t)h * DCH + j] += a;
+        }
+    }
+    for (int h = 0; h < H; h++) {
+        float *s = sc + (size_t)h * DCH, mh = s[0], tot = 0.0f;
+        if (fn->score != AL_SCORE_SOFTMAX) {
+            al_score_row(fn, s, n);
+            mx[h] = 0.0f;
+            sum[h] = 1.0f;
+            continue;
+        }
+        for (int j = 1; j < n; j++) mh = s[j] > mh ? s[j] : mh;
+        for (int j = 0; j < n; j++) s[j] = al_expf(s[j] - mh);
+        for (int j = 0; j < n; j++) tot += s[j];
+        mx[h] = mh;
+        sum[h] = tot;
+    }
+    /* acc_s[H, dh] = P[H, n] V_s[n, dh] ; acc_r,h[r] = R_V,h[n, r]^T P_h[n] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, dh, n, 1.0f, sc, DCH, vs, vpt, 0.0f, acc_s, dh);
+    memset(acc_r, 0, sizeof(float) * (size_t)H * r);
+    for (int j = 0; j < n && r > 0; j++) {
+        const float *rvj = rv + (size_t)j * vpt;
+        for (int h = 0; h < H; h++) {
+            const float p = sc[(size_t)h * DCH + j];
+            float *restrict ar = acc_r + (size_t)h * r;
+            for (int k = 0; k < r; k++) ar[k] += p * rvj[h * r + k];
+        }
+    }
+}
+
+static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
+    const dims m = dims_of(L->cfg);
+    const int H = m.H, dh = m.dh, r = m.r;
+    const size_t vpt = lrkv_cache(L->cfg), cf = chunk_floats(&m);
+    const al_attn_shape fn = shape_of(L->cfg, &m, 1, pos + 1); /* scale and score function */
+    const int softmax = fn.score == AL_SCORE_SOFTMAX;
+    float *proj = scratch, *o = proj + m.w, *qB = o + m.hd, *chunks = qB + (size_t)H * r;
+    /* proj[P] = Wfused[P, d] x[d] */
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, m.w, m.d, 1.0f, L->w[W_Q], m.d, x, 1, 0.0f, proj, 1);
+    rope_proj(L, &m, proj, 1, 1, pos, +1);
+    memcpy(cache + (size_t)pos * vpt, proj + m.o_ks, sizeof(float) * vpt); /* [K_s|V_s|R_K|R_V] */
+    /* fold the score scale into the query once */
+    for (int i = 0; i < m.hd; i++) proj[i] *= fn.scale;
+    /* qB_h[r] = B_K[h]^T[r, dh] q_h[dh] */
+    for (int h = 0; h < H && r > 0; h++)
+        cblas_sgemv(CblasRowMajor, CblasTrans, dh, r, 1.0f, L->w[W_KU] + (size_t)h * dh * r, r, proj + (size_t)h * dh,
+                    1, 0.0f, qB + (size_t)h * r, 1);
+    const int n = pos + 1, nch = (n + DCH - 1) / DCH;
+#pragma omp parallel for schedule(static) if ((long)n * H * (dh + r) > 65536)
+    for (int c = 0; c < nch; c++) {
+        float *ch = chunks + (size_t)c * cf;
+        float *sc = ch, *mx = sc + (size_t)H * DCH, *sum = mx + H, *as = sum + H, *ar = as + (size_t)H * dh;
+        const int j0 = c * DCH, j1 = j0 + DCH < n ? j0 + DCH : n;
+        decode_chunk(&m, &fn, proj, qB, cache, (int)vpt, j0, j1, sc, mx, sum, as, ar);
+    }
+    /* merge chunks in order (independent of the thread count), then
+     * o_h = acc_s / l + B_V[h] (acc_r / l); without softmax the chunks'
+     * sums simply add (l = 1) */
+    for (int h = 0; h < H; h++) {
+        float M = -INFINITY, l = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const float mc = chunks[(size_t)c * cf + (size_t)H * DCH + h];
+            M = mc > M ? mc : M;
+        }
+        float *oh = o + (size_t)h * dh, *ar = qB + (size_t)h * r; /* qB_h is consumed: reuse it for sum_j p_j R_V */
+        memset(oh, 0, sizeof(float) * dh);
+        memset(ar, 0, sizeof(float) * r);
+        for (int c = 0; c < nch; c++) {
+            const float *ch = chunks + (size_t)c * cf;
+            const float *mx = ch + (size_t)H * DCH, *sum = mx + H, *as = sum + H, *arc = as + (size_t)H * dh;
+            const float f = softmax ? expf(mx[h] - M) : 1.0f;
+            l += f * sum[h];
+            for (int e = 0; e < dh; e++) oh[e] += f * as[(size_t)h * dh + e];
+            for (int e = 0; e < r; e++) ar[e] += f * arc[(size_t)h * r + e];
+        }
+        const float inv = softmax ? 1.0f / l : 1.0f;
+        for (int e = 0; e < dh; e++) oh[e] *= inv;
+        for (int e = 0; e < r; e++) ar[e] *= inv;
+        if (r > 0)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, dh, r, 1.0f, L->w[W_VU] + (size_t)h * dh * r, r, ar, 1, 1.0f, oh,
+                        1);
+    }
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, m.d, m.hd, 1.0f, L->w[W_O], m.hd, o, 1, 0.0f, y, 1);
+}
+
+const al_attn_ops al_attn_lrkv_ops = {
+    .name = "lrkv",
+    .validate = lrkv_validate,
+    .params = lrkv_params,
+    .rope_dims = lrkv_rope_dims,
+    .cache_values_per_token = lrkv_cache,
+    .saved_floats = lrkv_saved,
+    .scratch_floats = lrkv_scratch,
+    .forward = lrkv_forward,
+    .backward = lrkv_backward,
+    .decode = lrkv_decode,
+};

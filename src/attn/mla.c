@@ -1,0 +1,423 @@
+/*
+ * mla.c: multi-head latent attention (MLA, DeepSeek-V2), with the tensor
+ * names of Hugging Face DeepseekV2 (attention.md 3.2).
+ *
+ * d hidden, H heads, dn = qk_nope_head_dim, dr = qk_rope_head_dim,
+ * dk = dn + dr, dv = v_head_dim, dc = kv_lora_rank, dq = q_lora_rank.
+ *
+ *   q = W_q x                          (dq = 0)  q_proj              [H*dk, d]
+ *   q = W_qb RMSNorm_gq(W_qa x)        (dq > 0)  q_a_proj [dq, d], q_a_layernorm [dq], q_b_proj [H*dk, dq]
+ *   q_h = [q_nope_h (dn); q_pe_h (dr)]           columns h*dk.. of q
+ *   [c; k_pe] = W_kva x                          kv_a_proj_with_mqa  [dc+dr, d]
+ *   c~ = RMSNorm_gkv(c)                          kv_a_layernorm      [dc]
+ *   [k_nope_h; v_h] = [Wk_h; Wv_h] c~            kv_b_proj           [H*(dn+dv), dc]
+ *                                                (head h: rows h*(dn+dv).. are Wk_h [dn, dc], then Wv_h [dv, dc])
+ *   q_pe_h, k_pe <- interleaved RoPE at the token's position (pairs 2i, 2i+1)
+ *   k_h = [k_nope_h; k_pe]                       one rope key shared by all heads
+ *   o_h = sum_j p(q_h . k_h,j / sqrt(dk)) v_h,j   causal; p: the config's score
+ *         function (attention.md 2), softmax by default
+ *   y   = W_o concat_h(o_h)                      o_proj              [d, H*dv]
+ * KV cache per token per layer: dc + dr values, [c~ | rotated k_pe].
+ *
+ * Training materialises every head's key and value (k [N, H*dk], v [N, H*dv])
+ * and runs the shared kernels of score.c with G = H. The absorbed form would
+ * share one key [c~; k_pe] and one value c~ across heads (MQA-like, G = 1),
+ * but costs dc + dr + dc per (query, key, head) instead of dk + dv, plus
+ * per-head products in and out of the latent space. Measured for one layer's
+ * forward + backward at d=256, H=8, dn=32, dr=16, dv=32, dc=64, B=8, T=256
+ * (16-core Xeon): materialised 70 / 18 / 11 ms at 1 / 4 / 16 threads,
+ * absorbed 90 / 27 / 24 ms (1.3x / 1.5x / 2.1x slower).
+ *
+ * Decode is absorbed and reads only the cache (no past key or value is ever
+ * rebuilt):
+ *   q~_h = Wk_h^T q_nope_h (dc)
+ *   s_j  = (q~_h . c~_j + q_pe_h . k_pe_j) / sqrt(dk),  p = softmax(s) over j <= pos
+ *   o_h  = Wv_h (sum_j p_j c~_j)
+ * Stacking [q~_h; q_pe_h] for all heads turns the scores into one product with
+ * the cache rows [c~_j | k_pe_j] and the latent sums into a second one, per
+ * chunk of keys. At context 4096 with 8 layers' caches (same shapes as above)
+ * this takes 2.3 / 0.93 / 0.56 ms per token at 1 / 4 / 16 threads against
+ * 7.8 / 1.9 / 0.84 ms for a decode over materialised per-head K/V (8x the
+ * cache) written the same way.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn.h"
+
+/* The shapes of one layer, from the config. */
+typedef struct mla_dims {
+    int d, H, dn, dr, dk, dv, dc, dq;
+    int qw;  /* H*dk: width of q and of the materialised k */
+    int kvw; /* H*(dn+dv): width of kv_b_proj's output */
+    int ow;  /* H*dv: width of v and o */
+    int vpt; /* dc+dr: cache values per token */
+} mla_dims;
+
+static mla_dims dims_of(const al_config *c) {
+    mla_dims D;
+    D.d = c->hidden_size;
+    D.H = c->num_heads;
+    D.dn = c->qk_nope_head_dim;
+    D.dr = c->qk_rope_head_dim;
+    D.dk = D.dn + D.dr;
+    D.dv = c->v_head_dim;
+    D.dc = c->kv_lora_rank;
+    D.dq = c->q_lora_rank;
+    D.qw = D.H * D.dk;
+    D.kvw = D.H * (D.dn + D.dv);
+    D.ow = D.H * D.dv;
+    D.vpt = D.dc + D.dr;
+    return D;
+}
+
+/* Named views of a layer's tensors (weights or gradients), in params() order. */
+typedef struct mla_w {
+    float *q, *qa, *qa_norm, *qb, *kva, *kv_norm, *kvb, *o;
+} mla_w;
+
+static mla_w views(const al_config *c, float *const p[]) {
+    mla_w v = {0};
+    int i = 0;
+    if (c->q_lora_rank > 0) {
+        v.qa = p[i++];
+        v.qa_norm = p[i++];
+        v.qb = p[i++];
+    } else {
+        v.q = p[i++];
+    }
+    v.kva = p[i++];
+    v.kv_norm = p[i++];
+    v.kvb = p[i++];
+    v.o = p[i++];
+    return v;
+}
+
+static int mla_validate(const al_config *c, al_err *err) {
+    if (c->kv_lora_rank <= 0)
+        return al_errf(err, "invalid config: kv_lora_rank must be positive, got %d", c->kv_lora_rank);
+    if (c->qk_rope_head_dim <= 0)
+        return al_errf(err, "invalid config: qk_rope_head_dim must be positive, got %d", c->qk_rope_head_dim);
+    if (c->qk_rope_head_dim % 2)
+        return al_errf(err, "invalid config: qk_rope_head_dim must be even for RoPE, got %d", c->qk_rope_head_dim);
+    /* dn = 0 is allowed: keys are then the shared rope key alone (HF accepts it too) */
+    if (c->qk_nope_head_dim < 0)
+        return al_errf(err, "invalid config: qk_nope_head_dim must be non-negative, got %d", c->qk_nope_head_dim);
+    if (c->v_head_dim <= 0)
+        return al_errf(err, "invalid config: v_head_dim must be positive, got %d", c->v_head_dim);
+    if (c->q_lora_rank < 0)
+        return al_errf(err, "invalid config: q_lora_rank must be non-negative (0: no query compression), got %d",
+                       c->q_lora_rank);
+    if (c->num_kv_heads != c->num_heads)
+        return al_errf(err, "invalid config: attention 'mla' needs num_key_value_heads == num_attention_heads (%d), got %d",
+                       c->num_heads, c->num_kv_heads);
+    /* keep every width (and the int strides handed to BLAS) far from overflow */
+    const int lim = 65536;
+    if (c->kv_lora_rank > lim || c->q_lora_rank > lim || c->qk_nope_head_dim > lim || c->qk_rope_head_dim > lim ||
+        c->v_head_dim > lim || (long)c->num_heads * (c->qk_nope_head_dim + c->qk_rope_head_dim + c->v_head_dim) > (1L << 20))
+        return al_errf(err, "invalid config: MLA sizes are beyond what attnlab supports");
+    return 0;
+}
+
+static int mla_params(const al_config *c, al_param_spec *out) {
+    const mla_dims D = dims_of(c);
+    const float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers); /* GPT-2 residual scaling */
+    int n = 0;
+    if (D.dq > 0) {
+        out[n++] = (al_param_spec){"q_a_proj.weight", 2, {D.dq, D.d}, AL_INIT_NORMAL, std, 1};
+        out[n++] = (al_param_spec){"q_a_layernorm.weight", 1, {D.dq, 1}, AL_INIT_ONES, 0.0f, 0};
+        out[n++] = (al_param_spec){"q_b_proj.weight", 2, {D.qw, D.dq}, AL_INIT_NORMAL, std, 1};
+    } else {
+        out[n++] = (al_param_spec){"q_proj.weight", 2, {D.qw, D.d}, AL_INIT_NORMAL, std, 1};
+    }
+    out[n++] = (al_param_spec){"kv_a_proj_with_mqa.weight", 2, {D.vpt, D.d}, AL_INIT_NORMAL, std, 1};
+    out[n++] = (al_param_spec){"kv_a_layernorm.weight", 1, {D.dc, 1}, AL_INIT_ONES, 0.0f, 0};
+    out[n++] = (al_param_spec){"kv_b_proj.weight", 2, {D.kvw, D.dc}, AL_INIT_NORMAL, std, 1};
+    out[n++] = (al_param_spec){"o_proj.weight", 2, {D.d, D.ow}, AL_INIT_NORMAL, std_out, 1};
+    return n;
+}
+
+/* Only the rope parts rotate: one table of dimension dr. */
+static void mla_rope_dims(const al_config *c, int dims[2]) {
+    dims[0] = c->qk_rope_head_dim;
+    dims[1] = 0;
+}
+
+static size_t mla_cache(const al_config *c) { return (size_t)c->kv_lora_rank + (size_t)c->qk_rope_head_dim; }
+
+/* What backward needs, per layer, for N = B*T tokens:
+ *   q [N, H*dk] (rotated) | k [N, H*dk] | v [N, H*dv] | o [N, H*dv] | lse [B, H, T]
+ *   | c [N, dc] (before the norm) | c~ [N, dc] | rstd_c [N]
+ *   | (dq > 0) qa [N, dq] | qa~ [N, dq] | rstd_q [N] */
+typedef struct mla_saved {
+    float *q, *k, *v, *o, *lse, *c, *cn, *rstd_c, *qa, *qan, *rstd_q;
+} mla_saved;
+
+/* Lays the saved block out from `base` (if non-NULL) and returns its size in
+ * floats; offsets are computed before any pointer exists so sizing needs none. */
+static size_t saved_layout(const mla_dims *D, int B, int T, float *base, mla_saved *S) {
+    const size_t N = (size_t)B * T;
+    const size_t sizes[] = {N * D->qw, N * D->qw, N * D->ow, N * D->ow, (size_t)B * D->H * T, N * D->dc, N * D->dc, N,
+                            N * D->dq, N * D->dq, D->dq > 0 ? N : 0};
+    float **ptrs[] = {&S->q, &S->k, &S->v, &S->o, &S->lse, &S->c, &S->cn, &S->rstd_c, &S->qa, &S->qan, &S->rstd_q};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (base) *ptrs[i] = base + off;
+        off += sizes[i];
+    }
+    return off;
+}
+
+static size_t mla_saved_floats(const al_config *c, int B, int T) {
+    const mla_dims D = dims_of(c);
+    mla_saved S;
+    return saved_layout(&D, B, T, NULL, &S);
+}
+
+/* Keys per decode chunk: chunks are the unit of parallel work, and their
+ * boundaries (not the thread count) fix the order of every sum. */
+enum { DKB = 256 };
+
+static int decode_chunks(const al_config *c) { return (c->max_position + DKB - 1) / DKB; }
+
+/* forward:  kv [N, H*(dn+dv)] | k_pe [N, dr]
+ * backward: do [N, H*dv] | dq [N, H*dk] | dk [N, H*dk] | dv [N, H*dv] | dkv [N, H*(dn+dv)] | dk_pe [N, dr]
+ *           | dc~ [N, dc] | dc [N, dc] | dqa~ [N, dq] | dqa [N, dq]
+ * decode:   q [H*dk] | qa [dq] | qabs [H, dc+dr] | u [H, dc] | o [H*dv] | scores [H, max_position]
+ *           | per key chunk: partial latent sums [chunks, H, dc], max and sum [chunks, H] each */
+static size_t mla_scratch(const al_config *c, int B, int T) {
+    const mla_dims D = dims_of(c);
+    const size_t N = (size_t)B * T;
+    size_t fwd = N * (D.kvw + D.dr);
+    size_t bwd = N * ((size_t)2 * D.ow + 2 * (size_t)D.qw + D.kvw + D.dr + 2 * (size_t)D.dc + 2 * (size_t)D.dq);
+    size_t dec = (size_t)D.qw + D.dq + (size_t)D.H * D.vpt + (size_t)D.H * D.dc + D.ow + (size_t)D.H * c->max_position +
+                 (size_t)decode_chunks(c) * D.H * (D.dc + 2);
+    size_t m = fwd > bwd ? fwd : bwd;
+    return m > dec ? m : dec;
+}
+
+static al_attn_shape shape_of(const al_config *c, const mla_dims *D, int B, int T) {
+    al_attn_shape s = {B, T, D->H, D->H, D->dk, D->dv, D->qw, D->qw, D->ow, D->ow, 1.0f / sqrtf((float)D->dk)};
+    al_attn_set_score(&s, c);
+    return s;
+}
+
+/* Rotates the rope part of every head's query (or of its gradient, sign -1).
+ * q[N, H*dk]: head h's rope part is columns h*dk+dn .. h*dk+dk. */
+static void rope_queries(const mla_dims *D, float *q, int N, int T, const al_rope_table *rope, int sign) {
+    for (int h = 0; h < D->H; h++)
+        al_rope_interleaved(q + (size_t)h * D->dk + D->dn, N, T, 0, 1, D->qw, rope, sign);
+}
+
+/* Builds the per-head keys and values from kv_b_proj's output and the shared
+ * rotated rope key:
+ *   kv[N, H*(dn+dv)], kpe[N, dr] -> k[N, H*dk] (k_h = [k_nope_h; k_pe]), v[N, H*dv] */
+static void split_kv(const mla_dims *D, int N, const float *kv, const float *kpe, float *k, float *v) {
+    const int H = D->H, dn = D->dn, dr = D->dr, dk = D->dk, dv = D->dv;
+#pragma omp parallel for schedule(static) if ((long)N * (D->qw + D->ow) > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *kvr = kv + (size_t)n * D->kvw, *pr = kpe + (size_t)n * dr;
+        float *kr = k + (size_t)n * D->qw, *vr = v + (size_t)n * D->ow;
+        for (int h = 0; h < H; h++) {
+            memcpy(kr + (size_t)h * dk, kvr + (size_t)h * (dn + dv), sizeof(float) * dn);
+            memcpy(kr + (size_t)h * dk + dn, pr, sizeof(float) * dr);
+            memcpy(vr + (size_t)h * dv, kvr + (size_t)h * (dn + dv) + dn, sizeof(float) * dv);
+        }
+    }
+}
+
+/* The adjoint of split_kv: dk[N, H*dk], dv[N, H*dv] -> dkv[N, H*(dn+dv)]
+ * (written) and dkpe[N, dr] (written) = sum over heads of their rope-key
+ * gradients, heads added in order 0..H-1 so the bits do not depend on threads. */
+static void merge_kv(const mla_dims *D, int N, const float *dk, const float *dv, float *dkv, float *dkpe) {
+    const int H = D->H, dn = D->dn, dr = D->dr, dkw = D->dk, dvw = D->dv;
+#pragma omp parallel for schedule(static) if ((long)N * (D->qw + D->ow) > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *kr = dk + (size_t)n * D->qw, *vr = dv + (size_t)n * D->ow;
+        float *kvr = dkv + (size_t)n * D->kvw, *pr = dkpe + (size_t)n * dr;
+        for (int e = 0; e < dr; e++) pr[e] = 0.0f;
+        for (int h = 0; h < H; h++) {
+            const float *kh = kr + (size_t)h * dkw;
+            memcpy(kvr + (size_t)h * (dn + dvw), kh, sizeof(float) * dn);
+            memcpy(kvr + (size_t)h * (dn + dvw) + dn, vr + (size_t)h * dvw, sizeof(float) * dvw);
+            for (int e = 0; e < dr; e++) pr[e] += kh[dn + e];
+        }
+    }
+}
+
+/* x[N, d] (normed layer input) -> y[N, d]; keeps in `saved` what backward
+ * re-reads (see saved_layout) so it recomputes nothing but attention weights. */
+static void mla_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T) {
+    const al_config *c = L->cfg;
+    const mla_dims D = dims_of(c);
+    const int N = B * T, d = D.d;
+    const mla_w W = views(c, L->w);
+    mla_saved S;
+    saved_layout(&D, B, T, saved, &S);
+    float *kv = scratch, *kpe = kv + (size_t)N * D.kvw;
+    /* queries: q[N, H*dk] */
+    if (D.dq > 0) {
+        al_linear_fwd(S.qa, x, W.qa, N, d, D.dq, 0);                    /* qa[N, dq] = x W_qa^T */
+        al_rmsnorm_fwd(S.qan, S.rstd_q, S.qa, W.qa_norm, N, D.dq, c->rms_norm_eps);
+        al_linear_fwd(S.q, S.qan, W.qb, N, D.dq, D.qw, 0);              /* q[N, H*dk] = qa~ W_qb^T */
+    } else {
+        al_linear_fwd(S.q, x, W.q, N, d, D.qw, 0);                      /* q[N, H*dk] = x W_q^T */
+    }
+    rope_queries(&D, S.q, N, T, L->rope, +1);
+    /* rows [0, dc) and [dc, dc+dr) of W_kva are two contiguous matrices: two
+     * products give c and k_pe as contiguous rows, as the norm and RoPE want */
+    al_linear_fwd(S.c, x, W.kva, N, d, D.dc, 0);                        /* c[N, dc] */
+    al_linear_fwd(kpe, x, W.kva + (size_t)D.dc * d, N, d, D.dr, 0);     /* k_pe[N, dr] */
+    al_rmsnorm_fwd(S.cn, S.rstd_c, S.c, W.kv_norm, N, D.dc, c->rms_norm_eps);
+    al_rope_interleaved(kpe, N, T, 0, 1, D.dr, L->rope, +1);
+    al_linear_fwd(kv, S.cn, W.kvb, N, D.dc, D.kvw, 0);                  /* kv[N, H*(dn+dv)] = c~ W_kvb^T */
+    split_kv(&D, N, kv, kpe, S.k, S.v);
+    al_attn_shape s = shape_of(c, &D, B, T);
+    al_attn_fwd(&s, S.q, S.k, S.v, S.o, S.lse);
+    al_linear_fwd(y, S.o, W.o, N, D.ow, d, 0);                          /* y[N, d] = o W_o^T */
+}
+
+/* dy[N, d] -> dx[N, d] and L->g[], both accumulated; the rope key's gradient
+ * is the sum over heads (merge_kv), as it is one tensor shared by all. */
+static void mla_backward(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+                         float *scratch, int B, int T) {
+    const al_config *c = L->cfg;
+    const mla_dims D = dims_of(c);
+    const int N = B * T, d = D.d;
+    const size_t Nz = (size_t)N;
+    const mla_w W = views(c, L->w), G = views(c, L->g);
+    mla_saved S;
+    saved_layout(&D, B, T, (float *)saved, &S);
+    float *d_o = scratch, *dq = d_o + Nz * D.ow, *dk = dq + Nz * D.qw, *dv = dk + Nz * D.qw;
+    float *dkv = dv + Nz * D.ow, *dkpe = dkv + Nz * D.kvw, *dcn = dkpe + Nz * D.dr, *dc = dcn + Nz * D.dc;
+    float *dqan = dc + Nz * D.dc, *dqa = dqan + Nz * D.dq;
+    /* do, dq, dk, dv are contiguous: one clear for the buffers that accumulate */
+    memset(d_o, 0, sizeof(float) * Nz * (2 * (size_t)D.ow + 2 * (size_t)D.qw));
+    al_linear_bwd(d_o, G.o, dy, S.o, W.o, N, D.ow, d);
+    al_attn_shape s = shape_of(c, &D, B, T);
+    al_attn_bwd(&s, S.q, S.k, S.v, S.o, S.lse, d_o, dq, dk, dv);
+    rope_queries(&D, dq, N, T, L->rope, -1);
+    merge_kv(&D, N, dk, dv, dkv, dkpe);
+    al_rope_interleaved(dkpe, N, T, 0, 1, D.dr, L->rope, -1);
+    /* latent path: dkv -> dc~ -> dc (through the norm) */
+    memset(dcn, 0, sizeof(float) * Nz * 2 * D.dc);
+    al_linear_bwd(dcn, G.kvb, dkv, S.cn, W.kvb, N, D.dc, D.kvw);
+    al_rmsnorm_bwd(dc, G.kv_norm, dcn, S.c, W.kv_norm, S.rstd_c, N, D.dc);
+    al_linear_bwd(dx, G.kva, dc, x, W.kva, N, d, D.dc);
+    al_linear_bwd(dx, G.kva + (size_t)D.dc * d, dkpe, x, W.kva + (size_t)D.dc * d, N, d, D.dr);
+    /* query path */
+    if (D.dq > 0) {
+        memset(dqan, 0, sizeof(float) * Nz * 2 * D.dq);
+        al_linear_bwd(dqan, G.qb, dq, S.qan, W.qb, N, D.dq, D.qw);
+        al_rmsnorm_bwd(dqa, G.qa_norm, dqan, S.qa, W.qa_norm, S.rstd_q, N, D.dq);
+        al_linear_bwd(dx, G.qa, dqa, x, W.qa, N, d, D.dq);
+    } else {
+        al_linear_bwd(dx, G.q, dq, x, W.q, N, d, D.qw);
+    }
+}
+
+/* One token, absorbed. x[d] -> y[d]; appends [c~ | k_pe] at cache + pos*(dc+dr)
+ * and reads entries [0, pos].
+ * Flash-decoding over key chunks of DKB: chunk ch scores its keys for all
+ * heads at once, keeps (softmax) its per-head max m and sum l, and its partial
+ * latent sum u_ch[H, dc] = p . c~; the chunks are then merged in order with
+ * the weights exp(m_ch - m) / l. Elementwise score functions need no max or
+ * sum: their chunk sums simply add. */
+static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
+    const al_config *c = L->cfg;
+    const mla_dims D = dims_of(c);
+    const int d = D.d, H = D.H, dn = D.dn, dr = D.dr, dk = D.dk, dv = D.dv, dc = D.dc, vpt = D.vpt;
+    const int maxp = c->max_position, n = pos + 1, nch = (n + DKB - 1) / DKB, mch = decode_chunks(c);
+    al_attn_shape fn = {1, n, H, H, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)dk)};
+    al_attn_set_score(&fn, c);
+    const int softmax = fn.score == AL_SCORE_SOFTMAX;
+    const mla_w W = views(c, L->w);
+    float *q = scratch, *qa = q + D.qw, *qabs = qa + D.dq, *u = qabs + (size_t)H * vpt, *o = u + (size_t)H * dc;
+    float *scores = o + D.ow, *part = scores + (size_t)H * maxp, *cmax = part + (size_t)mch * H * dc;
+    float *csum = cmax + (size_t)mch * H;
+    float *entry = cache + (size_t)pos * vpt;
+    /* queries: q[H*dk], rope parts rotated (rows = heads, all at position pos) */
+    if (D.dq > 0) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, D.dq, d, 1.0f, W.qa, d, x, 1, 0.0f, qa, 1);
+        al_rmsnorm_fwd(qa, NULL, qa, W.qa_norm, 1, D.dq, c->rms_norm_eps);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, D.qw, D.dq, 1.0f, W.qb, D.dq, qa, 1, 0.0f, q, 1);
+    } else {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, D.qw, d, 1.0f, W.q, d, x, 1, 0.0f, q, 1);
+    }
+    al_rope_interleaved(q + dn, H, 1, pos, 1, dk, L->rope, +1);
+    /* [c; k_pe] = W_kva x lands in the cache slot as is; then normalise c and rotate k_pe there */
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, vpt, d, 1.0f, W.kva, d, x, 1, 0.0f, entry, 1);
+    al_rmsnorm_fwd(entry, NULL, entry, W.kv_norm, 1, dc, c->rms_norm_eps);
+    al_rope_interleaved(entry + dc, 1, 1, pos, 1, vpt, L->rope, +1);
+    /* qabs[H, dc+dr]: row h = [Wk_h^T q_nope_h (dc); q_pe_h (dr)], laid out as a cache row */
+    for (int h = 0; h < H; h++) {
+        float *qh = qabs + (size_t)h * vpt;
+        if (dn > 0) /* BLAS returns early on an empty product without clearing y */
+            cblas_sgemv(CblasRowMajor, CblasTrans, dn, dc, 1.0f, W.kvb + (size_t)h * (dn + dv) * dc, dc,
+                        q + (size_t)h * dk, 1, 0.0f, qh, 1);
+        else
+            memset(qh, 0, sizeof(float) * dc);
+        memcpy(qh + dc, q + (size_t)h * dk + dn, sizeof(float) * dr);
+    }
+#pragma omp parallel for schedule(static) if (nch > 1)
+    for (int ch = 0; ch < nch; ch++) {
+        const int j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;
+        const float *kc = cache + (size_t)j0 * vpt;
+        float *S = scores + j0;
+        /* S[H, kb] = scale * qabs[H, dc+dr] . cache[j0.., dc+dr]^T  (ld maxp) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, kb, vpt, fn.scale, qabs, vpt, kc, vpt, 0.0f, S,
+                    maxp);
+        for (int h = 0; h < H; h++) {
+            float *row = S + (size_t)h * maxp;
+            if (!softmax) {
+                al_score_row(&fn, row, kb);
+                continue;
+            }
+            float mx = row[0], sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < kb; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j < kb; j++) row[j] -= mx;
+            al_expf_inplace(row, kb);
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < kb; j++) sum += row[j];
+            cmax[(size_t)ch * H + h] = mx;
+            csum[(size_t)ch * H + h] = sum;
+        }
+        /* part_ch[H, dc] = S[H, kb] . c~[j0.., dc] (the latent columns of the cache rows) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, dc, kb, 1.0f, S, maxp, kc, vpt, 0.0f,
+                    part + (size_t)ch * H * dc, dc);
+    }
+    /* u[H, dc]: the chunks merged in chunk order */
+    for (int h = 0; h < H; h++) {
+        float *uh = u + (size_t)h * dc, m = -INFINITY, l = 0.0f;
+        if (softmax) {
+            for (int ch = 0; ch < nch; ch++) m = cmax[(size_t)ch * H + h] > m ? cmax[(size_t)ch * H + h] : m;
+            for (int ch = 0; ch < nch; ch++) l += expf(cmax[(size_t)ch * H + h] - m) * csum[(size_t)ch * H + h];
+        }
+        memset(uh, 0, sizeof(float) * dc);
+        for (int ch = 0; ch < nch; ch++) {
+            const float wgt = softmax ? expf(cmax[(size_t)ch * H + h] - m) / l : 1.0f;
+            const float *pc = part + ((size_t)ch * H + h) * dc;
+            for (int e = 0; e < dc; e++) uh[e] += wgt * pc[e];
+        }
+    }
+    /* o_h[dv] = Wv_h[dv, dc] u_h */
+    for (int h = 0; h < H; h++)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, dv, dc, 1.0f, W.kvb + ((size_t)h * (dn + dv) + dn) * dc, dc,
+                    u + (size_t)h * dc, 1, 0.0f, o + (size_t)h * dv, 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, d, D.ow, 1.0f, W.o, D.ow, o, 1, 0.0f, y, 1);
+}
+
+const al_attn_ops al_attn_mla_ops = {
+    .name = "mla",
+    .validate = mla_validate,
+    .params = mla_params,
+    .rope_dims = mla_rope_dims,
+    .cache_values_per_token = mla_cache,
+    .saved_floats = mla_saved_floats,
+    .scratch_floats = mla_scratch,
+    .forward = mla_forward,
+    .backward = mla_backward,
+    .decode = mla_decode,
+};
