@@ -4,6 +4,7 @@
  * count for every implementation) divided by the sgemm GFLOP/s measured in
  * the same run, so the ratio survives noisy shared machines.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -186,15 +187,107 @@ static int bench_decode(int argc, char **argv) {
     return 0;
 }
 
+/* The shared attention kernels alone (forward and backward), at one shape:
+ * B=1, H=12, T=1024, d_h=64 by default. FLOPs: forward 4 T_eff d_h H per
+ * query row (q.k and p.v; T_eff = T/2 causal); backward counted as 2.5x the
+ * forward (the score recompute plus dP, dQ, dK, dV products). */
+static int bench_attention(int argc, char **argv) {
+    const char *cmd = "bench attention";
+    const char *score = "softmax";
+    long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 5, bidir = 0, sgemm_n = 2048, threads = 0, power = 3;
+    int json = 0;
+    al_arg args[] = {
+        {"score", ARG_STRING, &score, "softmax | poly | relu | sigmoid"},
+        {"poly-power", ARG_INT, &power, "poly: p"},
+        {"batch", ARG_INT, &B, "sequences"},
+        {"heads", ARG_INT, &H, "query heads"},
+        {"kv-heads", ARG_INT, &G, "KV heads (default: heads)"},
+        {"context", ARG_INT, &T, "tokens per sequence"},
+        {"head-dim", ARG_INT, &dh, "head dimension"},
+        {"bidirectional", ARG_FLAG, &bidir, "no causal mask (vision)"},
+        {"iters", ARG_INT, &iters, "timed repetitions (best is reported)"},
+        {"sgemm-n", ARG_INT, &sgemm_n, "size of the sgemm ceiling measurement"},
+        {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"json", ARG_FLAG, &json, "print one JSON object"},
+    };
+    int n = (int)(sizeof args / sizeof args[0]);
+    int rc = cli_parse(cmd, "[--score S] [--context T] [--heads H] [--head-dim D] [--json]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (!G) G = H;
+    if (B < 1 || H < 1 || G < 1 || H % G || T < 1 || dh < 1 || iters < 1 || power < 1 || (long)B * T * H * dh > (1L << 28))
+        return cli_usage(cmd, "sizes must be positive, --kv-heads must divide --heads, and the tensors fit in memory");
+    if (threads > 0) al_set_threads((int)threads);
+    al_config cfg;
+    al_config_default(&cfg);
+    if (al_score_from_name(score, &cfg.score)) return cli_usage(cmd, "unknown score '%s'", score);
+    cfg.poly_power = (int)power;
+    cfg.score_n = (int)T;
+    int ld_q = (int)(H * dh), ld_kv = (int)(G * dh);
+    al_attn_shape s = {(int)B, (int)T, (int)H, (int)G, (int)dh, (int)dh, ld_q, ld_kv, ld_kv, ld_q,
+                       1.0f / sqrtf((float)dh)};
+    al_attn_set_score(&s, &cfg);
+    s.bidirectional = (int)bidir;
+    size_t nq = (size_t)B * T * ld_q, nkv = (size_t)B * T * ld_kv;
+    float *q = al_alloc(nq * 4), *k = al_alloc(nkv * 4), *v = al_alloc(nkv * 4), *o = al_alloc(nq * 4);
+    float *dO = al_alloc(nq * 4), *dq = al_alloc(nq * 4), *dk = al_alloc(nkv * 4), *dv = al_alloc(nkv * 4);
+    float *lse = al_alloc((size_t)B * H * T * 4);
+    if (!q || !k || !v || !o || !dO || !dq || !dk || !dv || !lse) {
+        al_free(q), al_free(k), al_free(v), al_free(o), al_free(dO), al_free(dq), al_free(dk), al_free(dv), al_free(lse);
+        return cli_fail(cmd, "out of memory");
+    }
+    al_rng rng;
+    al_rng_seed(&rng, 3);
+    for (size_t i = 0; i < nq; i++) q[i] = al_rng_normal(&rng), dO[i] = al_rng_normal(&rng);
+    for (size_t i = 0; i < nkv; i++) k[i] = al_rng_normal(&rng), v[i] = al_rng_normal(&rng);
+    double sgemm = al_measure_sgemm_gflops((int)sgemm_n, 5);
+    double best_f = 1e30, best_b = 1e30;
+    for (long it = 0; it <= iters; it++) { /* iteration 0 warms up */
+        double t0 = al_now();
+        al_attn_fwd(&s, q, k, v, o, lse);
+        double t1 = al_now();
+        al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
+        double t2 = al_now();
+        if (it > 0) {
+            best_f = t1 - t0 < best_f ? t1 - t0 : best_f;
+            best_b = t2 - t1 < best_b ? t2 - t1 : best_b;
+        }
+    }
+    double t_eff = bidir ? (double)T : (T + 1) / 2.0;
+    double fwd_flops = 4.0 * B * H * (double)T * t_eff * dh, bwd_flops = 2.5 * fwd_flops;
+    double gf = fwd_flops / best_f / 1e9, gb = bwd_flops / best_b / 1e9;
+    if (json) {
+        printf("{\"bench\":\"attention\",\"score\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,"
+               "\"context\":%ld,\"head_dim\":%ld,\"causal\":%s,\"threads\":%d,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,"
+               "\"fwd_gflops\":%.4f,\"bwd_gflops\":%.4f,\"fwd_gflops_per_s\":%.2f,\"bwd_gflops_per_s\":%.2f,"
+               "\"sgemm_gflops\":%.2f,\"fwd_ratio\":%.4f,\"bwd_ratio\":%.4f,\"peak_rss_bytes\":%ld,"
+               "\"blas_kernels\":\"%s\"}\n",
+               score, B, H, G, T, dh, bidir ? "false" : "true", al_threads(), 1e3 * best_f, 1e3 * best_b,
+               fwd_flops / 1e9, bwd_flops / 1e9, gf, gb, sgemm, gf / sgemm, gb / sgemm, al_peak_rss_bytes(),
+               al_blas_kernels());
+    } else {
+        printf("attention (%s, %s): B=%ld H=%ld G=%ld T=%ld d_h=%ld, %d threads\n", score,
+               bidir ? "bidirectional" : "causal", B, H, G, T, dh, al_threads());
+        printf("  forward  %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_f, gf, 100 * gf / sgemm);
+        printf("  backward %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_b, gb, 100 * gb / sgemm);
+        printf("  sgemm ceiling %.1f GFLOP/s (n=%ld, same run, OpenBLAS %s kernels); peak RSS %.1f MB\n", sgemm,
+               sgemm_n, al_blas_kernels(), al_peak_rss_bytes() / 1048576.0);
+    }
+    al_free(q), al_free(k), al_free(v), al_free(o), al_free(dO), al_free(dq), al_free(dk), al_free(dv), al_free(lse);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "attention")) return bench_attention(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: attnlab bench <what> [flags]\n\n  train      training step throughput and MFU\n"
-               "  decode     decode speed at a long context vs memory bandwidth\n\n"
+               "  decode     decode speed at a long context vs memory bandwidth\n"
+               "  attention  the shared attention kernels, forward and backward, vs sgemm\n\n"
                "'attnlab bench <what> --help' lists its flags.\n");
         return 0;
     }
-    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train, decode)%s",
+    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train, decode, attention)%s",
                      argc >= 2 ? argv[1] : "");
 }
