@@ -70,6 +70,17 @@ typedef struct al_attn_ops {
     /* one token: x[d] at position pos -> y[d]; appends its cache entry at
      * cache + pos * cache_values_per_token and reads entries [0, pos] */
     void (*decode)(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch);
+    /* The effective query and key maps of head h (attention.md 4), for the
+     * head-similarity analysis: q_h = Wq_h x and k_h = Wk_h x at relative
+     * position 0 (rotations ignored; norms only through their gains), written
+     * in double as wq[d_qk, d] and wk[d_qk, d], row-major. Returns d_qk; with
+     * wq == wk == NULL writes nothing and only returns d_qk (to size buffers). */
+    int (*head_maps)(const al_attn_layer *L, int h, double *wq, double *wk);
+    /* head h's rotated queries and keys, as the score kernels see them, of
+     * sequence b after a forward that filled `saved` (B x T tokens):
+     * q[T, d_qk], k[T, d_qk]. Returns d_qk (NULL q, k: only returns it).
+     * Attention maps come from these, one head at a time. */
+    int (*head_qk)(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k);
 } al_attn_ops;
 
 /* The design for a config (MHA/GQA/MQA share one implementation). */

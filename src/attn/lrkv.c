@@ -431,6 +431,45 @@ static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, float 
     cblas_sgemv(CblasRowMajor, CblasNoTrans, m.d, m.hd, 1.0f, L->w[W_O], m.hd, o, 1, 0.0f, y, 1);
 }
 
+/* Head-similarity maps (attention.md 4): query rows W_q[h] [dh, d] and the
+ * effective key map W_K[h] = W_Ks + B_K[h] U_K[h] [dh, d] (B_K[h]: [dh, r],
+ * U_K[h]: [r, d]), summed in double. Both RoPEs are ignored (position 0). */
+static int lrkv_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
+    const dims m = dims_of(L->cfg);
+    if (!wq && !wk) return m.dh;
+    const float *q = L->w[W_Q] + (size_t)h * m.dh * m.d, *ks = L->w[W_KS];
+    const float *U = L->w[W_KD] + (size_t)h * m.r * m.d, *Bk = L->w[W_KU] + (size_t)h * m.dh * m.r;
+    for (size_t i = 0; i < (size_t)m.dh * m.d; i++) {
+        wq[i] = q[i];
+        wk[i] = ks[i];
+    }
+    for (int a = 0; a < m.dh; a++)
+        for (int t = 0; t < m.r; t++) {
+            const double b = Bk[(size_t)a * m.r + t];
+            const float *u = U + (size_t)t * m.d;
+            double *row = wk + (size_t)a * m.d;
+            for (int e = 0; e < m.d; e++) row[e] += b * u[e];
+        }
+    return m.dh;
+}
+
+/* q, k of head h from the saved projection rows: q_h as is, and
+ * k_h = RoPE(K_s) + B_K[h] RoPE(R_K[h]) (attention.md 3.5) */
+static int lrkv_head_qk(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k) {
+    const dims m = dims_of(L->cfg);
+    (void)B;
+    for (int t = 0; q && t < T; t++) {
+        const float *row = saved + ((size_t)b * T + t) * m.w;
+        float *kt = k + (size_t)t * m.dh;
+        memcpy(q + (size_t)t * m.dh, row + (size_t)h * m.dh, sizeof(float) * m.dh);
+        memcpy(kt, row + m.o_ks, sizeof(float) * m.dh);
+        if (m.r > 0) /* kt[dh] += B_K[h][dh, r] R_K[h][r] */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, m.dh, m.r, 1.0f, L->w[W_KU] + (size_t)h * m.dh * m.r, m.r,
+                        row + m.o_rk + h * m.r, 1, 1.0f, kt, 1);
+    }
+    return m.dh;
+}
+
 const al_attn_ops al_attn_lrkv_ops = {
     .name = "lrkv",
     .validate = lrkv_validate,
@@ -442,4 +481,6 @@ const al_attn_ops al_attn_lrkv_ops = {
     .forward = lrkv_forward,
     .backward = lrkv_backward,
     .decode = lrkv_decode,
+    .head_maps = lrkv_head_maps,
+    .head_qk = lrkv_head_qk,
 };

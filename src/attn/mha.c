@@ -161,6 +161,33 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *
     cblas_sgemv(CblasRowMajor, CblasNoTrans, d, H * dh, 1.0f, L->w[W_O], H * dh, o, 1, 0.0f, y, 1);
 }
 
+/* Head-similarity maps (attention.md 4): query head h's rows of W_q and its
+ * group's rows of W_k, both [d_h, d]; RoPE is ignored (relative position 0). */
+static int gqa_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
+    const al_config *c = L->cfg;
+    const int d = c->hidden_size, dh = c->head_dim, g = h / (c->num_heads / c->num_kv_heads);
+    if (!wq && !wk) return dh;
+    const float *q = L->w[W_Q] + (size_t)h * dh * d, *k = L->w[W_K] + (size_t)g * dh * d;
+    for (size_t i = 0; i < (size_t)dh * d; i++) {
+        wq[i] = q[i];
+        wk[i] = k[i];
+    }
+    return dh;
+}
+
+/* q, k of head h: columns h*d_h (q) and (H + g) d_h (k) of the saved qkv rows */
+static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k) {
+    const al_config *c = L->cfg;
+    const int dh = c->head_dim, H = c->num_heads, g = h / (H / c->num_kv_heads), w = (int)qkv_width(c);
+    (void)B;
+    for (int t = 0; q && t < T; t++) {
+        const float *row = saved + ((size_t)b * T + t) * w;
+        memcpy(q + (size_t)t * dh, row + (size_t)h * dh, sizeof(float) * dh);
+        memcpy(k + (size_t)t * dh, row + (size_t)(H + g) * dh, sizeof(float) * dh);
+    }
+    return dh;
+}
+
 const al_attn_ops al_attn_gqa_ops = {
     .name = "gqa",
     .validate = gqa_validate,
@@ -172,4 +199,6 @@ const al_attn_ops al_attn_gqa_ops = {
     .forward = gqa_forward,
     .backward = gqa_backward,
     .decode = gqa_decode,
+    .head_maps = gqa_head_maps,
+    .head_qk = gqa_head_qk,
 };

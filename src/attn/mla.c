@@ -409,6 +409,57 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
     cblas_sgemv(CblasRowMajor, CblasNoTrans, d, D.ow, 1.0f, W.o, D.ow, o, 1, 0.0f, y, 1);
 }
 
+/* out[rows, d] = A[rows, n] diag(g) B[n, d] in double (A's rows lda apart):
+ * a map through a low-rank bottleneck whose RMSNorm contributes its gain. */
+static void gain_product(double *out, const float *A, int lda, int rows, int n, const float *g, const float *B, int d) {
+    for (int a = 0; a < rows; a++) {
+        double *o = out + (size_t)a * d;
+        for (int e = 0; e < d; e++) o[e] = 0.0;
+        for (int t = 0; t < n; t++) {
+            const double c = (double)A[(size_t)a * lda + t] * (double)g[t];
+            const float *b = B + (size_t)t * d;
+            for (int e = 0; e < d; e++) o[e] += c * b[e];
+        }
+    }
+}
+
+/* Head-similarity maps (attention.md 4), d_qk = dn + dr, in double:
+ *   key   rows [Wk_h diag(g_kv) W_dkv (dn); W_kr (dr)]    Wk_h: kv_b_proj rows h*(dn+dv).. [dn, dc];
+ *         W_dkv, W_kr: kv_a_proj_with_mqa rows 0..dc and dc..dc+dr [., d]
+ *   query q_proj rows h*dk.. [dk, d]                       (dq = 0)
+ *         Wqb_h diag(g_q) W_qa  Wqb_h: q_b_proj rows h*dk.. [dk, dq], W_qa [dq, d]   (dq > 0)
+ * The RMSNorms enter through their gains only (their 1/rms is a per-token
+ * scalar), and the interleaved RoPE of the pe parts is ignored (position 0). */
+static int mla_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
+    const mla_dims D = dims_of(L->cfg);
+    if (!wq && !wk) return D.dk;
+    const mla_w w = views(L->cfg, L->w);
+    const size_t d = (size_t)D.d;
+    if (D.dq > 0) {
+        gain_product(wq, w.qb + (size_t)h * D.dk * D.dq, D.dq, D.dk, D.dq, w.qa_norm, w.qa, D.d);
+    } else {
+        const float *q = w.q + (size_t)h * D.dk * d;
+        for (size_t i = 0; i < (size_t)D.dk * d; i++) wq[i] = q[i];
+    }
+    gain_product(wk, w.kvb + (size_t)h * (D.dn + D.dv) * D.dc, D.dc, D.dn, D.dc, w.kv_norm, w.kva, D.d);
+    const float *kr = w.kva + (size_t)D.dc * d;
+    for (size_t i = 0; i < (size_t)D.dr * d; i++) wk[(size_t)D.dn * d + i] = kr[i];
+    return D.dk;
+}
+
+/* q, k of head h: the materialised, rotated [nope | rope] rows saved by the forward */
+static int mla_head_qk(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k) {
+    const mla_dims D = dims_of(L->cfg);
+    mla_saved S;
+    saved_layout(&D, B, T, (float *)saved, &S);
+    for (int t = 0; q && t < T; t++) {
+        const size_t row = ((size_t)b * T + t) * D.qw + (size_t)h * D.dk;
+        memcpy(q + (size_t)t * D.dk, S.q + row, sizeof(float) * D.dk);
+        memcpy(k + (size_t)t * D.dk, S.k + row, sizeof(float) * D.dk);
+    }
+    return D.dk;
+}
+
 const al_attn_ops al_attn_mla_ops = {
     .name = "mla",
     .validate = mla_validate,
@@ -420,4 +471,6 @@ const al_attn_ops al_attn_mla_ops = {
     .forward = mla_forward,
     .backward = mla_backward,
     .decode = mla_decode,
+    .head_maps = mla_head_maps,
+    .head_qk = mla_head_qk,
 };

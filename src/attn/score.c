@@ -90,7 +90,11 @@ static score_fn fn_of(const al_attn_shape *s) {
     return f;
 }
 
+/* The config's score function and mask into a shape: every design builds its
+ * shapes through here, so the config's `bidirectional` (1 for the vision
+ * transformer) reaches the kernels without any design knowing about tasks. */
 void al_attn_set_score(al_attn_shape *s, const al_config *c) {
+    s->bidirectional = c->bidirectional;
     s->score = c->score;
     s->poly_power = c->poly_power;
     s->score_n = (float)c->score_n;

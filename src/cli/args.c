@@ -50,6 +50,12 @@ int cli_set(const char *cmd, al_arg *args, int n, const char *name, const char *
             return cli_usage(cmd, "--%s needs a number, got '%s'", name, value);
         break;
     case ARG_STRING: *(const char **)a->ptr = value; break;
+    case ARG_LIST: {
+        al_strlist *l = a->ptr;
+        if (l->n == AL_LIST_MAX) return cli_usage(cmd, "--%s given more than %d times", name, AL_LIST_MAX);
+        l->items[l->n++] = value;
+        break;
+    }
     case ARG_FLAG:
         if (strcmp(value, "1") && strcmp(value, "true") && strcmp(value, "0") && strcmp(value, "false"))
             return cli_usage(cmd, "--%s is a switch (true/false), got '%s'", name, value);
@@ -63,7 +69,11 @@ int cli_set(const char *cmd, al_arg *args, int n, const char *name, const char *
 static void print_help(const char *cmd, const char *synopsis, const al_arg *args, int n) {
     printf("usage: attnlab %s %s\n\n%s\n", cmd, synopsis ? synopsis : "[flags]", "flags:");
     for (int i = 0; i < n; i++) {
-        const char *t = args[i].type == ARG_INT ? " N" : args[i].type == ARG_DOUBLE ? " X" : args[i].type == ARG_STRING ? " S" : "";
+        const char *t = args[i].type == ARG_INT      ? " N"
+                        : args[i].type == ARG_DOUBLE ? " X"
+                        : args[i].type == ARG_STRING ? " S"
+                        : args[i].type == ARG_LIST   ? " S..."
+                                                     : "";
         char left[64];
         snprintf(left, sizeof left, "%s%s%s", strlen(args[i].name) == 1 ? "-" : "--", args[i].name, t);
         printf("  %-22s %s\n", left, args[i].help);

@@ -8,12 +8,19 @@
 
 #include "core/core.h"
 
-typedef enum { ARG_INT, ARG_DOUBLE, ARG_STRING, ARG_FLAG } al_arg_type;
+typedef enum { ARG_INT, ARG_DOUBLE, ARG_STRING, ARG_FLAG, ARG_LIST } al_arg_type;
+
+/* The destination of an ARG_LIST flag: every occurrence is appended. */
+enum { AL_LIST_MAX = 32 };
+typedef struct al_strlist {
+    const char *items[AL_LIST_MAX];
+    int n;
+} al_strlist;
 
 typedef struct al_arg {
     const char *name;   /* without the leading "--" */
     al_arg_type type;
-    void *ptr;          /* long*, double*, char** (points into argv or a static), int* */
+    void *ptr;          /* long*, double*, char** (points into argv or a static), int*, al_strlist* */
     const char *help;
     int seen;
 } al_arg;
@@ -37,6 +44,14 @@ int cmd_eval(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_heads(int argc, char **argv);
+int cmd_attnmap(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+
+/* Shared by the analysis commands (cmd_attnmap.c). */
+int read_tokens(const char *path, int max_tokens, int **tokens, int *T, al_err *err);
+/* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png */
+void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap);
 
 #endif
 

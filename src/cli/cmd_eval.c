@@ -1,7 +1,8 @@
 /*
  * cmd_eval.c: `attnlab eval`: loss and bits per byte of a model over a file
  * (default: the validation split of the data the model was trained on), and
- * optionally the logits of the first window as NPY.
+ * optionally the logits of the first window as NPY. For a vision model: test
+ * accuracy and loss over the 10,000 Fashion-MNIST test images.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -11,11 +12,53 @@
 
 #include "cli.h"
 #include "io/io.h"
+#include "train/vision.h"
+
+/* Vision models: accuracy and mean cross-entropy over the test images of
+ * `images` (default: the directory the model was trained from). Takes
+ * ownership of m. */
+static int eval_vision(const char *cmd, const char *model_dir, al_model *m, const char *images, const char *train_json,
+                       long batch, long max_images, int json) {
+    al_err err;
+    al_train_opts o;
+    al_train_opts_default(&o);
+    if (train_json) al_train_opts_from_json(&o, train_json, &err);
+    const char *dir = images ? images : o.images[0] ? o.images : AL_FMNIST_DIR;
+    al_image_set test;
+    al_acts a;
+    int failed = 0;
+    if (al_fmnist_load(&test, dir, "t10k", (int)max_images, &err)) {
+        al_model_free(m);
+        return cli_fail(cmd, err.msg);
+    }
+    double loss = NAN, acc = NAN, t0 = al_now();
+    size_t count = 0;
+    if (al_image_set_check(&test, &m->cfg, dir, &err) || al_vit_acts_create(&a, m, (int)batch, &err)) {
+        failed = cli_fail(cmd, err.msg);
+    } else {
+        if (al_vit_evaluate(m, &a, &test, 0, &loss, &acc, &count, &err)) failed = cli_fail(cmd, err.msg);
+        al_acts_free(&a);
+    }
+    double dt = al_now() - t0;
+    if (!failed) {
+        const size_t correct = (size_t)llround(acc * (double)count);
+        if (json)
+            printf("{\"model\":\"%s\",\"task\":\"vision\",\"images\":\"%s\",\"split\":\"test\",\"count\":%zu,"
+                   "\"correct\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,\"seconds\":%.3f}\n",
+                   model_dir, dir, count, correct, acc, loss, dt);
+        else
+            printf("%s: test accuracy %.2f%% (%zu of %zu images), loss %.4f nats (%s, %.0f images/s)\n", model_dir,
+                   100.0 * acc, correct, count, loss, dir, count / dt);
+    }
+    al_image_set_free(&test);
+    al_model_free(m);
+    return failed ? 1 : 0;
+}
 
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
-    const char *model_dir = NULL, *data = NULL, *logits_path = NULL;
-    long context = 0, batch = 4, max_tokens = 0, threads = 0;
+    const char *model_dir = NULL, *data = NULL, *logits_path = NULL, *images = NULL;
+    long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
     int json = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
@@ -24,21 +67,46 @@ int cmd_eval(int argc, char **argv) {
         {"batch", ARG_INT, &batch, "windows per forward pass"},
         {"max-tokens", ARG_INT, &max_tokens, "score at most N bytes (0: all)"},
         {"logits", ARG_STRING, &logits_path, "write float32 logits [T, 256] of the first window to this .npy"},
+        {"images", ARG_STRING, &images, "vision: directory of the Fashion-MNIST IDX files (default: the training run's)"},
+        {"max-images", ARG_INT, &max_images, "vision: evaluate the first N test images (0: all 10000)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"json", ARG_FLAG, &json, "print one JSON object"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "--model DIR [--data FILE] [--context T] [--logits OUT.npy]", args, n, argc, argv);
+    int rc = cli_parse(cmd, "--model DIR [--data FILE] [--context T] [--logits OUT.npy] [--images DIR]", args, n, argc,
+                       argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!model_dir) return cli_usage(cmd, "--model DIR is required");
-    if (batch <= 0 || context < 0 || max_tokens < 0) return cli_usage(cmd, "--batch must be positive, --context and --max-tokens not negative");
+    if (batch <= 0 || context < 0 || max_tokens < 0 || max_images < 0 || max_images > 100000000)
+        return cli_usage(cmd, "--batch must be positive, --context, --max-tokens and --max-images not negative");
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
     al_model m;
     char *extra = NULL;
     if (al_model_load(&m, model_dir, &extra, &err)) return cli_fail(cmd, err.msg);
+    const int vit = m.cfg.task == AL_TASK_VISION;
+    static const char *const text_only[] = {"data", "context", "max-tokens", "logits"};
+    static const char *const vision_only[] = {"images", "max-images"};
+    for (int i = 0; i < 4 + 2; i++) {
+        const char *flag = i < 4 ? text_only[i] : vision_only[i - 4];
+        if (cli_find(args, n, flag)->seen && (i < 4) == vit) {
+            al_model_free(&m);
+            free(extra);
+            return cli_usage(cmd, "--%s does not apply to %s model", flag, vit ? "a vision" : "a language");
+        }
+    }
+    if (vit) {
+        cJSON *alj = extra ? cJSON_Parse(extra) : NULL;
+        free(extra);
+        char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(alj, "train"));
+        cJSON_Delete(alj);
+        rc = eval_vision(cmd, model_dir, &m, images, tj, cli_find(args, n, "batch")->seen ? batch : 100, max_images,
+                         json);
+        free(tj);
+        return rc;
+    }
     al_train_opts o;
     al_train_opts_default(&o);
     o.context = m.cfg.max_position;

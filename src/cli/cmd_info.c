@@ -1,7 +1,9 @@
 /*
  * cmd_info.c: `attnlab info`: what a model is and what it costs: parameters,
  * FLOPs per token, and KV-cache bytes per token by the design's closed form
- * next to the bytes a decoder actually allocates for a given context.
+ * next to the bytes a decoder actually allocates for a given context. For a
+ * vision model: parameters, patches and FLOPs per image (no cache: a ViT
+ * does not decode).
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +25,60 @@ static void cache_formula(const al_config *c, char *buf, size_t cap) {
     }
 }
 
+/* The design in one line (shared by both tasks). */
+static void design_line(const al_config *c) {
+    if (c->attention == AL_ATTN_MLA)
+        printf("design      mla attention (%d heads; d_c %d, q rank %d, key dims %d + %d RoPE, value dims %d), %s scores\n",
+               c->num_heads, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim,
+               al_score_name(c->score));
+    else if (c->attention == AL_ATTN_LRKV)
+        printf("design      lrkv attention (%d heads, head dim %d, rank %d), %s scores\n", c->num_heads, c->head_dim,
+               c->lrkv_rank, al_score_name(c->score));
+    else
+        printf("design      %s attention (%d query heads, %d KV heads, head dim %d), %s scores\n",
+               al_attn_name(c->attention), c->num_heads, c->num_kv_heads, c->head_dim, al_score_name(c->score));
+}
+
+/* A vision model: its shape, parameters split by part, patches and FLOPs. */
+static int info_vision(const char *model_dir, al_model *m, int json) {
+    const al_config *c = &m->cfg;
+    const int P = al_config_num_patches(c);
+    size_t total = 0, embed = 0, head = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        total += m->params[i].numel;
+        if (!strncmp(m->params[i].name, "vit.", 4)) embed += m->params[i].numel;
+        if (!strncmp(m->params[i].name, "classifier.", 11)) head += m->params[i].numel;
+    }
+    const double fwd = al_vit_fwd_flops_per_image(m);
+    if (json) {
+        printf("{\"model\":\"%s\",\"task\":\"vision\",\"attention\":\"%s\",\"score\":\"%s\",\"layers\":%d,"
+               "\"hidden\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"kv_lora_rank\":%d,\"q_lora_rank\":%d,"
+               "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"lrkv_rank\":%d,"
+               "\"intermediate\":%d,\"image_size\":%d,\"patch_size\":%d,\"channels\":%d,\"num_labels\":%d,"
+               "\"patches\":%d,\"sequence\":%d,\"score_n\":%d,\"params\":%zu,\"params_embedding\":%zu,"
+               "\"params_blocks\":%zu,\"params_head\":%zu,\"fwd_flops_per_image\":%.6g,"
+               "\"train_flops_per_image\":%.6g}\n",
+               model_dir, al_attn_name(c->attention), al_score_name(c->score), c->num_layers, c->hidden_size,
+               c->num_heads, c->num_kv_heads, c->head_dim, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim,
+               c->qk_rope_head_dim, c->v_head_dim, c->lrkv_rank, c->intermediate_size, c->image_size, c->patch_size,
+               c->num_channels, c->num_labels, P, P + 1, c->score_n, total, embed, total - embed - head, head, fwd,
+               3 * fwd);
+    } else {
+        printf("model       %s\n", model_dir);
+        printf("task        vision transformer: %d x %d x %d images, %d x %d patches -> %d patches + CLS, %d classes\n",
+               c->num_channels, c->image_size, c->image_size, c->patch_size, c->patch_size, P, c->num_labels);
+        design_line(c);
+        if (c->score != AL_SCORE_SOFTMAX) printf("            score N = %d (bidirectional)\n", c->score_n);
+        printf("shape       %d layers, hidden %d, SwiGLU %d, bidirectional attention over %d tokens\n", c->num_layers,
+               c->hidden_size, c->intermediate_size, P + 1);
+        printf("parameters  %zu (embedding %zu, blocks %zu, classifier %zu)\n", total, embed, total - embed - head, head);
+        printf("FLOPs/image %.4g forward, %.4g training\n", fwd, 3 * fwd);
+        printf("KV cache    none (a ViT classifies whole images; it does not decode)\n");
+    }
+    al_model_free(m);
+    return 0;
+}
+
 int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
     const char *model_dir = NULL;
@@ -41,6 +97,13 @@ int cmd_info(int argc, char **argv) {
     al_err err;
     al_model m;
     if (al_model_load(&m, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
+    if (m.cfg.task == AL_TASK_VISION) {
+        if (cli_find(args, n, "context")->seen) {
+            al_model_free(&m);
+            return cli_usage(cmd, "--context does not apply to a vision model (its sequence is 1 + patches)");
+        }
+        return info_vision(model_dir, &m, json);
+    }
     const al_config *c = &m.cfg;
     int T = context > 0 ? (int)context : c->max_position;
     al_decoder dec;
@@ -74,16 +137,7 @@ int cmd_info(int argc, char **argv) {
                ratio, formula_bytes, dec.cache_bytes);
     } else {
         printf("model       %s\n", model_dir);
-        if (c->attention == AL_ATTN_MLA)
-            printf("design      mla attention (%d heads; d_c %d, q rank %d, key dims %d + %d RoPE, value dims %d), %s scores\n",
-                   c->num_heads, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim,
-                   c->v_head_dim, al_score_name(c->score));
-        else if (c->attention == AL_ATTN_LRKV)
-            printf("design      lrkv attention (%d heads, head dim %d, rank %d), %s scores\n", c->num_heads,
-                   c->head_dim, c->lrkv_rank, al_score_name(c->score));
-        else
-            printf("design      %s attention (%d query heads, %d KV heads, head dim %d), %s scores\n",
-                   al_attn_name(c->attention), c->num_heads, c->num_kv_heads, c->head_dim, al_score_name(c->score));
+        design_line(c);
         printf("shape       %d layers, hidden %d, SwiGLU %d, vocab %d, %s head, max context %d\n", c->num_layers,
                c->hidden_size, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied",
                c->max_position);

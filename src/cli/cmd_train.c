@@ -2,6 +2,10 @@
  * cmd_train.c: `attnlab train`: flags (or a preset, or a JSON file of the same
  * flag names) -> al_train_opts -> al_train. Precedence, lowest first:
  * built-in defaults, --preset, --config FILE, explicit flags.
+ * `--task vision` trains the vision transformer on Fashion-MNIST
+ * (docs/vision.md): the model flags are shared, the text-only ones
+ * (--data, --context, ...) are refused, and --patch, --images,
+ * --train-subset, --eval-images are its own.
  */
 #include <cJSON.h>
 #include <limits.h>
@@ -12,6 +16,75 @@
 #include "cli.h"
 #include "io/io.h"
 #include "model/presets.h"
+#include "train/vision.h"
+
+/* The flags only `train` has (not `bench train`): the task and the vision
+ * settings. They follow train_flags_table's entries in one args array. */
+typedef struct task_flags {
+    const char *task, *images;
+    long patch, train_subset, eval_images;
+} task_flags;
+
+enum { TASK_ARGS = 5 };
+
+/* Appends the task flags to args (returns their count). */
+static int task_flags_table(task_flags *v, al_arg *args) {
+    al_train_opts d;
+    al_train_opts_default(&d);
+    memset(v, 0, sizeof *v);
+    v->patch = 2;
+    v->eval_images = d.eval_images;
+    al_arg t[TASK_ARGS] = {
+        {"task", ARG_STRING, &v->task, "lm (default) or vision: a ViT classifying Fashion-MNIST (docs/vision.md)"},
+        {"patch", ARG_INT, &v->patch, "vision: patch side p (28 x 28 images: p = 2 gives 196 patches)"},
+        {"images", ARG_STRING, &v->images, "vision: directory of the IDX files (default " AL_FMNIST_DIR ")"},
+        {"train-subset", ARG_INT, &v->train_subset, "vision: train on the first N training images (default all 60000)"},
+        {"eval-images", ARG_INT, &v->eval_images, "vision: test images per periodic evaluation (0: all; the last uses all)"},
+    };
+    memcpy(args, t, sizeof t);
+    return TASK_ARGS;
+}
+
+/* --task vision: turns the resolved LM settings into the ViT's (image fields,
+ * bidirectional, score N = patches) and checks flag combinations. */
+static int task_resolve(const char *cmd, const task_flags *v, al_arg *args, int n, al_train_opts *o) {
+    al_task task = AL_TASK_LM;
+    if (v->task && al_task_from_name(v->task, &task))
+        return cli_usage(cmd, "unknown task '%s' (lm, vision)", v->task);
+    static const char *const vision_only[] = {"patch", "images", "train-subset", "eval-images"};
+    static const char *const text_only[] = {"data", "context", "eval-tokens", "val-fraction", "tied", "rope-theta"};
+    if (task == AL_TASK_LM) {
+        for (int i = 0; i < 4; i++)
+            if (cli_find(args, n, vision_only[i])->seen)
+                return cli_usage(cmd, "--%s applies only to --task vision", vision_only[i]);
+        return CLI_OK;
+    }
+    for (int i = 0; i < 6; i++)
+        if (cli_find(args, n, text_only[i])->seen)
+            return cli_usage(cmd, "--%s does not apply to --task vision", text_only[i]);
+    if (v->patch <= 0 || v->patch > 28 || 28 % v->patch)
+        return cli_usage(cmd, "--patch must divide the 28-pixel image side (1, 2, 4, 7, 14 or 28), got %ld", v->patch);
+    if (v->train_subset < 0 || v->train_subset > INT_MAX || v->eval_images < 0 || v->eval_images > INT_MAX)
+        return cli_usage(cmd, "--train-subset and --eval-images must not be negative");
+    al_config *c = &o->model;
+    c->task = AL_TASK_VISION;
+    c->image_size = 28;
+    c->patch_size = (int)v->patch;
+    c->num_channels = 1;
+    c->num_labels = 10;
+    c->image_mean = 0.0; /* set from the training images when the run starts */
+    c->image_std = 1.0;
+    al_config_vision_derive(c, 1); /* poly "auto", relu and sigmoid use N = patches */
+    al_err err;
+    if (al_config_validate(c, &err)) return cli_usage(cmd, "%s", err.msg);
+    /* a ViT step sees whole images: the LM's default of 8 sequences is too small a batch */
+    if (!cli_find(args, n, "batch")->seen && o->batch == 8) o->batch = 64;
+    o->context = c->max_position;
+    o->train_subset = (int)v->train_subset;
+    o->eval_images = (int)v->eval_images;
+    if (v->images) snprintf(o->images, sizeof o->images, "%s", v->images);
+    return CLI_OK;
+}
 
 int train_flags_table(train_flags *f, al_arg *args) {
     al_train_opts d;
@@ -59,7 +132,7 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"lrkv-rank", ARG_INT, &f->lrkv_rank, "LRKV: per-head residual rank r, even (default head dim / 2)"},
         {"score", ARG_STRING, &f->score, "attention weights: softmax | poly | relu | sigmoid (default softmax)"},
         {"poly-power", ARG_INT, &f->poly_power, "poly: weights c s^p, integer p >= 1 (default 3)"},
-        {"poly-scale", ARG_STRING, &f->poly_scale, "poly: c, a positive number or auto = 1/sqrt(context) (default auto)"},
+        {"poly-scale", ARG_STRING, &f->poly_scale, "poly: c, a positive number or auto = 1/sqrt(N), N = context or patches (default auto)"},
         {"ffn", ARG_INT, &f->ffn, "SwiGLU width (default 8/3 hidden, rounded up to 16)"},
         {"tied", ARG_FLAG, &f->tied, "tie the LM head to the embedding"},
         {"rope-theta", ARG_DOUBLE, &f->rope_theta, "RoPE base"},
@@ -274,14 +347,17 @@ static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_
 int cmd_train(int argc, char **argv) {
     const char *cmd = "train";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS];
+    task_flags v;
+    al_arg args[TRAIN_MAX_ARGS + TASK_ARGS];
     int n = train_flags_table(&f, args);
-    int rc = cli_parse(cmd, "--out DIR [--preset NAME] [--config FILE] [flags]", args, n, argc, argv);
+    n += task_flags_table(&v, args + n);
+    int rc = cli_parse(cmd, "--out DIR [--task lm|vision] [--preset NAME] [--config FILE] [flags]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!f.out) return cli_usage(cmd, "--out DIR is required");
     al_train_opts o;
     rc = f.resume ? resume_opts(cmd, &f, args, n, &o) : train_flags_resolve(cmd, &f, args, n, &o);
+    if (!rc && !f.resume) rc = task_resolve(cmd, &v, args, n, &o);
     if (rc) return rc;
     al_err err;
     rc = al_train(&o, &err);

@@ -17,6 +17,9 @@ static const struct {
     {"eval", cmd_eval, "loss and bits per byte of a model on a file"},
     {"generate", cmd_generate, "sample text with a KV cache"},
     {"info", cmd_info, "parameters, FLOPs and KV-cache sizes of a model"},
+    {"attnmap", cmd_attnmap, "attention weights of chosen heads over a long input, with statistics"},
+    {"heads", cmd_heads, "head similarity and effective rank across KV designs"},
+    {"compare", cmd_compare, "the same head of several models side by side (e.g. poly vs softmax)"},
     {"bench", cmd_bench, "measure speed against this machine's ceilings"},
 };
 

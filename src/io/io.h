@@ -1,6 +1,6 @@
 /*
  * io.h: files attnlab reads and writes: whole-file reads, atomic writes,
- * safetensors, NPY.
+ * safetensors, NPY, IDX.
  *
  * Atomic writes: every output file is written to "<path>.tmp.<pid>", fsync'd,
  * then renamed over <path> (and the directory fsync'd), so a crash or kill at
@@ -91,5 +91,22 @@ float al_f16_to_f32(uint16_t h);
 float al_bf16_to_f32(uint16_t b);
 uint16_t al_f32_to_bf16(float f);
 uint16_t al_f32_to_f16(float f);
+
+/* ---- IDX (the MNIST / Fashion-MNIST format) ----
+ * Big-endian: two zero bytes, a type byte (only 0x08, unsigned bytes, is
+ * supported), the number of dimensions n (1..AL_IDX_MAX_DIMS), n u32
+ * dimensions, then the data in C order. Read through zlib, so the file may be
+ * gzip-compressed (.gz) or plain. Truncated files, a wrong magic, an unknown
+ * type, a zero dimension or bytes beyond what the dimensions say are refused
+ * with one line naming the file. */
+enum { AL_IDX_MAX_DIMS = 4 };
+typedef struct al_idx {
+    int ndim;
+    int64_t dims[AL_IDX_MAX_DIMS];
+    size_t n;       /* product of dims */
+    uint8_t *data;  /* n bytes, malloc'd */
+} al_idx;
+int al_idx_read(const char *path, al_idx *out, al_err *err);
+void al_idx_free(al_idx *x);
 
 #endif

@@ -4,7 +4,10 @@
  * Reading is strict where a wrong value would silently mis-run a model
  * (non-integer sizes, unknown attention/score names, a kv-head count that does
  * not divide the heads) and lenient where HF leaves keys optional (defaults as
- * transformers' LlamaConfig).
+ * transformers' LlamaConfig). A vision transformer (task "vision") is saved
+ * under the architecture name AttnlabViTForImageClassification with the image
+ * keys of HF's ViTConfig (image_size, patch_size, num_channels) plus
+ * num_labels and the pixel statistics (docs/vision.md).
  */
 #include "config.h"
 
@@ -18,9 +21,18 @@
 
 static const char *attn_names[AL_ATTN_COUNT] = {"mha", "gqa", "mqa", "mla", "lrkv"};
 static const char *score_names[AL_SCORE_COUNT] = {"softmax", "poly", "relu", "sigmoid"};
+static const char *task_names[AL_TASK_COUNT] = {"lm", "vision"};
+#define VIT_ARCH "AttnlabViTForImageClassification"
 
 const char *al_attn_name(al_attn_kind k) { return (unsigned)k < AL_ATTN_COUNT ? attn_names[k] : "?"; }
 const char *al_score_name(al_score_kind k) { return (unsigned)k < AL_SCORE_COUNT ? score_names[k] : "?"; }
+const char *al_task_name(al_task t) { return (unsigned)t < AL_TASK_COUNT ? task_names[t] : "?"; }
+
+int al_task_from_name(const char *s, al_task *t) {
+    for (int i = 0; i < AL_TASK_COUNT; i++)
+        if (s && strcmp(s, task_names[i]) == 0) return *t = (al_task)i, 0;
+    return -1;
+}
 
 int al_attn_from_name(const char *s, al_attn_kind *k) {
     for (int i = 0; i < AL_ATTN_COUNT; i++)
@@ -55,6 +67,54 @@ void al_config_default(al_config *c) {
     c->score_n = c->max_position;
 }
 
+int al_config_num_patches(const al_config *c) {
+    if (c->task != AL_TASK_VISION || c->patch_size <= 0) return 0;
+    const int g = c->image_size / c->patch_size;
+    return g * g;
+}
+
+void al_config_vision_derive(al_config *c, int score_n_too) {
+    if (c->task != AL_TASK_VISION) return;
+    const int P = al_config_num_patches(c);
+    c->max_position = 1 + P;
+    c->bidirectional = 1;
+    c->vocab_size = 0;
+    c->tie_word_embeddings = 0;
+    if (score_n_too) c->score_n = P > 0 ? P : 1;
+}
+
+void al_config_vision_default(al_config *c) {
+    al_config_default(c);
+    c->task = AL_TASK_VISION;
+    c->image_size = 28;
+    c->patch_size = 2;
+    c->num_channels = 1;
+    c->num_labels = 10;
+    c->image_mean = 0.0;
+    c->image_std = 1.0;
+    al_config_vision_derive(c, 1);
+}
+
+/* The vision fields: divisible patches, a sane number of channels and
+ * classes, finite pixel statistics, and the derived fields in agreement. */
+static int validate_vision(const al_config *c, al_err *err) {
+    if (c->image_size <= 0 || c->patch_size <= 0 || c->num_channels <= 0)
+        return al_errf(err, "invalid config: image_size, patch_size and num_channels must be positive");
+    if (c->image_size > 4096 || c->num_channels > 64)
+        return al_errf(err, "invalid config: images beyond 4096 pixels or 64 channels are not supported");
+    if (c->image_size % c->patch_size)
+        return al_errf(err, "invalid config: patch_size %d does not divide image_size %d", c->patch_size, c->image_size);
+    if (c->num_labels < 2 || c->num_labels > 65536)
+        return al_errf(err, "invalid config: num_labels must be in 2..65536, got %d", c->num_labels);
+    if (!isfinite(c->image_mean) || !(c->image_std > 0) || !isfinite(c->image_std))
+        return al_errf(err, "invalid config: image_std must be positive and image_mean finite");
+    if (!c->bidirectional) return al_errf(err, "invalid config: a vision transformer attends bidirectionally");
+    if (c->max_position != 1 + al_config_num_patches(c))
+        return al_errf(err, "invalid config: max_position %d is not 1 + %d patches", c->max_position,
+                       al_config_num_patches(c));
+    return 0;
+}
+
 int al_config_validate(const al_config *c, al_err *err) {
     const struct { const char *name; int v; } pos[] = {
         {"hidden_size", c->hidden_size},     {"intermediate_size", c->intermediate_size},
@@ -63,8 +123,15 @@ int al_config_validate(const al_config *c, al_err *err) {
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v <= 0) return al_errf(err, "invalid config: %s must be positive, got %d", pos[i].name, pos[i].v);
-    if (c->vocab_size != 256)
-        return al_errf(err, "invalid config: vocab_size must be 256 (bytes), got %d", c->vocab_size);
+    if ((unsigned)c->task >= AL_TASK_COUNT) return al_errf(err, "invalid config: unknown task");
+    if (c->task == AL_TASK_VISION) {
+        if (validate_vision(c, err)) return -1;
+    } else {
+        if (c->vocab_size != 256)
+            return al_errf(err, "invalid config: vocab_size must be 256 (bytes), got %d", c->vocab_size);
+        if (c->bidirectional)
+            return al_errf(err, "invalid config: a language model attends causally (bidirectional is for task vision)");
+    }
     if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
         return al_errf(err, "invalid config: rms_norm_eps must be positive");
     if (!(c->rope_theta > 1) || !isfinite(c->rope_theta))
@@ -113,7 +180,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     int rc = -1, have_heads = 0, have_hd = 0, have_kv = 0, tmp;
     double num = 0;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    int is_mla = 0, is_attnlab = 0;
+    int is_mla = 0, is_attnlab = 0, is_vit = 0, have_score_n = 0;
     if (arch) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
         if (!cJSON_IsString(a0)) {
@@ -122,26 +189,45 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         }
         is_mla = strcmp(a0->valuestring, "DeepseekV2ForCausalLM") == 0;
         is_attnlab = strcmp(a0->valuestring, "AttnlabForCausalLM") == 0;
-        if (!is_mla && !is_attnlab && strcmp(a0->valuestring, "LlamaForCausalLM") != 0) {
-            al_errf(err, "unsupported architecture '%s' (attnlab reads LlamaForCausalLM, DeepseekV2ForCausalLM, AttnlabForCausalLM)",
+        is_vit = strcmp(a0->valuestring, VIT_ARCH) == 0;
+        if (!is_mla && !is_attnlab && !is_vit && strcmp(a0->valuestring, "LlamaForCausalLM") != 0) {
+            al_errf(err, "unsupported architecture '%s' (attnlab reads LlamaForCausalLM, DeepseekV2ForCausalLM, "
+                         "AttnlabForCausalLM, " VIT_ARCH ")",
                     a0->valuestring);
             goto done;
         }
     }
-    if (get_int(root, "vocab_size", &c->vocab_size, err) < 0) goto done;
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
+    /* MLA's shape keys: with DeepseekV2's architecture, or a ViT whose block says mla */
+    const cJSON *al_attn = cJSON_IsObject(al) ? cJSON_GetObjectItemCaseSensitive(al, "attention") : NULL;
+    const int mla_keys = is_mla || (is_vit && cJSON_IsString(al_attn) && strcmp(al_attn->valuestring, "mla") == 0);
+    if (is_vit) {
+        c->task = AL_TASK_VISION;
+        c->image_size = 28;
+        c->patch_size = 2;
+        c->num_channels = 1;
+        c->num_labels = 10;
+        c->image_std = 1.0;
+        if (get_int(root, "image_size", &c->image_size, err) < 0 || get_int(root, "patch_size", &c->patch_size, err) < 0 ||
+            get_int(root, "num_channels", &c->num_channels, err) < 0 ||
+            get_int(root, "num_labels", &c->num_labels, err) < 0 ||
+            get_num(root, "image_mean", &c->image_mean, err) < 0 || get_num(root, "image_std", &c->image_std, err) < 0)
+            goto done;
+    }
+    if (!is_vit && get_int(root, "vocab_size", &c->vocab_size, err) < 0) goto done;
     if (get_int(root, "hidden_size", &c->hidden_size, err) < 0) goto done;
     if (get_int(root, "intermediate_size", &c->intermediate_size, err) < 0) goto done;
     if (get_int(root, "num_hidden_layers", &c->num_layers, err) < 0) goto done;
     if ((have_heads = get_int(root, "num_attention_heads", &c->num_heads, err)) < 0) goto done;
     if ((have_kv = get_int(root, "num_key_value_heads", &tmp, err)) < 0) goto done;
     if ((have_hd = get_int(root, "head_dim", &c->head_dim, err)) < 0) goto done;
-    if (get_int(root, "max_position_embeddings", &c->max_position, err) < 0) goto done;
+    if (!is_vit && get_int(root, "max_position_embeddings", &c->max_position, err) < 0) goto done;
     if ((tmp = get_num(root, "rms_norm_eps", &num, err)) < 0) goto done;
     if (tmp) c->rms_norm_eps = (float)num;
     if ((tmp = get_num(root, "rope_theta", &num, err)) < 0) goto done;
     if (tmp) c->rope_theta = num;
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-    c->tie_word_embeddings = cJSON_IsTrue(tie);
+    c->tie_word_embeddings = !is_vit && cJSON_IsTrue(tie);
     if (!have_heads || c->num_heads <= 0) {
         al_errf(err, "invalid config: num_attention_heads must be positive");
         goto done;
@@ -152,7 +238,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     } else {
         c->num_kv_heads = c->num_heads;
     }
-    if (is_mla) {
+    if (mla_keys) {
         if (get_int(root, "kv_lora_rank", &c->kv_lora_rank, err) < 0 ||
             get_int(root, "q_lora_rank", &c->q_lora_rank, err) < 0 ||
             get_int(root, "qk_nope_head_dim", &c->qk_nope_head_dim, err) < 0 ||
@@ -172,7 +258,6 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     c->score_n = c->max_position;
     /* attention kind: from our block, else from the architecture and head counts */
     c->attention = is_mla ? AL_ATTN_MLA : c->num_kv_heads == c->num_heads ? AL_ATTN_MHA : c->num_kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
-    const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
     if (al) {
         if (!cJSON_IsObject(al)) {
             al_errf(err, "invalid config: \"attnlab\" must be an object");
@@ -200,14 +285,27 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
             al_errf(err, "invalid config: poly_scale must be a positive number or \"auto\"");
             goto done;
         }
-        if (get_int(al, "score_n", &c->score_n, err) < 0) goto done;
+        if ((have_score_n = get_int(al, "score_n", &c->score_n, err)) < 0) goto done;
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(al, "task");
+        al_task task = AL_TASK_LM;
+        if (t && (!cJSON_IsString(t) || al_task_from_name(t->valuestring, &task))) {
+            al_errf(err, "invalid config: unknown task '%s' (expected lm or vision)", cJSON_IsString(t) ? t->valuestring : "?");
+            goto done;
+        }
+        if (t && (task == AL_TASK_VISION) != is_vit) {
+            al_errf(err, "invalid config: task 'vision' goes with architecture " VIT_ARCH);
+            goto done;
+        }
         if (extra_out) *extra_out = cJSON_PrintUnformatted(al);
     }
-    if ((is_mla && c->attention != AL_ATTN_MLA) || (c->attention == AL_ATTN_MLA && !is_mla)) {
+    if (is_vit) {
+        /* any design and score function; the architecture name says nothing about them */
+        al_config_vision_derive(c, !have_score_n);
+    } else if ((is_mla && c->attention != AL_ATTN_MLA) || (c->attention == AL_ATTN_MLA && !is_mla)) {
         al_errf(err, "invalid config: attention 'mla' goes with architecture DeepseekV2ForCausalLM");
         goto done;
     }
-    if ((c->attention == AL_ATTN_LRKV) != is_attnlab) {
+    if (!is_vit && (c->attention == AL_ATTN_LRKV) != is_attnlab) {
         al_errf(err, "invalid config: attention 'lrkv' goes with architecture AttnlabForCausalLM");
         goto done;
     }
@@ -218,7 +316,8 @@ done:
 }
 
 const char *al_config_architecture(const al_config *c) {
-    return c->attention == AL_ATTN_MLA    ? "DeepseekV2ForCausalLM"
+    return c->task == AL_TASK_VISION      ? VIT_ARCH
+           : c->attention == AL_ATTN_MLA    ? "DeepseekV2ForCausalLM"
            : c->attention == AL_ATTN_LRKV ? "AttnlabForCausalLM"
                                           : "LlamaForCausalLM";
 }
@@ -237,10 +336,21 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString(al_config_architecture(c)));
-    cJSON_AddStringToObject(root, "model_type", c->attention == AL_ATTN_MLA    ? "deepseek_v2"
+    const int vit = c->task == AL_TASK_VISION;
+    cJSON_AddStringToObject(root, "model_type", vit                            ? "attnlab_vit"
+                                                : c->attention == AL_ATTN_MLA  ? "deepseek_v2"
                                                 : c->attention == AL_ATTN_LRKV ? "attnlab"
                                                                                : "llama");
-    cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    if (vit) {
+        cJSON_AddNumberToObject(root, "image_size", c->image_size);
+        cJSON_AddNumberToObject(root, "patch_size", c->patch_size);
+        cJSON_AddNumberToObject(root, "num_channels", c->num_channels);
+        cJSON_AddNumberToObject(root, "num_labels", c->num_labels);
+        cJSON_AddNumberToObject(root, "image_mean", c->image_mean);
+        cJSON_AddNumberToObject(root, "image_std", c->image_std);
+    } else {
+        cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    }
     cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
     cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_layers);
@@ -254,19 +364,23 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
         cJSON_AddNumberToObject(root, "qk_rope_head_dim", c->qk_rope_head_dim);
         cJSON_AddNumberToObject(root, "v_head_dim", c->v_head_dim);
         /* dense MLP in every layer, read the same by HF's native and remote DeepseekV2 code */
-        cJSON_AddNullToObject(root, "n_routed_experts");
-        cJSON_AddNullToObject(root, "n_shared_experts");
-        cJSON_AddNumberToObject(root, "first_k_dense_replace", c->num_layers);
-        cJSON_AddNumberToObject(root, "moe_layer_freq", 1);
-        cJSON_AddNullToObject(root, "rope_scaling");
+        if (!vit) {
+            cJSON_AddNullToObject(root, "n_routed_experts");
+            cJSON_AddNullToObject(root, "n_shared_experts");
+            cJSON_AddNumberToObject(root, "first_k_dense_replace", c->num_layers);
+            cJSON_AddNumberToObject(root, "moe_layer_freq", 1);
+            cJSON_AddNullToObject(root, "rope_scaling");
+        }
     } else {
         cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
     }
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
-    cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position);
-    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    if (!vit) { /* a ViT has no RoPE, and its sequence length follows from the patches */
+        cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
+        cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position);
+        cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    }
     cJSON_AddBoolToObject(root, "attention_bias", 0);
     cJSON_AddBoolToObject(root, "mlp_bias", 0);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
@@ -281,6 +395,8 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     cJSON_DeleteItemFromObjectCaseSensitive(al, "poly_power");
     cJSON_DeleteItemFromObjectCaseSensitive(al, "poly_scale");
     cJSON_DeleteItemFromObjectCaseSensitive(al, "score_n");
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "task");
+    if (vit) cJSON_AddStringToObject(al, "task", al_task_name(c->task));
     cJSON_AddStringToObject(al, "attention", al_attn_name(c->attention));
     cJSON_AddStringToObject(al, "score", al_score_name(c->score));
     /* softmax has no parameters; the others carry what reproduces them at any length */

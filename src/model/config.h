@@ -1,6 +1,9 @@
 /*
  * config.h: the model configuration: one struct that mirrors a Hugging Face
  * config.json (Llama keys) plus attnlab's own block {"attnlab": {...}}.
+ * Two tasks share it: the byte-level language model (task "lm") and the
+ * vision transformer (task "vision", docs/vision.md), which adds the image
+ * fields and always attends bidirectionally.
  *
  * The struct is the single source of truth for shapes; al_config_validate
  * refuses impossible ones with a one-line reason before anything allocates.
@@ -12,6 +15,7 @@
 
 typedef enum { AL_ATTN_MHA, AL_ATTN_GQA, AL_ATTN_MQA, AL_ATTN_MLA, AL_ATTN_LRKV, AL_ATTN_COUNT } al_attn_kind;
 typedef enum { AL_SCORE_SOFTMAX, AL_SCORE_POLY, AL_SCORE_RELU, AL_SCORE_SIGMOID, AL_SCORE_COUNT } al_score_kind;
+typedef enum { AL_TASK_LM, AL_TASK_VISION, AL_TASK_COUNT } al_task;
 
 typedef struct al_config {
     int vocab_size;          /* 256: bytes */
@@ -40,16 +44,39 @@ typedef struct al_config {
     int poly_power;      /* >= 1, default 3 */
     double poly_scale;   /* > 0, used unless poly_scale_auto */
     int poly_scale_auto; /* default 1 */
-    int score_n;         /* N >= 1; default: max_position (the training context) */
+    int score_n;         /* N >= 1; default: max_position (the training context),
+                            for vision the number of patches */
+    /* task and attention mask. bidirectional reaches the score kernels
+     * through al_attn_set_score: 0 causal (lm), 1 no mask (vision). */
+    al_task task;
+    int bidirectional;
+    /* vision (task AL_TASK_VISION): square images of num_channels x
+     * image_size^2 pixels cut into patch_size^2 patches; num_labels classes;
+     * pixels enter as (x / 255 - image_mean) / image_std. For vision the
+     * sequence is the CLS token plus the patches: max_position = 1 +
+     * patches, derived (al_config_vision_derive), and vocab_size is 0. */
+    int image_size, patch_size, num_channels, num_labels;
+    double image_mean, image_std;
 } al_config;
 
 const char *al_attn_name(al_attn_kind k);
+const char *al_task_name(al_task t);
+int al_task_from_name(const char *s, al_task *t);
 const char *al_score_name(al_score_kind k);
 int al_attn_from_name(const char *s, al_attn_kind *k);
 int al_score_from_name(const char *s, al_score_kind *k);
 
 /* Fills defaults for a small byte-level Llama. */
 void al_config_default(al_config *c);
+/* Fills defaults for a small Fashion-MNIST ViT (28 x 28 x 1, 2 x 2 patches,
+ * 10 classes), with the fields al_config_vision_derive sets. */
+void al_config_vision_default(al_config *c);
+/* Vision: sets what follows from the image fields: max_position = 1 +
+ * patches, bidirectional = 1, vocab_size = 0 and (when `score_n_too`) the
+ * score functions' N = patches. No-op for the language model. */
+void al_config_vision_derive(al_config *c, int score_n_too);
+/* Patches per image ((image_size / patch_size)^2), 0 for the language model. */
+int al_config_num_patches(const al_config *c);
 /* Refuses impossible shapes: one line naming the problem. Checks what every
  * design shares, then the design's own rules (its ops->validate). */
 int al_config_validate(const al_config *c, al_err *err);

@@ -1,12 +1,17 @@
 /*
  * model.c: parameter table and arenas, initialisation, checkpoints, the
- * training forward/backward over a batch, and single-token decoding.
- * Data flow of a step: embedding -> L x [RMSNorm -> attention design ->
- * residual -> RMSNorm -> SwiGLU -> residual] -> RMSNorm -> LM head ->
- * cross-entropy, then the same in reverse.
+ * training forward/backward over a batch for both tasks, and single-token
+ * decoding (LM).
+ * Data flow of an LM step: embedding -> blocks -> RMSNorm -> LM head ->
+ * cross-entropy; of a ViT step: patches -> linear + bias, CLS, + positions ->
+ * blocks -> RMSNorm of the CLS row -> classifier -> cross-entropy. The blocks,
+ * L x [RMSNorm -> attention design -> residual -> RMSNorm -> SwiGLU ->
+ * residual], are one pair of functions (blocks_fwd / blocks_bwd) that both
+ * run; backward is the same in reverse.
  */
 #include "model.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -20,6 +25,7 @@
 
 static int add_param(al_model *m, int cap, const char *name, int ndim, int64_t r, int64_t c, al_init_kind init,
                      float std, int decay) {
+    assert(m->n_params < cap); /* the table's capacity is computed from the same config */
     if (m->n_params >= cap) return -1;
     al_param *p = &m->params[m->n_params++];
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -37,11 +43,22 @@ static int add_param(al_model *m, int cap, const char *name, int ndim, int64_t r
     return 0;
 }
 
-static void set_views(al_model *m, float *base, al_layer_ptrs *layers, float **embed, float **final_norm,
-                      float **head) {
+/* Points the top-level views (when `top`) and the per-layer pointers of
+ * `layers` into `base` (the weights or the gradients), walking the parameter
+ * table in the order al_model_create laid it out. */
+static void set_views(al_model *m, float *base, al_layer_ptrs *layers, int top) {
     const al_config *c = &m->cfg;
+    const int vit = c->task == AL_TASK_VISION;
+    float *embed = NULL, *head = NULL, *pw = NULL, *pb = NULL, *cls = NULL, *pos = NULL, *cw = NULL, *cb = NULL;
     int i = 0;
-    *embed = base + m->params[i++].offset;
+    if (vit) {
+        pw = base + m->params[i++].offset;
+        pb = base + m->params[i++].offset;
+        cls = base + m->params[i++].offset;
+        pos = base + m->params[i++].offset;
+    } else {
+        embed = base + m->params[i++].offset;
+    }
     for (int l = 0; l < c->num_layers; l++) {
         al_layer_ptrs *L = &layers[l];
         al_param_spec specs[AL_ATTN_MAX_PARAMS];
@@ -57,8 +74,33 @@ static void set_views(al_model *m, float *base, al_layer_ptrs *layers, float **e
         L->up = base + m->params[i++].offset;
         L->down = base + m->params[i++].offset;
     }
-    *final_norm = base + m->params[i++].offset;
-    *head = c->tie_word_embeddings ? *embed : base + m->params[i++].offset;
+    float *final_norm = base + m->params[i++].offset;
+    if (vit) {
+        cw = base + m->params[i++].offset;
+        cb = base + m->params[i++].offset;
+    } else {
+        head = c->tie_word_embeddings ? embed : base + m->params[i++].offset;
+    }
+    if (!top) return;
+    m->embed = embed;
+    m->final_norm = final_norm;
+    m->lm_head = head;
+    m->patch_w = pw;
+    m->patch_b = pb;
+    m->cls = cls;
+    m->pos = pos;
+    m->cls_w = cw;
+    m->cls_b = cb;
+}
+
+/* RoPE tables of angle 0 (cos 1, sin 0): the ViT's positions are learned
+ * embeddings, and an identity rotation lets every design run unchanged. */
+static void rope_identity(al_rope_table *t) {
+    if (!t->cos) return;
+    for (size_t i = 0; i < (size_t)t->max_pos * t->half; i++) {
+        t->cos[i] = 1.0f;
+        t->sin[i] = 0.0f;
+    }
 }
 
 int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
@@ -72,7 +114,8 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
     const int64_t d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size;
     al_param_spec specs[AL_ATTN_MAX_PARAMS];
     int na = m->attn->params(c, specs);
-    int cap = 3 + c->num_layers * (5 + na);
+    const int vit = c->task == AL_TASK_VISION;
+    int cap = 8 + c->num_layers * (5 + na); /* input side (<= 4) + final norm + output side (<= 2) */
     m->params = calloc((size_t)cap, sizeof *m->params);
     m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
     m->glayers = calloc((size_t)c->num_layers, sizeof *m->glayers);
@@ -82,7 +125,16 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
     }
     float std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     char name[96];
-    add_param(m, cap, "model.embed_tokens.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    if (vit) {
+        /* ViT input side: patch embedding (a Conv2d of stride p, as a matrix), CLS token, positions */
+        const int64_t pp = (int64_t)c->num_channels * c->patch_size * c->patch_size;
+        add_param(m, cap, "vit.patch_embed.weight", 2, d, pp, AL_INIT_NORMAL, 0.02f, 1);
+        add_param(m, cap, "vit.patch_embed.bias", 1, d, 1, AL_INIT_ZEROS, 0, 0);
+        add_param(m, cap, "vit.cls_token", 1, d, 1, AL_INIT_NORMAL, 0.02f, 0);
+        add_param(m, cap, "vit.pos_embed", 2, c->max_position, d, AL_INIT_NORMAL, 0.02f, 0);
+    } else {
+        add_param(m, cap, "model.embed_tokens.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    }
     for (int l = 0; l < c->num_layers; l++) {
         snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
         add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
@@ -101,7 +153,12 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
         add_param(m, cap, name, 2, d, f, AL_INIT_NORMAL, std_out, 1);
     }
     add_param(m, cap, "model.norm.weight", 1, d, 1, AL_INIT_ONES, 0, 0);
-    if (!c->tie_word_embeddings) add_param(m, cap, "lm_head.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    if (vit) {
+        add_param(m, cap, "classifier.weight", 2, c->num_labels, d, AL_INIT_NORMAL, 0.02f, 1);
+        add_param(m, cap, "classifier.bias", 1, c->num_labels, 1, AL_INIT_ZEROS, 0, 0);
+    } else if (!c->tie_word_embeddings) {
+        add_param(m, cap, "lm_head.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
+    }
     int rope_dims[2];
     m->attn->rope_dims(c, rope_dims);
     m->w = al_alloc(sizeof(float) * m->n_floats);
@@ -110,7 +167,11 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
         al_model_free(m);
         return al_errf(err, "out of memory for %zu parameters", m->n_floats);
     }
-    set_views(m, m->w, m->layers, &m->embed, &m->final_norm, &m->lm_head);
+    if (vit) {
+        rope_identity(&m->rope);
+        rope_identity(&m->rope_aux);
+    }
+    set_views(m, m->w, m->layers, 1);
     return 0;
 }
 
@@ -141,8 +202,7 @@ int al_model_alloc_grads(al_model *m, al_err *err) {
     if (m->g) return 0;
     m->g = al_alloc(sizeof(float) * m->n_floats);
     if (!m->g) return al_errf(err, "out of memory for gradients");
-    float *e, *n, *h;
-    set_views(m, m->g, m->glayers, &e, &n, &h);
+    set_views(m, m->g, m->glayers, 0);
     for (int l = 0; l < m->cfg.num_layers; l++)
         for (int a = 0; a < AL_ATTN_MAX_PARAMS; a++) m->layers[l].attn.g[a] = m->glayers[l].attn.w[a];
     return 0;
@@ -155,7 +215,9 @@ void al_model_zero_grads(al_model *m) {
 size_t al_model_matmul_params(const al_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->n_params; i++)
-        if (m->params[i].ndim == 2 && strcmp(m->params[i].name, "model.embed_tokens.weight") != 0) n += m->params[i].numel;
+        if (m->params[i].ndim == 2 && strcmp(m->params[i].name, "model.embed_tokens.weight") != 0 &&
+            strcmp(m->params[i].name, "vit.pos_embed") != 0)
+            n += m->params[i].numel;
     if (m->cfg.tie_word_embeddings) n += (size_t)m->cfg.vocab_size * m->cfg.hidden_size; /* the head's product */
     return n;
 }
@@ -174,6 +236,27 @@ double al_model_fwd_flops_per_token(const al_model *m, int T) {
 }
 
 double al_model_train_flops_per_token(const al_model *m, int T) { return 3.0 * al_model_fwd_flops_per_token(m, T); }
+
+double al_vit_fwd_flops_per_image(const al_model *m) {
+    const al_config *c = &m->cfg;
+    const double T = c->max_position, P = T - 1;
+    double block = 0, patch = 0, head = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const al_param *p = &m->params[i];
+        if (p->ndim != 2) continue;
+        if (!strncmp(p->name, "model.layers.", 13)) block += (double)p->numel;
+        else if (!strcmp(p->name, "vit.patch_embed.weight")) patch += (double)p->numel;
+        else if (!strcmp(p->name, "classifier.weight")) head += (double)p->numel;
+    }
+    int dk = c->head_dim, dv = c->head_dim;
+    if (c->attention == AL_ATTN_MLA) {
+        dk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+        dv = c->v_head_dim;
+    }
+    /* every query against all T keys: q.k and p.v, 2 x (dk + dv) per pair and head */
+    const double attn = (double)c->num_layers * c->num_heads * 2.0 * (dk + dv) * T * T;
+    return 2.0 * (block * T + patch * P + head) + attn;
+}
 
 /* ---- checkpoints ---- */
 
@@ -245,8 +328,15 @@ fail:
 int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
     memset(a, 0, sizeof *a);
     const al_config *c = &m->cfg;
+    const int vit = c->task == AL_TASK_VISION;
     if (T > c->max_position) return al_errf(err, "context %d exceeds max_position_embeddings %d", T, c->max_position);
+    if (vit && T != c->max_position)
+        return al_errf(err, "a vision batch is 1 + %d patches per image, not %d tokens", c->max_position - 1, T);
     const size_t N = (size_t)B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size, L = c->num_layers;
+    /* LM: logits per token over the bytes; ViT: per image over the classes */
+    const size_t n_logits = vit ? (size_t)B * c->num_labels : N * V;
+    const size_t pp = vit ? (size_t)c->num_channels * c->patch_size * c->patch_size : 0;
+    const size_t n_patch = vit ? (size_t)B * (T - 1) * pp : 0, n_cls = vit ? (size_t)B * d : 0;
     a->B = B;
     a->T = T;
     a->attn_saved_per_layer = (m->attn->saved_floats(c, B, T) + 15) & ~(size_t)15;
@@ -254,12 +344,13 @@ int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
         (L + 1) * N * d,                 /* x_in */
         L * N * d, L * N, L * a->attn_saved_per_layer, L * N * d, L * N * d, L * N, /* xn1 rstd1 saved x_mid xn2 rstd2 */
         L * N * f, L * N * f, L * N * f, /* gate up hmid */
-        N * d, N, N * V, N * V,          /* xnf rstdf logits dlogits */
+        N * d, N, n_logits, n_logits,    /* xnf rstdf logits dlogits */
         N * d, N * d, N * f, N * f, N * f, m->attn->scratch_floats(c, B, T), /* dres dtmp dh dg du scratch */
+        n_patch, n_cls, n_cls,           /* ViT: patches cls_x cls_dx */
     };
     float **ptrs[] = {&a->x_in, &a->xn1, &a->rstd1, &a->attn_saved, &a->x_mid, &a->xn2, &a->rstd2, &a->gate, &a->up,
                       &a->hmid, &a->xnf, &a->rstdf, &a->logits, &a->dlogits, &a->dres, &a->dtmp, &a->dh, &a->dg,
-                      &a->du, &a->attn_scratch};
+                      &a->du, &a->attn_scratch, &a->patches, &a->cls_x, &a->cls_dx};
     enum { NBUF = sizeof ptrs / sizeof ptrs[0] };
     size_t total = 0;
     for (int i = 0; i < NBUF; i++) total += (sizes[i] + 15) & ~(size_t)15;
@@ -273,10 +364,18 @@ int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
     a->n_floats = total;
     float *p = a->arena;
     for (int i = 0; i < NBUF; i++) {
-        *ptrs[i] = p;
+        *ptrs[i] = sizes[i] ? p : NULL;
         p += (sizes[i] + 15) & ~(size_t)15;
     }
     return 0;
+}
+
+int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err) {
+    if (m->cfg.task != AL_TASK_VISION) {
+        memset(a, 0, sizeof *a);
+        return al_errf(err, "not a vision model");
+    }
+    return al_acts_create(a, m, B, m->cfg.max_position, err);
 }
 
 void al_acts_free(al_acts *a) {
@@ -292,12 +391,14 @@ static void add_vec(float *out, const float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = x[i] + y[i];
 }
 
-double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets) {
+/* The transformer blocks, shared by both tasks: a->x_in[0] [B*T, d] (filled
+ * by the caller's embedding) -> a->x_in[L] [B*T, d], saving what
+ * blocks_bwd needs. The mask (causal or not) comes from the config through
+ * the design's score shape. */
+static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
-    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size;
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
-    memcpy(a->tokens, tokens, sizeof(int) * N);
-    al_embed_fwd(a->x_in, m->embed, tokens, N, d);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
         float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
@@ -312,29 +413,15 @@ double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const 
         al_linear_fwd(a->dtmp, hmid, L->down, N, f, d, 0);
         add_vec(x + Nd, x_mid, a->dtmp, Nd);
     }
-    al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, N, d, c->rms_norm_eps);
-    al_linear_fwd(a->logits, a->xnf, m->lm_head, N, d, V, 0);
-    if (!targets) return 0.0;
-    int count = 0;
-    for (int i = 0; i < N; i++) {
-        a->targets[i] = targets[i];
-        count += targets[i] >= 0;
-    }
-    if (count == 0) return 0.0;
-    double sum = al_xent_fwd_bwd(a->dlogits, a->logits, targets, N, V, 1.0f / (float)count);
-    return sum / count;
 }
 
-void al_model_backward(al_model *m, al_acts *a) {
+/* Backward through the blocks: a->dres [B*T, d] holds dL/d(x_in[L]) on entry
+ * and dL/d(x_in[0]) on return; every block weight's gradient accumulates
+ * into m->g. */
+static void blocks_bwd(al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
-    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size;
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
-    float *g_head = m->cfg.tie_word_embeddings ? m->g + m->params[0].offset : m->g + m->params[m->n_params - 1].offset;
-    float *g_norm = m->g + (m->final_norm - m->w);
-    memset(a->dtmp, 0, sizeof(float) * Nd);
-    al_linear_bwd(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
-    memset(a->dres, 0, sizeof(float) * Nd);
-    al_rmsnorm_bwd(a->dres, g_norm, a->dtmp, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, a->rstdf, N, d);
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const al_layer_ptrs *L = &m->layers[l], *G = &m->glayers[l];
         const float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
@@ -353,7 +440,146 @@ void al_model_backward(al_model *m, al_acts *a) {
                           a->attn_scratch, B, T);
         al_rmsnorm_bwd(a->dres, G->ln1, a->dtmp, x, L->ln1, a->rstd1 + (size_t)l * N, N, d);
     }
+}
+
+double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets) {
+    const al_config *c = &m->cfg;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, V = c->vocab_size;
+    const size_t Nd = (size_t)N * d;
+    if (!m->embed) return NAN; /* a vision model has no token embedding: al_vit_forward */
+    memcpy(a->tokens, tokens, sizeof(int) * N);
+    al_embed_fwd(a->x_in, m->embed, tokens, N, d);
+    blocks_fwd(m, a);
+    al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, N, d, c->rms_norm_eps);
+    al_linear_fwd(a->logits, a->xnf, m->lm_head, N, d, V, 0);
+    if (!targets) return 0.0;
+    int count = 0;
+    for (int i = 0; i < N; i++) {
+        a->targets[i] = targets[i];
+        count += targets[i] >= 0;
+    }
+    if (count == 0) return 0.0;
+    double sum = al_xent_fwd_bwd(a->dlogits, a->logits, targets, N, V, 1.0f / (float)count);
+    return sum / count;
+}
+
+void al_model_backward(al_model *m, al_acts *a) {
+    const al_config *c = &m->cfg;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, V = c->vocab_size;
+    const size_t Nd = (size_t)N * d;
+    if (!m->embed) return;
+    float *g_head = m->cfg.tie_word_embeddings ? m->g + m->params[0].offset : m->g + m->params[m->n_params - 1].offset;
+    float *g_norm = m->g + (m->final_norm - m->w);
+    memset(a->dtmp, 0, sizeof(float) * Nd);
+    al_linear_bwd(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
+    memset(a->dres, 0, sizeof(float) * Nd);
+    al_rmsnorm_bwd(a->dres, g_norm, a->dtmp, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, a->rstdf, N, d);
+    blocks_bwd(m, a);
     al_embed_bwd(m->g + m->params[0].offset, a->dres, a->tokens, N, d);
+}
+
+/* ---- vision transformer ---- */
+
+void al_vit_patchify(float *patches, const float *images, int B, int C, int S, int p) {
+    const int g = S / p, P = g * g, pp = C * p * p;
+#pragma omp parallel for schedule(static) if ((long)B * S * S * C > 65536)
+    for (long r = 0; r < (long)B * P; r++) {
+        const int b = (int)(r / P), gy = (int)(r % P) / g, gx = (int)(r % P) % g;
+        float *out = patches + (size_t)r * pp;
+        for (int ch = 0; ch < C; ch++)
+            for (int i = 0; i < p; i++) {
+                const float *src = images + (((size_t)b * C + ch) * S + (size_t)gy * p + i) * S + (size_t)gx * p;
+                memcpy(out + ((size_t)ch * p + i) * p, src, sizeof(float) * p);
+            }
+    }
+}
+
+double al_vit_forward(const al_model *m, al_acts *a, const float *images, const int *labels) {
+    const al_config *c = &m->cfg;
+    const int B = a->B, T = a->T, P = T - 1, d = c->hidden_size, K = c->num_labels;
+    const int pp = c->num_channels * c->patch_size * c->patch_size;
+    const size_t Nd = (size_t)B * T * d;
+    al_vit_patchify(a->patches, images, B, c->num_channels, c->image_size, c->patch_size);
+    al_linear_fwd(a->dtmp, a->patches, m->patch_w, B * P, pp, d, 0); /* dtmp[B*P, d] = patches W^T */
+    /* x0 row b*T + t: t = 0 the CLS token, t > 0 patch t-1's embedding + bias; plus position t */
+#pragma omp parallel for schedule(static) if (Nd > 65536)
+    for (long r = 0; r < (long)B * T; r++) {
+        const int b = (int)(r / T), t = (int)(r % T);
+        float *x = a->x_in + (size_t)r * d;
+        const float *pos = m->pos + (size_t)t * d;
+        if (t == 0) {
+            for (int j = 0; j < d; j++) x[j] = m->cls[j] + pos[j];
+        } else {
+            const float *e = a->dtmp + ((size_t)b * P + t - 1) * d;
+            for (int j = 0; j < d; j++) x[j] = e[j] + m->patch_b[j] + pos[j];
+        }
+    }
+    blocks_fwd(m, a);
+    /* only the CLS rows feed the classifier: gather them, normalise, classify */
+    const float *xl = a->x_in + (size_t)c->num_layers * Nd;
+    for (int b = 0; b < B; b++) memcpy(a->cls_x + (size_t)b * d, xl + (size_t)b * T * d, sizeof(float) * d);
+    al_rmsnorm_fwd(a->xnf, a->rstdf, a->cls_x, m->final_norm, B, d, c->rms_norm_eps);
+    al_linear_fwd(a->logits, a->xnf, m->cls_w, B, d, K, 0); /* logits[B, K] = xnf W^T + b */
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < K; k++) a->logits[(size_t)b * K + k] += m->cls_b[k];
+    if (!labels) return 0.0;
+    int count = 0;
+    for (int b = 0; b < B; b++) {
+        a->targets[b] = labels[b];
+        count += labels[b] >= 0;
+    }
+    if (count == 0) return 0.0;
+    double sum = al_xent_fwd_bwd(a->dlogits, a->logits, a->targets, B, K, 1.0f / (float)count);
+    return sum / count;
+}
+
+void al_vit_backward(al_model *m, al_acts *a) {
+    const al_config *c = &m->cfg;
+    const int B = a->B, T = a->T, P = T - 1, d = c->hidden_size, K = c->num_labels;
+    const int pp = c->num_channels * c->patch_size * c->patch_size;
+    const size_t Nd = (size_t)B * T * d;
+    float *g_pw = m->g + (m->patch_w - m->w), *g_pb = m->g + (m->patch_b - m->w), *g_cls = m->g + (m->cls - m->w);
+    float *g_pos = m->g + (m->pos - m->w), *g_norm = m->g + (m->final_norm - m->w);
+    float *g_cw = m->g + (m->cls_w - m->w), *g_cb = m->g + (m->cls_b - m->w);
+    /* classifier: bias gradient summed over images in order */
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < K; k++) g_cb[k] += a->dlogits[(size_t)b * K + k];
+    memset(a->dtmp, 0, sizeof(float) * (size_t)B * d);
+    al_linear_bwd(a->dtmp, g_cw, a->dlogits, a->xnf, m->cls_w, B, d, K);
+    memset(a->cls_dx, 0, sizeof(float) * (size_t)B * d);
+    al_rmsnorm_bwd(a->cls_dx, g_norm, a->dtmp, a->cls_x, m->final_norm, a->rstdf, B, d);
+    /* only the CLS rows of the last stream receive a gradient */
+    memset(a->dres, 0, sizeof(float) * Nd);
+    for (int b = 0; b < B; b++) memcpy(a->dres + (size_t)b * T * d, a->cls_dx + (size_t)b * d, sizeof(float) * d);
+    blocks_bwd(m, a);
+    /* patch embedding: dW[d, pp] += dE^T patches with dE[B*P, d] the patch rows of dres */
+#pragma omp parallel for schedule(static) if (Nd > 65536)
+    for (long r = 0; r < (long)B * P; r++) {
+        const int b = (int)(r / P), i = (int)(r % P);
+        memcpy(a->dtmp + (size_t)r * d, a->dres + ((size_t)b * T + 1 + i) * d, sizeof(float) * d);
+    }
+    al_linear_bwd(NULL, g_pw, a->dtmp, a->patches, m->patch_w, B * P, pp, d);
+    /* positions: per position the sum over images (rows, in image order, so
+     * the same for any thread count) into dtmp[T, d]; the CLS token's is
+     * position 0's, the patch bias's the sum of positions 1..P */
+    float *spos = a->dtmp;
+#pragma omp parallel for schedule(static) if (Nd > 65536)
+    for (int t = 0; t < T; t++) {
+        float *acc = spos + (size_t)t * d;
+        memcpy(acc, a->dres + (size_t)t * d, sizeof(float) * d);
+        for (int b = 1; b < B; b++) {
+            const float *row = a->dres + ((size_t)b * T + t) * d;
+            for (int j = 0; j < d; j++) acc[j] += row[j];
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const float *acc = spos + (size_t)t * d;
+        float *gp = g_pos + (size_t)t * d, *gx = t == 0 ? g_cls : g_pb;
+        for (int j = 0; j < d; j++) {
+            gp[j] += acc[j];
+            gx[j] += acc[j];
+        }
+    }
 }
 
 /* ---- decoding ---- */
@@ -363,6 +589,7 @@ int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *
     const al_config *c = &m->cfg;
     if (capacity <= 0 || capacity > c->max_position)
         return al_errf(err, "context %d outside 1..max_position_embeddings (%d)", capacity, c->max_position);
+    if (c->task != AL_TASK_LM) return al_errf(err, "a vision model classifies images; it does not decode tokens");
     dec->m = m;
     dec->capacity = capacity;
     dec->values_per_token = m->attn->cache_values_per_token(c);

@@ -1,13 +1,22 @@
 /*
- * model.h: the byte-level Llama-style language model.
+ * model.h: the byte-level Llama-style language model and the vision
+ * transformer (ViT), which share their transformer blocks.
  *
  * Data structure: every parameter lives in one flat float arena `w`, laid out
- * once from a table of (HF name, shape) entries in a fixed order: embedding,
- * then per layer input_layernorm, the attention design's tensors (its
- * params() order), post_attention_layernorm, gate/up/down; then the final
- * norm and, unless tied, lm_head. Gradients (`g`) and the optimizer's moments
- * use the same layout, so "the gradient of tensor i" is g + params[i].offset
- * and a checkpoint is the arena written with names.
+ * once from a table of (HF name, shape) entries in a fixed order: the input
+ * side (LM: the embedding; ViT: patch embedding weight and bias, CLS token,
+ * position embeddings), then per layer input_layernorm, the attention
+ * design's tensors (its params() order), post_attention_layernorm,
+ * gate/up/down; then the final norm and the output side (LM: lm_head unless
+ * tied; ViT: classifier weight and bias). Gradients (`g`) and the optimizer's
+ * moments use the same layout, so "the gradient of tensor i" is
+ * g + params[i].offset and a checkpoint is the arena written with names.
+ *
+ * Both tasks run the same blocks over a residual stream x[B*T, d] (static
+ * blocks_fwd / blocks_bwd in model.c): the LM with T tokens and a causal
+ * mask, the ViT with T = 1 + patches (CLS first) and no mask. The ViT has
+ * no RoPE: its positions are the learned pos_embed, and its RoPE tables are
+ * the identity (angle 0), so the designs run unchanged.
  *
  * Activations for a B x T batch live in one more arena (al_acts), sized from
  * the same config plus the attention design's saved_floats().
@@ -42,8 +51,11 @@ typedef struct al_model {
     int n_params;
     size_t n_floats;         /* arena size */
     float *w, *g;            /* parameters; gradients (NULL until al_model_alloc_grads) */
-    /* views into w (and the matching g views through al_grad_of) */
-    float *embed, *final_norm, *lm_head;
+    /* views into w (gradients: the same offsets in g) */
+    float *embed, *final_norm, *lm_head;  /* LM (embed, lm_head NULL for the ViT) */
+    /* ViT (NULL for the LM): patch_w [d, C*p*p], patch_b [d], cls [d],
+     * pos [1+P, d], cls_w [K, d], cls_b [K] */
+    float *patch_w, *patch_b, *cls, *pos, *cls_w, *cls_b;
     al_layer_ptrs *layers, *glayers; /* glayers: same pointers into g */
     al_rope_table rope, rope_aux; /* tables for the design's rope_dims() */
 } al_model;
@@ -57,6 +69,10 @@ int al_model_alloc_grads(al_model *m, al_err *err);
 void al_model_zero_grads(al_model *m);
 /* Parameters without the embedding table (the convention for FLOP counts). */
 size_t al_model_matmul_params(const al_model *m);
+/* ViT FLOPs per image: every weight multiplies once per token it touches
+ * (patch embedding per patch, blocks per token, classifier once) plus
+ * bidirectional attention over all 1+P keys. Training: 3x forward. */
+double al_vit_fwd_flops_per_image(const al_model *m);
 /* Training FLOPs per token at context T: 6 x matmul params + causal attention. */
 double al_model_train_flops_per_token(const al_model *m, int T);
 double al_model_fwd_flops_per_token(const al_model *m, int T);
@@ -77,18 +93,39 @@ typedef struct al_acts {
     float *xn1, *rstd1, *attn_saved, *x_mid, *xn2, *rstd2, *gate, *up, *hmid; /* per layer */
     float *xnf, *rstdf, *logits, *dlogits;
     float *dres, *dtmp, *dh, *dg, *du, *attn_scratch;
-    int *tokens, *targets;
+    float *patches;   /* ViT: [B*P, C*p*p] the patch vectors (kept for the patch-embedding gradient) */
+    float *cls_x, *cls_dx; /* ViT: [B, d] the CLS rows of the last residual stream, and their gradient */
+    int *tokens, *targets; /* LM: [B*T]; ViT: targets[0..B) hold the labels */
     size_t attn_saved_per_layer;
 } al_acts;
 
+/* Vision models: T must be 1 + patches (al_vit_acts_create passes it); logits
+ * and dlogits are then [B, num_labels]. */
 int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err);
+int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err);
 void al_acts_free(al_acts *a);
 /* tokens/targets: [B*T] ints (targets < 0 are ignored). Returns the mean loss
  * over counted targets (0 if targets == NULL); logits kept in a->logits [N, V]
- * and, when targets given, dL/dlogits in a->dlogits. */
+ * and, when targets given, dL/dlogits in a->dlogits. Language models only
+ * (a vision model returns NAN: see al_vit_forward). */
 double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets);
 /* Accumulates every parameter gradient into m->g (call after forward with targets). */
 void al_model_backward(al_model *m, al_acts *a);
+
+/* ---- vision transformer ----
+ * images[B, C, S, S] -> patches[B*P, C*p*p]: patch (gy, gx) of image b is row
+ * b*P + gy*(S/p) + gx; within a row the entries run over channel, then pixel
+ * row, then pixel column of the patch (the order of a Conv2d weight
+ * [d, C, p, p] flattened), so patch_w is such a weight. */
+void al_vit_patchify(float *patches, const float *images, int B, int C, int S, int p);
+/* images[B, C, S, S] (already standardised), labels[B] in [0, K) (or < 0:
+ * ignored; NULL: no loss). Token 0 of each sequence is the CLS token, tokens
+ * 1..P the patches: x = [cls; patches W^T + b] + pos. Logits [B, K] of the
+ * CLS row after the final norm are kept in a->logits; returns the mean
+ * cross-entropy over counted labels and keeps dL/dlogits for backward. */
+double al_vit_forward(const al_model *m, al_acts *a, const float *images, const int *labels);
+/* Accumulates every parameter gradient into m->g (after al_vit_forward with labels). */
+void al_vit_backward(al_model *m, al_acts *a);
 
 /* ---- KV cache and single-token decoding ----
  * The cache holds exactly num_layers x capacity x cache_values_per_token

@@ -1,9 +1,11 @@
 /*
- * train.c: the training loop (see train.h for the run directory layout).
- * One step: sample B windows -> forward -> backward -> clip the global
- * gradient norm -> AdamW. Everything that decides the numbers (weights,
- * moments, step, data RNG) is in the training state, so a resumed run repeats
- * an uninterrupted one bit for bit on the same machine and thread count.
+ * train.c: the training loop shared by both tasks (see train.h for the run
+ * directory layout) and the language-model task that plugs into it
+ * (train_loop.h). One step: the task draws its batch and runs forward and
+ * backward -> clip the global gradient norm -> AdamW. Everything that decides
+ * the numbers (weights, moments, step, data RNG) is in the training state, so
+ * a resumed run repeats an uninterrupted one bit for bit on the same machine
+ * and thread count.
  */
 #include "train.h"
 
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "../io/io.h"
+#include "train_loop.h"
 
 void al_train_opts_default(al_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -40,6 +43,7 @@ void al_train_opts_default(al_train_opts *o) {
     o->val_fraction = 0.05;
     o->seed = 1337;
     o->progress = 1;
+    o->eval_images = 2000;
 }
 
 /* ---- settings as JSON ---- */
@@ -54,6 +58,15 @@ char *al_train_opts_to_json(const al_train_opts *o) {
     OPT_INTS(ADD) OPT_DBLS(ADD)
 #undef ADD
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    if (o->model.task == AL_TASK_VISION) {
+        /* the text settings mean nothing to a ViT; its own take their place */
+        static const char *const text_only[] = {"data", "context", "eval_tokens", "val_fraction"};
+        for (size_t i = 0; i < sizeof text_only / sizeof text_only[0]; i++)
+            cJSON_DeleteItemFromObjectCaseSensitive(j, text_only[i]);
+        cJSON_AddStringToObject(j, "images", o->images[0] ? o->images : "default");
+        cJSON_AddNumberToObject(j, "train_subset", o->train_subset);
+        cJSON_AddNumberToObject(j, "eval_images", o->eval_images);
+    }
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;
@@ -77,6 +90,15 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "data")) && cJSON_IsString(v))
         snprintf(o->data, sizeof o->data, "%s", strcmp(v->valuestring, "default") ? v->valuestring : "");
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "images")) && cJSON_IsString(v))
+        snprintf(o->images, sizeof o->images, "%s", strcmp(v->valuestring, "default") ? v->valuestring : "");
+    static const char *const vision_ints[] = {"train_subset", "eval_images"};
+    int *vision_dst[] = {&o->train_subset, &o->eval_images};
+    for (int i = 0; i < 2; i++)
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, vision_ints[i]))) {
+            if (!cJSON_IsNumber(v)) rc = al_errf(err, "training setting '%s' must be a number", vision_ints[i]);
+            else *vision_dst[i] = (int)v->valuedouble;
+        }
     cJSON_Delete(j);
     return rc;
 }
@@ -283,44 +305,27 @@ static void fmt_time(char *buf, size_t cap, double s) {
     else snprintf(buf, cap, "%.0fs", s);
 }
 
-int al_train(al_train_opts *o, al_err *err) {
-    al_model m = {0};
-    al_acts acts = {0}, eval_acts = {0};
-    al_corpus corpus = {0};
+int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err *err) {
     float *m1 = NULL, *m2 = NULL;
-    int *batch_in = NULL, *batch_tg = NULL;
     FILE *log = NULL;
     int result = AL_TRAIN_ERROR, step = 0;
     al_rng rng;
     char path[4200];
     struct sigaction sa = {0}, old_int, old_term;
 
-    if (o->batch <= 0 || o->context <= 0 || o->steps <= 0 || o->warmup < 0 || o->eval_every < 0 || o->save_every < 0)
-        return al_errf(err, "invalid training settings: batch, context and steps must be positive");
-    if (!(o->lr > 0) || !isfinite(o->lr)) return al_errf(err, "invalid training settings: lr must be positive");
-    if (o->context > o->model.max_position) o->model.max_position = o->context;
-    if (mkdir(o->out, 0777) && errno != EEXIST)
-        return al_errf(err, "%s: cannot create output directory: %s", o->out, strerror(errno));
-    if (al_corpus_load(&corpus, o->data, o->val_fraction, o->context, err)) return -1;
-    if (al_model_create(&m, &o->model, err) || al_model_alloc_grads(&m, err)) goto done;
-    m1 = al_alloc(sizeof(float) * m.n_floats);
-    m2 = al_alloc(sizeof(float) * m.n_floats);
-    batch_in = malloc(sizeof(int) * (size_t)o->batch * o->context);
-    batch_tg = malloc(sizeof(int) * (size_t)o->batch * o->context);
-    if (!m1 || !m2 || !batch_in || !batch_tg) {
+    m1 = al_alloc(sizeof(float) * m->n_floats);
+    m2 = al_alloc(sizeof(float) * m->n_floats);
+    if (!m1 || !m2) {
         al_errf(err, "out of memory for optimizer state");
         goto done;
     }
-    if (al_acts_create(&acts, &m, o->batch, o->context, err) || al_acts_create(&eval_acts, &m, o->batch, o->context, err))
-        goto done;
-
     snprintf(path, sizeof path, "%s/log.jsonl", o->out);
     if (o->resume) {
-        if (load_state(&m, m1, m2, &step, &rng, o->out, err)) goto done;
+        if (load_state(m, m1, m2, &step, &rng, o->out, err)) goto done;
         if (trim_log(path, step, err)) goto done;
         fprintf(stderr, "attnlab: resuming %s at step %d of %d\n", o->out, step, o->steps);
     } else {
-        al_model_init_weights(&m, o->seed);
+        al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
         unlink(path);
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
@@ -328,7 +333,7 @@ int al_train(al_train_opts *o, al_err *err) {
         snprintf(extra, sizeof extra, "{\"train\": %s, \"step\": 0}", tj ? tj : "{}");
         free(tj);
         snprintf(path, sizeof path, "%s/config.json", o->out);
-        if (al_config_save(&m.cfg, path, extra, err)) goto done;
+        if (al_config_save(&m->cfg, path, extra, err)) goto done;
         snprintf(path, sizeof path, "%s/log.jsonl", o->out);
     }
     log = fopen(path, "a");
@@ -343,12 +348,8 @@ int al_train(al_train_opts *o, al_err *err) {
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    const double tokens_per_step = (double)o->batch * o->context;
-    const double flops_per_step = al_model_train_flops_per_token(&m, o->context) * tokens_per_step;
     const int tty = o->progress && isatty(2);
     const int print_every = o->steps >= 20 ? o->steps / 20 : 1;
-    const uint8_t *val = corpus.bytes + corpus.n_train;
-    const size_t n_val = corpus.n - corpus.n_train;
     double t_start = al_now(), ema_dt = 0;
     int start_step = step, last_saved = o->resume ? step : -1;
     char kept[96];
@@ -356,17 +357,16 @@ int al_train(al_train_opts *o, al_err *err) {
     while (step < o->steps) {
         double t0 = al_now();
         double lr = al_lr_at(o, step);
-        al_sample_batch(corpus.bytes, 0, corpus.n_train, o->batch, o->context, &rng, batch_in, batch_tg);
-        al_model_zero_grads(&m);
-        double loss = al_model_forward(&m, &acts, batch_in, batch_tg);
+        al_model_zero_grads(m);
+        double loss = h->forward(h->ctx, m, &rng, step);
         if (!isfinite(loss)) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: loss is %s at step %d; %s", isnan(loss) ? "nan" : "inf", step + 1,
                     kept_msg(kept, sizeof kept, last_saved));
             break;
         }
-        al_model_backward(&m, &acts);
-        double gn = al_grad_norm(&m);
+        h->backward(h->ctx, m);
+        double gn = al_grad_norm(m);
         if (!isfinite(gn)) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: gradient norm is not finite at step %d; %s", step + 1,
@@ -374,44 +374,49 @@ int al_train(al_train_opts *o, al_err *err) {
             break;
         }
         float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
-        al_adamw_update(&m, m1, m2, lr, o, step + 1, gscale);
+        al_adamw_update(m, m1, m2, lr, o, step + 1, gscale);
         step++;
         double dt = al_now() - t0;
         ema_dt = step == start_step + 1 ? dt : 0.9 * ema_dt + 0.1 * dt;
-        double tps = tokens_per_step / dt;
+        double tps = h->tokens_per_step / dt, ips = h->items_per_step / dt;
 
         int do_eval = (o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps;
-        double val_loss = NAN;
-        if (do_eval) {
-            size_t cnt;
-            if (al_eval_bytes(&m, &eval_acts, val, n_val, (size_t)o->eval_tokens, &val_loss, &cnt, err)) {
-                result = AL_TRAIN_ERROR;
-                break;
-            }
+        double val_loss = NAN, val_acc = NAN;
+        size_t val_count = 0;
+        if (do_eval && h->evaluate(h->ctx, m, step, step == o->steps, &val_loss, &val_acc, &val_count, err)) {
+            result = AL_TRAIN_ERROR;
+            break;
         }
-        fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,"
-                     "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f",
-                step, loss, lr, gn, tps, flops_per_step / dt, al_now() - t_start);
-        if (do_eval) fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", val_loss, val_loss / M_LN2);
+        fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,", step, loss,
+                lr, gn, tps);
+        if (h->vision) fprintf(log, "\"images_per_s\":%.2f,", ips);
+        fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f", h->flops_per_step / dt, al_now() - t_start);
+        if (do_eval && h->vision)
+            fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc, val_count);
+        else if (do_eval)
+            fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", val_loss, val_loss / M_LN2);
         fprintf(log, "}\n");
         fflush(log);
 
-        char eta[32];
+        char eta[32], rate[48];
         fmt_time(eta, sizeof eta, ema_dt * (o->steps - step));
+        if (h->vision) snprintf(rate, sizeof rate, "%.1f img/s", ips);
+        else snprintf(rate, sizeof rate, "%.0f tok/s", tps);
         if (tty)
-            fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %.0f tok/s | ETA %s   ", step, o->steps, loss, lr,
-                    tps, eta);
+            fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %s | ETA %s   ", step, o->steps, loss, lr, rate, eta);
         else if (o->progress && (step % print_every == 0 || step == o->steps))
-            fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %.0f tok/s | ETA %s\n", step, o->steps, loss, lr, tps,
-                    eta);
-        if (do_eval && o->progress)
+            fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %s | ETA %s\n", step, o->steps, loss, lr, rate, eta);
+        if (do_eval && o->progress && h->vision)
+            fprintf(stderr, "%sstep %d: test loss %.4f, accuracy %.2f%% (%zu test images)\n", tty ? "\n" : "", step,
+                    val_loss, 100.0 * val_acc, val_count);
+        else if (do_eval && o->progress)
             fprintf(stderr, "%sstep %d: val loss %.4f (%.4f bits/byte)\n", tty ? "\n" : "", step, val_loss,
                     val_loss / M_LN2);
 
         const int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
         int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || signalled;
         if (do_save) {
-            if (save_checkpoint(&m, o, m1, m2, step, &rng, err)) {
+            if (save_checkpoint(m, o, m1, m2, step, &rng, err)) {
                 result = AL_TRAIN_ERROR;
                 break;
             }
@@ -434,11 +439,78 @@ done:
     if (log) fclose(log);
     al_free(m1);
     al_free(m2);
-    free(batch_in);
-    free(batch_tg);
-    al_acts_free(&acts);
-    al_acts_free(&eval_acts);
+    return result;
+}
+
+/* ---- the language-model task ---- */
+
+typedef struct lm_task {
+    const al_train_opts *o;
+    al_corpus corpus;
+    al_acts acts, eval_acts;
+    int *batch_in, *batch_tg;
+} lm_task;
+
+/* B random windows of the training split (rng: the training state's), then forward. */
+static double lm_forward(void *ctx, al_model *m, al_rng *rng, int step) {
+    lm_task *t = ctx;
+    (void)step;
+    al_sample_batch(t->corpus.bytes, 0, t->corpus.n_train, t->o->batch, t->o->context, rng, t->batch_in, t->batch_tg);
+    return al_model_forward(m, &t->acts, t->batch_in, t->batch_tg);
+}
+
+static void lm_backward(void *ctx, al_model *m) { al_model_backward(m, &((lm_task *)ctx)->acts); }
+
+/* Loss over (at most eval_tokens of) the validation split. */
+static int lm_evaluate(void *ctx, const al_model *m, int step, int final, double *loss, double *acc, size_t *count,
+                       al_err *err) {
+    lm_task *t = ctx;
+    (void)step, (void)final;
+    *acc = NAN;
+    return al_eval_bytes(m, &t->eval_acts, t->corpus.bytes + t->corpus.n_train, t->corpus.n - t->corpus.n_train,
+                         (size_t)t->o->eval_tokens, loss, count, err);
+}
+
+int al_train(al_train_opts *o, al_err *err) {
+    if (o->model.task == AL_TASK_VISION) return al_train_vision(o, err);
+    al_model m = {0};
+    lm_task t = {.o = o};
+    int result = AL_TRAIN_ERROR;
+
+    if (o->batch <= 0 || o->context <= 0 || o->steps <= 0 || o->warmup < 0 || o->eval_every < 0 || o->save_every < 0)
+        return al_errf(err, "invalid training settings: batch, context and steps must be positive");
+    if (!(o->lr > 0) || !isfinite(o->lr)) return al_errf(err, "invalid training settings: lr must be positive");
+    if (o->context > o->model.max_position) o->model.max_position = o->context;
+    if (mkdir(o->out, 0777) && errno != EEXIST)
+        return al_errf(err, "%s: cannot create output directory: %s", o->out, strerror(errno));
+    if (al_corpus_load(&t.corpus, o->data, o->val_fraction, o->context, err)) return -1;
+    if (al_model_create(&m, &o->model, err) || al_model_alloc_grads(&m, err)) goto done;
+    t.batch_in = malloc(sizeof(int) * (size_t)o->batch * o->context);
+    t.batch_tg = malloc(sizeof(int) * (size_t)o->batch * o->context);
+    if (!t.batch_in || !t.batch_tg) {
+        al_errf(err, "out of memory for optimizer state");
+        goto done;
+    }
+    if (al_acts_create(&t.acts, &m, o->batch, o->context, err) ||
+        al_acts_create(&t.eval_acts, &m, o->batch, o->context, err))
+        goto done;
+    const double tokens_per_step = (double)o->batch * o->context;
+    const al_task_hooks h = {
+        .ctx = &t,
+        .forward = lm_forward,
+        .backward = lm_backward,
+        .evaluate = lm_evaluate,
+        .tokens_per_step = tokens_per_step,
+        .items_per_step = tokens_per_step,
+        .flops_per_step = al_model_train_flops_per_token(&m, o->context) * tokens_per_step,
+    };
+    result = al_train_loop(o, &m, &h, err);
+done:
+    free(t.batch_in);
+    free(t.batch_tg);
+    al_acts_free(&t.acts);
+    al_acts_free(&t.eval_acts);
     al_model_free(&m);
-    al_corpus_free(&corpus);
+    al_corpus_free(&t.corpus);
     return result;
 }

@@ -1,7 +1,9 @@
 /*
- * train.h: training a language model: AdamW with warmup + cosine decay,
- * gradient clipping, periodic evaluation, JSONL logs, atomic checkpoints and
- * exact resume.
+ * train.h: training a language model or a vision transformer (task in
+ * opts.model.task): AdamW with warmup + cosine decay, gradient clipping,
+ * periodic evaluation, JSONL logs, atomic checkpoints and exact resume. Both
+ * tasks run one loop (train.c); a task supplies its batches and evaluation
+ * (train_loop.h; the ViT's in train_vision.c).
  *
  * A run directory holds:
  *   config.json              model config + "attnlab": {"train": settings}
@@ -9,7 +11,8 @@
  *   train_state.safetensors  weights + AdamW moments + step + data RNG: a
  *                            single file, so resume reads one consistent
  *                            snapshot even if a kill interrupted a save
- *   log.jsonl                one object per step (val_loss on eval steps)
+ *   log.jsonl                one object per step (val_loss on eval steps;
+ *                            vision adds val_accuracy, over the test images)
  */
 #ifndef AL_TRAIN_H
 #define AL_TRAIN_H
@@ -20,8 +23,11 @@
 typedef struct al_train_opts {
     al_config model;
     char data[4096];       /* "" = default corpus */
+    char images[4096];     /* vision: directory of the Fashion-MNIST IDX files ("" = the Debian package's) */
     char out[4096];
     int batch, context, steps, warmup, eval_every, save_every, eval_tokens;
+    int train_subset;      /* vision: train on the first N training images (0: all) */
+    int eval_images;       /* vision: test images per periodic evaluation (0: all; the last step uses all) */
     double lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip, val_fraction;
     uint64_t seed;
     int resume;

@@ -26,22 +26,18 @@ attention and pairwise RoPE rotations), and safetensors/NPY round trips
 
 Exit status: 0 if every check passes, 1 if any fails, 2 on usage errors.
 """
-import argparse
 import math
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import reflib as R  # noqa: E402
 
-TOL = 1e-4
 SEED = 1234
-B = 2
 
 # name, d, f, L, H, G, dh, tied, theta, T
 CONFIGS = [
@@ -57,148 +53,21 @@ LOWP_CONFIG = "gqa_untied"          # used for the BF16 / F16 checkpoints
 EVAL_CONFIGS = [("gqa_untied", 13), ("mqa_tied", 16)]  # (config, context)
 
 
-class Checker:
-    """Collects and prints one line per check."""
-
-    def __init__(self):
-        self.failures = 0
-        self.count = 0
-
-    def fail(self, name, msg):
-        self.count += 1
-        self.failures += 1
-        print("FAIL %-48s %s" % (name, msg), flush=True)
-
-    def ok(self, name, msg):
-        self.count += 1
-        print("PASS %-48s %s" % (name, msg), flush=True)
-
-    def compare(self, name, got, ref, tol=TOL):
-        got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-        if got.shape != ref.shape:
-            return self.fail(name, "shape %s, expected %s" % (list(got.shape), list(ref.shape)))
-        if not np.all(np.isfinite(got)):
-            return self.fail(name, "non-finite values")
-        scale = np.max(np.abs(ref)) if ref.size else 0.0
-        diff = np.max(np.abs(got - ref)) if ref.size else 0.0
-        rel = diff / scale if scale > 0 else diff
-        line = "max_rel_err=%.3e" % rel
-        if rel <= tol:
-            self.ok(name, line)
-        else:
-            self.fail(name, line + " > %.0e" % tol)
-
-    def summary(self):
-        print("%d checks, %d failed" % (self.count, self.failures))
-        return 0 if self.failures == 0 else 1
-
-
-def run(cmd, timeout=120):
-    """Run a command; return (ok, combined-output tail)."""
-    try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    tail = r.stdout.decode("utf-8", "replace")[-2000:]
-    if r.returncode != 0:
-        return False, "exit %d: %s" % (r.returncode, tail.strip())
-    return True, tail
-
-
 def build_case(spec, rng):
     name, d, f, L, H, G, dh, tied, theta, T = spec
     cfg = R.make_config(d, f, L, H, G, dh, tied, theta)
     weights = R.random_weights(cfg, rng)
-    tokens = rng.integers(0, 256, size=(B, T + 1))
-    tokens[0, 0], tokens[1, -1] = 0, 255  # edge byte values
-    return cfg, weights, tokens
-
-
-def run_dump(chk, exe, workdir, tag, cfg, weights, tokens, dtype, ref, grads):
-    """Write a model in `dtype`, run al_testdump and compare with `ref`."""
-    mdir = os.path.join(workdir, tag)
-    R.write_model_dir(mdir, cfg, weights, dtype)
-    tok_path = os.path.join(mdir, "tokens.npy")
-    out_path = os.path.join(mdir, "out.safetensors")
-    R.write_npy_f32(tok_path, tokens.astype(np.float32))
-    if os.path.exists(out_path):
-        os.remove(out_path)
-    ok, msg = run([exe, mdir, tok_path, out_path])
-    if not ok:
-        return chk.fail(tag, "al_testdump failed: " + msg)
-    try:
-        out = R.read_safetensors(out_path)
-    except (OSError, ValueError, KeyError) as e:
-        return chk.fail(tag, "cannot read %s: %s" % (out_path, e))
-    ref_logits, ref_loss, ref_grads = ref
-    expect = {"logits": ref_logits, "loss": np.array([ref_loss])}
-    if grads:
-        expect.update(("grad." + k, v) for k, v in ref_grads.items())
-        extra = sorted(k for k in out if k.startswith("grad.") and k not in expect)
-        if extra:
-            chk.fail(tag + "/unexpected", "unexpected tensors: " + ", ".join(extra))
-    for key, want in expect.items():
-        if key not in out:
-            chk.fail(tag + "/" + key, "missing from " + out_path)
-        else:
-            chk.compare(tag + "/" + key, out[key], want)
-
-
-def run_eval(chk, attnlab, workdir, tag, cfg, weights, T, rng):
-    mdir = os.path.join(workdir, tag)
-    R.write_model_dir(mdir, cfg, weights, "F32")
-    data = rng.integers(0, 256, size=3 * T + 7).astype(np.uint8)
-    data_path = os.path.join(mdir, "data.bin")
-    out_path = os.path.join(mdir, "eval_logits.npy")
-    data.tofile(data_path)
-    if os.path.exists(out_path):
-        os.remove(out_path)
-    ok, msg = run([attnlab, "eval", "--model", mdir, "--data", data_path,
-                   "--context", str(T), "--logits", out_path])
-    if not ok:
-        return chk.fail(tag, "attnlab eval failed: " + msg)
-    try:
-        got = R.read_npy(out_path)
-    except (OSError, ValueError) as e:
-        return chk.fail(tag, "cannot read %s: %s" % (out_path, e))
-    ref_logits, _, _ = R.reference(cfg, weights, data[None, :T + 1].astype(np.int64),
-                                   need_grads=False)
-    chk.compare(tag + "/logits", got, ref_logits[0])
+    return cfg, weights, harness.random_tokens(rng, T)
 
 
 def main_checks(args):
-    for path, what in ((args.exe, "--exe"), (args.attnlab, "--attnlab")):
-        if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
-            print("error: %s %r is not an executable file" % (what, path))
-            return 2
-    os.makedirs(args.workdir, exist_ok=True)
-    chk = Checker()
+    chk = harness.Checker(48)
     rng = np.random.default_rng(SEED)
-    cases = {}
-    for spec in CONFIGS:
-        cfg, weights, tokens = build_case(spec, rng)
-        cases[spec[0]] = (cfg, weights, tokens)
-        ref = R.reference(cfg, weights, tokens)
-        run_dump(chk, args.exe, args.workdir, spec[0], cfg, weights, tokens, "F32", ref, True)
-
+    cases = harness.dump_cases(chk, args, CONFIGS, build_case, R.reference, rng)
     # 2. low-precision checkpoints: reference on the rounded weights
-    cfg, weights, tokens = cases[LOWP_CONFIG]
-    for dtype in ("BF16", "F16"):
-        rounded = {k: R.round_to_dtype(v, dtype) for k, v in weights.items()}
-        ref = R.reference(cfg, rounded, tokens, need_grads=False)
-        run_dump(chk, args.exe, args.workdir, "%s_%s" % (LOWP_CONFIG, dtype.lower()),
-                 cfg, weights, tokens, dtype, ref, False)
-
+    harness.dump_low_precision(chk, args, LOWP_CONFIG, cases[LOWP_CONFIG], ("BF16", "F16"), R.reference)
     # 3. attnlab eval --logits
-    ok, msg = run([args.attnlab, "eval", "--help"], timeout=30)
-    if not ok:
-        first = msg.strip().splitlines()[0] if msg.strip() else "no output"
-        print("SKIP eval: skipped, `attnlab eval --help` failed (%s)" % first)
-    else:
-        for name, T in EVAL_CONFIGS:
-            cfg, weights, _ = cases[name]
-            run_eval(chk, args.attnlab, args.workdir, "eval_" + name, cfg, weights, T, rng)
+    harness.eval_cases(chk, args, cases, EVAL_CONFIGS, rng, R.reference)
     return chk.summary()
 
 # --------------------------------------------------------------------------
@@ -259,7 +128,7 @@ def naive_logits(cfg, w, toks):
 
 
 def self_test(workdir):
-    chk = Checker()
+    chk = harness.Checker(48)
     rng = np.random.default_rng(SEED)
     tiny = [
         ("self_gqa_untied", 8, 12, 2, 4, 2, 4, False, 500.0, 5),
@@ -279,15 +148,7 @@ def self_test(workdir):
         chk.compare(name + "/loss_by_hand", np.array(loss), np.array(hand), tol=1e-12)
 
         # gradients vs central finite differences in float64
-        p = {k: torch.tensor(v, dtype=torch.float64) for k, v in weights.items()}
-        tok = torch.tensor(tokens, dtype=torch.long)
-
-        def loss_at(k, delta):
-            q = dict(p)
-            q[k] = p[k] + delta
-            return float(R.loss_fn(R.forward(cfg, q, tok[:, :-1]), tok[:, 1:]))
-
-        eps = 1e-5
+        slope = harness.loss_slope(R.forward, cfg, weights, tokens)
         for k, g in grads.items():
             probes = [rng.standard_normal(g.shape)]  # random direction
             rows = np.unique(tokens[:, :-1]) if k == "model.embed_tokens.weight" else None
@@ -298,8 +159,7 @@ def self_test(workdir):
                 e = np.zeros(g.shape)
                 e[idx] = 1.0
                 probes.append(e)
-            fd = [(loss_at(k, torch.tensor(eps * u)) - loss_at(k, torch.tensor(-eps * u))) / (2 * eps)
-                  for u in probes]
+            fd = [slope(k, u) for u in probes]
             ad = [float(np.sum(g * u)) for u in probes]
             chk.compare("%s/fd/%s" % (name, k), np.array(fd), np.array(ad), tol=1e-6)
 
@@ -342,28 +202,5 @@ def self_test(workdir):
     return chk.summary()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--exe", help="path to al_testdump")
-    ap.add_argument("--attnlab", help="path to the attnlab CLI")
-    ap.add_argument("--workdir", help="directory for temporary files")
-    ap.add_argument("--self-test", action="store_true",
-                    help="validate the reference only (no C binaries needed)")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
-    torch.manual_seed(SEED)
-    if args.self_test:
-        if args.workdir:
-            os.makedirs(args.workdir, exist_ok=True)
-            return self_test(args.workdir)
-        with tempfile.TemporaryDirectory() as tmp:
-            return self_test(tmp)
-    if not (args.exe and args.attnlab and args.workdir):
-        ap.print_usage()
-        print("error: --exe, --attnlab and --workdir are required (or use --self-test)")
-        return 2
-    return main_checks(args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(__doc__, SEED, main_checks, self_test))

@@ -27,24 +27,20 @@ loop, and autograd gradients equal central finite differences.
 
 Exit status: 0 if every check passes, 1 if any fails, 2 on usage errors.
 """
-import argparse
 import json
 import math
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import reflib as R  # noqa: E402
 
-TOL = 1e-4
 SEED = 4321
-B = 2
 
 # name, d, f, L, H, G, dh, tied, theta, T
 SHAPES = {
@@ -128,91 +124,24 @@ def forward(cfg, prm, tokens):
 
 def reference(cfg, weights, tokens_np, need_grads=True):
     """(logits, loss, {name: grad}) as float64 numpy; tokens [B, T+1]."""
-    prm = {k: torch.tensor(v, dtype=torch.float64, requires_grad=need_grads) for k, v in weights.items()}
-    tok = torch.tensor(np.asarray(tokens_np), dtype=torch.long)
-    logits = forward(cfg, prm, tok[:, :-1])
-    loss = R.loss_fn(logits, tok[:, 1:])
-    grads = {}
-    if need_grads:
-        loss.backward()
-        grads = {k: t.grad.numpy().copy() for k, t in prm.items()}
-    return logits.detach().numpy(), float(loss.detach()), grads
+    return harness.reference(forward, cfg, weights, tokens_np, need_grads)
 
 
 # --------------------------------------------------------------------------
-
-class Checker:
-    """Collects and prints one line per check."""
-
-    def __init__(self):
-        self.failures = 0
-        self.count = 0
-
-    def fail(self, name, msg):
-        self.count += 1
-        self.failures += 1
-        print("FAIL %-44s %s" % (name, msg), flush=True)
-
-    def ok(self, name, msg):
-        self.count += 1
-        print("PASS %-44s %s" % (name, msg), flush=True)
-
-    def compare(self, name, got, ref, tol=TOL):
-        got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-        if got.shape != ref.shape:
-            return self.fail(name, "shape %s, expected %s" % (list(got.shape), list(ref.shape)))
-        if not np.all(np.isfinite(got)):
-            return self.fail(name, "non-finite values")
-        scale = np.max(np.abs(ref)) if ref.size else 0.0
-        diff = np.max(np.abs(got - ref)) if ref.size else 0.0
-        rel = diff / scale if scale > 0 else diff
-        if rel <= tol:
-            self.ok(name, "max_rel_err=%.3e" % rel)
-        else:
-            self.fail(name, "max_rel_err=%.3e > %.0e" % (rel, tol))
-
-    def summary(self):
-        print("%d checks, %d failed" % (self.count, self.failures))
-        return 0 if self.failures == 0 else 1
-
-
-def run(cmd, timeout=120):
-    """Run a command; return (ok, combined-output tail)."""
-    try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    tail = r.stdout.decode("utf-8", "replace")[-2000:]
-    if r.returncode != 0:
-        return False, "exit %d: %s" % (r.returncode, tail.strip())
-    return True, tail
-
 
 def build_case(shape, block, rng):
     d, f, L, H, G, dh, tied, theta, T = shape
     cfg = R.make_config(d, f, L, H, G, dh, tied, theta)
     cfg["attnlab"].update(block)
     weights = R.random_weights(cfg, rng)
-    tokens = rng.integers(0, 256, size=(B, T + 1))
-    return cfg, weights, tokens
+    return cfg, weights, harness.random_tokens(rng, T, edges=False)
 
 
 def dump_and_compare(chk, exe, mdir, tag, tokens, ref):
-    tok_path = os.path.join(mdir, "tokens.npy")
-    out_path = os.path.join(mdir, "out.safetensors")
-    R.write_npy_f32(tok_path, tokens.astype(np.float32))
-    if os.path.exists(out_path):
-        os.remove(out_path)
-    ok, msg = run([exe, mdir, tok_path, out_path])
-    if not ok:
-        return chk.fail(tag, "al_testdump failed: " + msg)
-    try:
-        out = R.read_safetensors(out_path)
-    except (OSError, ValueError) as e:
-        return chk.fail(tag, "cannot read %s: %s" % (out_path, e))
-    ref_logits, ref_loss, ref_grads = ref
-    expect = {"logits": ref_logits, "loss": np.array([ref_loss])}
-    expect.update(("grad." + k, v) for k, v in ref_grads.items())
+    out = harness.dump(chk, exe, mdir, tag, tokens)
+    if out is None:
+        return
+    expect = harness.expected_tensors(ref)
     missing = sorted(k for k in expect if k not in out)
     if missing:
         return chk.fail(tag, "missing from output: " + ", ".join(missing))
@@ -227,35 +156,15 @@ def dump_and_compare(chk, exe, mdir, tag, tokens, ref):
         if rel > worst:
             worst, worst_key = rel, key
     line = "%d tensors, worst %s max_rel_err=%.3e" % (len(expect), worst_key, worst)
-    if worst <= TOL:
+    if worst <= harness.TOL:
         chk.ok(tag, line)
     else:
-        chk.fail(tag, line + " > %.0e" % TOL)
-
-
-def check_eval(chk, attnlab, workdir, tag, cfg, weights, T, rng):
-    """attnlab eval --logits at window T (!= score_n) vs the reference at T."""
-    mdir = os.path.join(workdir, tag)
-    R.write_model_dir(mdir, cfg, weights, "F32")
-    data = rng.integers(0, 256, size=2 * T + 5).astype(np.uint8)
-    data_path = os.path.join(mdir, "data.bin")
-    out_path = os.path.join(mdir, "eval_logits.npy")
-    data.tofile(data_path)
-    if os.path.exists(out_path):
-        os.remove(out_path)
-    ok, msg = run([attnlab, "eval", "--model", mdir, "--data", data_path, "--context", str(T),
-                   "--logits", out_path])
-    if not ok:
-        return chk.fail(tag, "attnlab eval failed: " + msg)
-    ref_logits, _, _ = reference(cfg, weights, data[None, :T + 1].astype(np.int64), need_grads=False)
-    chk.compare(tag + "/logits", R.read_npy(out_path), ref_logits[0])
+        chk.fail(tag, line + " > %.0e" % harness.TOL)
 
 
 def check_train(chk, attnlab, exe, workdir, rng):
     """attnlab train --score: config.json carries the function and N = context."""
-    ok, msg = run([attnlab, "train", "--help"], timeout=30)
-    if not ok:
-        print("SKIP train: `attnlab train --help` failed")
+    if not harness.cli_available(attnlab, "train"):
         return
     text = os.path.join(workdir, "train.txt")
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
@@ -270,7 +179,7 @@ def check_train(chk, attnlab, exe, workdir, rng):
     ]
     for tag, flags, want in runs:
         out = os.path.join(workdir, tag)
-        ok, msg = run([attnlab, "train", "--data", text, "--out", out, "--layers", "1", "--hidden", "32",
+        ok, msg = harness.run([attnlab, "train", "--data", text, "--out", out, "--layers", "1", "--hidden", "32",
                        "--heads", "4", "--kv-heads", "2", "--context", "24", "--batch", "2", "--steps", "3",
                        "--eval-every", "3", "--eval-tokens", "256", "--threads", "2", "--quiet"] + flags,
                       timeout=300)
@@ -285,34 +194,25 @@ def check_train(chk, attnlab, exe, workdir, rng):
             continue
         chk.ok(tag + "/config", json.dumps(got))
         weights = R.read_safetensors(os.path.join(out, "model.safetensors"))
-        tokens = rng.integers(0, 256, size=(B, 17 + 1))  # another length than the training context
+        tokens = harness.random_tokens(rng, 17, edges=False)  # another length than the training context
         dump_and_compare(chk, exe, out, tag, tokens, reference(cfg, weights, tokens))
 
 
 def main_checks(args):
-    for path, what in ((args.exe, "--exe"), (args.attnlab, "--attnlab")):
-        if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
-            print("error: %s %r is not an executable file" % (what, path))
-            return 2
-    os.makedirs(args.workdir, exist_ok=True)
-    chk = Checker()
+    chk = harness.Checker(44)
     rng = np.random.default_rng(SEED)
     cases = {}
     for sname, shape in SHAPES.items():
         for tag, block in SCORES:
             name = "%s_%s" % (sname, tag)
             cfg, weights, tokens = build_case(shape, block, rng)
-            cases[name] = (cfg, weights)
+            cases[name] = (cfg, weights, tokens)
             mdir = os.path.join(args.workdir, name)
             R.write_model_dir(mdir, cfg, weights, "F32")
             dump_and_compare(chk, args.exe, mdir, name, tokens, reference(cfg, weights, tokens))
-    ok, _ = run([args.attnlab, "eval", "--help"], timeout=30)
-    if not ok:
-        print("SKIP eval: `attnlab eval --help` failed")
-    else:
-        for name, T in (("gqa_poly2_auto", 19), ("mha_relu", 16), ("gqa_sigmoid", 5)):
-            cfg, weights = cases[name]
-            check_eval(chk, args.attnlab, args.workdir, "eval_" + name, cfg, weights, T, rng)
+    # attnlab eval --logits at a window T != score_n vs the reference at T
+    harness.eval_cases(chk, args, cases, (("gqa_poly2_auto", 19), ("mha_relu", 16), ("gqa_sigmoid", 5)), rng,
+                       reference, data_len=lambda T: 2 * T + 5)
     check_train(chk, args.attnlab, args.exe, args.workdir, rng)
     return chk.summary()
 
@@ -320,8 +220,8 @@ def main_checks(args):
 # --------------------------------------------------------------------------
 # Self-test of the reference
 
-def self_test():
-    chk = Checker()
+def self_test(_workdir):
+    chk = harness.Checker(44)
     rng = np.random.default_rng(SEED)
     shape = (8, 12, 2, 4, 2, 4, False, 500.0, 5)
     # softmax through this file's forward == reflib's Llama forward
@@ -350,41 +250,17 @@ def self_test():
     for tag, block in SCORES:
         cfg, weights, tokens = build_case(shape, block, rng)
         _, _, grads = reference(cfg, weights, tokens)
-        prm = {k: torch.tensor(v, dtype=torch.float64) for k, v in weights.items()}
-        tok = torch.tensor(tokens, dtype=torch.long)
-        fd, ad, eps = [], [], 1e-6
+        slope = harness.loss_slope(forward, cfg, weights, tokens, eps=1e-6)
+        fd, ad = [], []
         for k, g in grads.items():
             u = rng.standard_normal(g.shape)
             if k == "model.embed_tokens.weight":
                 u *= np.isin(np.arange(256), tokens[:, :-1])[:, None]
-            vals = []
-            for sgn in (1, -1):
-                q = dict(prm)
-                q[k] = prm[k] + sgn * eps * torch.tensor(u)
-                vals.append(float(R.loss_fn(forward(cfg, q, tok[:, :-1]), tok[:, 1:])))
-            fd.append((vals[0] - vals[1]) / (2 * eps))
+            fd.append(slope(k, u))
             ad.append(float(np.sum(g * u)))
         chk.compare("self/fd/" + tag, np.array(fd), np.array(ad), tol=1e-6)
     return chk.summary()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--exe", help="path to al_testdump")
-    ap.add_argument("--attnlab", help="path to the attnlab CLI")
-    ap.add_argument("--workdir", help="directory for temporary files")
-    ap.add_argument("--self-test", action="store_true", help="validate the reference only (no C binaries needed)")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
-    torch.manual_seed(SEED)
-    if args.self_test:
-        return self_test()
-    if not (args.exe and args.attnlab and args.workdir):
-        ap.print_usage()
-        print("error: --exe, --attnlab and --workdir are required (or use --self-test)")
-        return 2
-    return main_checks(args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(__doc__, SEED, main_checks, self_test))

@@ -1,9 +1,12 @@
 /*
  * testdump.c: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors
+ *             al_testdump VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors
  * Runs one forward/backward of a checkpoint on a token batch and writes the
  * logits [B,T,V], the mean loss [1] and every parameter gradient
  * ("grad.<name>") so the independent PyTorch reference (tests/ref) can
- * compare them.
+ * compare them. A vision checkpoint (task "vision") takes float32 images
+ * [B, C, S, S] (already standardised) and labels [B] (float32 holding
+ * integers) instead, and writes logits [B, num_labels].
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +16,74 @@
 #include "io/io.h"
 #include "model/model.h"
 
+/* Writes logits, loss and "grad.<name>" of every parameter to path. */
+static int write_dump(const al_model *m, const float *logits, int ndim, const int64_t *lshape, float loss,
+                      const char *path) {
+    al_err err = {{0}};
+    al_st_out_tensor *out = calloc((size_t)m->n_params + 2, sizeof *out);
+    char **names = calloc((size_t)m->n_params, sizeof *names);
+    int n = 0;
+    out[n] = (al_st_out_tensor){"logits", logits, ndim, {0}};
+    for (int i = 0; i < ndim; i++) out[n].shape[i] = lshape[i];
+    n++;
+    out[n++] = (al_st_out_tensor){"loss", &loss, 1, {1}};
+    for (int i = 0; i < m->n_params; i++) {
+        names[i] = malloc(strlen(m->params[i].name) + 6);
+        sprintf(names[i], "grad.%s", m->params[i].name);
+        out[n++] = (al_st_out_tensor){names[i], m->g + m->params[i].offset, m->params[i].ndim,
+                                      {m->params[i].shape[0], m->params[i].shape[1]}};
+    }
+    int rc = al_st_write_f32(path, out, n, NULL, 0, &err);
+    if (rc) fprintf(stderr, "al_testdump: %s\n", err.msg);
+    for (int i = 0; i < m->n_params; i++) free(names[i]);
+    free(names);
+    free(out);
+    return rc;
+}
+
+/* The vision form: images [B, C, S, S] and labels [B] -> one step's dump. */
+static int dump_vision(al_model *m, const char *images_path, const char *labels_path, const char *out_path) {
+    al_err err = {{0}};
+    const al_config *c = &m->cfg;
+    float *img = NULL, *lab = NULL;
+    int ni, nl;
+    int64_t si[AL_ST_MAX_DIMS], sl[AL_ST_MAX_DIMS];
+    if (al_npy_read_f32(images_path, &img, &ni, si, &err) || al_npy_read_f32(labels_path, &lab, &nl, sl, &err)) {
+        fprintf(stderr, "al_testdump: %s\n", err.msg);
+        return 1;
+    }
+    if (ni != 4 || si[1] != c->num_channels || si[2] != c->image_size || si[3] != c->image_size || nl != 1 ||
+        sl[0] != si[0]) {
+        fprintf(stderr, "al_testdump: images must be [B, %d, %d, %d] and labels [B]\n", c->num_channels, c->image_size,
+                c->image_size);
+        return 1;
+    }
+    const int B = (int)si[0];
+    int *labels = malloc(sizeof(int) * B);
+    for (int b = 0; b < B; b++) labels[b] = (int)lab[b];
+    al_acts a;
+    if (al_model_alloc_grads(m, &err) || al_vit_acts_create(&a, m, B, &err)) {
+        fprintf(stderr, "al_testdump: %s\n", err.msg);
+        return 1;
+    }
+    al_model_zero_grads(m);
+    float loss = (float)al_vit_forward(m, &a, img, labels);
+    al_vit_backward(m, &a);
+    const int64_t lshape[2] = {B, c->num_labels};
+    int rc = write_dump(m, a.logits, 2, lshape, loss, out_path);
+    free(labels);
+    free(img);
+    free(lab);
+    al_acts_free(&a);
+    al_model_free(m);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     al_blas_fix_kernels(argv);
-    if (argc != 4) {
-        fprintf(stderr, "usage: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors\n"
+                        "       al_testdump VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors\n");
         return 2;
     }
     al_err err = {{0}};
@@ -24,7 +91,17 @@ int main(int argc, char **argv) {
     float *tok = NULL;
     int ndim;
     int64_t shape[AL_ST_MAX_DIMS];
-    if (al_model_load(&m, argv[1], NULL, &err) || al_npy_read_f32(argv[2], &tok, &ndim, shape, &err)) {
+    if (al_model_load(&m, argv[1], NULL, &err)) {
+        fprintf(stderr, "al_testdump: %s\n", err.msg);
+        return 1;
+    }
+    if ((m.cfg.task == AL_TASK_VISION) != (argc == 5)) {
+        fprintf(stderr, "al_testdump: a %s model takes %s\n", m.cfg.task == AL_TASK_VISION ? "vision" : "language",
+                m.cfg.task == AL_TASK_VISION ? "IMAGES.npy LABELS.npy" : "TOKENS.npy");
+        return 2;
+    }
+    if (argc == 5) return dump_vision(&m, argv[2], argv[3], argv[4]);
+    if (al_npy_read_f32(argv[2], &tok, &ndim, shape, &err)) {
         fprintf(stderr, "al_testdump: %s\n", err.msg);
         return 1;
     }
@@ -47,23 +124,8 @@ int main(int argc, char **argv) {
     al_model_zero_grads(&m);
     float loss = (float)al_model_forward(&m, &a, in, tg);
     al_model_backward(&m, &a);
-    al_st_out_tensor *out = calloc((size_t)m.n_params + 2, sizeof *out);
-    char **names = calloc((size_t)m.n_params, sizeof *names);
-    int n = 0;
-    out[n++] = (al_st_out_tensor){"logits", a.logits, 3, {B, T, V}};
-    out[n++] = (al_st_out_tensor){"loss", &loss, 1, {1}};
-    for (int i = 0; i < m.n_params; i++) {
-        names[i] = malloc(strlen(m.params[i].name) + 6);
-        sprintf(names[i], "grad.%s", m.params[i].name);
-        out[n] = (al_st_out_tensor){names[i], m.g + m.params[i].offset, m.params[i].ndim,
-                                    {m.params[i].shape[0], m.params[i].shape[1]}};
-        n++;
-    }
-    int rc = al_st_write_f32(argv[3], out, n, NULL, 0, &err);
-    if (rc) fprintf(stderr, "al_testdump: %s\n", err.msg);
-    for (int i = 0; i < m.n_params; i++) free(names[i]);
-    free(names);
-    free(out);
+    const int64_t lshape[3] = {B, T, V};
+    int rc = write_dump(&m, a.logits, 3, lshape, loss, argv[3]);
     free(in);
     free(tg);
     free(tok);

@@ -12,21 +12,7 @@
 #include "model/model.h"
 #include "core/blas.h"
 #include "test.h"
-
-static void fill(float *x, size_t n, al_rng *r, float s) {
-    for (size_t i = 0; i < n; i++) x[i] = s * al_rng_normal(r);
-}
-
-/* max|a-b| / max(max|b|, 1e-2) */
-static double err_floor(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 1e-2;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        md = d > md || d != d ? d : md;
-        mb = fabs((double)b[i]) > mb ? fabs((double)b[i]) : mb;
-    }
-    return md / mb;
-}
+#include "testutil.h"
 
 static void check_kernels(int B, int T, int H, int G, int dk, int pad) {
     al_rng r;
@@ -38,10 +24,10 @@ static void check_kernels(int B, int T, int H, int G, int dk, int pad) {
     float *o1 = calloc(n, 4), *o2 = calloc(n, 4), *l1 = calloc((size_t)B * H * T, 4), *l2 = calloc((size_t)B * H * T, 4);
     float *dq1 = calloc(n, 4), *dk1 = calloc(n, 4), *dv1 = calloc(n, 4);
     float *dq2 = calloc(n, 4), *dk2 = calloc(n, 4), *dv2 = calloc(n, 4);
-    fill(q, n, &r, 1.5f);
-    fill(k, n, &r, 1.5f);
-    fill(v, n, &r, 1.0f);
-    fill(dO, n, &r, 1.0f);
+    tu_fill(q, n, &r, 1.5f);
+    tu_fill(k, n, &r, 1.5f);
+    tu_fill(v, n, &r, 1.0f);
+    tu_fill(dO, n, &r, 1.0f);
     al_attn_fwd(&s, q, k, v, o1, l1);
     al_attn_fwd_ref(&s, q, k, v, o2, l2);
     /* compare only the columns heads own (padding is not written) */
@@ -53,7 +39,7 @@ static void check_kernels(int B, int T, int H, int G, int dk, int pad) {
     al_attn_bwd(&s, q, k, v, o1, l1, dO, dq1, dk1, dv1);
     al_attn_bwd_ref(&s, q, k, v, o2, l2, dO, dq2, dk2, dv2);
     /* floor the scale: with T = 1 the exact dq, dk are 0 and only rounding remains */
-    double e_dq = err_floor(dq1, dq2, n), e_dk = err_floor(dk1, dk2, n), e_dv = err_floor(dv1, dv2, n);
+    double e_dq = tu_err_floor(dq1, dq2, n), e_dk = tu_err_floor(dk1, dk2, n), e_dv = tu_err_floor(dv1, dv2, n);
     CHECK_MSG(e_o < 1e-5 && e_l < 1e-5, "B=%d T=%d H=%d G=%d: o err %g lse err %g", B, T, H, G, e_o, e_l);
     CHECK_MSG(e_dq < 1e-4 && e_dk < 1e-4 && e_dv < 1e-4, "B=%d T=%d H=%d G=%d: dq %g dk %g dv %g", B, T, H, G, e_dq,
               e_dk, e_dv);
@@ -73,89 +59,30 @@ static void check_fd(void) {
     for (int i = 0; i < 3; i++) {
         x[i] = malloc(n * 4);
         grad[i] = calloc(n, 4);
-        fill(x[i], n, &r, 1.0f);
+        tu_fill(x[i], n, &r, 1.0f);
     }
-    fill(R, n, &r, 1.0f);
+    tu_fill(R, n, &r, 1.0f);
     al_attn_fwd(&s, x[0], x[1], x[2], o, lse);
     al_attn_bwd(&s, x[0], x[1], x[2], o, lse, R, grad[0], grad[1], grad[2]);
-    double worst = 0;
-    for (int which = 0; which < 3; which++)
-        for (size_t i = 0; i < n; i += 5) {
-            if (which > 0 && (i % ld) >= (size_t)G * dk) continue; /* k, v only use G heads */
-            float keep = x[which][i];
-            double Lp = 0, Lm = 0, h = 1e-2;
-            x[which][i] = keep + (float)h;
-            al_attn_fwd_ref(&s, x[0], x[1], x[2], o, lse);
-            for (size_t j = 0; j < n; j++) Lp += (double)o[j] * R[j];
-            x[which][i] = keep - (float)h;
-            al_attn_fwd_ref(&s, x[0], x[1], x[2], o, lse);
-            for (size_t j = 0; j < n; j++) Lm += (double)o[j] * R[j];
-            x[which][i] = keep;
-            double fd = (Lp - Lm) / (2 * h), err = fabs(fd - grad[which][i]) / (1 + fabs(fd));
-            worst = err > worst ? err : worst;
-        }
+    /* every 5th entry; k, v only use G heads */
+    const size_t ns[3] = {n, n, n};
+    double worst = tu_attn_fd_worst(&s, x, grad, ns, R, n, lse, 5, (size_t)G * dk);
     CHECK_MSG(worst < 2e-3, "attention backward vs finite differences: worst %g", worst);
     for (int i = 0; i < 3; i++) free(x[i]), free(grad[i]);
     free(R), free(o), free(lse);
 }
 
-/* A small model of the given shape with random (not default) weights. */
-static int make_model(al_model *m, int H, int G, int tied, int T) {
-    al_config c;
-    al_config_default(&c);
-    c.hidden_size = 48;
-    c.num_layers = 2;
-    c.num_heads = H;
-    c.num_kv_heads = G;
-    c.head_dim = 8;
-    c.intermediate_size = 80;
-    c.max_position = T;
-    c.tie_word_embeddings = tied;
-    c.attention = G == H ? AL_ATTN_MHA : G == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
-    al_err err;
-    if (al_model_create(m, &c, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    al_rng r;
-    al_rng_seed(&r, (uint64_t)(H * 31 + G * 7 + tied));
-    for (size_t i = 0; i < m->n_floats; i++) m->w[i] = 0.15f * al_rng_normal(&r);
-    return 0;
-}
-
 static void check_decode(int H, int G, int tied) {
     const int T = 70; /* > one query block of the kernels */
-    al_model m;
-    if (make_model(&m, H, G, tied, T)) {
-        CHECK(0);
-        return;
-    }
-    al_err err;
-    al_acts a;
-    int tok[T];
-    al_rng r;
-    al_rng_seed(&r, 3);
-    for (int i = 0; i < T; i++) tok[i] = (int)(al_rng_u64(&r) % 256);
-    CHECK(al_acts_create(&a, &m, 1, T, &err) == 0);
-    al_model_forward(&m, &a, tok, NULL);
-    al_decoder dec;
-    CHECK(al_decoder_create(&dec, &m, T, &err) == 0);
+    al_config c = tu_config(48, 80, 2, H, G, 8, T);
+    c.tie_word_embeddings = tied;
+    tu_decode d;
+    if (tu_decode_random_model(&c, (uint64_t)(H * 31 + G * 7 + tied), TU_FLAT, 3, T, &d)) return;
     /* exact cache size: layers x tokens x 2 G d_h floats, nothing more */
-    CHECK(dec.values_per_token == 2 * (size_t)G * 8);
-    CHECK(dec.cache_bytes == (size_t)2 * T * 2 * G * 8 * sizeof(float));
-    float logits[256];
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
-        double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
-        worst = e > worst ? e : worst;
-    }
-    CHECK_MSG(worst < 1e-4, "H=%d G=%d tied=%d: decode vs forward rel err %g", H, G, tied, worst);
-    /* a full cache refuses another token instead of writing past its end */
-    CHECK(al_decoder_step(&dec, 1, logits, &err) == -1 && strstr(err.msg, "full"));
-    al_decoder_free(&dec);
-    al_acts_free(&a);
-    al_model_free(&m);
+    CHECK(d.values_per_token == 2 * (size_t)G * 8);
+    CHECK(d.cache_bytes == (size_t)2 * T * 2 * G * 8 * sizeof(float));
+    CHECK_MSG(d.worst < 1e-4, "H=%d G=%d tied=%d: decode vs forward rel err %g", H, G, tied, d.worst);
+    CHECK(d.refuses_full);
 }
 
 int main(int argc, char **argv) {

@@ -15,7 +15,6 @@
  *    down/up tensors are [0, d] and [H d_h, 0]);
  *  - gradients are bit-identical across thread counts.
  */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,77 +23,39 @@
 #include "io/io.h"
 #include "model/model.h"
 #include "test.h"
+#include "testutil.h"
 
 static al_config lrkv_config(int d, int H, int dh, int r, int tied, int T) {
-    al_config c;
-    al_config_default(&c);
-    c.hidden_size = d;
-    c.num_layers = 2;
-    c.num_heads = H;
-    c.num_kv_heads = H;
-    c.head_dim = dh;
-    c.intermediate_size = 80;
-    c.max_position = T;
+    al_config c = tu_config(d, 80, 2, H, H, dh, T);
     c.tie_word_embeddings = tied;
     c.attention = AL_ATTN_LRKV;
     c.lrkv_rank = r;
     return c;
 }
 
-/* A model with random weights of std 0.15 (not the small init). */
-static int make_model(al_model *m, const al_config *c, uint64_t seed) {
-    al_err err;
-    if (al_model_create(m, c, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    al_rng r;
-    al_rng_seed(&r, seed);
-    for (size_t i = 0; i < m->n_floats; i++) m->w[i] = 0.15f * al_rng_normal(&r);
-    return 0;
-}
-
-static const al_param *find_param(const al_model *m, const char *name) {
-    for (int i = 0; i < m->n_params; i++)
-        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
-    return NULL;
-}
-
 static void check_decode(int d, int H, int dh, int r, int tied, int T, al_score_kind score) {
     al_config c = lrkv_config(d, H, dh, r, tied, T);
     c.score = score;
-    al_model m;
-    if (make_model(&m, &c, (uint64_t)(d * 131 + r * 7 + tied))) {
-        CHECK(0);
-        return;
-    }
-    al_err err;
-    al_acts a;
-    int *tok = malloc(sizeof(int) * T);
-    al_rng rng;
-    al_rng_seed(&rng, 5);
-    for (int i = 0; i < T; i++) tok[i] = (int)(al_rng_u64(&rng) % 256);
-    CHECK(al_acts_create(&a, &m, 1, T, &err) == 0);
-    al_model_forward(&m, &a, tok, NULL);
-    al_decoder dec;
-    CHECK(al_decoder_create(&dec, &m, T, &err) == 0);
+    tu_decode dd;
+    if (tu_decode_random_model(&c, (uint64_t)(d * 131 + r * 7 + tied), TU_FLAT, 5, T, &dd)) return;
     const size_t vpt = 2 * ((size_t)dh + (size_t)H * r);
-    CHECK_MSG(dec.values_per_token == vpt, "values per token %zu, want %zu", dec.values_per_token, vpt);
-    CHECK_MSG(dec.cache_bytes == (size_t)c.num_layers * T * vpt * sizeof(float), "cache bytes %zu", dec.cache_bytes);
-    float logits[256];
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
-        double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
-        worst = e > worst ? e : worst;
-    }
-    CHECK_MSG(worst < 1e-4, "d=%d H=%d dh=%d r=%d tied=%d score=%s: decode vs forward rel err %g", d, H, dh, r, tied,
-              al_score_name(score), worst);
-    CHECK(al_decoder_step(&dec, 1, logits, &err) == -1 && strstr(err.msg, "full"));
-    al_decoder_free(&dec);
-    al_acts_free(&a);
-    al_model_free(&m);
-    free(tok);
+    CHECK_MSG(dd.values_per_token == vpt, "values per token %zu, want %zu", dd.values_per_token, vpt);
+    CHECK_MSG(dd.cache_bytes == (size_t)c.num_layers * T * vpt * sizeof(float), "cache bytes %zu", dd.cache_bytes);
+    CHECK_MSG(dd.worst < 1e-4, "d=%d H=%d dh=%d r=%d tied=%d score=%s: decode vs forward rel err %g", d, H, dh, r,
+              tied, al_score_name(score), dd.worst);
+    CHECK(dd.refuses_full);
+}
+
+/* The LRKV tensor of an MQA tensor's name: self_attn.k_proj.weight ->
+ * self_attn.k_shared_proj.weight (v alike), other names the same. */
+static const al_param *lrkv_twin(const al_model *ml, const char *src) {
+    char name[96];
+    const char *k = strstr(src, "k_proj."), *v = strstr(src, "v_proj.");
+    if (k || v)
+        snprintf(name, sizeof name, "%.*s%c_shared_proj.weight", (int)((k ? k : v) - src), src, k ? 'k' : 'v');
+    else
+        snprintf(name, sizeof name, "%s", src);
+    return tu_find_param(ml, name);
 }
 
 /* LRKV with r = 0 against MQA with the shared maps as its one KV head. */
@@ -106,18 +67,13 @@ static void check_mqa_equivalence(void) {
     cm.lrkv_rank = 0;
     al_model ml, mm;
     al_err err;
-    if (make_model(&ml, &cl, 77) || al_model_create(&mm, &cm, &err)) {
+    if (tu_make_model(&ml, &cl, 77, TU_FLAT) || al_model_create(&mm, &cm, &err)) {
         CHECK(0);
         return;
     }
     for (int i = 0; i < mm.n_params; i++) {
-        char name[96];
-        const char *src = mm.params[i].name, *k = strstr(src, "k_proj."), *v = strstr(src, "v_proj.");
-        if (k || v) /* self_attn.k_proj.weight -> self_attn.k_shared_proj.weight */
-            snprintf(name, sizeof name, "%.*s%c_shared_proj.weight", (int)((k ? k : v) - src), src, k ? 'k' : 'v');
-        else
-            snprintf(name, sizeof name, "%s", src);
-        const al_param *p = find_param(&ml, name);
+        const char *src = mm.params[i].name;
+        const al_param *p = lrkv_twin(&ml, src);
         CHECK_MSG(p && p->numel == mm.params[i].numel, "no LRKV tensor for %s", src);
         if (p) memcpy(mm.w + mm.params[i].offset, ml.w + p->offset, sizeof(float) * p->numel);
     }
@@ -126,26 +82,14 @@ static void check_mqa_equivalence(void) {
     CHECK(al_acts_create(&al, &ml, B, T, &err) == 0 && al_acts_create(&am, &mm, B, T, &err) == 0);
     int in[N], tg[N];
     for (int i = 0; i < N; i++) in[i] = (i * 53 + 1) % 256, tg[i] = (i * 29 + 3) % 256;
-    al_model_zero_grads(&ml);
-    al_model_zero_grads(&mm);
-    double ll = al_model_forward(&ml, &al, in, tg), lm = al_model_forward(&mm, &am, in, tg);
-    al_model_backward(&ml, &al);
-    al_model_backward(&mm, &am);
+    double ll = tu_loss_and_grads(&ml, &al, in, tg), lm = tu_loss_and_grads(&mm, &am, in, tg);
     double e = test_rel_err(al.logits, am.logits, (size_t)N * 256);
     CHECK_MSG(e < 1e-5, "r=0 LRKV vs MQA logits rel err %g", e);
     CHECK_CLOSE(ll, lm, 1e-6);
     /* every gradient, matched by name as above */
     double worst = 0;
     for (int i = 0; i < mm.n_params; i++) {
-        const char *src = mm.params[i].name;
-        const al_param *p = NULL;
-        char name[96];
-        const char *k = strstr(src, "k_proj."), *v = strstr(src, "v_proj.");
-        if (k || v)
-            snprintf(name, sizeof name, "%.*s%c_shared_proj.weight", (int)((k ? k : v) - src), src, k ? 'k' : 'v');
-        else
-            snprintf(name, sizeof name, "%s", src);
-        p = find_param(&ml, name);
+        const al_param *p = lrkv_twin(&ml, mm.params[i].name);
         if (!p) continue;
         double ge = test_rel_err(ml.g + p->offset, mm.g + mm.params[i].offset, p->numel);
         worst = ge > worst ? ge : worst;
@@ -200,17 +144,11 @@ static void check_init_ratio(int r) {
 }
 
 static void expect_error(const char *attnlab_block, const char *extra, const char *want, int exact) {
-    char json[1024];
-    snprintf(json, sizeof json,
-             "{\"architectures\":[\"AttnlabForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":96,"
-             "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"vocab_size\":256%s,"
-             "\"attnlab\":{\"attention\":\"lrkv\"%s}}",
-             extra, attnlab_block);
-    al_config c;
-    al_err err = {{0}};
-    int rc = al_config_parse(&c, json, NULL, &err);
-    int match = exact ? strcmp(err.msg, want) == 0 : strstr(err.msg, want) != NULL;
-    CHECK_MSG(rc == -1 && match && !strchr(err.msg, '\n'), "%s -> '%s' (want '%s')", json, err.msg, want);
+    tu_expect_config_error(want, exact,
+                           "{\"architectures\":[\"AttnlabForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":96,"
+                           "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"vocab_size\":256%s,"
+                           "\"attnlab\":{\"attention\":\"lrkv\"%s}}",
+                           extra, attnlab_block);
 }
 
 static void check_config_errors(void) {
@@ -239,21 +177,15 @@ static void check_roundtrip(const char *dir, int r) {
     al_err err = {{0}};
     CHECK(al_model_create(&a, &c, &err) == 0);
     al_model_init_weights(&a, 9);
-    CHECK_MSG(al_model_save(&a, dir, NULL, &err) == 0, "%s", err.msg);
-    CHECK_MSG(al_model_load(&b, dir, NULL, &err) == 0, "r=%d: %s", r, err.msg);
-    if (b.w) {
-        CHECK(b.cfg.attention == AL_ATTN_LRKV && b.cfg.lrkv_rank == r && b.cfg.num_kv_heads == 2);
-        CHECK(b.n_floats == a.n_floats && memcmp(a.w, b.w, a.n_floats * sizeof(float)) == 0);
-        const al_param *p = find_param(&b, "model.layers.1.self_attn.k_down_proj.weight");
+    if (tu_save_load(&a, &b, dir, NULL, NULL) == 0) {
+        CHECK_MSG(b.cfg.attention == AL_ATTN_LRKV && b.cfg.lrkv_rank == r && b.cfg.num_kv_heads == 2, "r=%d", r);
+        const al_param *p = tu_find_param(&b, "model.layers.1.self_attn.k_down_proj.weight");
         CHECK(p && p->shape[0] == 2 * r && p->shape[1] == 32);
-        p = find_param(&b, "model.layers.1.self_attn.v_up_proj.weight");
+        p = tu_find_param(&b, "model.layers.1.self_attn.v_up_proj.weight");
         CHECK(p && p->shape[0] == 16 && p->shape[1] == r);
         al_model_free(&b);
     }
-    char path[512], *text = NULL;
-    size_t len;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    CHECK(al_read_file(path, &text, &len, &err) == 0);
+    char *text = tu_read_config(dir);
     CHECK(text && strstr(text, "\"AttnlabForCausalLM\"") && strstr(text, "\"lrkv_rank\"") && strstr(text, "\"lrkv\""));
     free(text);
     al_model_free(&a);
@@ -266,7 +198,7 @@ static void check_thread_determinism(void) {
     al_config c = lrkv_config(48, 4, 16, 8, 0, T);
     al_model m;
     al_err err;
-    if (make_model(&m, &c, 3) || al_model_alloc_grads(&m, &err)) {
+    if (tu_make_model(&m, &c, 3, TU_FLAT) || al_model_alloc_grads(&m, &err)) {
         CHECK(0);
         return;
     }
@@ -274,20 +206,7 @@ static void check_thread_determinism(void) {
     CHECK(al_acts_create(&a, &m, B, T, &err) == 0);
     int in[N], tg[N];
     for (int i = 0; i < N; i++) in[i] = (i * 41 + 7) % 256, tg[i] = (i * 13 + 2) % 256;
-    float *g1 = malloc(sizeof(float) * m.n_floats);
-    const int saved = omp_get_max_threads();
-    double l[2];
-    for (int pass = 0; pass < 2; pass++) {
-        omp_set_num_threads(pass == 0 ? 1 : 2);
-        al_model_zero_grads(&m);
-        l[pass] = al_model_forward(&m, &a, in, tg);
-        al_model_backward(&m, &a);
-        if (pass == 0) memcpy(g1, m.g, sizeof(float) * m.n_floats);
-    }
-    omp_set_num_threads(saved);
-    CHECK_MSG(l[0] == l[1] && memcmp(g1, m.g, sizeof(float) * m.n_floats) == 0,
-              "gradients differ between 1 and 2 threads");
-    free(g1);
+    CHECK_MSG(tu_same_bits_1_2_threads(&m, &a, in, tg), "gradients differ between 1 and 2 threads");
     al_acts_free(&a);
     al_model_free(&m);
 }
@@ -315,9 +234,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) return 1;
     check_roundtrip(dir, 4);
     check_roundtrip(dir, 0);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) return 1;
+    if (tu_remove_dir(dir)) return 1;
     check_thread_determinism();
     return TEST_EXIT();
 }

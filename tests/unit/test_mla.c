@@ -18,93 +18,39 @@
 #include "io/io.h"
 #include "model/model.h"
 #include "test.h"
+#include "testutil.h"
 
 enum { DC = 12, DR = 6, DV = 10 };
 
 static al_config mla_config(int dq, int dn, int T, int tied) {
-    al_config c;
-    al_config_default(&c);
-    c.hidden_size = 48;
-    c.intermediate_size = 80;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 4;
+    al_config c = tu_config(48, 80, 2, 4, 4, dn + DR, T);
     c.attention = AL_ATTN_MLA;
     c.kv_lora_rank = DC;
     c.q_lora_rank = dq;
     c.qk_nope_head_dim = dn;
     c.qk_rope_head_dim = DR; /* dr/2 = 3 frequencies: odd on purpose */
     c.v_head_dim = DV;
-    c.head_dim = dn + DR;
-    c.max_position = T;
     c.tie_word_embeddings = tied;
     return c;
-}
-
-/* Random weights (std 0.15), norm gains around 1, so that every path matters. */
-static int make_model(al_model *m, const al_config *c, uint64_t seed) {
-    al_err err;
-    if (al_model_create(m, c, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    al_rng r;
-    al_rng_seed(&r, seed);
-    for (int i = 0; i < m->n_params; i++) {
-        const al_param *p = &m->params[i];
-        for (size_t j = 0; j < p->numel; j++)
-            m->w[p->offset + j] = (p->ndim == 1 ? 1.0f : 0.0f) + 0.15f * al_rng_normal(&r);
-    }
-    return 0;
 }
 
 /* T > 64 crosses the score kernels' query blocks, T > 256 decode's key chunks. */
 static void check_decode(int dq, int dn, int tied, int T, al_score_kind score) {
     al_config c = mla_config(dq, dn, T, tied);
     c.score = score;
-    al_model m;
-    if (make_model(&m, &c, (uint64_t)(dq * 7 + dn * 3 + tied))) {
-        CHECK(0);
-        return;
-    }
-    al_err err;
-    al_acts a;
-    int *tok = malloc(sizeof(int) * T);
-    al_rng r;
-    al_rng_seed(&r, 3);
-    for (int i = 0; i < T; i++) tok[i] = (int)(al_rng_u64(&r) % 256);
-    CHECK(al_acts_create(&a, &m, 1, T, &err) == 0);
-    al_model_forward(&m, &a, tok, NULL);
-    al_decoder dec;
-    CHECK(al_decoder_create(&dec, &m, T, &err) == 0);
+    tu_decode d;
+    if (tu_decode_random_model(&c, (uint64_t)(dq * 7 + dn * 3 + tied), TU_GAINS_ONE, 3, T, &d)) return;
     /* the latent and the rope key per token per layer, nothing more */
-    CHECK(dec.values_per_token == DC + DR);
-    CHECK_MSG(dec.cache_bytes == (size_t)c.num_layers * T * (DC + DR) * sizeof(float), "cache_bytes %zu",
-              dec.cache_bytes);
-    float logits[256];
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
-        double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
-        worst = e > worst ? e : worst;
-    }
-    CHECK_MSG(worst < 1e-4, "dq=%d dn=%d tied=%d T=%d score=%s: decode vs forward rel err %g", dq, dn, tied, T,
-              al_score_name(score), worst);
-    CHECK(al_decoder_step(&dec, 1, logits, &err) == -1 && strstr(err.msg, "full"));
-    free(tok);
-    al_decoder_free(&dec);
-    al_acts_free(&a);
-    al_model_free(&m);
-}
-
-static const al_param *find_param(const al_model *m, const char *name) {
-    for (int i = 0; i < m->n_params; i++)
-        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
-    return NULL;
+    CHECK(d.values_per_token == DC + DR);
+    CHECK_MSG(d.cache_bytes == (size_t)c.num_layers * T * (DC + DR) * sizeof(float), "cache_bytes %zu",
+              d.cache_bytes);
+    CHECK_MSG(d.worst < 1e-4, "dq=%d dn=%d tied=%d T=%d score=%s: decode vs forward rel err %g", dq, dn, tied, T,
+              al_score_name(score), d.worst);
+    CHECK(d.refuses_full);
 }
 
 static void expect_param(const al_model *m, const char *name, int64_t rows, int64_t cols, int decay) {
-    const al_param *p = find_param(m, name);
+    const al_param *p = tu_find_param(m, name);
     CHECK_MSG(p && p->shape[0] == rows && (cols == 0 ? p->ndim == 1 : p->ndim == 2 && p->shape[1] == cols) &&
                   p->decay == decay,
               "%s: want [%lld, %lld]", name, (long long)rows, (long long)cols);
@@ -127,7 +73,7 @@ static void check_params(void) {
             P("q_a_layernorm.weight", dq, 0, 0);
             P("q_b_proj.weight", H * (dn + DR), dq, 1);
             snprintf(name, sizeof name, "%sq_proj.weight", pre);
-            CHECK(find_param(&m, name) == NULL);
+            CHECK(tu_find_param(&m, name) == NULL);
         } else {
             P("q_proj.weight", H * (dn + DR), d, 1);
         }
@@ -139,10 +85,10 @@ static void check_params(void) {
         /* gains start at one, matrices at std 0.02 (o_proj scaled down with depth) */
         al_model_init_weights(&m, 1);
         snprintf(name, sizeof name, "%skv_a_layernorm.weight", pre);
-        const al_param *g = find_param(&m, name);
+        const al_param *g = tu_find_param(&m, name);
         CHECK(g && m.w[g->offset] == 1.0f && m.w[g->offset + DC - 1] == 1.0f);
         snprintf(name, sizeof name, "%so_proj.weight", pre);
-        const al_param *o = find_param(&m, name);
+        const al_param *o = tu_find_param(&m, name);
         CHECK(o && fabsf(o->std - 0.02f / 2.0f) < 1e-7f);
         al_model_free(&m);
     }
@@ -196,31 +142,26 @@ static void check_roundtrip(void) {
     for (int dq = 0; dq <= 20; dq += 20) {
         al_config c = mla_config(dq, 8, 32, dq == 0);
         al_model a, b;
-        al_err err;
-        if (make_model(&a, &c, 9)) {
+        if (tu_make_model(&a, &c, 9, TU_GAINS_ONE)) {
             CHECK(0);
             continue;
         }
-        CHECK_MSG(al_model_save(&a, dir, NULL, &err) == 0, "%s", err.msg);
-        CHECK_MSG(al_model_load(&b, dir, NULL, &err) == 0, "%s", err.msg);
+        if (tu_save_load(&a, &b, dir, NULL, NULL)) {
+            al_model_free(&a);
+            continue;
+        }
         const al_config *l = &b.cfg;
         CHECK(l->attention == AL_ATTN_MLA && l->kv_lora_rank == DC && l->q_lora_rank == dq &&
               l->qk_nope_head_dim == 8 && l->qk_rope_head_dim == DR && l->v_head_dim == DV &&
               l->num_kv_heads == 4 && l->tie_word_embeddings == (dq == 0));
-        CHECK(b.n_floats == a.n_floats && memcmp(a.w, b.w, a.n_floats * sizeof(float)) == 0);
-        char path[256], *text = NULL;
-        size_t len;
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        CHECK(al_read_file(path, &text, &len, &err) == 0);
+        char *text = tu_read_config(dir);
         CHECK(text && strstr(text, "\"DeepseekV2ForCausalLM\"") && strstr(text, "\"deepseek_v2\""));
         CHECK(text && strstr(text, dq ? "\"q_lora_rank\":\t20" : "\"q_lora_rank\":\tnull"));
         free(text);
         al_model_free(&a);
         al_model_free(&b);
     }
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    CHECK(tu_remove_dir(dir) == 0);
 }
 
 /* Forward + backward at 1 and at 2 threads: bit-identical loss and grads. */
@@ -229,26 +170,17 @@ static void check_threads(void) {
     al_model m;
     al_acts a;
     al_err err;
-    if (make_model(&m, &c, 21) || al_model_alloc_grads(&m, &err) || al_acts_create(&a, &m, 3, 70, &err)) {
+    if (tu_make_model(&m, &c, 21, TU_GAINS_ONE) || al_model_alloc_grads(&m, &err) ||
+        al_acts_create(&a, &m, 3, 70, &err)) {
         CHECK(0);
         return;
     }
     int in[210], tg[210];
     for (int i = 0; i < 210; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
-    float *g1 = malloc(m.n_floats * sizeof(float));
-    double loss[2];
-    for (int k = 0; k < 2; k++) {
-        al_set_threads(k + 1);
-        al_model_zero_grads(&m);
-        loss[k] = al_model_forward(&m, &a, in, tg);
-        al_model_backward(&m, &a);
-        if (k == 0) memcpy(g1, m.g, m.n_floats * sizeof(float));
-    }
-    CHECK(loss[0] == loss[1] && memcmp(g1, m.g, m.n_floats * sizeof(float)) == 0);
+    CHECK(tu_same_bits_1_2_threads(&m, &a, in, tg));
     double gn = 0;
     for (size_t i = 0; i < m.n_floats; i++) gn += (double)m.g[i] * m.g[i];
     CHECK(gn > 0 && isfinite(gn));
-    free(g1);
     al_acts_free(&a);
     al_model_free(&m);
 }

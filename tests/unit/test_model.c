@@ -10,20 +10,12 @@
 #include "model/model.h"
 #include "core/blas.h"
 #include "test.h"
+#include "testutil.h"
 #include "train/train.h"
 
+/* d 32, MLP 64, 2 layers, 4 heads of 8 in 2 KV groups (GQA), 16 positions */
 static al_config tiny(void) {
-    al_config c;
-    al_config_default(&c);
-    c.hidden_size = 32;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.attention = AL_ATTN_GQA;
-    c.head_dim = 8;
-    c.intermediate_size = 64;
-    c.max_position = 16;
-    return c;
+    return tu_config(32, 64, 2, 4, 2, 8, 16);
 }
 
 static void test_roundtrip(const char *dir) {
@@ -32,31 +24,18 @@ static void test_roundtrip(const char *dir) {
     al_err err;
     CHECK(al_model_create(&a, &c, &err) == 0);
     al_model_init_weights(&a, 5);
-    CHECK(al_model_save(&a, dir, "{\"note\": \"x\"}", &err) == 0);
     char *extra = NULL;
-    CHECK_MSG(al_model_load(&b, dir, &extra, &err) == 0, "%s", err.msg);
-    CHECK(b.n_floats == a.n_floats && memcmp(a.w, b.w, a.n_floats * sizeof(float)) == 0);
+    int loaded = tu_save_load(&a, &b, dir, "{\"note\": \"x\"}", &extra) == 0;
     CHECK(extra && strstr(extra, "\"note\"") && strstr(extra, "\"gqa\""));
-    CHECK(b.cfg.num_kv_heads == 2 && b.cfg.head_dim == 8 && b.cfg.attention == AL_ATTN_GQA);
+    CHECK(loaded && b.cfg.num_kv_heads == 2 && b.cfg.head_dim == 8 && b.cfg.attention == AL_ATTN_GQA);
     free(extra);
     al_model_free(&a);
-    al_model_free(&b);
-}
-
-static void expect_config_error(const char *json, const char *word) {
-    al_config c;
-    al_err err = {{0}};
-    int rc = al_config_parse(&c, json, NULL, &err);
-    CHECK_MSG(rc == -1 && strstr(err.msg, word) && !strchr(err.msg, '\n'), "config %s -> '%s' (want '%s')", json,
-              err.msg, word);
+    if (loaded) al_model_free(&b);
 }
 
 static void test_config_errors(void) {
     const char *base = "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":1,\"vocab_size\":256";
-    char buf[512];
-#define BAD(extra, word)                                       \
-    snprintf(buf, sizeof buf, "{%s,%s}", base, extra);         \
-    expect_config_error(buf, word);
+#define BAD(extra, word) tu_expect_config_error(word, 0, "{%s,%s}", base, extra)
     BAD("\"num_attention_heads\":4,\"num_key_value_heads\":3", "divide");
     BAD("\"num_attention_heads\":4,\"head_dim\":7", "even");
     BAD("\"num_attention_heads\":5", "divisible");
@@ -67,8 +46,8 @@ static void test_config_errors(void) {
     BAD("\"num_attention_heads\":4,\"attnlab\":{\"attention\":\"bogus\"}", "unknown attention");
     BAD("\"num_attention_heads\":4,\"architectures\":[\"GPT2LMHeadModel\"]", "unsupported architecture");
 #undef BAD
-    expect_config_error("[1,2]", "JSON object");
-    expect_config_error("{\"hidden_size\": ", "JSON object");
+    tu_expect_config_error("JSON object", 0, "[1,2]");
+    tu_expect_config_error("JSON object", 0, "{\"hidden_size\": ");
 }
 
 /* Two identical steps (forward + backward) must give bit-identical grads. */
@@ -83,13 +62,9 @@ static void test_determinism(void) {
     int in[48], tg[48];
     for (int i = 0; i < 48; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
     float *g1 = malloc(m.n_floats * sizeof(float));
-    al_model_zero_grads(&m);
-    double l1 = al_model_forward(&m, &a, in, tg);
-    al_model_backward(&m, &a);
+    double l1 = tu_loss_and_grads(&m, &a, in, tg);
     memcpy(g1, m.g, m.n_floats * sizeof(float));
-    al_model_zero_grads(&m);
-    double l2 = al_model_forward(&m, &a, in, tg);
-    al_model_backward(&m, &a);
+    double l2 = tu_loss_and_grads(&m, &a, in, tg);
     CHECK(l1 == l2 && memcmp(g1, m.g, m.n_floats * sizeof(float)) == 0);
     CHECK_CLOSE(l1, log(256.0), 0.05); /* small init: close to uniform over bytes */
     /* a few AdamW steps on one batch lower its loss */
@@ -97,9 +72,7 @@ static void test_determinism(void) {
     al_train_opts_default(&o);
     float *m1 = calloc(m.n_floats, 4), *m2 = calloc(m.n_floats, 4);
     for (int s = 1; s <= 20; s++) {
-        al_model_zero_grads(&m);
-        al_model_forward(&m, &a, in, tg);
-        al_model_backward(&m, &a);
+        tu_loss_and_grads(&m, &a, in, tg);
         al_adamw_update(&m, m1, m2, 1e-2, &o, s, 1.0f);
     }
     double l3 = al_model_forward(&m, &a, in, tg);
@@ -139,8 +112,6 @@ int main(int argc, char **argv) {
     test_config_errors();
     test_determinism();
     test_schedule_and_counts();
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) return 1;
+    if (tu_remove_dir(dir)) return 1;
     return TEST_EXIT();
 }

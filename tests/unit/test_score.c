@@ -19,6 +19,7 @@
 #include "core/blas.h"
 #include "model/model.h"
 #include "test.h"
+#include "testutil.h"
 
 typedef struct fn_case {
     const char *name;
@@ -33,21 +34,6 @@ static const fn_case FNS[] = {
     {"sigmoid", AL_SCORE_SIGMOID, 0, 0},
 };
 enum { NFNS = sizeof FNS / sizeof FNS[0] };
-
-static void fill(float *x, size_t n, al_rng *r, float s) {
-    for (size_t i = 0; i < n; i++) x[i] = s * al_rng_normal(r);
-}
-
-/* max|a-b| / max(max|b|, 1e-2) over n entries */
-static double err_floor(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 1e-2;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        md = d > md || d != d ? d : md;
-        mb = fabs((double)b[i]) > mb ? fabs((double)b[i]) : mb;
-    }
-    return md / mb;
-}
 
 static al_attn_shape make_shape(const fn_case *f, int bidir, int B, int T, int H, int G, int dk, int dv, int pad) {
     /* q, k rows hold H (resp. G) heads of dk; v, o of dv; extra columns test strides */
@@ -73,10 +59,18 @@ static void bufs_alloc(bufs *b, const al_attn_shape *s, al_rng *r) {
     b->o = calloc(b->no, 4), b->lse = calloc(b->nl, 4);
     b->dq = calloc(b->nq, 4), b->dk = calloc(b->nk, 4), b->dv = calloc(b->nv, 4);
     /* scores of a few units: softmax rows neither flat nor one-hot, poly values of mixed sign */
-    fill(b->q, b->nq, r, 1.2f);
-    fill(b->k, b->nk, r, 1.2f);
-    fill(b->v, b->nv, r, 1.0f);
-    fill(b->dO, b->no, r, 1.0f);
+    tu_fill(b->q, b->nq, r, 1.2f);
+    tu_fill(b->k, b->nk, r, 1.2f);
+    tu_fill(b->v, b->nv, r, 1.0f);
+    tu_fill(b->dO, b->no, r, 1.0f);
+}
+
+/* x and y with the same random inputs q, k, v, dO (y drawn, then overwritten) */
+static void bufs_alloc_pair(bufs *x, bufs *y, const al_attn_shape *s, al_rng *r) {
+    bufs_alloc(x, s, r);
+    bufs_alloc(y, s, r);
+    memcpy(y->q, x->q, x->nq * 4), memcpy(y->k, x->k, x->nk * 4), memcpy(y->v, x->v, x->nv * 4);
+    memcpy(y->dO, x->dO, x->no * 4);
 }
 
 static void bufs_free(bufs *b) {
@@ -88,22 +82,21 @@ static void check_kernels(const fn_case *f, int bidir, int B, int T, int H, int 
     al_rng r;
     al_rng_seed(&r, (uint64_t)(B * 1000 + T * 10 + H + G + f->kind * 7 + f->p));
     bufs x, y;
-    bufs_alloc(&x, &s, &r);
-    bufs_alloc(&y, &s, &r);
-    memcpy(y.q, x.q, x.nq * 4), memcpy(y.k, x.k, x.nk * 4), memcpy(y.v, x.v, x.nv * 4), memcpy(y.dO, x.dO, x.no * 4);
+    bufs_alloc_pair(&x, &y, &s, &r);
     al_attn_fwd(&s, x.q, x.k, x.v, x.o, x.lse);
     al_attn_fwd_ref(&s, y.q, y.k, y.v, y.o, y.lse);
     const size_t N = (size_t)B * T;
     /* o can be tiny against its rounding when poly/relu weights cancel: floor the scale */
     double e_o = 0;
     for (size_t row = 0; row < N; row++) {
-        double e = err_floor(x.o + row * s.ldo, y.o + row * s.ldo, (size_t)H * dv);
+        double e = tu_err_floor(x.o + row * s.ldo, y.o + row * s.ldo, (size_t)H * dv);
         e_o = e > e_o ? e : e_o;
     }
     double e_l = test_rel_err(x.lse, y.lse, x.nl);
     al_attn_bwd(&s, x.q, x.k, x.v, x.o, x.lse, x.dO, x.dq, x.dk, x.dv);
     al_attn_bwd_ref(&s, y.q, y.k, y.v, y.o, y.lse, y.dO, y.dq, y.dk, y.dv);
-    double e_dq = err_floor(x.dq, y.dq, x.nq), e_dk = err_floor(x.dk, y.dk, x.nk), e_dv = err_floor(x.dv, y.dv, x.nv);
+    double e_dq = tu_err_floor(x.dq, y.dq, x.nq), e_dk = tu_err_floor(x.dk, y.dk, x.nk),
+           e_dv = tu_err_floor(x.dv, y.dv, x.nv);
     CHECK_MSG(e_o < 2e-5 && e_l < 1e-5, "%s bidir=%d B=%d T=%d H=%d G=%d dk=%d dv=%d: o err %g lse err %g", f->name,
               bidir, B, T, H, G, dk, dv, e_o, e_l);
     CHECK_MSG(e_dq < 1e-4 && e_dk < 1e-4 && e_dv < 1e-4, "%s bidir=%d B=%d T=%d H=%d G=%d: dq %g dk %g dv %g",
@@ -127,14 +120,11 @@ static void check_masked_zero(const fn_case *f) {
     al_rng r;
     al_rng_seed(&r, 99);
     bufs x, y;
-    bufs_alloc(&x, &s, &r);
-    bufs_alloc(&y, &s, &r);
-    memcpy(y.q, x.q, x.nq * 4), memcpy(y.dO, x.dO, x.no * 4);
-    memcpy(y.k, x.k, x.nk * 4), memcpy(y.v, x.v, x.nv * 4);
+    bufs_alloc_pair(&x, &y, &s, &r);
     for (int b = 0; b < B; b++)
         for (int t = t0; t < T; t++) {
-            fill(y.k + ((size_t)b * T + t) * s.ldk, (size_t)s.ldk, &r, 30.0f);
-            fill(y.v + ((size_t)b * T + t) * s.ldv, (size_t)s.ldv, &r, 1000.0f);
+            tu_fill(y.k + ((size_t)b * T + t) * s.ldk, (size_t)s.ldk, &r, 30.0f);
+            tu_fill(y.v + ((size_t)b * T + t) * s.ldv, (size_t)s.ldv, &r, 1000.0f);
         }
     al_attn_fwd(&s, x.q, x.k, x.v, x.o, x.lse);
     al_attn_fwd(&s, y.q, y.k, y.v, y.o, y.lse);
@@ -171,26 +161,10 @@ static void check_fd(const fn_case *f, int bidir) {
     size_t n[3] = {x.nq, x.nk, x.nv};
     al_attn_fwd(&s, x.q, x.k, x.v, x.o, x.lse);
     al_attn_bwd(&s, x.q, x.k, x.v, x.o, x.lse, x.dO, x.dq, x.dk, x.dv);
-    float *o = malloc(x.no * 4);
-    double worst = 0;
-    for (int which = 0; which < 3; which++)
-        for (size_t i = 0; i < n[which]; i += 3) {
-            float keep = in[which][i];
-            double Lp = 0, Lm = 0, h = 1e-2;
-            in[which][i] = keep + (float)h;
-            al_attn_fwd_ref(&s, x.q, x.k, x.v, o, x.lse);
-            for (size_t j = 0; j < x.no; j++) Lp += (double)o[j] * x.dO[j];
-            in[which][i] = keep - (float)h;
-            al_attn_fwd_ref(&s, x.q, x.k, x.v, o, x.lse);
-            for (size_t j = 0; j < x.no; j++) Lm += (double)o[j] * x.dO[j];
-            in[which][i] = keep;
-            double fd = (Lp - Lm) / (2 * h), err = fabs(fd - grad[which][i]) / (1 + fabs(fd));
-            worst = err > worst ? err : worst;
-        }
+    double worst = tu_attn_fd_worst(&s, in, grad, n, x.dO, x.no, x.lse, 3, (size_t)s.ldk); /* every 3rd entry */
     /* relu's kink can sit inside +-h of a score: a looser bound, still far below a wrong formula */
     double tol = f->kind == AL_SCORE_RELU ? 1e-2 : 2e-3;
     CHECK_MSG(worst < tol, "%s bidir=%d: backward vs finite differences: worst %g", f->name, bidir, worst);
-    free(o);
     bufs_free(&x);
 }
 
@@ -201,9 +175,7 @@ static void check_threads(const fn_case *f) {
     al_rng r;
     al_rng_seed(&r, 5);
     bufs x, y;
-    bufs_alloc(&x, &s, &r);
-    bufs_alloc(&y, &s, &r);
-    memcpy(y.q, x.q, x.nq * 4), memcpy(y.k, x.k, x.nk * 4), memcpy(y.v, x.v, x.nv * 4), memcpy(y.dO, x.dO, x.no * 4);
+    bufs_alloc_pair(&x, &y, &s, &r);
     int keep = omp_get_max_threads();
     omp_set_num_threads(1);
     al_attn_fwd(&s, x.q, x.k, x.v, x.o, x.lse);
@@ -262,22 +234,20 @@ static void check_score_row(void) {
 
 /* ---- config.json ---- */
 
+/* a config.json whose "attnlab" block is the %s (printf format) */
+#define BLOCK_JSON                                                                                            \
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":96,"                    \
+    "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"vocab_size\":256,\"max_position_embeddings\":128,"     \
+    "\"attnlab\":{%s}}"
+
 static int parse_block(const char *block, al_config *c, al_err *err) {
     char json[1024];
-    snprintf(json, sizeof json,
-             "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":96,"
-             "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"vocab_size\":256,\"max_position_embeddings\":128,"
-             "\"attnlab\":{%s}}",
-             block);
+    snprintf(json, sizeof json, BLOCK_JSON, block);
     return al_config_parse(c, json, NULL, err);
 }
 
 static void expect_error(const char *block, const char *want) {
-    al_config c;
-    al_err err = {{0}};
-    int rc = parse_block(block, &c, &err);
-    CHECK_MSG(rc == -1 && strstr(err.msg, want) && !strchr(err.msg, '\n'), "{%s} -> '%s' (want '%s')", block,
-              err.msg, want);
+    tu_expect_config_error(want, 0, BLOCK_JSON, block);
 }
 
 static void check_config(void) {
@@ -334,16 +304,7 @@ static void check_config(void) {
 
 static void check_decode(const fn_case *f, int G) {
     const int T = 70, H = 4; /* T: more than one query block */
-    al_config c;
-    al_config_default(&c);
-    c.hidden_size = 48;
-    c.num_layers = 2;
-    c.num_heads = H;
-    c.num_kv_heads = G;
-    c.head_dim = 8;
-    c.intermediate_size = 80;
-    c.max_position = T;
-    c.attention = G == H ? AL_ATTN_MHA : G == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
+    al_config c = tu_config(48, 80, 2, H, G, 8, T);
     c.score = f->kind;
     c.poly_power = f->p > 0 ? f->p : 3;
     c.poly_scale_auto = f->kind == AL_SCORE_POLY && f->p == 3; /* one "auto" among the poly cases */
@@ -357,24 +318,11 @@ static void check_decode(const fn_case *f, int G) {
     }
     al_rng r;
     al_rng_seed(&r, (uint64_t)(17 + f->kind * 5 + f->p));
-    for (size_t i = 0; i < m.n_floats; i++) m.w[i] = 0.15f * al_rng_normal(&r);
+    tu_random_weights(&m, &r, TU_FLAT);
     int tok[T];
-    for (int i = 0; i < T; i++) tok[i] = (int)(al_rng_u64(&r) % 256);
-    al_acts a;
-    CHECK(al_acts_create(&a, &m, 1, T, &err) == 0);
-    al_model_forward(&m, &a, tok, NULL);
-    al_decoder dec;
-    CHECK(al_decoder_create(&dec, &m, T, &err) == 0);
-    float logits[256];
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
-        double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
-        worst = e > worst ? e : worst;
-    }
-    CHECK_MSG(worst < 1e-4, "%s G=%d: decode vs forward rel err %g", f->name, G, worst);
-    al_decoder_free(&dec);
-    al_acts_free(&a);
+    tu_random_tokens(tok, T, &r);
+    tu_decode d = tu_decode_vs_forward(&m, tok, T);
+    CHECK_MSG(d.worst < 1e-4, "%s G=%d: decode vs forward rel err %g", f->name, G, d.worst);
     al_model_free(&m);
 }
 

@@ -1,0 +1,142 @@
+/*
+ * attnmap.c: single-head attention weights and their statistics.
+ */
+#include "attnmap.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+void al_head_weights(const al_attn_shape *s, int T, const float *q, int ldq, const float *k, int ldk, float *P) {
+    /* P[T, T] = scale q[T, dk] k[T, dk]^T, then each row through the score function */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, s->dk, s->scale, q, ldq, k, ldk, 0.0f, P, T);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int i = 0; i < T; i++) {
+        float *row = P + (size_t)i * T;
+        int n = s->bidirectional ? T : i + 1;
+        al_score_row(s, row, n);
+        for (int j = n; j < T; j++) row[j] = 0.0f;
+    }
+}
+
+/* |p| of one row, largest `k` summed, by partial selection into a small buffer */
+static double topk_sum(const float *row, int n, int k, float *buf) {
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(row[j]);
+        if (m < k) {
+            buf[m++] = a;
+        } else {
+            int lo = 0; /* replace the smallest kept value if a is larger */
+            for (int t = 1; t < k; t++) lo = buf[t] < buf[lo] ? t : lo;
+            if (a > buf[lo]) buf[lo] = a;
+        }
+    }
+    double s = 0;
+    for (int t = 0; t < m; t++) s += buf[t];
+    return s;
+}
+
+void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->topk = topk;
+    out->min_weight = INFINITY;
+    out->max_weight = -INFINITY;
+    float *buf = malloc(sizeof(float) * (size_t)(topk > 0 ? topk : 1));
+    int rows = 0;
+    for (int i = 0; i < T; i++) {
+        const float *row = P + (size_t)i * T;
+        int n = bidirectional ? T : i + 1;
+        double abs_sum = 0, sum = 0, dist = 0;
+        for (int j = 0; j < n; j++) {
+            double a = fabs(row[j]);
+            abs_sum += a;
+            sum += row[j];
+            dist += a * fabs((double)(i - j));
+            out->min_weight = row[j] < out->min_weight ? row[j] : out->min_weight;
+            out->max_weight = row[j] > out->max_weight ? row[j] : out->max_weight;
+        }
+        if (!(abs_sum > 0)) continue;
+        double ent = 0;
+        for (int j = 0; j < n; j++) {
+            double p = fabs(row[j]) / abs_sum;
+            if (p > 0) ent -= p * log(p);
+        }
+        rows++;
+        out->sink_mass += row[0];
+        out->entropy += ent;
+        out->mean_distance += dist / abs_sum;
+        out->topk_mass += topk > 0 ? topk_sum(row, n, topk, buf) / abs_sum : 0;
+        out->row_sum += sum;
+    }
+    free(buf);
+    if (rows) {
+        out->sink_mass /= rows;
+        out->entropy /= rows;
+        out->mean_distance /= rows;
+        out->topk_mass /= rows;
+        out->row_sum /= rows;
+    }
+}
+
+int al_attnmap_weights(const al_model *m, const al_acts *a, int layer, int head, float *P, al_err *err) {
+    const al_config *c = &m->cfg;
+    if (layer < 0 || layer >= c->num_layers)
+        return al_errf(err, "layer %d out of range (the model has layers 0..%d)", layer, c->num_layers - 1);
+    if (head < 0 || head >= c->num_heads)
+        return al_errf(err, "head %d out of range (the model has heads 0..%d)", head, c->num_heads - 1);
+    const al_attn_layer *L = &m->layers[layer].attn;
+    const float *saved = a->attn_saved + (size_t)layer * a->attn_saved_per_layer;
+    const int T = a->T, dk = m->attn->head_qk(L, saved, a->B, T, 0, head, NULL, NULL);
+    float *q = malloc(sizeof(float) * (size_t)T * dk), *k = malloc(sizeof(float) * (size_t)T * dk);
+    if (!q || !k) {
+        free(q);
+        free(k);
+        return al_errf(err, "out of memory");
+    }
+    m->attn->head_qk(L, saved, a->B, T, 0, head, q, k);
+    al_attn_shape s = {1, T, 1, 1, dk, dk, dk, dk, dk, dk, 1.0f / sqrtf((float)dk)};
+    al_attn_set_score(&s, c);
+    al_head_weights(&s, T, q, dk, k, dk, P);
+    free(q);
+    free(k);
+    return 0;
+}
+
+int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, al_acts *a, int *trained_ctx,
+                       al_err *err) {
+    char path[4200];
+    al_config cfg;
+    memset(a, 0, sizeof *a);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (al_config_load(&cfg, path, NULL, err)) return -1;
+    *trained_ctx = cfg.max_position;
+    if (T > cfg.max_position) cfg.max_position = T; /* longer RoPE tables; the weights do not change */
+    if (al_model_create(m, &cfg, err)) return al_err_prefix(err, "%s", dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (al_model_load_weights(m, path, err) || al_acts_create(a, m, 1, T, err)) {
+        al_model_free(m);
+        return -1;
+    }
+    al_model_forward(m, a, tokens, NULL);
+    return 0;
+}
+
+void al_score_title(const al_config *c, char *buf, size_t cap) {
+    switch (c->score) {
+    case AL_SCORE_POLY: {
+        double coef = c->poly_scale_auto ? 1.0 / sqrt((double)c->score_n) : c->poly_scale;
+        double inv = 1.0 / coef;
+        if (fabs(inv - floor(inv + 0.5)) < 1e-6)
+            snprintf(buf, cap, "Attention with (1/%.0f)x^%d", inv, c->poly_power);
+        else
+            snprintf(buf, cap, "Attention with %.3gx^%d", coef, c->poly_power);
+        break;
+    }
+    case AL_SCORE_RELU: snprintf(buf, cap, "Attention with ReLU(x)/%d", c->score_n); break;
+    case AL_SCORE_SIGMOID: snprintf(buf, cap, "Attention with sigmoid(x - log %d)", c->score_n); break;
+    default: snprintf(buf, cap, "Attention with softmax");
+    }
+}

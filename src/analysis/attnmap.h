@@ -1,0 +1,48 @@
+/*
+ * attnmap.h: attention weights of single heads over a whole input, and the
+ * per-head statistics researchers read off attention maps (attention.md 7).
+ *
+ * Memory is T x T per selected head and nothing for the others: weights are
+ * computed from the head's own rotated queries and keys (one product), then
+ * each row is mapped by the model's score function.
+ */
+#ifndef AL_ATTNMAP_H
+#define AL_ATTNMAP_H
+
+#include "../attn/attn.h"
+#include "../model/model.h"
+
+/* P[T, T] = f(scale q k^T) of one head, rows are queries; masked pairs (j > i
+ * unless s->bidirectional) are exactly 0. q[T, ldq], k[T, ldk] with d_qk =
+ * s->dk; only s's scale, score fields and bidirectional are read. */
+void al_head_weights(const al_attn_shape *s, int T, const float *q, int ldq, const float *k, int ldk, float *P);
+
+typedef struct al_head_stats {
+    double sink_mass;      /* mean over queries of the weight on token 0 */
+    double entropy;        /* mean over queries of -sum p log p, nats (|p| normalised per row) */
+    double mean_distance;  /* mean over queries of sum |p| (i - j) / sum |p|, in tokens */
+    double topk_mass;      /* mean over queries of the share of |p| in the top-k keys */
+    double row_sum;        /* mean over queries of sum_j p_ij (1 for softmax) */
+    double min_weight, max_weight;
+    int topk;
+} al_head_stats;
+
+/* Statistics of P[T, T]; rows with no mass are skipped. Softmax-free weights
+ * may be negative: entropy, distance and top-k use |p|. */
+void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out);
+
+/* Loads the model in `dir` with RoPE tables long enough for T tokens (its
+ * trained context is returned in *trained_ctx), and runs one forward over
+ * tokens[T] into *a, ready for al_attnmap_weights. */
+int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, al_acts *a, int *trained_ctx,
+                       al_err *err);
+
+/* "Attention with softmax", "Attention with (1/14)x^3", ...: the panel title
+ * naming a model's score function as the polynomial-attention paper does. */
+void al_score_title(const al_config *c, char *buf, size_t cap);
+
+/* After al_model_forward over a (B = 1, T tokens): the weights P[T, T] of
+ * (layer, head), from the design's head_qk and the model's score function. */
+int al_attnmap_weights(const al_model *m, const al_acts *a, int layer, int head, float *P, al_err *err);
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * cmd_attnmap.c: `attnlab attnmap`: attention weights of chosen (layer, head)
+ * pairs over a long input, their statistics, and the data files beside the
+ * figure: STEM.npy (float32 [pairs, T, T], full resolution) and STEM.json.
+ *
+ * One forward pass over the input keeps O(T) activations per layer; only the
+ * selected heads get a T x T matrix. Inputs longer than the context the model
+ * was trained at are allowed (RoPE tables are extended), and said so.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/attnmap.h"
+#include "cli.h"
+#include "io/io.h"
+#include "plot/figure.h"
+
+/* "0,3,7" -> list; "all" -> 0..n-1. Returns the count or -1. */
+static int parse_list(const char *s, int n_max, int *out, int cap) {
+    if (!strcmp(s, "all")) {
+        for (int i = 0; i < n_max && i < cap; i++) out[i] = i;
+        return n_max < cap ? n_max : cap;
+    }
+    int n = 0;
+    const char *p = s;
+    while (*p && n < cap) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1000000) return -1;
+        out[n++] = (int)v;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        p = end;
+    }
+    return n;
+}
+
+/* The first max_tokens bytes of a text file as tokens[*T] (malloc'd). */
+int read_tokens(const char *path, int max_tokens, int **tokens, int *T, al_err *err) {
+    char *bytes;
+    size_t len;
+    if (al_read_file(path, &bytes, &len, err)) return -1;
+    if (len < 2) {
+        free(bytes);
+        return al_errf(err, "%s: the text needs at least 2 bytes", path);
+    }
+    *T = len < (size_t)max_tokens ? (int)len : max_tokens;
+    *tokens = malloc(sizeof(int) * (size_t)*T);
+    if (!*tokens) {
+        free(bytes);
+        return al_errf(err, "out of memory");
+    }
+    for (int i = 0; i < *T; i++) (*tokens)[i] = (unsigned char)bytes[i];
+    free(bytes);
+    return 0;
+}
+
+/* FILE.png -> stem FILE, figure FILE.png; a name without an extension is a
+ * stem and gets a PNG */
+void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap) {
+    snprintf(stem, cap, "%s", out);
+    char *dot = strrchr(stem, '.'), *slash = strrchr(stem, '/');
+    if (dot && (!slash || dot > slash)) {
+        *dot = 0;
+        snprintf(figure, fcap, "%s", out);
+    } else {
+        snprintf(figure, fcap, "%s.png", out);
+    }
+}
+
+/* The grid figure: rows = layers, columns = heads; x = query, y = key as in
+ * the MiniKV figure, so each panel shows P^T. Log scale 1e-6..1 (non-positive
+ * weights in the background colour) or linear, symmetric if any weight is
+ * negative (softmax-free scores). */
+static int draw_grid(const char *path, const float *P, int T, const int *layers, int nl, const int *heads, int nh,
+                     int log_scale, const char *title, al_err *err) {
+    float lo = 0, hi = 0;
+    for (size_t i = 0; i < (size_t)nl * nh * T * T; i++) {
+        lo = P[i] < lo ? P[i] : lo;
+        hi = P[i] > hi ? P[i] : hi;
+    }
+    al_heat_style st = {.cmap = "viridis", .norm = al_norm_log(1e-6, 1.0), .xlabel = "Output (query) position",
+                        .ylabel = "Input (key) position"};
+    if (!log_scale) {
+        float m = fabsf(lo) > hi ? fabsf(lo) : hi;
+        st.norm = lo < 0 ? al_norm_symmetric(m) : al_norm_linear(0, hi > 0 ? hi : 1);
+        if (lo < 0) st.cmap = "RdYlBu_r";
+    }
+    al_figure *f = al_figure_new(nl, nh, &st, err);
+    float *t = malloc(sizeof(float) * (size_t)T * T);
+    int rc = f && t ? 0 : -1;
+    if (f && !t) al_errf(err, "out of memory");
+    if (!rc && title) rc = al_figure_set_title(f, title, err);
+    for (int i = 0; i < nl && !rc; i++)
+        for (int j = 0; j < nh && !rc; j++) {
+            const float *Pi = P + (size_t)(i * nh + j) * T * T;
+            for (int q = 0; q < T; q++)
+                for (int k = 0; k < T; k++) t[(size_t)k * T + q] = Pi[(size_t)q * T + k];
+            char name[64];
+            snprintf(name, sizeof name, "Layer %d Head %d", layers[i], heads[j]);
+            rc = al_figure_panel(f, i * nh + j, name, t, T, T, err);
+        }
+    if (!rc) rc = al_figure_save(f, path, err);
+    free(t);
+    al_figure_free(f);
+    return rc;
+}
+
+int cmd_attnmap(int argc, char **argv) {
+    const char *cmd = "attnmap";
+    const char *model_dir = NULL, *text = NULL, *layers_s = "0", *heads_s = "0", *out = NULL, *scale = "log";
+    long max_tokens = 4096, topk = 10, threads = 0;
+    al_arg args[] = {
+        {"model", ARG_STRING, &model_dir, "model directory"},
+        {"text", ARG_STRING, &text, "input text file (bytes are the tokens)"},
+        {"layer", ARG_STRING, &layers_s, "layers: N, N,M,... or all (rows of the grid)"},
+        {"head", ARG_STRING, &heads_s, "heads: N, N,M,... or all (columns of the grid)"},
+        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text"},
+        {"topk", ARG_INT, &topk, "k of the top-k mass statistic"},
+        {"scale", ARG_STRING, &scale, "colour scale of the figure: log (1e-6..1) or linear"},
+        {"out", ARG_STRING, &out, "output stem or FILE.png/.svg/.pdf; writes STEM.npy and STEM.json"},
+        {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+    };
+    int n = (int)(sizeof args / sizeof args[0]);
+    int rc = cli_parse(cmd, "--model DIR --text FILE --layer L[,L..] --head H[,H..] --out FILE", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (!model_dir || !text || !out) return cli_usage(cmd, "--model, --text and --out are required");
+    if (strcmp(scale, "log") && strcmp(scale, "linear")) return cli_usage(cmd, "--scale must be log or linear");
+    if (max_tokens < 2 || topk < 1) return cli_usage(cmd, "--max-tokens must be at least 2 and --topk positive");
+    if (threads > 0) al_set_threads((int)threads);
+
+    al_err err;
+    al_config cfg;
+    char path[4200], stem[4096], figure[4200], msg[8600];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    if (al_config_load(&cfg, path, NULL, &err)) return cli_fail(cmd, err.msg);
+    int layers[64], heads[64];
+    int nl = parse_list(layers_s, cfg.num_layers, layers, 64), nh = parse_list(heads_s, cfg.num_heads, heads, 64);
+    if (nl <= 0 || nh <= 0) return cli_usage(cmd, "--layer and --head take N, a comma list or 'all'");
+    for (int i = 0; i < nl; i++)
+        if (layers[i] >= cfg.num_layers) {
+            snprintf(msg, sizeof msg, "layer %d out of range (the model has layers 0..%d)", layers[i], cfg.num_layers - 1);
+            return cli_fail(cmd, msg);
+        }
+    for (int i = 0; i < nh; i++)
+        if (heads[i] >= cfg.num_heads) {
+            snprintf(msg, sizeof msg, "head %d out of range (the model has heads 0..%d)", heads[i], cfg.num_heads - 1);
+            return cli_fail(cmd, msg);
+        }
+    int T, trained, *tok = NULL;
+    if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    al_model m;
+    al_acts a;
+    int npairs = nl * nh, failed = 0;
+    float *P = NULL;
+    rc = al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err);
+    free(tok);
+    if (rc) return cli_fail(cmd, err.msg);
+    P = malloc(sizeof(float) * (size_t)npairs * T * T);
+    if (!P) {
+        failed = cli_fail(cmd, "out of memory for the attention maps");
+        goto done;
+    }
+
+    al_head_stats *st = calloc((size_t)npairs, sizeof *st);
+    printf("%d tokens of %s%s\n", T, text, T > trained ? " (longer than the context the model was trained at)" : "");
+    printf("%-6s %-5s %10s %9s %10s %9s %9s\n", "layer", "head", "sink", "entropy", "distance", "top-k", "row sum");
+    for (int i = 0; i < nl && !failed; i++)
+        for (int j = 0; j < nh && !failed; j++) {
+            int idx = i * nh + j;
+            float *Pi = P + (size_t)idx * T * T;
+            if (al_attnmap_weights(&m, &a, layers[i], heads[j], Pi, &err)) {
+                failed = cli_fail(cmd, err.msg);
+                break;
+            }
+            al_head_stats_of(Pi, T, (int)topk, 0, &st[idx]);
+            printf("%-6d %-5d %10.4f %9.3f %10.2f %9.4f %9.4f\n", layers[i], heads[j], st[idx].sink_mass,
+                   st[idx].entropy, st[idx].mean_distance, st[idx].topk_mass, st[idx].row_sum);
+        }
+    if (!failed) {
+        stem_of(out, stem, sizeof stem, figure, sizeof figure);
+        int64_t shape[3] = {npairs, T, T};
+        snprintf(path, sizeof path, "%s.npy", stem);
+        if (al_npy_write_f32(path, P, 3, shape, &err)) failed = cli_fail(cmd, err.msg);
+    }
+    if (!failed) {
+        /* every number shown, with where it came from */
+        size_t cap = 4096 + (size_t)npairs * 512, off = 0;
+        char *j = malloc(cap);
+        off += (size_t)snprintf(j + off, cap - off,
+                                "{\"command\":\"attnmap\",\"model\":\"%s\",\"text\":\"%s\",\"tokens\":%d,"
+                                "\"trained_context\":%d,\"attention\":\"%s\",\"score\":\"%s\",\"scale\":\"%s\","
+                                "\"figure\":\"%s\",\"npy\":\"%s.npy\",\"npy_shape\":[%d,%d,%d],\"npy_layout\":\"[pair, query, key]\","
+                                "\"topk\":%ld,\"pairs\":[",
+                                model_dir, text, T, trained, al_attn_name(cfg.attention), al_score_name(cfg.score),
+                                scale, figure, stem, npairs, T, T, topk);
+        for (int i = 0; i < nl; i++)
+            for (int jj = 0; jj < nh; jj++) {
+                const al_head_stats *h = &st[i * nh + jj];
+                off += (size_t)snprintf(j + off, cap - off,
+                                        "%s{\"layer\":%d,\"head\":%d,\"title\":\"Layer %d Head %d\",\"sink_mass\":%.6g,"
+                                        "\"entropy\":%.6g,\"mean_distance\":%.6g,\"topk_mass\":%.6g,\"row_sum\":%.6g,"
+                                        "\"min\":%.6g,\"max\":%.6g}",
+                                        i + jj ? "," : "", layers[i], heads[jj], layers[i], heads[jj], h->sink_mass,
+                                        h->entropy, h->mean_distance, h->topk_mass, h->row_sum, h->min_weight,
+                                        h->max_weight);
+            }
+        off += (size_t)snprintf(j + off, cap - off, "]}\n");
+        snprintf(path, sizeof path, "%s.json", stem);
+        if (al_write_file_atomic(path, j, off, &err)) failed = cli_fail(cmd, err.msg);
+        free(j);
+    }
+    if (!failed) {
+        char title[4400];
+        const char *base = strrchr(model_dir, '/');
+        base = base && base[1] ? base + 1 : model_dir;
+        snprintf(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(cfg.attention),
+                 al_score_name(cfg.score), T);
+        if (draw_grid(figure, P, T, layers, nl, heads, nh, !strcmp(scale, "log"), title, &err))
+            failed = cli_fail(cmd, err.msg);
+        else
+            printf("wrote %s, %s.npy, %s.json\n", figure, stem, stem);
+    }
+    free(st);
+done:
+    free(P);
+    al_acts_free(&a);
+    al_model_free(&m);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,146 @@
+/*
+ * cmd_compare.c: `attnlab compare`: the same head of several models on the
+ * same input, side by side, each panel titled by its model's score function
+ * ("Attention with (1/14)x^3", "Attention with softmax") with its own colour
+ * bar and range (signed weights get a symmetric range): seed 004's figure.
+ * Writes the figure, STEM.npy (float32 [models, T, T], rows = queries) and
+ * STEM.json (every number shown, and where it came from).
+ */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/attnmap.h"
+#include "cli.h"
+#include "io/io.h"
+#include "plot/figure.h"
+
+int cmd_compare(int argc, char **argv) {
+    const char *cmd = "compare";
+    al_strlist models = {0}, titles = {0};
+    const char *text = NULL, *out = NULL;
+    long layer = -1, head = 0, max_tokens = 256, threads = 0;
+    al_arg args[] = {
+        {"model", ARG_LIST, &models, "model directory; repeat for each model (panels in this order)"},
+        {"title", ARG_LIST, &titles, "panel title per --model (default: from the score function)"},
+        {"text", ARG_STRING, &text, "input text file (bytes are the tokens)"},
+        {"layer", ARG_INT, &layer, "layer (default: the last)"},
+        {"head", ARG_INT, &head, "head"},
+        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text"},
+        {"out", ARG_STRING, &out, "figure FILE.png/.svg/.pdf (or a stem); also writes STEM.npy and STEM.json"},
+        {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+    };
+    int n = (int)(sizeof args / sizeof args[0]);
+    int rc = cli_parse(cmd, "--model A --model B [...] --text FILE [--layer L --head H] --out FILE", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (models.n < 1 || !text || !out) return cli_usage(cmd, "--model (one or more), --text and --out are required");
+    if (titles.n && titles.n != models.n) return cli_usage(cmd, "give one --title per --model (or none)");
+    if (models.n > 8) return cli_usage(cmd, "at most 8 models side by side");
+    if (max_tokens < 2 || head < 0) return cli_usage(cmd, "--max-tokens must be at least 2 and --head not negative");
+    if (threads > 0) al_set_threads((int)threads);
+
+    al_err err;
+    int T, *tok = NULL, failed = 0;
+    if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    const int nm = models.n;
+    float *P = malloc(sizeof(float) * (size_t)nm * T * T);
+    char (*names)[160] = calloc((size_t)nm, sizeof *names);
+    int *layers = calloc((size_t)nm, sizeof *layers);
+    al_head_stats *st = calloc((size_t)nm, sizeof *st);
+    cJSON *root = cJSON_CreateObject(), *panels = cJSON_AddArrayToObject(root, "panels");
+    if (!P || !names || !layers || !st) failed = cli_fail(cmd, "out of memory");
+    for (int i = 0; i < nm && !failed; i++) {
+        al_model m;
+        al_acts a;
+        int trained;
+        if (al_attnmap_prepare(models.items[i], tok, T, &m, &a, &trained, &err)) {
+            failed = cli_fail(cmd, err.msg);
+            break;
+        }
+        layers[i] = layer < 0 ? m.cfg.num_layers - 1 : (int)layer;
+        if (al_attnmap_weights(&m, &a, layers[i], (int)head, P + (size_t)i * T * T, &err)) {
+            char msg[4600];
+            snprintf(msg, sizeof msg, "%s: %s", models.items[i], err.msg);
+            failed = cli_fail(cmd, msg);
+        } else {
+            if (titles.n) snprintf(names[i], sizeof names[i], "%s", titles.items[i]);
+            else al_score_title(&m.cfg, names[i], sizeof names[i]);
+            al_head_stats_of(P + (size_t)i * T * T, T, 10, 0, &st[i]);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "model", models.items[i]);
+            cJSON_AddStringToObject(o, "title", names[i]);
+            cJSON_AddStringToObject(o, "attention", al_attn_name(m.cfg.attention));
+            cJSON_AddStringToObject(o, "score", al_score_name(m.cfg.score));
+            cJSON_AddNumberToObject(o, "layer", layers[i]);
+            cJSON_AddNumberToObject(o, "head", (double)head);
+            cJSON_AddNumberToObject(o, "trained_context", trained);
+            cJSON_AddNumberToObject(o, "min", st[i].min_weight);
+            cJSON_AddNumberToObject(o, "max", st[i].max_weight);
+            cJSON_AddNumberToObject(o, "row_sum", st[i].row_sum);
+            cJSON_AddNumberToObject(o, "sink_mass", st[i].sink_mass);
+            cJSON_AddNumberToObject(o, "entropy", st[i].entropy);
+            cJSON_AddNumberToObject(o, "mean_distance", st[i].mean_distance);
+            cJSON_AddItemToArray(panels, o);
+            printf("%-40s %-28s layer %d head %ld: weights %.4g..%.4g, row sum %.4f\n", models.items[i], names[i],
+                   layers[i], head, st[i].min_weight, st[i].max_weight, st[i].row_sum);
+        }
+        al_acts_free(&a);
+        al_model_free(&m);
+    }
+    char stem[4096], figure[4200], path[4200];
+    stem_of(out, stem, sizeof stem, figure, sizeof figure);
+    if (!failed) {
+        int64_t shape[3] = {nm, T, T};
+        snprintf(path, sizeof path, "%s.npy", stem);
+        if (al_npy_write_f32(path, P, 3, shape, &err)) failed = cli_fail(cmd, err.msg);
+    }
+    if (!failed) {
+        cJSON_AddStringToObject(root, "command", "compare");
+        cJSON_AddStringToObject(root, "text", text);
+        cJSON_AddNumberToObject(root, "tokens", T);
+        cJSON_AddStringToObject(root, "figure", figure);
+        snprintf(path, sizeof path, "%s.npy", stem);
+        cJSON_AddStringToObject(root, "npy", path);
+        cJSON_AddStringToObject(root, "npy_layout", "[model, query, key]");
+        char *js = cJSON_Print(root);
+        snprintf(path, sizeof path, "%s.json", stem);
+        if (!js || al_write_file_atomic(path, js, strlen(js), &err)) failed = cli_fail(cmd, js ? err.msg : "out of memory");
+        free(js);
+    }
+    if (!failed) {
+        /* panels: x = query, y = key (P^T), each with its own range */
+        al_heat_style base = {.cmap = "viridis", .xlabel = "Output (query) position", .ylabel = "Input (key) position"};
+        al_figure *f = al_figure_new(1, nm, &base, &err);
+        float *t = malloc(sizeof(float) * (size_t)T * T);
+        int frc = f && t ? 0 : -1;
+        if (f && !t) al_errf(&err, "out of memory");
+        for (int i = 0; i < nm && !frc; i++) {
+            const float *Pi = P + (size_t)i * T * T;
+            for (int q = 0; q < T; q++)
+                for (int k = 0; k < T; k++) t[(size_t)k * T + q] = Pi[(size_t)q * T + k];
+            al_heat_style s = base;
+            double lo = st[i].min_weight, hi = st[i].max_weight, m = fabs(lo) > hi ? fabs(lo) : hi;
+            s.norm = lo < 0 ? al_norm_symmetric(m > 0 ? m : 1) : al_norm_linear(0, hi > 0 ? hi : 1);
+            if (lo < 0) s.cmap = "RdYlBu_r";
+            char sub[96];
+            snprintf(sub, sizeof sub, "layer %d, head %ld", layers[i], head);
+            frc = al_figure_panel(f, i, names[i], t, T, T, &err) || al_figure_panel_style(f, i, &s, &err) ||
+                  al_figure_panel_subtitle(f, i, sub, &err);
+        }
+        if (!frc) frc = al_figure_save(f, figure, &err);
+        if (frc) failed = cli_fail(cmd, err.msg);
+        else printf("wrote %s, %s.npy, %s.json\n", figure, stem, stem);
+        free(t);
+        al_figure_free(f);
+    }
+    cJSON_Delete(root);
+    free(st);
+    free(layers);
+    free(names);
+    free(P);
+    free(tok);
+    return failed ? 1 : 0;
+}

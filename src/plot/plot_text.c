@@ -1,0 +1,266 @@
+/*
+ * plot_text.c: text and ticks for figures (see plot_internal.h).
+ *
+ * Data structure: none kept; text is walked segment by segment (plain runs
+ * and superscript runs) straight from the caller's string, measuring or
+ * drawing each run with cairo's toy text API in DejaVu Sans. Tick helpers
+ * fill caller-provided al_tick arrays.
+ */
+#include "plot_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUP_SCALE 0.70   /* superscript size relative to the text */
+#define SUP_RAISE 0.42   /* superscript baseline shift, in text sizes */
+#define MINUS_UTF8 "\xe2\x88\x92"
+
+void al_ptext_setup(cairo_t *cr) {
+    cairo_font_options_t *fo = cairo_font_options_create();
+    cairo_font_options_set_hint_metrics(fo, CAIRO_HINT_METRICS_OFF);
+    cairo_font_options_set_hint_style(fo, CAIRO_HINT_STYLE_NONE);
+    cairo_font_options_set_antialias(fo, CAIRO_ANTIALIAS_GRAY);
+    cairo_set_font_options(cr, fo);
+    cairo_font_options_destroy(fo);
+}
+
+/* Selects the figure font at a size and weight. */
+static void use_font(cairo_t *cr, double size, int bold) {
+    cairo_select_font_face(cr, AL_PLOT_FONT, CAIRO_FONT_SLANT_NORMAL,
+                           bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, size);
+}
+
+/* Measures (and, if draw, shows at the current point's baseline y) one run
+ * of text; returns its advance. */
+static double run(cairo_t *cr, const char *s, double size, int bold, int draw, double x, double y) {
+    if (!*s) return 0;
+    cairo_text_extents_t e;
+    use_font(cr, size, bold);
+    cairo_text_extents(cr, s, &e);
+    if (draw) {
+        cairo_move_to(cr, x, y);
+        cairo_show_text(cr, s);
+    }
+    return e.x_advance;
+}
+
+/* True for a byte that continues a bare "^" superscript: digits, signs,
+ * dots, and the bytes of U+2212. */
+static int sup_char(const char *p) {
+    if ((*p >= '0' && *p <= '9') || *p == '-' || *p == '+' || *p == '.') return 1;
+    return strncmp(p, MINUS_UTF8, 3) == 0;
+}
+
+/* Walks s: plain runs at `size`, superscripts smaller and raised. Returns
+ * the total advance; draws from baseline (x, y) when draw is set. */
+static double walk(cairo_t *cr, const char *s, double size, int bold, int draw, double x, double y) {
+    char buf[512];
+    size_t n = 0;
+    double w = 0;
+    for (const char *p = s;;) {
+        if (*p == '^' && (p[1] == '{' || sup_char(p + 1))) {
+            buf[n] = 0;
+            w += run(cr, buf, size, bold, draw, x + w, y);
+            n = 0;
+            char sup[128];
+            size_t m = 0;
+            if (p[1] == '{') {
+                p += 2;
+                while (*p && *p != '}') {
+                    if (*p == '-' && m + 3 < sizeof sup) {
+                        memcpy(sup + m, MINUS_UTF8, 3);
+                        m += 3;
+                    } else if (m + 1 < sizeof sup) {
+                        sup[m++] = *p;
+                    }
+                    p++;
+                }
+                if (*p == '}') p++;
+            } else {
+                p++;
+                while (*p && sup_char(p)) {
+                    if (*p == '-' && m + 3 < sizeof sup) {
+                        memcpy(sup + m, MINUS_UTF8, 3);
+                        m += 3;
+                        p++;
+                    } else if (strncmp(p, MINUS_UTF8, 3) == 0) {
+                        if (m + 3 < sizeof sup) memcpy(sup + m, p, 3), m += 3;
+                        p += 3;
+                    } else {
+                        if (m + 1 < sizeof sup) sup[m++] = *p;
+                        p++;
+                    }
+                }
+            }
+            sup[m] = 0;
+            w += run(cr, sup, size * SUP_SCALE, bold, draw, x + w, y - SUP_RAISE * size);
+            continue;
+        }
+        if (!*p) break;
+        if (n + 1 < sizeof buf) buf[n++] = *p;
+        p++;
+    }
+    buf[n] = 0;
+    w += run(cr, buf, size, bold, draw, x + w, y);
+    return w;
+}
+
+double al_ptext_width(cairo_t *cr, const char *s, double size, int bold) {
+    if (!s || !*s) return 0;
+    return walk(cr, s, size, bold, 0, 0, 0);
+}
+
+void al_ptext_draw(cairo_t *cr, const char *s, double x, double y, double size, int bold, double halign,
+                   int valign, int rotate) {
+    if (!s || !*s) return;
+    double w = al_ptext_width(cr, s, size, bold);
+    double by = 0;
+    switch (valign) {
+    case AL_VA_MIDDLE: by = 0.5 * 0.73 * size; break;
+    case AL_VA_TOP: by = AL_TEXT_ASCENT * size; break;
+    case AL_VA_BOTTOM: by = -AL_TEXT_DESCENT * size; break;
+    default: by = 0;
+    }
+    cairo_save(cr);
+    cairo_translate(cr, x, y);
+    if (rotate) cairo_rotate(cr, -M_PI / 2);
+    walk(cr, s, size, bold, 1, -halign * w, by);
+    cairo_restore(cr);
+}
+
+void al_pformat_number(char *buf, size_t len, double v, int decimals) {
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%.*f", decimals, v);
+    const char *p = tmp;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+        for (const char *q = p; *q; q++)  /* "-0.00": no sign */
+            if (*q >= '1' && *q <= '9') goto keep;
+        neg = 0;
+    }
+keep:
+    snprintf(buf, len, "%s%s", neg ? MINUS_UTF8 : "", p);
+}
+
+/* Decimals needed to print multiples of step exactly (0.25 -> 2, 5 -> 0). */
+static int step_decimals(double step) {
+    for (int d = 0; d <= 10; d++) {
+        double x = step * pow(10.0, d);
+        if (fabs(x - nearbyint(x)) < 1e-6 * (x > 1 ? x : 1)) return d;
+    }
+    return 10;
+}
+
+/* The most ticks a bar of `length` points can carry with labels of `font`
+ * points stacked along it (and never more than `cap`). */
+static int max_ticks(double length, double font, double spacing, int cap) {
+    int n = (int)floor(length / (font * spacing)) + 1;
+    if (n > cap) n = cap;
+    return n < 2 ? 2 : n;
+}
+
+/* Linear-bar ticks at multiples of s within [vmin, vmax]; returns the count. */
+static int linear_ticks(const al_norm *nm, double s, al_tick *out) {
+    double lo = nm->vmin, hi = nm->vmax, range = hi - lo;
+    long i0 = (long)ceil(lo / s - 1e-9), i1 = (long)floor(hi / s + 1e-9);
+    int dec = step_decimals(s), n = 0;
+    for (long i = i0; i <= i1 && n < AL_MAX_TICKS; i++) {
+        double v = (double)i * s;
+        double t = (v - lo) / range;
+        if (t < 0) t = 0;
+        if (t > 1) t = 1;
+        out[n].t = t;
+        al_pformat_number(out[n].label, sizeof out[n].label, v, dec);
+        n++;
+    }
+    return n;
+}
+
+/* Short label for an arbitrary value (the ends of a narrow log bar). */
+static void format_general(char *buf, size_t len, double v) {
+    char tmp[48];
+    snprintf(tmp, sizeof tmp, "%.2g", v);
+    char *e = strchr(tmp, 'e');
+    if (e) {  /* 3e-07 -> 3x10^{-7} */
+        int ex = atoi(e + 1);
+        *e = 0;
+        snprintf(buf, len, "%s\xc3\x97" "10^{%d}", tmp, ex);
+    } else {
+        al_pformat_number(buf, len, v, step_decimals(v < 0 ? -v : v));
+    }
+}
+
+int al_pticks_colorbar(const al_norm *nm, double step, double length, double font, al_tick *out) {
+    if (nm->kind == AL_NORM_LOG) {
+        double l0 = log10(nm->vmin), l1 = log10(nm->vmax);
+        int d0 = (int)ceil(l0 - 1e-9), d1 = (int)floor(l1 + 1e-9);
+        int count = d1 - d0 + 1;
+        if (count < 2) {  /* inside one decade: label the ends */
+            out[0].t = 0;
+            format_general(out[0].label, sizeof out[0].label, nm->vmin);
+            out[1].t = 1;
+            format_general(out[1].label, sizeof out[1].label, nm->vmax);
+            return 2;
+        }
+        int maxn = max_ticks(length, font, 1.7, AL_MAX_TICKS), stride = 1;
+        while ((count + stride - 1) / stride > maxn) stride++;
+        int n = 0;
+        for (int d = d0; d <= d1 && n < AL_MAX_TICKS; d += stride) {
+            out[n].t = (d - l0) / (l1 - l0);
+            snprintf(out[n].label, sizeof out[n].label, "10^{%d}", d);
+            n++;
+        }
+        return n;
+    }
+    double range = nm->vmax - nm->vmin;
+    int maxn = max_ticks(length, font, 1.6, 9);
+    double s = step;
+    if (s > 0) {
+        while (length * s / range < font * 1.15) s *= 2;  /* requested step too dense to read */
+    } else {
+        static const double mult[] = {1, 2, 2.5, 5};
+        int k = (int)floor(log10(range / maxn)) - 1;
+        for (s = 0; s == 0; k++)
+            for (int j = 0; j < 4; j++) {
+                double c = mult[j] * pow(10.0, k);
+                long cnt = (long)floor(nm->vmax / c + 1e-9) - (long)ceil(nm->vmin / c - 1e-9) + 1;
+                if (cnt <= maxn && cnt >= 2) {
+                    s = c;
+                    break;
+                }
+            }
+    }
+    return linear_ticks(nm, s, out);
+}
+
+int al_pticks_index_step(cairo_t *cr, int n, double length, double font, int across) {
+    if (n <= 1) return 1;
+    char widest[24];
+    snprintf(widest, sizeof widest, "%d", n - 1);
+    double need = across ? al_ptext_width(cr, widest, font, 0) + 0.6 * font : 1.5 * font;
+    double cell = length / n;
+    static const int tenths[] = {10, 20, 25, 50};  /* 1, 2, 2.5, 5 x 10^k, integers only */
+    for (long p = 1; p <= 100000000L; p *= 10)
+        for (int j = 0; j < 4; j++) {
+            if ((tenths[j] * p) % 10) continue;
+            long s = tenths[j] * p / 10;
+            long count = (n - 1) / s + 1;
+            if (s * cell >= need && count <= 10) return (int)(s < n ? s : n);
+        }
+    return n;
+}
+
+int al_pticks_index_fill(int n, int step, al_tick *out) {
+    int k = 0;
+    for (int i = 0; i < n && k < AL_MAX_TICKS; i += step) {
+        out[k].t = (i + 0.5) / n;
+        snprintf(out[k].label, sizeof out[k].label, "%d", i);
+        k++;
+    }
+    return k;
+}

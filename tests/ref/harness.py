@@ -1,0 +1,353 @@
+"""Shared harness of the independent PyTorch reference tests (tests/ref/test_*.py).
+
+Not a test itself (CTest registers tests/ref/test_*.py only), and no model
+math of any attention design: each test keeps its own reference attention.
+What the tests share lives here:
+
+* Checker: one PASS/FAIL line per check, the error metric
+  max|got - ref| / max|ref|, and the closing "N checks, M failed" line;
+* main(): the command line (--exe, --attnlab, --workdir, --self-test), its
+  usage errors (exit 2) and the self-test scaffolding;
+* run(): al_testdump / attnlab with a timeout, and cli_available();
+* al_testdump's tensors for a model directory (dump, run_dump) and
+  `attnlab eval --logits` (run_eval), with the loops over cases;
+* the Llama-style stack around an attention (config keys, parameter shapes,
+  random weights, embedding / RMSNorm / SwiGLU MLP / head, autograd
+  reference) and central finite differences of the loss.
+
+Like reflib.py it is written from the specifications only; it reads no
+attnlab C code.
+"""
+import argparse
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import reflib as R
+
+TOL = 1e-4      # relative error allowed between the C side and float64
+B = 2           # sequences per al_testdump case
+
+# --------------------------------------------------------------------------
+# Checks
+
+
+class Checker:
+    """Collects and prints one line per check; `width` pads the check names."""
+
+    def __init__(self, width=48):
+        self.width = width
+        self.failures = 0
+        self.count = 0
+
+    def fail(self, name, msg):
+        self.count += 1
+        self.failures += 1
+        print("FAIL %-*s %s" % (self.width, name, msg), flush=True)
+
+    def ok(self, name, msg):
+        self.count += 1
+        print("PASS %-*s %s" % (self.width, name, msg), flush=True)
+
+    def compare(self, name, got, ref, tol=TOL):
+        got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        if got.shape != ref.shape:
+            return self.fail(name, "shape %s, expected %s" % (list(got.shape), list(ref.shape)))
+        if not np.all(np.isfinite(got)):
+            return self.fail(name, "non-finite values")
+        if ref.size == 0:
+            return self.ok(name, "empty tensor, shape %s" % list(ref.shape))
+        scale = np.max(np.abs(ref))
+        diff = np.max(np.abs(got - ref))
+        rel = diff / scale if scale > 0 else diff
+        line = "max_rel_err=%.3e" % rel
+        if rel <= tol:
+            self.ok(name, line)
+        else:
+            self.fail(name, line + " > %.0e" % tol)
+
+    def summary(self):
+        print("%d checks, %d failed" % (self.count, self.failures))
+        return 0 if self.failures == 0 else 1
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def main(doc, seed, checks, self_test):
+    """Parse the common options and run `checks(args)` (binaries validated,
+    workdir created) or, with --self-test, `self_test(workdir)` (--workdir
+    or a temporary directory). Returns the exit status."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--exe", help="path to al_testdump")
+    ap.add_argument("--attnlab", help="path to the attnlab CLI")
+    ap.add_argument("--workdir", help="directory for temporary files")
+    ap.add_argument("--self-test", action="store_true",
+                    help="validate the reference only (no C binaries needed)")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(seed)
+    if args.self_test:
+        if args.workdir:
+            os.makedirs(args.workdir, exist_ok=True)
+            return self_test(args.workdir)
+        with tempfile.TemporaryDirectory() as tmp:
+            return self_test(tmp)
+    if not (args.exe and args.attnlab and args.workdir):
+        ap.print_usage()
+        print("error: --exe, --attnlab and --workdir are required (or use --self-test)")
+        return 2
+    for path, what in ((args.exe, "--exe"), (args.attnlab, "--attnlab")):
+        if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
+            print("error: %s %r is not an executable file" % (what, path))
+            return 2
+    os.makedirs(args.workdir, exist_ok=True)
+    return checks(args)
+
+# --------------------------------------------------------------------------
+# The C side: al_testdump and the attnlab CLI
+
+
+def run(cmd, timeout=120):
+    """Run a command; return (ok, combined-output tail)."""
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    tail = r.stdout.decode("utf-8", "replace")[-2000:]
+    if r.returncode != 0:
+        return False, "exit %d: %s" % (r.returncode, tail.strip())
+    return True, tail
+
+
+def cli_available(attnlab, command):
+    """True if `attnlab COMMAND --help` works; otherwise print a SKIP line."""
+    ok, msg = run([attnlab, command, "--help"], timeout=30)
+    if not ok:
+        first = msg.strip().splitlines()[0] if msg.strip() else "no output"
+        print("SKIP %s: `attnlab %s --help` failed (%s)" % (command, command, first))
+    return ok
+
+
+def random_tokens(rng, T, edges=True):
+    """B x (T + 1) byte tokens (inputs [:, :T], targets [:, 1:]); with edges,
+    the byte values 0 and 255 occur."""
+    tokens = rng.integers(0, 256, size=(B, T + 1))
+    if edges:
+        tokens[0, 0], tokens[1, -1] = 0, 255
+    return tokens
+
+
+def dump(chk, exe, mdir, tag, tokens):
+    """al_testdump on the model in mdir and `tokens`: its {name: tensor}, or
+    None after a FAIL line."""
+    tok_path = os.path.join(mdir, "tokens.npy")
+    out_path = os.path.join(mdir, "out.safetensors")
+    R.write_npy_f32(tok_path, tokens.astype(np.float32))
+    if os.path.exists(out_path):
+        os.remove(out_path)
+    ok, msg = run([exe, mdir, tok_path, out_path])
+    if not ok:
+        chk.fail(tag, "al_testdump failed: " + msg)
+        return None
+    try:
+        return R.read_safetensors(out_path)
+    except (OSError, ValueError, KeyError) as e:
+        chk.fail(tag, "cannot read %s: %s" % (out_path, e))
+        return None
+
+
+def expected_tensors(ref, grads=True):
+    """al_testdump's names for a reference (logits, loss, {name: grad})."""
+    ref_logits, ref_loss, ref_grads = ref
+    expect = {"logits": ref_logits, "loss": np.array([ref_loss])}
+    if grads:
+        expect.update(("grad." + k, v) for k, v in ref_grads.items())
+    return expect
+
+
+def run_dump(chk, exe, workdir, tag, cfg, weights, tokens, dtype, ref, grads):
+    """Write a model in `dtype`, run al_testdump and compare every tensor
+    (logits, loss and, with grads, every gradient) with `ref`."""
+    mdir = os.path.join(workdir, tag)
+    R.write_model_dir(mdir, cfg, weights, dtype)
+    out = dump(chk, exe, mdir, tag, tokens)
+    if out is None:
+        return
+    expect = expected_tensors(ref, grads)
+    if grads:
+        extra = sorted(k for k in out if k.startswith("grad.") and k not in expect)
+        if extra:
+            chk.fail(tag + "/unexpected", "unexpected tensors: " + ", ".join(extra))
+    for key, want in expect.items():
+        if key not in out:
+            chk.fail(tag + "/" + key, "missing from " + os.path.join(mdir, "out.safetensors"))
+        else:
+            chk.compare(tag + "/" + key, out[key], want)
+
+
+def run_eval(chk, attnlab, workdir, tag, cfg, weights, T, rng, reference, data_len=lambda T: 3 * T + 7):
+    """`attnlab eval --logits` over a random byte file of data_len(T) bytes:
+    the logits of its first window of T against the reference."""
+    mdir = os.path.join(workdir, tag)
+    R.write_model_dir(mdir, cfg, weights, "F32")
+    data = rng.integers(0, 256, size=data_len(T)).astype(np.uint8)
+    data_path = os.path.join(mdir, "data.bin")
+    out_path = os.path.join(mdir, "eval_logits.npy")
+    data.tofile(data_path)
+    if os.path.exists(out_path):
+        os.remove(out_path)
+    ok, msg = run([attnlab, "eval", "--model", mdir, "--data", data_path, "--context", str(T),
+                   "--logits", out_path])
+    if not ok:
+        return chk.fail(tag, "attnlab eval failed: " + msg)
+    try:
+        got = R.read_npy(out_path)
+    except (OSError, ValueError) as e:
+        return chk.fail(tag, "cannot read %s: %s" % (out_path, e))
+    ref_logits, _, _ = reference(cfg, weights, data[None, :T + 1].astype(np.int64), need_grads=False)
+    chk.compare(tag + "/logits", got, ref_logits[0])
+
+
+def dump_cases(chk, args, specs, build_case, reference, rng):
+    """run_dump (float32, with gradients) on build_case(spec, rng) for every
+    spec, tagged spec[0]; returns {tag: (cfg, weights, tokens)}."""
+    cases = {}
+    for spec in specs:
+        cfg, weights, tokens = build_case(spec, rng)
+        cases[spec[0]] = (cfg, weights, tokens)
+        run_dump(chk, args.exe, args.workdir, spec[0], cfg, weights, tokens, "F32",
+                 reference(cfg, weights, tokens), True)
+    return cases
+
+
+def dump_low_precision(chk, args, name, case, dtypes, reference):
+    """Checkpoints of a case in each of `dtypes`: the C logits and loss
+    against the reference on the same rounded weights."""
+    cfg, weights, tokens = case
+    for dtype in dtypes:
+        rounded = {k: R.round_to_dtype(v, dtype) for k, v in weights.items()}
+        ref = reference(cfg, rounded, tokens, need_grads=False)
+        run_dump(chk, args.exe, args.workdir, "%s_%s" % (name, dtype.lower()), cfg, weights, tokens,
+                 dtype, ref, False)
+
+
+def eval_cases(chk, args, cases, evals, rng, reference, **kw):
+    """run_eval (keywords kw) on cases[name] at context T for (name, T) in
+    evals, if the CLI has eval."""
+    if cli_available(args.attnlab, "eval"):
+        for name, T in evals:
+            cfg, weights, _ = cases[name]
+            run_eval(chk, args.attnlab, args.workdir, "eval_" + name, cfg, weights, T, rng, reference, **kw)
+
+# --------------------------------------------------------------------------
+# The Llama-style stack around an attention design
+
+
+def stack_config(architecture, model_type, d, f, L, H, G, tied, theta, attnlab,
+                 max_pos=128, eps=1e-5, **fields):
+    """config.json of a byte-level Llama-style stack; `fields` are the
+    design's own keys, `attnlab` its "attnlab" block."""
+    cfg = {
+        "architectures": [architecture], "model_type": model_type,
+        "hidden_size": d, "intermediate_size": f, "num_hidden_layers": L,
+        "num_attention_heads": H, "num_key_value_heads": G,
+        "rms_norm_eps": eps, "rope_theta": theta,
+        "max_position_embeddings": max_pos, "vocab_size": R.VOCAB,
+        "tie_word_embeddings": bool(tied),
+        "attnlab": attnlab,
+    }
+    cfg.update(fields)
+    return cfg
+
+
+def stack_shapes(cfg, attention):
+    """Ordered {HF name: shape} of every tensor; `attention` is the ordered
+    {name under self_attn.: shape} of one layer's attention."""
+    d, f = cfg["hidden_size"], cfg["intermediate_size"]
+    s = {"model.embed_tokens.weight": (R.VOCAB, d)}
+    for n in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % n
+        s[p + "input_layernorm.weight"] = (d,)
+        s.update((p + "self_attn." + k, shape) for k, shape in attention.items())
+        s[p + "post_attention_layernorm.weight"] = (d,)
+        for k, shape in (("gate", (f, d)), ("up", (f, d)), ("down", (d, f))):
+            s[p + "mlp.%s_proj.weight" % k] = shape
+    s["model.norm.weight"] = (d,)
+    if not cfg["tie_word_embeddings"]:
+        s["lm_head.weight"] = (R.VOCAB, d)
+    return s
+
+
+def random_weights(shapes, rng):
+    """float32-representable random weights (float64 arrays), in the order
+    of `shapes`: norm gains 1 + 0.1 N(0,1), embedding 0.3 N, MLP 0.15 N,
+    other matrices 0.2 N."""
+    out = {}
+    for name, shape in shapes.items():
+        x = rng.standard_normal(shape)
+        if name.endswith("norm.weight"):
+            w = 1.0 + 0.1 * x
+        else:
+            w = (0.3 if "embed_tokens" in name else 0.15 if "mlp" in name else 0.2) * x
+        out[name] = w.astype(np.float32).astype(np.float64)
+    return out
+
+
+def stack_forward(cfg, p, tokens, attention):
+    """Logits [B, T, 256] for integer tokens [B, T]; p: {name: float64 tensor};
+    attention(cfg, p, prefix, h) maps the normed layer input h [B, T, d] to
+    the attention output [B, T, d], prefix being "model.layers.N.self_attn."."""
+    eps = cfg["rms_norm_eps"]
+    x = p["model.embed_tokens.weight"][tokens]
+    for n in range(cfg["num_hidden_layers"]):
+        pre = "model.layers.%d." % n
+        x = x + attention(cfg, p, pre + "self_attn.", R.rms_norm(x, p[pre + "input_layernorm.weight"], eps))
+        h2 = R.rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        mlp = {k: p[pre + "mlp.%s_proj.weight" % k] for k in ("gate", "up", "down")}
+        x = x + (F.silu(h2 @ mlp["gate"].T) * (h2 @ mlp["up"].T)) @ mlp["down"].T
+    x = R.rms_norm(x, p["model.norm.weight"], eps)
+    return x @ (p["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else p["lm_head.weight"]).T
+
+
+def reference(forward, cfg, weights, tokens_np, need_grads=True):
+    """(logits, loss, {name: grad}) of forward(cfg, p, tokens) as float64
+    numpy; tokens_np [B, T+1]: inputs [:, :T], targets [:, 1:]."""
+    p = {k: torch.tensor(v, dtype=torch.float64, requires_grad=need_grads) for k, v in weights.items()}
+    tok = torch.tensor(np.asarray(tokens_np), dtype=torch.long)
+    logits = forward(cfg, p, tok[:, :-1])
+    loss = R.loss_fn(logits, tok[:, 1:])
+    grads = {}
+    if need_grads:
+        loss.backward()
+        grads = {k: t.grad.numpy().copy() for k, t in p.items()}
+    return logits.detach().numpy(), float(loss.detach()), grads
+
+
+def loss_slope(forward, cfg, weights, tokens, eps=1e-5):
+    """slope(name, u): the derivative of the mean loss along direction u of
+    tensor `name`, by float64 central differences with step eps."""
+    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in weights.items()}
+    tok = torch.tensor(tokens, dtype=torch.long)
+
+    def loss_at(k, delta):
+        q = dict(p)
+        q[k] = p[k] + delta
+        return float(R.loss_fn(forward(cfg, q, tok[:, :-1]), tok[:, 1:]))
+
+    def slope(k, u):
+        return (loss_at(k, torch.tensor(eps * u)) - loss_at(k, torch.tensor(-eps * u))) / (2 * eps)
+    return slope
+
+
+def check_fd(chk, tag, forward, cfg, weights, tokens, grads, rng):
+    """Per tensor, autograd against central differences along one random
+    direction (tolerance 1e-6): checks "<tag>/fd/<name>"."""
+    slope = loss_slope(forward, cfg, weights, tokens)
+    for k, g in grads.items():
+        u = rng.standard_normal(g.shape)
+        chk.compare("%s/fd/%s" % (tag, k), np.array([slope(k, u)]), np.array([np.sum(g * u)]), tol=1e-6)

@@ -1,0 +1,259 @@
+/*
+ * testutil.h: helpers shared by the C unit tests, on top of test.h (not a
+ * test itself: CMake builds tests/unit/test_*.c only).
+ *  - random buffers and the floored relative error of kernel outputs;
+ *  - the attention backward against central differences of the reference;
+ *  - small configs and models with random (not default) weights, tokens;
+ *  - decoding token by token with the cache against the full forward;
+ *  - parameters by name, config error messages, checkpoints in temp dirs;
+ *  - one training step, and its bits at 1 and at 2 threads.
+ * The CHECKs made here report testutil.h lines; the callers' messages
+ * name the case.
+ */
+#ifndef AL_TESTUTIL_H
+#define AL_TESTUTIL_H
+
+#include <omp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/io.h"
+#include "model/model.h"
+#include "test.h"
+
+/* ---- buffers ---- */
+
+static inline void tu_fill(float *x, size_t n, al_rng *r, float s) {
+    for (size_t i = 0; i < n; i++) x[i] = s * al_rng_normal(r);
+}
+
+/* max|a-b| / max(max|b|, 1e-2) over n entries: for values that can be tiny
+ * against their rounding (T = 1 gradients, cancelling poly/relu weights) */
+static inline double tu_err_floor(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 1e-2;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        md = d > md || d != d ? d : md;
+        mb = fabs((double)b[i]) > mb ? fabs((double)b[i]) : mb;
+    }
+    return md / mb;
+}
+
+/* L = sum(o * R), o from al_attn_fwd_ref(s, in[0], in[1], in[2]) (no entries;
+ * lse a scratch): the worst |fd - grad| / (1 + |fd|) of central differences
+ * (step 1e-2) against grad[which], over every stride-th entry i of in[which]
+ * (n[which] entries); of k and v (which > 0) only columns i % ldk < kv_cols. */
+static inline double tu_attn_fd_worst(const al_attn_shape *s, float *const in[3], float *const grad[3],
+                                      const size_t n[3], const float *R, size_t no, float *lse, size_t stride,
+                                      size_t kv_cols) {
+    float *o = calloc(no, sizeof(float));
+    double worst = 0;
+    for (int which = 0; which < 3; which++)
+        for (size_t i = 0; i < n[which]; i += stride) {
+            if (which > 0 && (i % (size_t)s->ldk) >= kv_cols) continue;
+            float keep = in[which][i];
+            double Lp = 0, Lm = 0, h = 1e-2;
+            in[which][i] = keep + (float)h;
+            al_attn_fwd_ref(s, in[0], in[1], in[2], o, lse);
+            for (size_t j = 0; j < no; j++) Lp += (double)o[j] * R[j];
+            in[which][i] = keep - (float)h;
+            al_attn_fwd_ref(s, in[0], in[1], in[2], o, lse);
+            for (size_t j = 0; j < no; j++) Lm += (double)o[j] * R[j];
+            in[which][i] = keep;
+            double fd = (Lp - Lm) / (2 * h), err = fabs(fd - grad[which][i]) / (1 + fabs(fd));
+            worst = err > worst ? err : worst;
+        }
+    free(o);
+    return worst;
+}
+
+/* ---- models ---- */
+
+/* d hidden, f MLP, L layers, H heads of dh, G KV heads (MHA, GQA or MQA by
+ * G), T positions; the rest al_config_default's. */
+static inline al_config tu_config(int d, int f, int L, int H, int G, int dh, int T) {
+    al_config c;
+    al_config_default(&c);
+    c.hidden_size = d;
+    c.intermediate_size = f;
+    c.num_layers = L;
+    c.num_heads = H;
+    c.num_kv_heads = G;
+    c.head_dim = dh;
+    c.max_position = T;
+    c.attention = G == H ? AL_ATTN_MHA : G == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
+    return c;
+}
+
+enum {
+    TU_FLAT = 0,     /* every float of m->w: 0.15 N(0,1) */
+    TU_GAINS_ONE = 1 /* tensor by tensor; 1-D ones (norm gains) 1 + 0.15 N */
+};
+
+/* Random weights of std 0.15 (not the small init), so that every path matters. */
+static inline void tu_random_weights(al_model *m, al_rng *r, int mode) {
+    if (mode == TU_FLAT) {
+        for (size_t i = 0; i < m->n_floats; i++) m->w[i] = 0.15f * al_rng_normal(r);
+        return;
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        const al_param *p = &m->params[i];
+        for (size_t j = 0; j < p->numel; j++)
+            m->w[p->offset + j] = (p->ndim == 1 ? 1.0f : 0.0f) + 0.15f * al_rng_normal(r);
+    }
+}
+
+/* al_model_create + tu_random_weights from seed; -1 (reason on stderr) if refused. */
+static inline int tu_make_model(al_model *m, const al_config *c, uint64_t seed, int mode) {
+    al_err err;
+    if (al_model_create(m, c, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    al_rng r;
+    al_rng_seed(&r, seed);
+    tu_random_weights(m, &r, mode);
+    return 0;
+}
+
+static inline void tu_random_tokens(int *tok, int n, al_rng *r) {
+    for (int i = 0; i < n; i++) tok[i] = (int)(al_rng_u64(r) % 256);
+}
+
+static inline const al_param *tu_find_param(const al_model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+/* ---- decode == forward ---- */
+
+typedef struct tu_decode {
+    double worst;                         /* max over positions of the logits' relative error */
+    size_t values_per_token, cache_bytes; /* of the decoder's cache */
+    int refuses_full;                     /* a step past T fails with "full" */
+} tu_decode;
+
+/* The full forward of tok[0..T) (one sequence) against decoding the same
+ * tokens one at a time with a cache of T positions (each step CHECKed). */
+static inline tu_decode tu_decode_vs_forward(al_model *m, const int *tok, int T) {
+    tu_decode out = {0};
+    al_err err;
+    al_acts a;
+    CHECK(al_acts_create(&a, m, 1, T, &err) == 0);
+    al_model_forward(m, &a, tok, NULL);
+    al_decoder dec;
+    CHECK(al_decoder_create(&dec, m, T, &err) == 0);
+    out.values_per_token = dec.values_per_token;
+    out.cache_bytes = dec.cache_bytes;
+    float logits[256];
+    for (int t = 0; t < T; t++) {
+        CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
+        double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
+        out.worst = e > out.worst ? e : out.worst;
+    }
+    /* a full cache refuses another token instead of writing past its end */
+    out.refuses_full = al_decoder_step(&dec, 1, logits, &err) == -1 && strstr(err.msg, "full") != NULL;
+    al_decoder_free(&dec);
+    al_acts_free(&a);
+    return out;
+}
+
+/* tu_decode_vs_forward on a model of config c with tu_random_weights(seed,
+ * mode) and T random tokens from tok_seed; -1 after a failed CHECK if the
+ * model is refused. */
+static inline int tu_decode_random_model(const al_config *c, uint64_t seed, int mode, uint64_t tok_seed, int T,
+                                         tu_decode *out) {
+    al_model m;
+    if (tu_make_model(&m, c, seed, mode)) {
+        CHECK(0);
+        return -1;
+    }
+    int *tok = malloc(sizeof(int) * (size_t)T);
+    al_rng r;
+    al_rng_seed(&r, tok_seed);
+    tu_random_tokens(tok, T, &r);
+    *out = tu_decode_vs_forward(&m, tok, T);
+    free(tok);
+    al_model_free(&m);
+    return 0;
+}
+
+/* ---- configs and checkpoints ---- */
+
+/* al_config_parse of the JSON text printf(fmt, ...) must fail with a one-line
+ * message containing want (exact: equal to want). */
+__attribute__((format(printf, 3, 4))) static inline void tu_expect_config_error(const char *want, int exact,
+                                                                                const char *fmt, ...) {
+    char json[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(json, sizeof json, fmt, ap);
+    va_end(ap);
+    al_config c;
+    al_err err = {{0}};
+    int rc = al_config_parse(&c, json, NULL, &err);
+    int match = exact ? strcmp(err.msg, want) == 0 : strstr(err.msg, want) != NULL;
+    CHECK_MSG(rc == -1 && match && !strchr(err.msg, '\n'), "config %s -> '%s' (want '%s')", json, err.msg, want);
+}
+
+/* Saves a (extra_json: al_model_save's extra) to dir and loads it into b
+ * (extra: al_model_load's): both succeed and the weights are bit-identical.
+ * Returns 0 if b was loaded (then the caller frees it). */
+static inline int tu_save_load(const al_model *a, al_model *b, const char *dir, const char *extra_json,
+                               char **extra) {
+    al_err err = {{0}};
+    CHECK_MSG(al_model_save(a, dir, extra_json, &err) == 0, "save to %s: %s", dir, err.msg);
+    int rc = al_model_load(b, dir, extra, &err);
+    CHECK_MSG(rc == 0, "load from %s: %s", dir, err.msg);
+    if (rc == 0) CHECK(b->n_floats == a->n_floats && memcmp(a->w, b->w, a->n_floats * sizeof(float)) == 0);
+    return rc;
+}
+
+/* dir/config.json as text (malloc'd; NULL after a failed CHECK). */
+static inline char *tu_read_config(const char *dir) {
+    char path[512], *text = NULL;
+    size_t len;
+    al_err err;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(al_read_file(path, &text, &len, &err) == 0);
+    return text;
+}
+
+/* rm -rf dir; 0 on success. */
+static inline int tu_remove_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+/* ---- training ---- */
+
+/* Zero the gradients, forward and backward on (in, tg): the loss. */
+static inline double tu_loss_and_grads(al_model *m, al_acts *a, const int *in, const int *tg) {
+    al_model_zero_grads(m);
+    double loss = al_model_forward(m, a, in, tg);
+    al_model_backward(m, a);
+    return loss;
+}
+
+/* Forward + backward on (in, tg) at 1 and then at 2 OpenMP threads (the
+ * count restored after): 1 if loss and gradients are the same bits. The
+ * gradients of the 2-thread pass stay in m->g. */
+static inline int tu_same_bits_1_2_threads(al_model *m, al_acts *a, const int *in, const int *tg) {
+    float *g1 = malloc(sizeof(float) * m->n_floats);
+    const int saved = omp_get_max_threads();
+    double loss[2];
+    for (int pass = 0; pass < 2; pass++) {
+        omp_set_num_threads(pass + 1);
+        loss[pass] = tu_loss_and_grads(m, a, in, tg);
+        if (pass == 0) memcpy(g1, m->g, sizeof(float) * m->n_floats);
+    }
+    omp_set_num_threads(saved);
+    int same = loss[0] == loss[1] && memcmp(g1, m->g, sizeof(float) * m->n_floats) == 0;
+    free(g1);
+    return same;
+}
+
+#endif
