@@ -47,6 +47,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_heads(int argc, char **argv);
 int cmd_attnmap(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_explore(int argc, char **argv);
 
 /* Shared by the analysis commands (cmd_attnmap.c). */
 int read_tokens(const char *path, int max_tokens, int **tokens, int *T, al_err *err);

@@ -19,6 +19,7 @@ static const struct {
     {"info", cmd_info, "parameters, FLOPs and KV-cache sizes of a model"},
     {"attnmap", cmd_attnmap, "attention weights of chosen heads over a long input, with statistics"},
     {"heads", cmd_heads, "head similarity and effective rank across KV designs"},
+    {"explore", cmd_explore, "one self-contained HTML page to browse every layer's and head's attention"},
     {"compare", cmd_compare, "the same head of several models side by side (e.g. poly vs softmax)"},
     {"bench", cmd_bench, "measure speed against this machine's ceilings"},
 };

@@ -1,0 +1,598 @@
+/*
+ * study.c: budgets, run-directory states, log reading and measurements of
+ * `attnlab study` (see study.h; the reports are in study_report.c).
+ *
+ * A run is only ever reused when its files prove it is the run the study
+ * plans: config.json holds the same model and training settings,
+ * train_state.safetensors the step, log.jsonl the line of that step (with
+ * its evaluation, for a finished run). Anything else is trained again, so a
+ * rerun with another budget or corpus never mixes results.
+ */
+#include "study.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../io/io.h"
+#include "attnmap.h"
+#include "heads.h"
+
+/* ---- budgets ----
+ * Nominal step times were measured on the 2-core development machine
+ * (OpenBLAS SkylakeX kernels); they only feed the ETA until the first run
+ * has been timed. */
+static const al_study_budget budgets[] = {
+    {.name = "tiny", .summary = "seconds: for the tests (models barely trained)", .seeds = 1,
+     .lm_context = 32, .lm_batch = 2, .lm_steps = 4, .lm_warmup = 1, .lm_eval_every = 2, .lm_eval_tokens = 256,
+     .lm_save_every = 2, .lm_lr = 2e-3, .lm_final_eval_tokens = 512, .decode_context = 64, .decode_tokens = 4,
+     .attnmap_tokens = 64,
+     .vit_layers = 1, .vit_hidden = 16, .vit_heads = 2, .vit_batch = 8, .vit_steps = 4, .vit_warmup = 1,
+     .vit_eval_every = 2, .vit_eval_images = 32, .vit_train_images = 64, .vit_test_images = 64, .vit_lr = 2e-3,
+     .lm_step_s = 0.05, .vit_step_s = 0.02, .lm_measure_s = 0.5, .vit_measure_s = 0.2, .figures_s = 2},
+    {.name = "quick", .summary = "about 8 minutes on 2 cores: 1 seed, 154k tokens per language model", .seeds = 1,
+     .lm_context = 256, .lm_batch = 4, .lm_steps = 150, .lm_warmup = 15, .lm_eval_every = 25,
+     .lm_eval_tokens = 8192, .lm_save_every = 50, .lm_lr = 2e-3, .lm_final_eval_tokens = 32768,
+     .decode_context = 2048, .decode_tokens = 16, .attnmap_tokens = 1024,
+     .vit_layers = 2, .vit_hidden = 64, .vit_heads = 4, .vit_batch = 32, .vit_steps = 300, .vit_warmup = 30,
+     .vit_eval_every = 100, .vit_eval_images = 500, .vit_train_images = 10000, .vit_test_images = 2000,
+     .vit_lr = 2e-3, .lm_step_s = 0.42, .vit_step_s = 0.075, .lm_measure_s = 8, .vit_measure_s = 1, .figures_s = 10},
+    {.name = "standard", .summary = "about 50 minutes on 2 cores: 3 seeds, 369k tokens per language model",
+     .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 180, .lm_warmup = 18, .lm_eval_every = 30,
+     .lm_eval_tokens = 16384, .lm_save_every = 60, .lm_lr = 2e-3, .lm_final_eval_tokens = 65536,
+     .decode_context = 4096, .decode_tokens = 16, .attnmap_tokens = 1024,
+     .vit_layers = 2, .vit_hidden = 64, .vit_heads = 4, .vit_batch = 32, .vit_steps = 600, .vit_warmup = 50,
+     .vit_eval_every = 150, .vit_eval_images = 1000, .vit_train_images = 0, .vit_test_images = 0, .vit_lr = 2e-3,
+     .lm_step_s = 0.85, .vit_step_s = 0.075, .lm_measure_s = 15, .vit_measure_s = 22, .figures_s = 15},
+    {.name = "full", .summary = "the presets' own schedule (3.1M tokens per language model), 3 seeds: many hours",
+     .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 1500, .lm_warmup = 100, .lm_eval_every = 100,
+     .lm_eval_tokens = 65536, .lm_save_every = 250, .lm_lr = 2e-3, .lm_final_eval_tokens = 0,
+     .decode_context = 4096, .decode_tokens = 32, .attnmap_tokens = 2048,
+     .vit_layers = 4, .vit_hidden = 128, .vit_heads = 4, .vit_batch = 64, .vit_steps = 3000, .vit_warmup = 200,
+     .vit_eval_every = 500, .vit_eval_images = 2000, .vit_train_images = 0, .vit_test_images = 0, .vit_lr = 1e-3,
+     .lm_step_s = 0.85, .vit_step_s = 0.6, .lm_measure_s = 40, .vit_measure_s = 60, .figures_s = 20},
+};
+
+const al_study_budget *al_study_budget_find(const char *name) {
+    for (size_t i = 0; name && i < sizeof budgets / sizeof budgets[0]; i++)
+        if (!strcmp(budgets[i].name, name)) return &budgets[i];
+    return NULL;
+}
+
+static const char *const designs[AL_STUDY_DESIGNS] = {"mha", "gqa", "mqa", "mla", "lrkv"};
+static const char *const design_titles[AL_STUDY_DESIGNS] = {"MHA", "GQA", "MQA", "MLA", "LRKV"};
+
+const char *al_study_design(int i) { return i >= 0 && i < AL_STUDY_DESIGNS ? designs[i] : "?"; }
+const char *al_study_design_title(int i) { return i >= 0 && i < AL_STUDY_DESIGNS ? design_titles[i] : "?"; }
+
+/* ---- run directories ---- */
+
+int al_train_state_step(const char *path, int *step, al_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return al_errf(err, "%s: %s", path, strerror(errno));
+    unsigned char lenb[8];
+    uint64_t hl = 0;
+    int rc = -1;
+    if (fread(lenb, 1, 8, f) == 8) {
+        for (int i = 7; i >= 0; i--) hl = hl << 8 | lenb[i];
+        if (hl > 0 && hl < (1u << 24)) {
+            char *h = malloc(hl + 1);
+            if (h && fread(h, 1, hl, f) == hl) {
+                h[hl] = 0;
+                cJSON *j = cJSON_Parse(h);
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "__metadata__"), "step");
+                long s;
+                if (cJSON_IsString(v) && !al_parse_int(v->valuestring, &s) && s >= 0 && s < (1L << 30)) {
+                    *step = (int)s;
+                    rc = 0;
+                }
+                cJSON_Delete(j);
+            }
+            free(h);
+        }
+    }
+    fclose(f);
+    return rc ? al_errf(err, "%s: no readable step in the training state", path) : 0;
+}
+
+/* Relative equality of two settings that went through JSON. */
+static int same_d(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
+
+/* The model fields that make two configs the same model; names the first
+ * difference in why. */
+static int same_config(const al_config *a, const al_config *b, char *why, size_t cap) {
+#define F(f)                                                                                \
+    if (a->f != b->f) {                                                                     \
+        snprintf(why, cap, "its %s differs (%g, planned %g)", #f, (double)a->f, (double)b->f); \
+        return 0;                                                                           \
+    }
+    F(task) F(attention) F(score) F(num_layers) F(hidden_size) F(intermediate_size) F(num_heads) F(num_kv_heads)
+    F(head_dim) F(max_position) F(tie_word_embeddings) F(kv_lora_rank) F(q_lora_rank) F(qk_nope_head_dim)
+    F(qk_rope_head_dim) F(v_head_dim) F(lrkv_rank) F(poly_power) F(poly_scale_auto) F(score_n) F(image_size)
+    F(patch_size) F(num_channels) F(num_labels)
+#undef F
+    if (!a->poly_scale_auto && !same_d(a->poly_scale, b->poly_scale)) {
+        snprintf(why, cap, "its poly scale differs");
+        return 0;
+    }
+    return 1;
+}
+
+/* The training settings that decide the numbers. */
+static int same_train(const al_train_opts *a, const al_train_opts *b, int vision, char *why, size_t cap) {
+#define I(f)                                                                                 \
+    if (a->f != b->f) {                                                                      \
+        snprintf(why, cap, "its %s differs (%g, planned %g)", #f, (double)a->f, (double)b->f); \
+        return 0;                                                                            \
+    }
+#define D(f)                                                                                 \
+    if (!same_d(a->f, b->f)) {                                                               \
+        snprintf(why, cap, "its %s differs (%g, planned %g)", #f, (double)a->f, (double)b->f); \
+        return 0;                                                                            \
+    }
+    I(batch) I(steps) I(warmup) I(eval_every) I(save_every) I(seed)
+    D(lr) D(min_lr_ratio) D(weight_decay) D(grad_clip)
+    if (vision) {
+        I(train_subset) I(eval_images)
+        if (strcmp(a->images, b->images)) {
+            snprintf(why, cap, "it was trained on other images (%s)", a->images[0] ? a->images : "default");
+            return 0;
+        }
+    } else {
+        I(context) I(eval_tokens) D(val_fraction)
+        if (strcmp(a->data, b->data)) {
+            snprintf(why, cap, "it was trained on other data (%s)", a->data[0] ? a->data : "default");
+            return 0;
+        }
+    }
+#undef I
+#undef D
+    return 1;
+}
+
+/* 1 if log.jsonl in dir has the line of `step` with an evaluation. */
+static int log_has_final(const char *dir, int step) {
+    char path[4200], *text;
+    size_t len;
+    al_err err;
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    if (al_read_file(path, &text, &len, &err)) return 0;
+    int found = 0;
+    for (char *line = text; line && *line && !found;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
+        found = cJSON_IsNumber(s) && s->valueint == step && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "val_loss"));
+        cJSON_Delete(j);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return found;
+}
+
+al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why, size_t cap) {
+    char path[4200];
+    al_config cfg;
+    char *extra = NULL;
+    al_err err;
+    *step = 0;
+    snprintf(why, cap, "not trained yet");
+    snprintf(path, sizeof path, "%s/config.json", plan->out);
+    if (access(path, F_OK) != 0) return AL_RUN_NEW;
+    if (al_config_load(&cfg, path, &extra, &err)) {
+        snprintf(why, cap, "its config.json is unreadable");
+        return AL_RUN_STALE;
+    }
+    const int vision = plan->model.task == AL_TASK_VISION;
+    al_config want = plan->model;
+    if (!same_config(&cfg, &want, why, cap)) {
+        free(extra);
+        return AL_RUN_STALE;
+    }
+    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    free(extra);
+    char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
+    cJSON_Delete(al);
+    al_train_opts saved;
+    al_train_opts_default(&saved);
+    int bad = !tj || al_train_opts_from_json(&saved, tj, &err);
+    free(tj);
+    if (bad) {
+        snprintf(why, cap, "its config.json has no training settings");
+        return AL_RUN_STALE;
+    }
+    if (!same_train(&saved, plan, vision, why, cap)) return AL_RUN_STALE;
+    snprintf(path, sizeof path, "%s/train_state.safetensors", plan->out);
+    if (access(path, F_OK) != 0) {
+        snprintf(why, cap, "no checkpoint yet");
+        return AL_RUN_NEW;
+    }
+    int s;
+    if (al_train_state_step(path, &s, &err)) {
+        snprintf(why, cap, "its training state is unreadable");
+        return AL_RUN_STALE;
+    }
+    if (s > plan->steps) {
+        snprintf(why, cap, "it was trained past the planned %d steps", plan->steps);
+        return AL_RUN_STALE;
+    }
+    *step = s;
+    if (s < plan->steps) {
+        snprintf(why, cap, "stopped at step %d of %d", s, plan->steps);
+        return s > 0 ? AL_RUN_PARTIAL : AL_RUN_NEW;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", plan->out);
+    if (access(path, F_OK) != 0 || !log_has_final(plan->out, s)) {
+        snprintf(why, cap, "its checkpoint or log.jsonl lacks the final step");
+        return AL_RUN_STALE;
+    }
+    snprintf(why, cap, "complete");
+    return AL_RUN_COMPLETE;
+}
+
+/* ---- logs ---- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorted in place); NAN for none. */
+static double median(double *v, int n) {
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void al_run_log_free(al_run_log *l) {
+    free(l->step);
+    free(l->val_loss);
+    free(l->val_acc);
+    memset(l, 0, sizeof *l);
+}
+
+int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
+    char path[4200], *text;
+    size_t len;
+    memset(out, 0, sizeof *out);
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    if (al_read_file(path, &text, &len, err)) return -1;
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    out->step = malloc(sizeof(int) * lines);
+    out->val_loss = malloc(sizeof(double) * lines);
+    out->val_acc = malloc(sizeof(double) * lines);
+    double *tps = malloc(sizeof(double) * lines), *ips = malloc(sizeof(double) * lines);
+    int nt = 0, ni = 0;
+    if (!out->step || !out->val_loss || !out->val_acc || !tps || !ips) {
+        free(text), free(tps), free(ips);
+        al_run_log_free(out);
+        return al_errf(err, "out of memory");
+    }
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *v;
+        if (cJSON_IsNumber(s)) {
+            out->last_step = s->valueint;
+            if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(j, "tokens_per_s")) && v->valuedouble > 0)
+                tps[nt++] = v->valuedouble;
+            if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(j, "images_per_s")) && v->valuedouble > 0)
+                ips[ni++] = v->valuedouble;
+            if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(j, "elapsed_s"))) out->elapsed_s = v->valuedouble;
+            if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(j, "val_loss"))) {
+                out->step[out->n] = s->valueint;
+                out->val_loss[out->n] = v->valuedouble;
+                v = cJSON_GetObjectItemCaseSensitive(j, "val_accuracy");
+                out->val_acc[out->n] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+                out->n++;
+            }
+        }
+        cJSON_Delete(j);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    out->tokens_per_s = median(tps, nt);
+    out->items_per_s = ni ? median(ips, ni) : out->tokens_per_s;
+    free(tps);
+    free(ips);
+    if (out->n == 0) {
+        al_run_log_free(out);
+        return al_errf(err, "%s: no evaluation lines", path);
+    }
+    return 0;
+}
+
+/* ---- measurements ---- */
+
+void al_unigram_of(const al_corpus *c, al_unigram *u) {
+    double cnt[256] = {0};
+    for (size_t i = 0; i < c->n_train; i++) cnt[c->bytes[i]] += 1;
+    double n = (double)c->n_train, h = 0;
+    for (int b = 0; b < 256; b++)
+        if (cnt[b] > 0) h -= cnt[b] / n * log(cnt[b] / n);
+    u->train_entropy = h;
+    /* add-one smoothing, so bytes unseen in training cost a finite amount */
+    double ce = 0;
+    size_t nv = c->n - c->n_train;
+    for (size_t i = c->n_train; i < c->n; i++) ce -= log((cnt[c->bytes[i]] + 1) / (n + 256));
+    u->val_cross_entropy = nv ? ce / (double)nv : NAN;
+}
+
+int al_decode_speed(const al_model *m, int context, int tokens, double *tokens_per_s, al_err *err) {
+    if (context < 2 || tokens < 1 || tokens >= context)
+        return al_errf(err, "decode benchmark: need 0 < tokens (%d) < context (%d)", tokens, context);
+    if (m->cfg.max_position < context)
+        return al_errf(err, "decode benchmark: context %d exceeds the model's %d positions", context, m->cfg.max_position);
+    al_decoder dec;
+    if (al_decoder_create(&dec, m, context, err)) return -1;
+    al_rng rng;
+    al_rng_seed(&rng, 2);
+    for (size_t i = 0; i < dec.cache_bytes / sizeof(float); i++) dec.cache[i] = 0.5f * al_rng_normal(&rng);
+    float *logits = malloc(sizeof(float) * (size_t)(m->cfg.vocab_size > 0 ? m->cfg.vocab_size : 1));
+    int rc = logits ? 0 : al_errf(err, "out of memory");
+    dec.pos = context - tokens - 1;
+    if (!rc) rc = al_decoder_step(&dec, 'a', logits, err); /* warm-up: caches, threads */
+    double t0 = al_now();
+    for (int i = 0, tok = 'a'; i < tokens && !rc; i++) {
+        rc = al_decoder_step(&dec, tok, logits, err);
+        tok = (int)(al_rng_u64(&rng) % 256);
+    }
+    double dt = al_now() - t0;
+    if (!rc) *tokens_per_s = tokens / (dt > 0 ? dt : 1e-9);
+    free(logits);
+    al_decoder_free(&dec);
+    return rc;
+}
+
+/* Head-similarity summary of a loaded model: the layer-averaged matrix's
+ * effective ranks (as heads.png shows them). */
+static int head_ranks(const al_model *m, double *unc, double *pca, double *offdiag, al_err *err) {
+    al_head_sim s;
+    if (al_head_sim_compute(m, &s, err)) return -1;
+    *unc = 100.0 * s.of_mean.erank_uncentered;
+    *pca = 100.0 * s.of_mean.erank_pca;
+    *offdiag = s.of_mean.mean_offdiag;
+    al_head_sim_free(&s);
+    return 0;
+}
+
+int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_tokens, int decode_context,
+                        int decode_tokens, al_lm_measure *out, al_err *err) {
+    char path[4200];
+    al_config cfg;
+    char *extra = NULL;
+    memset(out, 0, sizeof *out);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (al_config_load(&cfg, path, &extra, err)) return -1;
+    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    free(extra);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(al, "step");
+    out->steps = cJSON_IsNumber(st) ? st->valueint : 0;
+    cJSON_Delete(al);
+    const int T = cfg.max_position; /* the trained context */
+    if (cfg.max_position < decode_context) cfg.max_position = decode_context; /* longer RoPE tables for decoding */
+    al_model m;
+    if (al_model_create(&m, &cfg, err)) return al_err_prefix(err, "%s", dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (al_model_load_weights(&m, path, err)) {
+        al_model_free(&m);
+        return -1;
+    }
+    for (int i = 0; i < m.n_params; i++) out->params += m.params[i].numel;
+    out->kv_values = m.attn->cache_values_per_token(&m.cfg);
+    out->kv_bytes_per_token = out->kv_values * sizeof(float) * (size_t)cfg.num_layers;
+    /* the MHA of the same heads; MLA's head width is its value width (its key
+     * width includes the extra RoPE part), as `attnlab info` counts it */
+    const int mha_dh = cfg.attention == AL_ATTN_MLA ? cfg.v_head_dim : cfg.head_dim;
+    out->kv_pct_of_mha = 100.0 * (double)out->kv_values / (2.0 * cfg.num_heads * mha_dh);
+    al_acts a;
+    int rc = al_acts_create(&a, &m, 4, T, err);
+    if (!rc) {
+        rc = al_eval_bytes(&m, &a, corpus->bytes + corpus->n_train, corpus->n - corpus->n_train, (size_t)max_tokens,
+                           &out->val_loss, &out->val_tokens, err);
+        al_acts_free(&a);
+    }
+    out->val_bpb = out->val_loss / M_LN2;
+    out->decode_context = decode_context;
+    if (!rc) rc = al_decode_speed(&m, decode_context, decode_tokens, &out->decode_tokens_per_s, err);
+    if (!rc) rc = head_ranks(&m, &out->erank_uncentered_pct, &out->erank_pca_pct, &out->mean_offdiag, err);
+    al_model_free(&m);
+    return rc ? al_err_prefix(err, "%s", dir) : 0;
+}
+
+int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err *err) {
+    memset(out, 0, sizeof *out);
+    al_model m;
+    if (al_model_load(&m, dir, NULL, err)) return -1;
+    for (int i = 0; i < m.n_params; i++) out->params += m.params[i].numel;
+    int rc = head_ranks(&m, &out->erank_uncentered_pct, &out->erank_pca_pct, &out->mean_offdiag, err);
+    al_model_free(&m);
+    if (rc) return al_err_prefix(err, "%s", dir);
+    /* the final evaluation (all test images of the run's set) is the log's last line */
+    char path[4200], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    if (al_read_file(path, &text, &len, err)) return -1;
+    rc = -1;
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *acc, *loss, *cnt;
+        acc = cJSON_GetObjectItemCaseSensitive(j, "val_accuracy");
+        loss = cJSON_GetObjectItemCaseSensitive(j, "val_loss");
+        cnt = cJSON_GetObjectItemCaseSensitive(j, "val_images");
+        if (cJSON_IsNumber(s) && s->valueint == steps && cJSON_IsNumber(acc) && cJSON_IsNumber(loss)) {
+            out->accuracy = acc->valuedouble;
+            out->test_loss = loss->valuedouble;
+            out->test_images = cJSON_IsNumber(cnt) ? cnt->valueint : 0;
+            rc = 0;
+        }
+        cJSON_Delete(j);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    out->steps = steps;
+    return rc ? al_errf(err, "%s: log.jsonl has no final evaluation at step %d", path, steps) : 0;
+}
+
+/* ---- cached measurements ---- */
+
+#define LM_FIELDS(X)                                                                                    \
+    X(params) X(kv_values) X(kv_bytes_per_token) X(kv_pct_of_mha) X(val_loss) X(val_bpb) X(val_tokens) \
+    X(decode_context) X(decode_tokens_per_s) X(erank_uncentered_pct) X(erank_pca_pct) X(mean_offdiag)
+#define VIT_FIELDS(X) \
+    X(params) X(accuracy) X(test_loss) X(test_images) X(erank_uncentered_pct) X(erank_pca_pct) X(mean_offdiag)
+
+/* Writes a cJSON object to DIR/measure.json atomically and frees it. */
+static int save_measure(const char *dir, cJSON *j, al_err *err) {
+    char path[4200];
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return al_errf(err, "out of memory");
+    snprintf(path, sizeof path, "%s/measure.json", dir);
+    int rc = al_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+/* DIR/measure.json if it is of `kind` and `steps`; NULL otherwise. */
+static cJSON *load_measure(const char *dir, const char *kind, int steps) {
+    char path[4200], *text;
+    size_t len;
+    al_err err;
+    snprintf(path, sizeof path, "%s/measure.json", dir);
+    if (access(path, F_OK) != 0 || al_read_file(path, &text, &len, &err)) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind"), *s = cJSON_GetObjectItemCaseSensitive(j, "steps");
+    if (!cJSON_IsString(k) || strcmp(k->valuestring, kind) || !cJSON_IsNumber(s) || s->valueint != steps) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+int al_study_save_lm_measure(const char *dir, const al_lm_measure *m, al_err *err) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", "lm");
+    cJSON_AddNumberToObject(j, "steps", m->steps);
+#define ADD(f) cJSON_AddNumberToObject(j, #f, (double)m->f);
+    LM_FIELDS(ADD)
+#undef ADD
+    return save_measure(dir, j, err);
+}
+
+int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m) {
+    cJSON *j = load_measure(dir, "lm", steps);
+    if (!j) return -1;
+    int ok = 1;
+    memset(m, 0, sizeof *m);
+    m->steps = steps;
+#define GET(f)                                                            \
+    {                                                                     \
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, #f);         \
+        if (cJSON_IsNumber(v) && isfinite(v->valuedouble))                \
+            m->f = (__typeof__(m->f))v->valuedouble;                      \
+        else                                                              \
+            ok = 0;                                                       \
+    }
+    LM_FIELDS(GET)
+    cJSON_Delete(j);
+    return ok ? 0 : -1;
+}
+
+int al_study_save_vit_measure(const char *dir, const al_vit_measure *m, al_err *err) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", "vision");
+    cJSON_AddNumberToObject(j, "steps", m->steps);
+#define ADD(f) cJSON_AddNumberToObject(j, #f, (double)m->f);
+    VIT_FIELDS(ADD)
+#undef ADD
+    return save_measure(dir, j, err);
+}
+
+int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m) {
+    cJSON *j = load_measure(dir, "vision", steps);
+    if (!j) return -1;
+    int ok = 1;
+    memset(m, 0, sizeof *m);
+    m->steps = steps;
+    VIT_FIELDS(GET)
+#undef GET
+    cJSON_Delete(j);
+    return ok ? 0 : -1;
+}
+
+/* ---- Fashion-MNIST subset ---- */
+
+/* Writes one IDX file of unsigned bytes: dims[0..nd) then the data. Kept if
+ * a file of exactly that size is already there. */
+static int write_idx(const char *path, const uint8_t *data, const int64_t *dims, int nd, al_err *err) {
+    size_t n = 1;
+    for (int i = 0; i < nd; i++) n *= (size_t)dims[i];
+    struct stat st;
+    if (stat(path, &st) == 0 && (size_t)st.st_size == 4 + 4 * (size_t)nd + n) return 0;
+    uint8_t *buf = malloc(4 + 4 * (size_t)nd + n);
+    if (!buf) return al_errf(err, "out of memory");
+    buf[0] = buf[1] = 0;
+    buf[2] = 0x08;
+    buf[3] = (uint8_t)nd;
+    for (int i = 0; i < nd; i++)
+        for (int b = 0; b < 4; b++) buf[4 + 4 * i + b] = (uint8_t)((uint64_t)dims[i] >> (24 - 8 * b));
+    memcpy(buf + 4 + 4 * nd, data, n);
+    int rc = al_write_file_atomic(path, buf, 4 + 4 * (size_t)nd + n, err);
+    free(buf);
+    return rc;
+}
+
+int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train, int n_test, al_err *err) {
+    if (mkdir(dst_dir, 0777) && errno != EEXIST) return al_errf(err, "%s: %s", dst_dir, strerror(errno));
+    static const char *const split[2] = {"train", "t10k"};
+    const int limit[2] = {n_train, n_test};
+    for (int k = 0; k < 2; k++) {
+        al_image_set s;
+        if (al_fmnist_load(&s, src_dir, split[k], limit[k], err)) return -1;
+        char path[4200];
+        /* one channel: [n, S, S] as the original files; else [n, C, S, S] */
+        const int64_t grey[3] = {s.n, s.S, s.S}, colour[4] = {s.n, s.C, s.S, s.S}, labels[1] = {s.n};
+        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dst_dir, split[k]);
+        int rc = s.C == 1 ? write_idx(path, s.pixels, grey, 3, err) : write_idx(path, s.pixels, colour, 4, err);
+        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dst_dir, split[k]);
+        if (!rc) rc = write_idx(path, s.labels, labels, 1, err);
+        al_image_set_free(&s);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---- vision attention ---- */
+
+int al_vit_cls_attention(const al_model *m, const al_image_set *s, int index, int layer, int head, float *row,
+                         al_err *err) {
+    if (m->cfg.task != AL_TASK_VISION) return al_errf(err, "not a vision model");
+    if (index < 0 || index >= s->n) return al_errf(err, "image %d does not exist (the set has %d)", index, s->n);
+    al_acts a;
+    if (al_vit_acts_create(&a, m, 1, err)) return -1;
+    const size_t per = (size_t)s->C * s->S * s->S;
+    const int T = a.T;
+    float *img = malloc(sizeof(float) * per), *P = malloc(sizeof(float) * (size_t)T * T);
+    int label, rc = img && P ? 0 : al_errf(err, "out of memory");
+    if (!rc) {
+        al_image_batch(s, &index, 1, m->cfg.image_mean, m->cfg.image_std, img, &label);
+        al_vit_forward(m, &a, img, NULL);
+        rc = al_attnmap_weights(m, &a, layer, head, P, err);
+    }
+    if (!rc) memcpy(row, P, sizeof(float) * (size_t)T); /* query 0: the CLS token */
+    free(img);
+    free(P);
+    al_acts_free(&a);
+    return rc;
+}

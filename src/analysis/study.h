@@ -1,0 +1,225 @@
+/*
+ * study.h: the library side of `attnlab study` (docs/study.md): the budgets,
+ * deciding whether a run directory is complete, partial or stale (resume),
+ * reading a run's log.jsonl, the measurements made on a trained model
+ * (validation loss, KV-cache size, decode speed at a long context, head
+ * effective ranks; the unigram baseline of the corpus), a Fashion-MNIST
+ * subset on disk for short vision runs, the CLS token's attention of a vision
+ * transformer, and the reports (report.json, report.md, report.html; in
+ * study_report.c).
+ *
+ * The CLI (src/cli/cmd_study.c) builds every run's al_train_opts exactly as
+ * `attnlab train --preset NAME` does, trains through al_train, and hands the
+ * collected numbers to al_study_write_reports. Nothing here prints.
+ */
+#ifndef AL_STUDY_H
+#define AL_STUDY_H
+
+#include "../core/core.h"
+#include "../model/model.h"
+#include "../train/data.h"
+#include "../train/train.h"
+#include "../train/vision.h"
+
+/* ---- budgets ---- */
+
+/* One budget: how long every run trains and how much is measured. The
+ * language models keep their presets' shapes (docs/presets.md); only the
+ * schedule and the batch change with the budget. */
+typedef struct al_study_budget {
+    const char *name, *summary;
+    int seeds;                     /* seeds per design (language models and ViTs) */
+    /* language models */
+    int lm_context, lm_batch, lm_steps, lm_warmup, lm_eval_every, lm_eval_tokens, lm_save_every;
+    double lm_lr;
+    long lm_final_eval_tokens;     /* validation bytes for the reported loss (0: the whole split) */
+    int decode_context, decode_tokens;
+    int attnmap_tokens;            /* length of the long input of attnmaps.png */
+    /* vision transformers (2 x 2 patches: 196 patches, poly scale 1/14) */
+    int vit_layers, vit_hidden, vit_heads, vit_batch, vit_steps, vit_warmup, vit_eval_every, vit_eval_images;
+    int vit_train_images, vit_test_images; /* first N of each split (0: all) */
+    double vit_lr;
+    /* nominal seconds on an idle 2-core machine, for the ETA before any run
+     * has been timed */
+    double lm_step_s, vit_step_s, lm_measure_s, vit_measure_s, figures_s;
+} al_study_budget;
+
+/* "tiny" (tests, seconds), "quick", "standard", "full"; NULL if unknown. */
+const al_study_budget *al_study_budget_find(const char *name);
+
+/* The five KV designs of the study, in report order: their preset names
+ * (mha gqa mqa mla lrkv) and display names. */
+enum { AL_STUDY_DESIGNS = 5 };
+const char *al_study_design(int i);
+const char *al_study_design_title(int i);
+
+/* ---- run directories ---- */
+
+typedef enum {
+    AL_RUN_NEW = 0,   /* nothing usable: train from scratch */
+    AL_RUN_PARTIAL,   /* same settings, stopped at *step < steps: resume */
+    AL_RUN_COMPLETE,  /* trained to the last step, final checkpoint and log line present */
+    AL_RUN_STALE      /* different settings or inconsistent files: train again from scratch */
+} al_run_state;
+
+/* What plan->out holds compared with the run `plan` describes: the model
+ * config and training settings in config.json, the step in
+ * train_state.safetensors, the final line of log.jsonl and model.safetensors.
+ * *step: the saved step (0 when none); why: a short reason for STALE/NEW. */
+al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why, size_t cap);
+
+/* The step saved in a training state file (its safetensors metadata), read
+ * from the header alone. */
+int al_train_state_step(const char *path, int *step, al_err *err);
+
+/* A run's log.jsonl: the evaluation points and the throughput. */
+typedef struct al_run_log {
+    int n;                  /* evaluation lines */
+    int *step;              /* [n] */
+    double *val_loss;       /* [n] */
+    double *val_acc;        /* [n] vision accuracy (NAN for language models) */
+    int last_step;
+    double tokens_per_s;    /* median over the steps */
+    double items_per_s;     /* median images/s (vision; else = tokens_per_s) */
+    double elapsed_s;       /* of the last line (time of the last session) */
+} al_run_log;
+int al_run_log_read(const char *dir, al_run_log *out, al_err *err);
+void al_run_log_free(al_run_log *l);
+
+/* ---- measurements ---- */
+
+/* Unigram baseline of a corpus: entropy of the training split's byte
+ * frequencies, and their cross-entropy on the validation split (add-one
+ * smoothed), both in nats per byte. */
+typedef struct al_unigram {
+    double train_entropy, val_cross_entropy;
+} al_unigram;
+void al_unigram_of(const al_corpus *c, al_unigram *u);
+
+/* Decode speed of m at a cache of `context` tokens, as `attnlab bench
+ * decode` measures it: the cache is filled with random values (a step's time
+ * depends on how much cache it reads, not on what it holds) and the last
+ * `tokens` steps before the context is full are timed. m->cfg.max_position
+ * must be >= context. */
+int al_decode_speed(const al_model *m, int context, int tokens, double *tokens_per_s, al_err *err);
+
+/* What the study measures on a trained language model. */
+typedef struct al_lm_measure {
+    int steps;                      /* the run's steps (validity of a cached copy) */
+    size_t params;
+    size_t kv_values;               /* cache values per token per layer */
+    size_t kv_bytes_per_token;      /* float32, all layers */
+    double kv_pct_of_mha;           /* vs 2 H d_h (MLA: d_h = its value width) */
+    double val_loss, val_bpb;       /* nats/byte and bits/byte on the validation split */
+    size_t val_tokens;
+    int decode_context;
+    double decode_tokens_per_s;
+    double erank_uncentered_pct, erank_pca_pct, mean_offdiag; /* of the layer-averaged head similarity */
+} al_lm_measure;
+
+/* Measures the model in `dir` (config.json + model.safetensors): validation
+ * loss over the first max_tokens bytes of the corpus's validation split
+ * (windows of the trained context), decode speed, cache sizes, head ranks. */
+int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_tokens, int decode_context,
+                        int decode_tokens, al_lm_measure *out, al_err *err);
+
+/* What the study measures on a trained vision transformer (accuracy and
+ * loss come from the final evaluation in its log: every test image of the
+ * run's image set). */
+typedef struct al_vit_measure {
+    int steps;
+    size_t params;
+    double accuracy, test_loss;
+    int test_images;
+    double erank_uncentered_pct, erank_pca_pct, mean_offdiag;
+} al_vit_measure;
+int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err *err);
+
+/* measure.json in a run directory: cached measurements, so a resumed study
+ * does not measure finished runs again. Load returns -1 when the file is
+ * missing, unreadable or for another number of steps. */
+int al_study_save_lm_measure(const char *dir, const al_lm_measure *m, al_err *err);
+int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m);
+int al_study_save_vit_measure(const char *dir, const al_vit_measure *m, al_err *err);
+int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m);
+
+/* Writes the first n_train training and n_test test images (and labels) of
+ * the Fashion-MNIST files in src_dir (NULL: the Debian package's) as plain
+ * IDX files into dst_dir (created), for short vision runs. Files already
+ * there with the right sizes are kept. */
+int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train, int n_test, al_err *err);
+
+/* The CLS token's attention weights in (layer, head) of a vision
+ * transformer for image `index` of the set: row[1 + P] (row[0] is the CLS
+ * token's weight on itself, row[1..P] the patches in raster order). */
+int al_vit_cls_attention(const al_model *m, const al_image_set *s, int index, int layer, int head, float *row,
+                         al_err *err);
+
+/* ---- results and reports (study_report.c) ---- */
+
+/* Mean, extremes and sample standard deviation (0 for one value) of n values. */
+typedef struct al_stat {
+    double mean, min, max, std;
+    int n;
+} al_stat;
+al_stat al_stat_of(const double *v, int n);
+
+typedef struct al_study_lm_run {
+    int design;                /* index into al_study_design */
+    uint64_t seed;
+    char dir[4096];
+    al_config cfg;
+    al_lm_measure m;
+    double train_tokens_per_s, train_seconds;
+    al_run_log log;
+} al_study_lm_run;
+
+typedef struct al_study_vit_run {
+    int poly;                  /* 0 softmax, 1 poly */
+    uint64_t seed;
+    char dir[4096];
+    char title[96];            /* "Attention with (1/14)x^3" */
+    al_config cfg;
+    al_vit_measure m;
+    double train_images_per_s, train_seconds;
+    al_run_log log;
+} al_study_vit_run;
+
+/* One figure of the report and its data files. */
+typedef struct al_study_figure {
+    char file[64];
+    char data[3][64];          /* "" when unused */
+    char caption[512];
+} al_study_figure;
+
+typedef struct al_study_results {
+    const al_study_budget *budget;
+    char out[4096];
+    char created[40];          /* UTC, ISO 8601 */
+    double wall_s;             /* this invocation */
+    int threads;
+    const char *blas_kernels;
+    char corpus_path[4096];
+    size_t corpus_bytes, train_bytes, val_bytes;
+    al_unigram unigram;
+    int n_seeds;
+    uint64_t seeds[16];
+    al_train_opts lm_opts;     /* the settings of the first language-model run (shape of mha) */
+    al_study_lm_run *lm;       /* [n_seeds * AL_STUDY_DESIGNS], seed-major */
+    int n_lm;
+    al_train_opts vit_opts;    /* the settings of the first vision run */
+    al_study_vit_run *vit;     /* [n_seeds * 2], seed-major, softmax then poly */
+    int n_vit;
+    char vision_note[512];     /* why vision is missing, or "" */
+    char images_path[4096];
+    /* the poly-vs-softmax figure: CLS attention ranges of the two models shown */
+    double cls_min[2], cls_max[2];
+    int cls_layer, cls_head, cls_image, cls_label;
+    al_study_figure figures[8];
+    int n_figures;
+} al_study_results;
+
+/* Writes report.json, report.md and report.html into r->out (atomically). */
+int al_study_write_reports(const al_study_results *r, al_err *err);
+
+#endif
