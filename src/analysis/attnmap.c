@@ -3,6 +3,8 @@
  */
 #include "attnmap.h"
 
+#include "../train/vision.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -121,6 +123,46 @@ int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, a
         return -1;
     }
     al_model_forward(m, a, tokens, NULL);
+    return 0;
+}
+
+int al_attnmap_prepare_image(const char *dir, const char *images_dir, int index, al_model *m, al_acts *a,
+                             float *pixels, int *label, al_err *err) {
+    char *extra = NULL;
+    memset(a, 0, sizeof *a);
+    if (al_model_load(m, dir, &extra, err)) return -1;
+    free(extra);
+    const al_config *c = &m->cfg;
+    if (c->task != AL_TASK_VISION) {
+        al_model_free(m);
+        return al_errf(err, "%s is a language model: give it --text, not --image", dir);
+    }
+    if (index < 0 || index >= 10000) {
+        al_model_free(m);
+        return al_errf(err, "image %d out of range (the test set has images 0..9999)", index);
+    }
+    al_image_set set = {0};
+    if (al_fmnist_load(&set, images_dir, "t10k", index + 1, err) || al_image_set_check(&set, c, "test set", err)) {
+        al_image_set_free(&set);
+        al_model_free(m);
+        return -1;
+    }
+    const int S = c->image_size, C = c->num_channels;
+    float *img = malloc(sizeof(float) * (size_t)C * S * S);
+    int lbl;
+    if (!img || al_vit_acts_create(a, m, 1, err)) {
+        free(img);
+        al_image_set_free(&set);
+        al_model_free(m);
+        return img ? -1 : al_errf(err, "out of memory");
+    }
+    al_image_batch(&set, &index, 1, c->image_mean, c->image_std, img, &lbl);
+    if (pixels)
+        for (int i = 0; i < S * S; i++) pixels[i] = set.pixels[(size_t)index * C * S * S + i] / 255.0f;
+    if (label) *label = lbl;
+    al_vit_forward(m, a, img, NULL);
+    free(img);
+    al_image_set_free(&set);
     return 0;
 }
 

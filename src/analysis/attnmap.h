@@ -37,6 +37,13 @@ void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_hea
 int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, al_acts *a, int *trained_ctx,
                        al_err *err);
 
+/* Vision models: loads `dir` and test image `index` of the Fashion-MNIST
+ * test split in images_dir (NULL: Debian's), runs one forward over it into
+ * *a (T = 1 + patches; token 0 is CLS). pixels[S*S] (may be NULL) receives
+ * the image's first channel scaled to [0, 1], *label its class. */
+int al_attnmap_prepare_image(const char *dir, const char *images_dir, int index, al_model *m, al_acts *a,
+                             float *pixels, int *label, al_err *err);
+
 /* "Attention with softmax", "Attention with (1/14)x^3", ...: the panel title
  * naming a model's score function as the polynomial-attention paper does. */
 void al_score_title(const al_config *c, char *buf, size_t cap);

@@ -75,7 +75,7 @@ void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap)
  * weights in the background colour) or linear, symmetric if any weight is
  * negative (softmax-free scores). */
 static int draw_grid(const char *path, const float *P, int T, const int *layers, int nl, const int *heads, int nh,
-                     int log_scale, const char *title, al_err *err) {
+                     int log_scale, const char *title, const float *image, int image_side, al_err *err) {
     float lo = 0, hi = 0;
     for (size_t i = 0; i < (size_t)nl * nh * T * T; i++) {
         lo = P[i] < lo ? P[i] : lo;
@@ -83,6 +83,11 @@ static int draw_grid(const char *path, const float *P, int T, const int *layers,
     }
     al_heat_style st = {.cmap = "viridis", .norm = al_norm_log(1e-6, 1.0), .xlabel = "Output (query) position",
                         .ylabel = "Input (key) position"};
+    const int grid = image ? (int)lround(sqrt((double)(T - 1))) : 0; /* vision: the CLS row as a patch grid */
+    if (image) {
+        st.xlabel = "patch column";
+        st.ylabel = "patch row";
+    }
     if (!log_scale) {
         float m = fabsf(lo) > hi ? fabsf(lo) : hi;
         st.norm = lo < 0 ? al_norm_symmetric(m) : al_norm_linear(0, hi > 0 ? hi : 1);
@@ -96,10 +101,15 @@ static int draw_grid(const char *path, const float *P, int T, const int *layers,
     for (int i = 0; i < nl && !rc; i++)
         for (int j = 0; j < nh && !rc; j++) {
             const float *Pi = P + (size_t)(i * nh + j) * T * T;
-            for (int q = 0; q < T; q++)
-                for (int k = 0; k < T; k++) t[(size_t)k * T + q] = Pi[(size_t)q * T + k];
             char name[64];
             snprintf(name, sizeof name, "Layer %d Head %d", layers[i], heads[j]);
+            if (image) {
+                rc = al_figure_panel(f, i * nh + j, name, Pi + 1, grid, grid, err) ||
+                     al_figure_panel_background(f, i * nh + j, image, image_side, image_side, err);
+                continue;
+            }
+            for (int q = 0; q < T; q++)
+                for (int k = 0; k < T; k++) t[(size_t)k * T + q] = Pi[(size_t)q * T + k];
             rc = al_figure_panel(f, i * nh + j, name, t, T, T, err);
         }
     if (!rc) rc = al_figure_save(f, path, err);
@@ -111,10 +121,13 @@ static int draw_grid(const char *path, const float *P, int T, const int *layers,
 int cmd_attnmap(int argc, char **argv) {
     const char *cmd = "attnmap";
     const char *model_dir = NULL, *text = NULL, *layers_s = "0", *heads_s = "0", *out = NULL, *scale = "log";
-    long max_tokens = 4096, topk = 10, threads = 0;
+    const char *images_dir = NULL;
+    long max_tokens = 4096, topk = 10, threads = 0, image = -1;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
-        {"text", ARG_STRING, &text, "input text file (bytes are the tokens)"},
+        {"text", ARG_STRING, &text, "input text file (bytes are the tokens), for language models"},
+        {"image", ARG_INT, &image, "vision models: test image N of Fashion-MNIST (maps: the CLS row over the patches)"},
+        {"images", ARG_STRING, &images_dir, "vision: directory of the IDX files (default Debian's)"},
         {"layer", ARG_STRING, &layers_s, "layers: N, N,M,... or all (rows of the grid)"},
         {"head", ARG_STRING, &heads_s, "heads: N, N,M,... or all (columns of the grid)"},
         {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text"},
@@ -127,7 +140,8 @@ int cmd_attnmap(int argc, char **argv) {
     int rc = cli_parse(cmd, "--model DIR --text FILE --layer L[,L..] --head H[,H..] --out FILE", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
-    if (!model_dir || !text || !out) return cli_usage(cmd, "--model, --text and --out are required");
+    if (!model_dir || !out || (!text) == (image < 0))
+        return cli_usage(cmd, "--model, --out and one of --text FILE or --image N are required");
     if (strcmp(scale, "log") && strcmp(scale, "linear")) return cli_usage(cmd, "--scale must be log or linear");
     if (max_tokens < 2 || topk < 1) return cli_usage(cmd, "--max-tokens must be at least 2 and --topk positive");
     if (threads > 0) al_set_threads((int)threads);
@@ -150,14 +164,28 @@ int cmd_attnmap(int argc, char **argv) {
             snprintf(msg, sizeof msg, "head %d out of range (the model has heads 0..%d)", heads[i], cfg.num_heads - 1);
             return cli_fail(cmd, msg);
         }
-    int T, trained, *tok = NULL;
-    if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    int T, trained, *tok = NULL, vision = cfg.task == AL_TASK_VISION, label = -1;
+    float pixels[64 * 64];
     al_model m;
     al_acts a;
     int npairs = nl * nh, failed = 0;
     float *P = NULL;
-    rc = al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err);
-    free(tok);
+    if (vision != (image >= 0)) {
+        snprintf(msg, sizeof msg, "%s is a %s model: give it %s", model_dir, vision ? "vision" : "language",
+                 vision ? "--image N" : "--text FILE");
+        return cli_fail(cmd, msg);
+    }
+    if (vision && cfg.image_size * cfg.image_size > (int)(sizeof pixels / sizeof pixels[0]))
+        return cli_fail(cmd, "images larger than 64 x 64 are not supported by attnmap");
+    if (vision) {
+        rc = al_attnmap_prepare_image(model_dir, images_dir, (int)image, &m, &a, pixels, &label, &err);
+        T = a.T;
+        trained = T;
+    } else {
+        if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+        rc = al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err);
+        free(tok);
+    }
     if (rc) return cli_fail(cmd, err.msg);
     P = malloc(sizeof(float) * (size_t)npairs * T * T);
     if (!P) {
@@ -166,7 +194,10 @@ int cmd_attnmap(int argc, char **argv) {
     }
 
     al_head_stats *st = calloc((size_t)npairs, sizeof *st);
-    printf("%d tokens of %s%s\n", T, text, T > trained ? " (longer than the context the model was trained at)" : "");
+    if (vision)
+        printf("test image %ld (class %d): CLS + %d patches\n", image, label, T - 1);
+    else
+        printf("%d tokens of %s%s\n", T, text, T > trained ? " (longer than the context the model was trained at)" : "");
     printf("%-6s %-5s %10s %9s %10s %9s %9s\n", "layer", "head", "sink", "entropy", "distance", "top-k", "row sum");
     for (int i = 0; i < nl && !failed; i++)
         for (int j = 0; j < nh && !failed; j++) {
@@ -176,7 +207,7 @@ int cmd_attnmap(int argc, char **argv) {
                 failed = cli_fail(cmd, err.msg);
                 break;
             }
-            al_head_stats_of(Pi, T, (int)topk, 0, &st[idx]);
+            al_head_stats_of(Pi, T, (int)topk, vision, &st[idx]);
             printf("%-6d %-5d %10.4f %9.3f %10.2f %9.4f %9.4f\n", layers[i], heads[j], st[idx].sink_mass,
                    st[idx].entropy, st[idx].mean_distance, st[idx].topk_mass, st[idx].row_sum);
         }
@@ -191,11 +222,12 @@ int cmd_attnmap(int argc, char **argv) {
         size_t cap = 4096 + (size_t)npairs * 512, off = 0;
         char *j = malloc(cap);
         off += (size_t)snprintf(j + off, cap - off,
-                                "{\"command\":\"attnmap\",\"model\":\"%s\",\"text\":\"%s\",\"tokens\":%d,"
+                                "{\"command\":\"attnmap\",\"model\":\"%s\",\"text\":\"%s\",\"image\":%ld,\"tokens\":%d,"
                                 "\"trained_context\":%d,\"attention\":\"%s\",\"score\":\"%s\",\"scale\":\"%s\","
                                 "\"figure\":\"%s\",\"npy\":\"%s.npy\",\"npy_shape\":[%d,%d,%d],\"npy_layout\":\"[pair, query, key]\","
                                 "\"topk\":%ld,\"pairs\":[",
-                                model_dir, text, T, trained, al_attn_name(cfg.attention), al_score_name(cfg.score),
+                                model_dir, vision ? "" : text, image, T, trained, al_attn_name(cfg.attention),
+                                al_score_name(cfg.score),
                                 scale, figure, stem, npairs, T, T, topk);
         for (int i = 0; i < nl; i++)
             for (int jj = 0; jj < nh; jj++) {
@@ -219,7 +251,9 @@ int cmd_attnmap(int argc, char **argv) {
         base = base && base[1] ? base + 1 : model_dir;
         snprintf(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(cfg.attention),
                  al_score_name(cfg.score), T);
-        if (draw_grid(figure, P, T, layers, nl, heads, nh, !strcmp(scale, "log"), title, &err))
+        if (vision) snprintf(title, sizeof title, "%s: CLS attention over the patches, test image %ld", base, image);
+        if (draw_grid(figure, P, T, layers, nl, heads, nh, !strcmp(scale, "log"), title, vision ? pixels : NULL,
+                      cfg.image_size, &err))
             failed = cli_fail(cmd, err.msg);
         else
             printf("wrote %s, %s.npy, %s.json\n", figure, stem, stem);

@@ -20,31 +20,49 @@
 int cmd_compare(int argc, char **argv) {
     const char *cmd = "compare";
     al_strlist models = {0}, titles = {0};
-    const char *text = NULL, *out = NULL;
-    long layer = -1, head = 0, max_tokens = 256, threads = 0;
+    const char *text = NULL, *out = NULL, *images_dir = NULL;
+    long layer = -1, head = 0, max_tokens = 256, threads = 0, image = -1;
+    int overlay = 0;
     al_arg args[] = {
         {"model", ARG_LIST, &models, "model directory; repeat for each model (panels in this order)"},
         {"title", ARG_LIST, &titles, "panel title per --model (default: from the score function)"},
-        {"text", ARG_STRING, &text, "input text file (bytes are the tokens)"},
+        {"text", ARG_STRING, &text, "input text file (bytes are the tokens), for language models"},
+        {"image", ARG_INT, &image, "vision models: test image N (panels: the CLS row over the 14 x 14 patches)"},
+        {"images", ARG_STRING, &images_dir, "vision: directory of the IDX files (default Debian's)"},
+        {"overlay", ARG_FLAG, &overlay, "vision: draw the maps over the input image"},
         {"layer", ARG_INT, &layer, "layer (default: the last)"},
         {"head", ARG_INT, &head, "head"},
         {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text"},
-        {"out", ARG_STRING, &out, "figure FILE.png/.svg/.pdf (or a stem); also writes STEM.npy and STEM.json"},
+        {"out", ARG_STRING, &out, "figure FILE.png/.svg/.pdf (or a stem); also writes STEM.npy ([models, T, T]) and STEM.json"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd, "--model A --model B [...] --text FILE [--layer L --head H] --out FILE", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
-    if (models.n < 1 || !text || !out) return cli_usage(cmd, "--model (one or more), --text and --out are required");
+    if (models.n < 1 || !out || (!text) == (image < 0))
+        return cli_usage(cmd, "--model (one or more), --out and one of --text FILE or --image N are required");
     if (titles.n && titles.n != models.n) return cli_usage(cmd, "give one --title per --model (or none)");
     if (models.n > 8) return cli_usage(cmd, "at most 8 models side by side");
     if (max_tokens < 2 || head < 0) return cli_usage(cmd, "--max-tokens must be at least 2 and --head not negative");
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
-    int T, *tok = NULL, failed = 0;
-    if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    int T = 0, *tok = NULL, failed = 0, vision = image >= 0, side = 0, label = -1;
+    float pixels[64 * 64];
+    if (!vision && read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    if (vision) { /* T = 1 + patches, the same for every model compared */
+        al_config c;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/config.json", models.items[0]);
+        if (al_config_load(&c, path, NULL, &err)) return cli_fail(cmd, err.msg);
+        if (c.task != AL_TASK_VISION || c.image_size > 64) {
+            snprintf(err.msg, sizeof err.msg, "%s is not a vision model (--image needs one)", models.items[0]);
+            return cli_fail(cmd, err.msg);
+        }
+        side = c.image_size;
+        T = 1 + (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
+    }
     const int nm = models.n;
     float *P = malloc(sizeof(float) * (size_t)nm * T * T);
     char (*names)[160] = calloc((size_t)nm, sizeof *names);
@@ -56,7 +74,16 @@ int cmd_compare(int argc, char **argv) {
         al_model m;
         al_acts a;
         int trained;
-        if (al_attnmap_prepare(models.items[i], tok, T, &m, &a, &trained, &err)) {
+        int prc = vision ? al_attnmap_prepare_image(models.items[i], images_dir, (int)image, &m, &a, pixels, &label, &err)
+                         : al_attnmap_prepare(models.items[i], tok, T, &m, &a, &trained, &err);
+        if (!prc && vision) trained = T;
+        if (!prc && vision && a.T != T) {
+            al_acts_free(&a);
+            al_model_free(&m);
+            snprintf(err.msg, sizeof err.msg, "%s has %d patches, the first model %d", models.items[i], a.T - 1, T - 1);
+            prc = -1;
+        }
+        if (prc) {
             failed = cli_fail(cmd, err.msg);
             break;
         }
@@ -68,7 +95,7 @@ int cmd_compare(int argc, char **argv) {
         } else {
             if (titles.n) snprintf(names[i], sizeof names[i], "%s", titles.items[i]);
             else al_score_title(&m.cfg, names[i], sizeof names[i]);
-            al_head_stats_of(P + (size_t)i * T * T, T, 10, 0, &st[i]);
+            al_head_stats_of(P + (size_t)i * T * T, T, 10, vision, &st[i]);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "model", models.items[i]);
             cJSON_AddStringToObject(o, "title", names[i]);
@@ -99,7 +126,12 @@ int cmd_compare(int argc, char **argv) {
     }
     if (!failed) {
         cJSON_AddStringToObject(root, "command", "compare");
-        cJSON_AddStringToObject(root, "text", text);
+        if (vision) {
+            cJSON_AddNumberToObject(root, "image", (double)image);
+            cJSON_AddNumberToObject(root, "label", label);
+        } else {
+            cJSON_AddStringToObject(root, "text", text);
+        }
         cJSON_AddNumberToObject(root, "tokens", T);
         cJSON_AddStringToObject(root, "figure", figure);
         snprintf(path, sizeof path, "%s.npy", stem);
@@ -117,18 +149,36 @@ int cmd_compare(int argc, char **argv) {
         float *t = malloc(sizeof(float) * (size_t)T * T);
         int frc = f && t ? 0 : -1;
         if (f && !t) al_errf(&err, "out of memory");
+        const int grid = vision ? (int)lround(sqrt((double)(T - 1))) : 0;
         for (int i = 0; i < nm && !frc; i++) {
             const float *Pi = P + (size_t)i * T * T;
-            for (int q = 0; q < T; q++)
-                for (int k = 0; k < T; k++) t[(size_t)k * T + q] = Pi[(size_t)q * T + k];
+            double lo = st[i].min_weight, hi = st[i].max_weight;
+            if (vision) { /* the CLS row over the patch grid: its own range */
+                lo = hi = Pi[1];
+                for (int k = 1; k < T; k++) {
+                    lo = Pi[k] < lo ? Pi[k] : lo;
+                    hi = Pi[k] > hi ? Pi[k] : hi;
+                }
+                memcpy(t, Pi + 1, sizeof(float) * (size_t)(T - 1));
+            } else {
+                for (int q = 0; q < T; q++)
+                    for (int k = 0; k < T; k++) t[(size_t)k * T + q] = Pi[(size_t)q * T + k];
+            }
             al_heat_style s = base;
-            double lo = st[i].min_weight, hi = st[i].max_weight, m = fabs(lo) > hi ? fabs(lo) : hi;
-            s.norm = lo < 0 ? al_norm_symmetric(m > 0 ? m : 1) : al_norm_linear(0, hi > 0 ? hi : 1);
+            if (vision) {
+                s.xlabel = NULL;
+                s.ylabel = NULL;
+            }
+            double m = fabs(lo) > hi ? fabs(lo) : hi;
+            s.norm = lo < 0 ? al_norm_symmetric(m > 0 ? m : 1) : al_norm_linear(vision ? lo : 0, hi > lo ? hi : lo + 1);
             if (lo < 0) s.cmap = "RdYlBu_r";
             char sub[96];
-            snprintf(sub, sizeof sub, "layer %d, head %ld", layers[i], head);
-            frc = al_figure_panel(f, i, names[i], t, T, T, &err) || al_figure_panel_style(f, i, &s, &err) ||
+            if (vision) snprintf(sub, sizeof sub, "CLS row, layer %d, head %ld", layers[i], head);
+            else snprintf(sub, sizeof sub, "layer %d, head %ld", layers[i], head);
+            int rows = vision ? grid : T;
+            frc = al_figure_panel(f, i, names[i], t, rows, rows, &err) || al_figure_panel_style(f, i, &s, &err) ||
                   al_figure_panel_subtitle(f, i, sub, &err);
+            if (!frc && vision && overlay) frc = al_figure_panel_background(f, i, pixels, side, side, &err);
         }
         if (!frc) frc = al_figure_save(f, figure, &err);
         if (frc) failed = cli_fail(cmd, err.msg);
