@@ -21,7 +21,7 @@ test: test-deps
 	@cmake --build $(BUILD) -j $(JOBS)
 	@cmake -S . -B $(BUILD)-asan -DAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
-	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^unit\.'
+	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -R '^unit\.'
 	@cd $(BUILD) && ctest --output-on-failure
 
 demo: all

@@ -137,12 +137,11 @@ int al_attnmap_prepare_image(const char *dir, const char *images_dir, int index,
         al_model_free(m);
         return al_errf(err, "%s is a language model: give it --text, not --image", dir);
     }
-    if (index < 0 || index >= 10000) {
-        al_model_free(m);
-        return al_errf(err, "image %d out of range (the test set has images 0..9999)", index);
-    }
     al_image_set set = {0};
-    if (al_fmnist_load(&set, images_dir, "t10k", index + 1, err) || al_image_set_check(&set, c, "test set", err)) {
+    if (index < 0) al_errf(err, "image %d out of range", index);
+    if (index < 0 || al_fmnist_load(&set, images_dir, "t10k", index + 1, err) ||
+        al_image_set_check(&set, c, "test set", err) ||
+        (index >= set.n && al_errf(err, "image %d out of range (the test set has images 0..%d)", index, set.n - 1))) {
         al_image_set_free(&set);
         al_model_free(m);
         return -1;

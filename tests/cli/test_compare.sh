@@ -8,7 +8,28 @@
 make_text "$WORK/text.txt" 300
 head -c 100 "$WORK/text.txt" >"$WORK/short.txt"
 LM="--layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 --eval-tokens 64 --data $WORK/text.txt --quiet"
-VIT="--task vision --layers 1 --hidden 32 --heads 2 --steps 3 --batch 8 --train-subset 64 --eval-images 64 --quiet"
+# a small copy of Fashion-MNIST (first 300 training, 100 test images) keeps the final evaluation short
+IMG=$WORK/fmnist
+VIT="--task vision --images $IMG --layers 1 --hidden 32 --heads 2 --steps 3 --batch 8 --eval-images 64 --quiet"
+FM=/usr/share/datasets/fashion-mnist
+if [ -e $FM/t10k-images-idx3-ubyte.gz ]; then
+    mkdir -p "$IMG"
+    "$PY" - "$FM" "$IMG" <<'PYEOF'
+import gzip, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+for split, n in (("train", 300), ("t10k", 100)):
+    for kind, dims in (("images-idx3", 3), ("labels-idx1", 1)):
+        name = "%s-%s-ubyte.gz" % (split, kind)
+        b = gzip.open("%s/%s" % (src, name)).read()
+        shape = struct.unpack(">" + "I" * dims, b[4:4 + 4 * dims])
+        per = 1
+        for s in shape[1:]:
+            per *= s
+        head = b[:4] + struct.pack(">I", n) + b[8:4 + 4 * dims]
+        with gzip.open("%s/%s" % (dst, name), "wb") as f:
+            f.write(head + b[4 + 4 * dims:4 + 4 * dims + n * per])
+PYEOF
+fi
 
 begin "train language models: softmax and poly"
 run train $LM --out "$WORK/lm_soft"
@@ -33,7 +54,7 @@ assert open(sys.argv[1] + ".png", "rb").read(4) == b"\x89PNG"
 ' "$WORK/lm"
 end
 
-if [ -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+if [ -e "$IMG/t10k-images-idx3-ubyte.gz" ]; then
     begin "train vision models: softmax and poly (1/14) x^3"
     run train $VIT --out "$WORK/vit_soft"
     check_ok
@@ -42,7 +63,7 @@ if [ -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
     end
 
     begin "compare, vision: the CLS rows, seed 004's titles"
-    run compare --model "$WORK/vit_poly" --model "$WORK/vit_soft" --image 0 --overlay --out "$WORK/vit.png"
+    run compare --model "$WORK/vit_poly" --model "$WORK/vit_soft" --image 0 --images "$IMG" --overlay --out "$WORK/vit.png"
     check_ok
     check_py "vision compare" '
 import json, sys
@@ -58,7 +79,7 @@ assert j["image"] == 0
     end
 
     begin "attnmap --image: the CLS row over the patch grid"
-    run attnmap --model "$WORK/vit_soft" --image 5 --layer 0 --head 0,1 --out "$WORK/vmap.png"
+    run attnmap --model "$WORK/vit_soft" --image 5 --images "$IMG" --layer 0 --head 0,1 --out "$WORK/vmap.png"
     check_ok
     check_stdout "196 patches"
     check_py "vision attnmap" '
@@ -82,7 +103,9 @@ assert np.allclose(P.sum(-1), 1, atol=1e-4)
     end
 
     begin "image index out of range"
-    run compare --model "$WORK/vit_soft" --image 10000 --out "$WORK/bad3.png"
+    run compare --model "$WORK/vit_soft" --image 100 --images "$IMG" --out "$WORK/bad3.png"
+    check_error 1 "out of range"
+    run attnmap --model "$WORK/vit_soft" --image 10000 --out "$WORK/bad4.png"
     check_error 1 "out of range"
     end
 fi
