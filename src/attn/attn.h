@@ -116,7 +116,8 @@ typedef struct al_attn_shape {
 } al_attn_shape;
 
 /* Copies the config's score function into s (score, poly_power, resolved
- * poly_coef, score_n); leaves the shape and `bidirectional` alone. Every
+ * poly_coef, score_n) and the config's mask (bidirectional for vision);
+ * leaves the shape alone. Every
  * design calls this where it builds its shape, and for decode. */
 void al_attn_set_score(al_attn_shape *s, const al_config *c);
 

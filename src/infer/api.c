@@ -24,7 +24,9 @@ al_handle *al_open(const char *dir, char *errbuf, size_t errlen) {
     if (!h) {
         al_errf(&err, "out of memory");
     } else if (al_model_load(&h->m, dir, NULL, &err) == 0) {
-        return h;
+        if (h->m.cfg.task == AL_TASK_LM) return h;
+        al_errf(&err, "%s is a vision model; this API serves language models", dir);
+        al_model_free(&h->m);
     }
     copy_err(&err, errbuf, errlen);
     free(h);
