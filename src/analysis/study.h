@@ -28,15 +28,18 @@
  * schedule and the batch change with the budget. */
 typedef struct al_study_budget {
     const char *name, *summary;
-    int seeds;                     /* seeds per design (language models and ViTs) */
+    int seeds; /* seeds per design (language models and ViTs) */
     /* language models */
-    int lm_context, lm_batch, lm_steps, lm_warmup, lm_eval_every, lm_eval_tokens, lm_save_every;
+    int lm_context, lm_batch, lm_steps, lm_warmup, lm_eval_every, lm_eval_tokens;
+    int lm_save_every; /* checkpoints (0: only at the end) */
     double lm_lr;
-    long lm_final_eval_tokens;     /* validation bytes for the reported loss (0: the whole split) */
+    long lm_final_eval_tokens; /* validation bytes for the reported loss (0: the whole split) */
     int decode_context, decode_tokens;
+    int speed_rounds, speed_steps; /* speed benchmark: interleaved rounds, timed training steps per round */
     int attnmap_tokens;            /* length of the long input of attnmaps.png */
     /* vision transformers (2 x 2 patches: 196 patches, poly scale 1/14) */
     int vit_layers, vit_hidden, vit_heads, vit_batch, vit_steps, vit_warmup, vit_eval_every, vit_eval_images;
+    int vit_save_every;                    /* checkpoints (0: only at the end) */
     int vit_train_images, vit_test_images; /* first N of each split (0: all) */
     double vit_lr;
     /* nominal seconds on an idle 2-core machine, for the ETA before any run
@@ -56,10 +59,10 @@ const char *al_study_design_title(int i);
 /* ---- run directories ---- */
 
 typedef enum {
-    AL_RUN_NEW = 0,   /* nothing usable: train from scratch */
-    AL_RUN_PARTIAL,   /* same settings, stopped at *step < steps: resume */
-    AL_RUN_COMPLETE,  /* trained to the last step, final checkpoint and log line present */
-    AL_RUN_STALE      /* different settings or inconsistent files: train again from scratch */
+    AL_RUN_NEW = 0,  /* nothing usable: train from scratch */
+    AL_RUN_PARTIAL,  /* same settings, stopped at *step < steps: resume */
+    AL_RUN_COMPLETE, /* trained to the last step, final checkpoint and log line present */
+    AL_RUN_STALE     /* different settings or inconsistent files: train again from scratch */
 } al_run_state;
 
 /* What plan->out holds compared with the run `plan` describes: the model
@@ -74,14 +77,14 @@ int al_train_state_step(const char *path, int *step, al_err *err);
 
 /* A run's log.jsonl: the evaluation points and the throughput. */
 typedef struct al_run_log {
-    int n;                  /* evaluation lines */
-    int *step;              /* [n] */
-    double *val_loss;       /* [n] */
-    double *val_acc;        /* [n] vision accuracy (NAN for language models) */
+    int n;            /* evaluation lines */
+    int *step;        /* [n] */
+    double *val_loss; /* [n] */
+    double *val_acc;  /* [n] vision accuracy (NAN for language models) */
     int last_step;
-    double tokens_per_s;    /* median over the steps */
-    double items_per_s;     /* median images/s (vision; else = tokens_per_s) */
-    double elapsed_s;       /* of the last line (time of the last session) */
+    double tokens_per_s; /* median over the steps */
+    double items_per_s;  /* median images/s (vision; else = tokens_per_s) */
+    double elapsed_s;    /* of the last line (time of the last session) */
 } al_run_log;
 int al_run_log_read(const char *dir, al_run_log *out, al_err *err);
 void al_run_log_free(al_run_log *l);
@@ -105,23 +108,32 @@ int al_decode_speed(const al_model *m, int context, int tokens, double *tokens_p
 
 /* What the study measures on a trained language model. */
 typedef struct al_lm_measure {
-    int steps;                      /* the run's steps (validity of a cached copy) */
+    int steps; /* the run's steps (validity of a cached copy) */
     size_t params;
-    size_t kv_values;               /* cache values per token per layer */
-    size_t kv_bytes_per_token;      /* float32, all layers */
-    double kv_pct_of_mha;           /* vs 2 H d_h (MLA: d_h = its value width) */
-    double val_loss, val_bpb;       /* nats/byte and bits/byte on the validation split */
+    size_t kv_values;          /* cache values per token per layer */
+    size_t kv_bytes_per_token; /* float32, all layers */
+    double kv_pct_of_mha;      /* vs 2 H d_h (MLA: d_h = its value width) */
+    double val_loss, val_bpb;  /* nats/byte and bits/byte on the validation split */
     size_t val_tokens;
-    int decode_context;
-    double decode_tokens_per_s;
     double erank_uncentered_pct, erank_pca_pct, mean_offdiag; /* of the layer-averaged head similarity */
 } al_lm_measure;
 
 /* Measures the model in `dir` (config.json + model.safetensors): validation
  * loss over the first max_tokens bytes of the corpus's validation split
- * (windows of the trained context), decode speed, cache sizes, head ranks. */
-int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_tokens, int decode_context,
-                        int decode_tokens, al_lm_measure *out, al_err *err);
+ * (windows of the trained context), cache sizes, head ranks. */
+int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_tokens, al_lm_measure *out, al_err *err);
+
+/* Speed of n models (language models, run directories) measured side by
+ * side: `rounds` rounds, each timing every model in turn (one warm-up and
+ * `steps` training steps of batch x context, as `attnlab bench train`; then
+ * decode as al_decode_speed, on one thread), the best of the rounds kept. Interleaving and
+ * best-of make the comparison fair on a machine whose load changes: each
+ * model gets the same chances at a quiet moment. */
+typedef struct al_speed {
+    double train_tokens_per_s, decode_tokens_per_s;
+} al_speed;
+int al_study_speed(const char *const *dirs, int n, int batch, int context, int steps, int decode_context,
+                   int decode_tokens, int rounds, al_speed *out, al_err *err);
 
 /* What the study measures on a trained vision transformer (accuracy and
  * loss come from the final evaluation in its log: every test image of the
@@ -165,7 +177,7 @@ typedef struct al_stat {
 al_stat al_stat_of(const double *v, int n);
 
 typedef struct al_study_lm_run {
-    int design;                /* index into al_study_design */
+    int design; /* index into al_study_design */
     uint64_t seed;
     char dir[4096];
     al_config cfg;
@@ -175,10 +187,10 @@ typedef struct al_study_lm_run {
 } al_study_lm_run;
 
 typedef struct al_study_vit_run {
-    int poly;                  /* 0 softmax, 1 poly */
+    int poly; /* 0 softmax, 1 poly */
     uint64_t seed;
     char dir[4096];
-    char title[96];            /* "Attention with (1/14)x^3" */
+    char title[96]; /* "Attention with (1/14)x^3" */
     al_config cfg;
     al_vit_measure m;
     double train_images_per_s, train_seconds;
@@ -188,15 +200,15 @@ typedef struct al_study_vit_run {
 /* One figure of the report and its data files. */
 typedef struct al_study_figure {
     char file[64];
-    char data[3][64];          /* "" when unused */
+    char data[3][64]; /* "" when unused */
     char caption[512];
 } al_study_figure;
 
 typedef struct al_study_results {
     const al_study_budget *budget;
     char out[4096];
-    char created[40];          /* UTC, ISO 8601 */
-    double wall_s;             /* this invocation */
+    char created[40]; /* UTC, ISO 8601 */
+    double wall_s;    /* this invocation */
     int threads;
     const char *blas_kernels;
     char corpus_path[4096];
@@ -204,13 +216,14 @@ typedef struct al_study_results {
     al_unigram unigram;
     int n_seeds;
     uint64_t seeds[16];
-    al_train_opts lm_opts;     /* the settings of the first language-model run (shape of mha) */
-    al_study_lm_run *lm;       /* [n_seeds * AL_STUDY_DESIGNS], seed-major */
+    al_train_opts lm_opts; /* the settings of the first language-model run (shape of mha) */
+    al_study_lm_run *lm;   /* [n_seeds * AL_STUDY_DESIGNS], seed-major */
     int n_lm;
-    al_train_opts vit_opts;    /* the settings of the first vision run */
-    al_study_vit_run *vit;     /* [n_seeds * 2], seed-major, softmax then poly */
+    al_train_opts vit_opts; /* the settings of the first vision run */
+    al_speed speed[AL_STUDY_DESIGNS]; /* per design, of the first seed's models (al_study_speed) */
+    al_study_vit_run *vit;            /* [n_seeds * 2], seed-major, softmax then poly */
     int n_vit;
-    char vision_note[512];     /* why vision is missing, or "" */
+    char vision_note[512]; /* why vision is missing, or "" */
     char images_path[4096];
     /* the poly-vs-softmax figure: CLS attention ranges of the two models shown */
     double cls_min[2], cls_max[2];

@@ -48,6 +48,10 @@ int cmd_heads(int argc, char **argv);
 int cmd_attnmap(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_explore(int argc, char **argv);
+int cmd_study(int argc, char **argv);
+/* `attnlab heads` on given models (cmd_heads.c), also used by `study`; titles may be NULL. */
+int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
+                const char *out);
 
 /* Shared by the analysis commands (cmd_attnmap.c). */
 int read_tokens(const char *path, int max_tokens, int **tokens, int *T, al_err *err);

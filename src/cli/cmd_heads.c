@@ -405,6 +405,12 @@ int cmd_heads(int argc, char **argv) {
     if (n_titles && n_titles != n_dirs)
         return cli_usage(cmd, "%d --title for %d --model: give one title per model or none", n_titles, n_dirs);
     if (!out) return cli_usage(cmd, "--out STEM is required");
+    return heads_write(cmd, dirs, n_titles ? titles : NULL, n_dirs, layer, out);
+}
+
+int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
+                const char *out) {
+    const int n_titles = titles ? n_dirs : 0;
     heads_run run = {0};
     if (out_stem(out, run.stem, sizeof run.stem)) return cli_usage(cmd, "--out needs a file name, got '%s'", out);
     {

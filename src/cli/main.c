@@ -13,14 +13,15 @@ static const struct {
     int (*run)(int, char **);
     const char *summary;
 } commands[] = {
-    {"train", cmd_train, "train a byte-level language model"},
-    {"eval", cmd_eval, "loss and bits per byte of a model on a file"},
+    {"train", cmd_train, "train a byte-level language model or a vision transformer"},
+    {"eval", cmd_eval, "loss and bits per byte on a file; accuracy on the test images"},
     {"generate", cmd_generate, "sample text with a KV cache"},
     {"info", cmd_info, "parameters, FLOPs and KV-cache sizes of a model"},
     {"attnmap", cmd_attnmap, "attention weights of chosen heads over a long input, with statistics"},
     {"heads", cmd_heads, "head similarity and effective rank across KV designs"},
     {"explore", cmd_explore, "one self-contained HTML page to browse every layer's and head's attention"},
     {"compare", cmd_compare, "the same head of several models side by side (e.g. poly vs softmax)"},
+    {"study", cmd_study, "train and compare the five KV designs and two score functions; report + figures"},
     {"bench", cmd_bench, "measure speed against this machine's ceilings"},
 };
 

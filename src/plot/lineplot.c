@@ -26,13 +26,13 @@
 
 enum { FMT_PNG, FMT_SVG, FMT_PDF };
 
-#define TICK_LEN 3.5    /* pt */
+#define TICK_LEN 3.5 /* pt */
 #define TICK_PAD 2.0
-#define LINE_W 0.8      /* spines and ticks */
-#define DATA_W 1.5      /* data lines */
+#define LINE_W 0.8 /* spines and ticks */
+#define DATA_W 1.5 /* data lines */
 #define MARGIN 8.0
-#define MARKER_R 2.2    /* line markers */
-#define POINT_R 3.6     /* labelled points */
+#define MARKER_R 2.2 /* line markers */
+#define POINT_R 3.6  /* labelled points */
 #define MAX_LABELS 64
 
 /* matplotlib's default colour cycle (tab10). */
@@ -85,17 +85,17 @@ struct al_lineplot {
 
 /* Everything al_lineplot_save computes before drawing. */
 typedef struct layout {
-    double k;                        /* output units per point */
-    double W, H;                     /* figure, pt */
+    double k;    /* output units per point */
+    double W, H; /* figure, pt */
     double f_tick, f_label, f_title, f_legend, f_note, f_point;
-    rect ax;                         /* the axes box */
-    al_norm xn, yn;                  /* resolved limits as norms */
+    rect ax;        /* the axes box */
+    al_norm xn, yn; /* resolved limits as norms */
     al_tick xt[AL_MAX_TICKS], yt[AL_MAX_TICKS];
     int nxt, nyt;
     rect legend;
     int legend_rows;
     double legend_text_w;
-    rect labels[MAX_LABELS];         /* placed point labels */
+    rect labels[MAX_LABELS]; /* placed point labels */
     int n_labels;
 } layout;
 
@@ -274,10 +274,13 @@ int al_lineplot_point(al_lineplot *p, const char *label, double x, double y, dou
 int al_lineplot_color(al_lineplot *p, int is_point, int index, int color, al_err *err) {
     if (!p) return al_errf(err, "line plot: NULL plot");
     int n = is_point ? p->n_points : p->n_lines;
-    if (index < 0 || index >= n) return al_errf(err, "line plot: %s %d does not exist", is_point ? "point" : "line", index);
+    if (index < 0 || index >= n)
+        return al_errf(err, "line plot: %s %d does not exist", is_point ? "point" : "line", index);
     color = ((color % 10) + 10) % 10;
-    if (is_point) p->points[index].color = color;
-    else p->lines[index].color = color;
+    if (is_point)
+        p->points[index].color = color;
+    else
+        p->lines[index].color = color;
     return 0;
 }
 
@@ -345,8 +348,10 @@ static int resolve_limits(const al_lineplot *p, layout *L, al_err *err) {
             return al_errf(err, "line plot: %s limits %g..%g are unusable%s", a ? "y" : "x", lo, hi,
                            is_log ? " on a log axis" : "");
         al_norm n = {is_log ? AL_NORM_LOG : AL_NORM_LINEAR, lo, hi};
-        if (a) L->yn = n;
-        else L->xn = n;
+        if (a)
+            L->yn = n;
+        else
+            L->xn = n;
     }
     return 0;
 }
@@ -359,9 +364,7 @@ static double py(const layout *L, double y) { return L->ax.y + L->ax.h - frac(&L
 
 /* ---- layout ---- */
 
-static int overlaps(rect a, rect b) {
-    return a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
-}
+static int overlaps(rect a, rect b) { return a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h; }
 
 static int inside(rect a, rect outer) {
     return a.x >= outer.x && a.y >= outer.y && a.x + a.w <= outer.x + outer.w && a.y + a.h <= outer.y + outer.h;
@@ -403,7 +406,7 @@ static int covered(const al_lineplot *p, const layout *L, rect r) {
     }
     for (int i = 0; i < p->n_hlines; i++) {
         double v = py(L, p->hlines[i].y);
-        if (isfinite(v) && v >= r.y && v <= r.y + r.h) c += 8;
+        if (isfinite(v) && v >= r.y && v <= r.y + r.h) c += 20; /* hiding a reference line is worse than a few points */
     }
     for (int i = 0; i < p->n_points; i++) {
         double a = px(L, p->points[i].x), b = py(L, p->points[i].y);
@@ -412,7 +415,8 @@ static int covered(const al_lineplot *p, const layout *L, rect r) {
     return c;
 }
 
-/* Legend size and the corner of the axes where it hides the least. */
+/* Legend size and the corner of the axes where it hides the least; outside
+ * the axes, on the right, when every corner would hide data. */
 static void place_legend(const al_lineplot *p, layout *L, cairo_t *m) {
     L->legend_rows = 0;
     L->legend_text_w = 0;
@@ -430,9 +434,9 @@ static void place_legend(const al_lineplot *p, layout *L, cairo_t *m) {
     double w = 5 + 22 + 5 + L->legend_text_w + 6, h = 4 + L->legend_rows * 1.4 * L->f_legend + 3;
     const double inset = 6;
     rect c[4] = {
-        {L->ax.x + L->ax.w - inset - w, L->ax.y + inset, w, h},          /* upper right */
-        {L->ax.x + inset, L->ax.y + inset, w, h},                        /* upper left */
-        {L->ax.x + inset, L->ax.y + L->ax.h - inset - h, w, h},          /* lower left */
+        {L->ax.x + L->ax.w - inset - w, L->ax.y + inset, w, h},               /* upper right */
+        {L->ax.x + inset, L->ax.y + inset, w, h},                             /* upper left */
+        {L->ax.x + inset, L->ax.y + L->ax.h - inset - h, w, h},               /* lower left */
         {L->ax.x + L->ax.w - inset - w, L->ax.y + L->ax.h - inset - h, w, h}, /* lower right */
     };
     int best = 0, best_c = -1;
@@ -441,6 +445,12 @@ static void place_legend(const al_lineplot *p, layout *L, cairo_t *m) {
         if (best_c < 0 || k < best_c) best = i, best_c = k;
     }
     L->legend = c[best];
+    if (best_c < 6) return; /* a few segment samples may hide; a marker and some line may not */
+    /* every corner would hide a marker or the reference line: narrow the
+     * axes and put the legend beside them, top-aligned */
+    L->ax.w -= w + 10;
+    L->nxt = x_ticks(m, L, L->xt);
+    L->legend = (rect){L->ax.x + L->ax.w + 10, L->ax.y, w, h};
 }
 
 /* Places each point's label beside its marker: right, left, above or below,
@@ -527,8 +537,10 @@ static void draw_line(cairo_t *cr, const layout *L, const lp_line *l) {
         int open = 0;
         for (int j = 0; j <= l->n; j++) { /* one polygon per run of drawable points */
             int ok = j < l->n && isfinite(px(L, l->x[j])) && isfinite(py(L, l->lo[j])) && isfinite(py(L, l->hi[j]));
-            if (ok && !open) open = 1, cairo_move_to(cr, px(L, l->x[j]), py(L, l->hi[j]));
-            else if (ok) cairo_line_to(cr, px(L, l->x[j]), py(L, l->hi[j]));
+            if (ok && !open)
+                open = 1, cairo_move_to(cr, px(L, l->x[j]), py(L, l->hi[j]));
+            else if (ok)
+                cairo_line_to(cr, px(L, l->x[j]), py(L, l->hi[j]));
             if (!ok && open) {
                 int k = j - 1;
                 while (k >= 0 && isfinite(px(L, l->x[k])) && isfinite(py(L, l->lo[k])) && isfinite(py(L, l->hi[k]))) {
@@ -552,8 +564,10 @@ static void draw_line(cairo_t *cr, const layout *L, const lp_line *l) {
             pen = 0;
             continue;
         }
-        if (pen) cairo_line_to(cr, a, b);
-        else cairo_move_to(cr, a, b);
+        if (pen)
+            cairo_line_to(cr, a, b);
+        else
+            cairo_move_to(cr, a, b);
         pen = 1;
     }
     cairo_stroke(cr);

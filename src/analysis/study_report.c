@@ -1,0 +1,924 @@
+/*
+ * study_report.c: the reports of `attnlab study`: report.json (every number,
+ * schema in docs/study.md), report.md and report.html (the same findings and
+ * tables, with the figures referenced relatively so the page opens from
+ * disk).
+ *
+ * The findings are written from the numbers by fixed rules, so the text never
+ * claims more than the data resolve: with one seed a difference in loss
+ * below 2 % counts as unresolved (run-to-run variation of models this small
+ * and this briefly trained is of that order); with several seeds a
+ * difference is resolved only when the designs' ranges over the seeds do not
+ * overlap. Vision accuracies use the binomial standard error of the test set
+ * (one seed) or the same range rule.
+ */
+#include <cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/io.h"
+#include "attnlab.h"
+#include "study.h"
+
+#define NOISE_PCT 2.0 /* one seed: loss differences below this are not resolved */
+enum { MAX_FINDINGS = 16 };
+
+al_stat al_stat_of(const double *v, int n) {
+    al_stat s = {NAN, NAN, NAN, NAN, n};
+    if (n <= 0) return s;
+    double sum = 0;
+    s.min = s.max = v[0];
+    for (int i = 0; i < n; i++) {
+        sum += v[i];
+        s.min = fmin(s.min, v[i]);
+        s.max = fmax(s.max, v[i]);
+    }
+    s.mean = sum / n;
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (v[i] - s.mean) * (v[i] - s.mean);
+    s.std = n > 1 ? sqrt(ss / (n - 1)) : 0;
+    return s;
+}
+
+/* ---- a growing text buffer ---- */
+
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && b->len + (size_t)k < b->cap) {
+            b->len += (size_t)k;
+            return;
+        }
+        size_t nc = (b->cap ? b->cap * 2 : 8192) + (size_t)k;
+        char *ns = realloc(b->s, nc);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = nc;
+    }
+}
+
+/* Text with &, <, >, " escaped for HTML. */
+static void sb_html(sbuf *b, const char *t) {
+    for (; *t; t++) {
+        switch (*t) {
+        case '&': sb_printf(b, "&amp;"); break;
+        case '<': sb_printf(b, "&lt;"); break;
+        case '>': sb_printf(b, "&gt;"); break;
+        case '"': sb_printf(b, "&quot;"); break;
+        default: sb_printf(b, "%c", *t);
+        }
+    }
+}
+
+/* ---- aggregation ---- */
+
+/* Per design (language models) or per score function (vision): the values
+ * of one quantity over the seeds. */
+typedef struct design_stats {
+    al_stat loss, bpb, tps, erank_u, erank_p; /* tps: the runs' median training throughput */
+    const al_study_lm_run *first; /* shapes and caches are the same for every seed */
+    double delta_pct;             /* mean loss vs MHA's */
+    int resolved;                 /* vs MHA */
+} design_stats;
+
+typedef struct vit_stats {
+    al_stat acc, loss, ips, erank_u, erank_p;
+    const al_study_vit_run *first;
+} vit_stats;
+
+/* Whether two designs' losses differ by more than the noise rule allows. */
+static int resolved(const al_stat *a, const al_stat *b) {
+    if (a->n <= 1 || b->n <= 1) return fabs(a->mean - b->mean) > NOISE_PCT / 100.0 * b->mean;
+    return a->min > b->max || b->min > a->max;
+}
+
+static void lm_stats(const al_study_results *r, design_stats *d) {
+    double v[6][16];
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        int n = 0;
+        memset(&d[k], 0, sizeof d[k]);
+        for (int i = 0; i < r->n_lm; i++) {
+            const al_study_lm_run *x = &r->lm[i];
+            if (x->design != k || n >= 16) continue;
+            if (!d[k].first) d[k].first = x;
+            v[0][n] = x->m.val_loss, v[1][n] = x->m.val_bpb, v[2][n] = x->train_tokens_per_s;
+            v[4][n] = x->m.erank_uncentered_pct, v[5][n] = x->m.erank_pca_pct;
+            n++;
+        }
+        d[k].loss = al_stat_of(v[0], n), d[k].bpb = al_stat_of(v[1], n), d[k].tps = al_stat_of(v[2], n);
+        d[k].erank_u = al_stat_of(v[4], n), d[k].erank_p = al_stat_of(v[5], n);
+    }
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        d[k].delta_pct = 100.0 * (d[k].loss.mean - d[0].loss.mean) / d[0].loss.mean;
+        d[k].resolved = k > 0 && d[k].first && d[0].first && resolved(&d[k].loss, &d[0].loss);
+    }
+}
+
+static void vit_stats_of(const al_study_results *r, vit_stats *s) {
+    double v[5][16];
+    for (int k = 0; k < 2; k++) {
+        int n = 0;
+        memset(&s[k], 0, sizeof s[k]);
+        for (int i = 0; i < r->n_vit; i++) {
+            const al_study_vit_run *x = &r->vit[i];
+            if (x->poly != k || n >= 16) continue;
+            if (!s[k].first) s[k].first = x;
+            v[0][n] = x->m.accuracy, v[1][n] = x->m.test_loss, v[2][n] = x->train_images_per_s;
+            v[3][n] = x->m.erank_uncentered_pct, v[4][n] = x->m.erank_pca_pct;
+            n++;
+        }
+        s[k].acc = al_stat_of(v[0], n), s[k].loss = al_stat_of(v[1], n), s[k].ips = al_stat_of(v[2], n);
+        s[k].erank_u = al_stat_of(v[3], n), s[k].erank_p = al_stat_of(v[4], n);
+    }
+}
+
+/* "2.013" for one seed; for several "2.013 (2.010-2.017)" (range), or with
+ * sd set "2.013 \u00b1 0.004 (2.010-2.017)" (sample standard deviation and range). */
+static void fmt_stat(char *buf, size_t cap, const al_stat *s, int decimals, double scale, int sd) {
+    if (s->n <= 0)
+        snprintf(buf, cap, "-");
+    else if (s->n == 1)
+        snprintf(buf, cap, "%.*f", decimals, s->mean * scale);
+    else if (sd)
+        snprintf(buf, cap, "%.*f \xc2\xb1 %.*f (%.*f\xe2\x80\x93%.*f)", decimals, s->mean * scale, decimals,
+                 s->std * scale, decimals, s->min * scale, decimals, s->max * scale);
+    else
+        snprintf(buf, cap, "%.*f (%.*f\xe2\x80\x93%.*f)", decimals, s->mean * scale, decimals, s->min * scale, decimals,
+                 s->max * scale);
+}
+
+/* A count for text: 900, 154k, 3.1M. */
+static void fmt_count(char *buf, size_t cap, double v) {
+    if (v < 10000)
+        snprintf(buf, cap, "%.0f", v);
+    else if (v < 1e6)
+        snprintf(buf, cap, "%.0fk", v / 1e3);
+    else
+        snprintf(buf, cap, "%.1fM", v / 1e6);
+}
+
+/* ---- findings ---- */
+
+typedef struct findings {
+    char text[MAX_FINDINGS][1600];
+    int n;
+} findings;
+
+static void add_finding(findings *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_finding(findings *f, const char *fmt, ...) {
+    if (f->n >= MAX_FINDINGS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->text[f->n++], sizeof f->text[0], fmt, ap);
+    va_end(ap);
+}
+
+/* Appends ", " or " and " between list items. */
+static void list_sep(char *buf, size_t cap, int i, int n) {
+    size_t l = strlen(buf);
+    if (i > 0) snprintf(buf + l, cap - l, i == n - 1 ? " and " : ", ");
+}
+
+static void lm_findings(const al_study_results *r, const design_stats *d, findings *f) {
+    const al_study_budget *b = r->budget;
+    const int n_seeds = r->n_seeds;
+    const double tokens = (double)r->lm_opts.batch * r->lm_opts.context * r->lm_opts.steps;
+    int have = 0;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) have += d[k].first != NULL;
+    if (have < AL_STUDY_DESIGNS) {
+        add_finding(f, "Only %d of the %d language models are in this report; comparisons below cover those.", have,
+                    AL_STUDY_DESIGNS);
+        if (!d[0].first) return;
+    }
+    char tok[32];
+    fmt_count(tok, sizeof tok, tokens);
+    add_finding(f,
+                "Scale: five language models of about %.1fM parameters each, trained on %s bytes (%d steps of %d x %d) "
+                "with %d seed%s per design (%s budget). The numbers compare the designs at this small scale and short "
+                "training, where they say how fast each design learns at least as much as what it can reach; they "
+                "are not a replication of the LRKV paper's 128M/2.5B results.",
+                d[0].first->m.params / 1e6, tok, r->lm_opts.steps, r->lm_opts.batch, r->lm_opts.context, n_seeds,
+                n_seeds == 1 ? "" : "s", b->name);
+
+    /* against the unigram baseline */
+    double lo = INFINITY, hi = -INFINITY;
+    int above = 0;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        lo = fmin(lo, d[k].loss.mean), hi = fmax(hi, d[k].loss.mean);
+        above += d[k].loss.max >= r->unigram.val_cross_entropy;
+    }
+    const double U = r->unigram.val_cross_entropy;
+    if (!above)
+        add_finding(
+            f,
+            "Every language model ends below the unigram baseline: validation loss %.3f\xe2\x80\x93%.3f nats/byte "
+            "(%.3f\xe2\x80\x93%.3f bits/byte) against %.3f nats/byte (%.3f bits/byte) for byte frequencies alone, "
+            "%.0f\xe2\x80\x93%.0f %% lower. The models learned more than which bytes are common.",
+            lo, hi, lo / M_LN2, hi / M_LN2, U, U / M_LN2, 100 * (U - hi) / U, 100 * (U - lo) / U);
+    else
+        add_finding(
+            f,
+            "Not every run is below the unigram baseline (%.3f nats/byte): %d design%s reach it or worse. These "
+            "models are undertrained; a longer budget is needed before comparing designs.",
+            U, above, above == 1 ? "" : "s");
+
+    /* ranking */
+    int order[AL_STUDY_DESIGNS], n = 0;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++)
+        if (d[k].first) order[n++] = k;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && d[order[j]].loss.mean < d[order[j - 1]].loss.mean; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    char rank[800] = "";
+    for (int i = 0; i < n; i++) {
+        char s[96];
+        fmt_stat(s, sizeof s, &d[order[i]].loss, 3, 1, 0);
+        list_sep(rank, sizeof rank, i, n);
+        size_t l = strlen(rank);
+        snprintf(rank + l, sizeof rank - l, "%s %s", al_study_design_title(order[i]), s);
+    }
+    add_finding(f, "Validation loss in nats/byte, best first%s: %s.",
+                n_seeds > 1 ? " (mean over seeds, range in brackets)" : "", rank);
+
+    /* against MHA, with the resolution rule */
+    char deltas[800] = "", unres[400] = "", res[400] = "";
+    int n_un = 0, n_res = 0;
+    for (int k = 1; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        size_t l = strlen(deltas);
+        snprintf(deltas + l, sizeof deltas - l, "%s%s %+.1f %%", l ? ", " : "", al_study_design_title(k),
+                 d[k].delta_pct);
+        char *dst = d[k].resolved ? res : unres;
+        l = strlen(dst);
+        snprintf(dst + l, 400 - l, "%s%s", l ? ", " : "", al_study_design_title(k));
+        if (d[k].resolved)
+            n_res++;
+        else
+            n_un++;
+    }
+    char tail[1000] = "";
+    if (n_seeds == 1) {
+        if (n_un)
+            snprintf(tail, sizeof tail,
+                     " Not resolved: %s %s within 2 %% of MHA and cannot be told apart from it here.", unres,
+                     n_un == 1 ? "is" : "are");
+        if (n_res) {
+            size_t l = strlen(tail);
+            snprintf(tail + l, sizeof tail - l,
+                     " %s %s by more than 2 %%, but one seed cannot rule out noise for %s either; the standard budget "
+                     "measures the spread over 3 seeds.",
+                     res, n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
+        }
+        add_finding(f,
+                    "Against MHA: %s. With one seed per design, differences under ~%.0f %% are within run-to-run noise "
+                    "at this scale and are not resolved.%s",
+                    deltas, NOISE_PCT, tail);
+    } else {
+        snprintf(tail, sizeof tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? res : "", n_res ? "." : "",
+                 n_un ? " Not resolved (ranges overlap): " : "", n_un ? unres : "");
+        add_finding(f,
+                    "Against MHA: %s (means over %d seeds). A difference counts as resolved only when the two designs' "
+                    "ranges over the seeds do not overlap.%s%s",
+                    deltas, n_seeds, tail, n_un ? "." : "");
+    }
+
+    /* the paper's claims */
+    if (d[4].first && d[2].first) {
+        char lrkv[400], mqa[400];
+        if (!d[4].resolved)
+            snprintf(lrkv, sizeof lrkv,
+                     "is within noise of MHA (%+.1f %%): consistent with \"matches\", and no evidence that it beats it",
+                     d[4].delta_pct);
+        else if (n_seeds == 1)
+            snprintf(lrkv, sizeof lrkv, "is %.1f %% %s than MHA, beyond the 2 %% threshold but from one seed%s",
+                     fabs(d[4].delta_pct), d[4].delta_pct < 0 ? "better" : "worse",
+                     d[4].delta_pct < 0 ? "" : ": this run does not reproduce the paper's result");
+        else if (d[4].delta_pct < 0)
+            snprintf(lrkv, sizeof lrkv, "beats MHA by a resolved margin (%+.1f %%), as the paper reports",
+                     d[4].delta_pct);
+        else
+            snprintf(lrkv, sizeof lrkv,
+                     "is worse than MHA by a resolved margin (%+.1f %%), unlike the paper (whose models are far larger "
+                     "and trained far longer)",
+                     d[4].delta_pct);
+        int worst = order[n - 1];
+        if (worst != 2) {
+            snprintf(mqa, sizeof mqa, "MQA is not the worst here: %s has the highest loss",
+                     al_study_design_title(worst));
+        } else {
+            char close[200] = "";
+            for (int k = 0; k < AL_STUDY_DESIGNS; k++)
+                if (k != 2 && d[k].first && !resolved(&d[2].loss, &d[k].loss)) {
+                    size_t l = strlen(close);
+                    snprintf(close + l, sizeof close - l, "%s%s", l ? ", " : "", al_study_design_title(k));
+                }
+            if (close[0])
+                snprintf(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, but is not resolved from %s",
+                         close);
+            else
+                snprintf(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, %s",
+                         n_seeds == 1 ? "more than 2 % above every other design (one seed)"
+                                      : "resolved against every other design");
+        }
+        add_finding(f,
+                    "The LRKV paper's claim: LRKV at about half the cache matches or beats MHA, and MQA is worst. Here "
+                    "LRKV (%.4g %% of the MHA cache) %s. %s.",
+                    d[4].first->m.kv_pct_of_mha, lrkv, mqa);
+    }
+
+    /* cache and speed */
+    char kv[600] = "", dec[600] = "", tps[600] = "";
+    for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        list_sep(kv, sizeof kv, i, n);
+        list_sep(dec, sizeof dec, i, n);
+        list_sep(tps, sizeof tps, i, n);
+        size_t l = strlen(kv);
+        snprintf(kv + l, sizeof kv - l, "%s %zu B (%.4g %%)", al_study_design_title(k),
+                 d[k].first->m.kv_bytes_per_token, d[k].first->m.kv_pct_of_mha);
+        l = strlen(dec);
+        snprintf(dec + l, sizeof dec - l, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
+        l = strlen(tps);
+        snprintf(tps + l, sizeof tps - l, "%s %.0f", al_study_design_title(k), r->speed[k].train_tokens_per_s);
+        i++;
+    }
+    add_finding(f, "KV cache per token (float32, all %d layers): %s.", d[0].first->cfg.num_layers, kv);
+    add_finding(
+        f,
+        "Decode speed at a %d-token context (one thread), tokens/s: %s. Training throughput at batch %d x %d, tokens/s: %s. "
+        "Both measured side by side after training (best of %d interleaved rounds, so every design had the same "
+        "chances of a quiet machine); on a machine shared with other work, differences under ~10-20 %% are still "
+        "noise.",
+        b->decode_context, dec, r->lm_opts.batch, r->lm_opts.context, tps, b->speed_rounds);
+
+    /* heads */
+    char er[600] = "";
+    for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        list_sep(er, sizeof er, i++, n);
+        size_t l = strlen(er);
+        snprintf(er + l, sizeof er - l, "%s %.1f/%.1f", al_study_design_title(k), d[k].erank_u.mean, d[k].erank_p.mean);
+    }
+    double emin = INFINITY, emax = -INFINITY;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++)
+        if (d[k].first) emin = fmin(emin, d[k].erank_u.mean), emax = fmax(emax, d[k].erank_u.mean);
+    char order_note[300] = "";
+    if (emax - emin < 1.0)
+        snprintf(order_note, sizeof order_note,
+                 " All designs are within 1 point of each other: no design's heads stand out as more or less diverse.");
+    else if (d[0].first && d[2].first && d[3].first)
+        snprintf(order_note, sizeof order_note,
+                 " The uncentered order of MHA, MLA and MQA %s the paper's MHA > MLA > MQA "
+                 "(at 128M: 95.4, 83.9, 72.6 %%).",
+                 d[0].erank_u.mean > d[3].erank_u.mean && d[3].erank_u.mean > d[2].erank_u.mean ? "matches"
+                                                                                                : "differs from");
+    add_finding(f,
+                "Head diversity, effective rank of the layer-averaged head-similarity matrix as %% of the %d heads "
+                "(uncentered/PCA-based): %s.%s These models are small and briefly trained: read the ranks as "
+                "descriptive.",
+                d[0].first->cfg.num_heads, er, order_note);
+}
+
+static void vit_findings(const al_study_results *r, const vit_stats *v, findings *f) {
+    if (r->vision_note[0]) {
+        add_finding(f, "Vision: %s", r->vision_note);
+        if (!v[0].first || !v[1].first) return;
+    }
+    if (!v[0].first || !v[1].first) return;
+    const int N = v[0].first->m.test_images;
+    double p0 = v[0].acc.mean, p1 = v[1].acc.mean;
+    char a0[96], a1[96], rule[400];
+    fmt_stat(a0, sizeof a0, &v[0].acc, 1, 100, 0);
+    fmt_stat(a1, sizeof a1, &v[1].acc, 1, 100, 0);
+    int res;
+    if (r->n_seeds == 1 || v[0].acc.n <= 1) {
+        double se = sqrt(p0 * (1 - p0) / N + p1 * (1 - p1) / N);
+        res = fabs(p0 - p1) > 2 * se;
+        snprintf(rule, sizeof rule,
+                 "with %d test images the standard error of the difference is %.1f points, so the difference is %s "
+                 "(two standard errors), from one seed",
+                 N, 100 * se, res ? "resolved" : "not resolved");
+    } else {
+        res = v[0].acc.min > v[1].acc.max || v[1].acc.min > v[0].acc.max;
+        snprintf(rule, sizeof rule, "over %d seeds the ranges %s", v[0].acc.n,
+                 res ? "do not overlap: the difference is resolved" : "overlap: the difference is not resolved");
+    }
+    add_finding(f,
+                "Vision (Fashion-MNIST, %d test images, a %d-layer ViT of %.0fk parameters): test accuracy %s %% with "
+                "softmax and %s %% with %s; %s. The polynomial-attention paper reports the two as comparable.",
+                N, v[0].first->cfg.num_layers, v[0].first->m.params / 1e3, a0, a1, v[1].first->title + 15, rule);
+    if (isfinite(r->cls_min[0]))
+        add_finding(
+            f,
+            "CLS-token attention (layer %d, head %d, test image %d): softmax weights %.3g..%.3g, all positive and "
+            "summing to 1; (1/14)x^3 weights %.3g..%.3g, signed and unnormalised. The paper's figure shows about "
+            "0.025..0.2 and -0.02..0.02.",
+            r->cls_layer, r->cls_head, r->cls_image, r->cls_min[0], r->cls_max[0], r->cls_min[1], r->cls_max[1]);
+}
+
+/* ---- report.json ---- */
+
+static cJSON *stat_json(const al_stat *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "mean", s->mean);
+    cJSON_AddNumberToObject(o, "min", s->min);
+    cJSON_AddNumberToObject(o, "max", s->max);
+    cJSON_AddNumberToObject(o, "std", s->std);
+    cJSON_AddNumberToObject(o, "n", s->n);
+    return o;
+}
+
+static cJSON *config_json(const al_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "task", al_task_name(c->task));
+    cJSON_AddStringToObject(o, "attention", al_attn_name(c->attention));
+    cJSON_AddStringToObject(o, "score", al_score_name(c->score));
+    cJSON_AddNumberToObject(o, "layers", c->num_layers);
+    cJSON_AddNumberToObject(o, "hidden", c->hidden_size);
+    cJSON_AddNumberToObject(o, "heads", c->num_heads);
+    cJSON_AddNumberToObject(o, "kv_heads", c->num_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(o, "ffn", c->intermediate_size);
+    if (c->attention == AL_ATTN_MLA) {
+        cJSON_AddNumberToObject(o, "kv_lora_rank", c->kv_lora_rank);
+        cJSON_AddNumberToObject(o, "q_lora_rank", c->q_lora_rank);
+        cJSON_AddNumberToObject(o, "qk_nope_dim", c->qk_nope_head_dim);
+        cJSON_AddNumberToObject(o, "qk_rope_dim", c->qk_rope_head_dim);
+        cJSON_AddNumberToObject(o, "v_head_dim", c->v_head_dim);
+    }
+    if (c->attention == AL_ATTN_LRKV) cJSON_AddNumberToObject(o, "lrkv_rank", c->lrkv_rank);
+    if (c->score == AL_SCORE_POLY) {
+        cJSON_AddNumberToObject(o, "poly_power", c->poly_power);
+        cJSON_AddNumberToObject(o, "poly_scale", c->poly_scale_auto ? 1.0 / sqrt((double)c->score_n) : c->poly_scale);
+    }
+    if (c->task == AL_TASK_VISION) {
+        cJSON_AddNumberToObject(o, "image_size", c->image_size);
+        cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
+        cJSON_AddNumberToObject(o, "patches", al_config_num_patches(c));
+    } else {
+        cJSON_AddNumberToObject(o, "context", c->max_position);
+    }
+    return o;
+}
+
+static cJSON *train_json(const al_train_opts *o, int vision) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "batch", o->batch);
+    if (!vision) cJSON_AddNumberToObject(t, "context", o->context);
+    cJSON_AddNumberToObject(t, "steps", o->steps);
+    cJSON_AddNumberToObject(t, "warmup", o->warmup);
+    cJSON_AddNumberToObject(t, "lr", o->lr);
+    cJSON_AddNumberToObject(t, "min_lr_ratio", o->min_lr_ratio);
+    cJSON_AddNumberToObject(t, "weight_decay", o->weight_decay);
+    cJSON_AddNumberToObject(t, "grad_clip", o->grad_clip);
+    cJSON_AddNumberToObject(t, "eval_every", o->eval_every);
+    if (vision) {
+        cJSON_AddNumberToObject(t, "train_images", o->train_subset);
+        cJSON_AddNumberToObject(t, "eval_images", o->eval_images);
+        cJSON_AddNumberToObject(t, "images_per_run", (double)o->batch * o->steps);
+    } else {
+        cJSON_AddNumberToObject(t, "eval_tokens", o->eval_tokens);
+        cJSON_AddNumberToObject(t, "val_fraction", o->val_fraction);
+        cJSON_AddNumberToObject(t, "tokens_per_run", (double)o->batch * o->context * o->steps);
+    }
+    return t;
+}
+
+static char *report_json(const al_study_results *r, const design_stats *d, const vit_stats *v, const findings *f) {
+    const al_study_budget *b = r->budget;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "attnlab.study/1");
+    cJSON_AddStringToObject(root, "attnlab_version", AL_VERSION);
+    cJSON_AddStringToObject(root, "created_utc", r->created);
+    cJSON_AddNumberToObject(root, "wall_seconds", r->wall_s);
+    cJSON *bj = cJSON_AddObjectToObject(root, "budget");
+    cJSON_AddStringToObject(bj, "name", b->name);
+    cJSON_AddStringToObject(bj, "summary", b->summary);
+    cJSON_AddNumberToObject(bj, "seeds", r->n_seeds);
+    cJSON_AddNumberToObject(bj, "final_eval_tokens", (double)b->lm_final_eval_tokens);
+    cJSON_AddNumberToObject(bj, "decode_context", b->decode_context);
+    cJSON_AddNumberToObject(bj, "decode_tokens", b->decode_tokens);
+    cJSON_AddNumberToObject(bj, "speed_rounds", b->speed_rounds);
+    cJSON_AddNumberToObject(bj, "speed_steps", b->speed_steps);
+    cJSON_AddNumberToObject(bj, "attnmap_tokens", b->attnmap_tokens);
+    cJSON *mj = cJSON_AddObjectToObject(root, "machine");
+    cJSON_AddNumberToObject(mj, "threads", r->threads);
+    cJSON_AddStringToObject(mj, "blas_kernels", r->blas_kernels ? r->blas_kernels : "");
+    cJSON *seeds = cJSON_AddArrayToObject(root, "seeds");
+    for (int i = 0; i < r->n_seeds; i++) cJSON_AddItemToArray(seeds, cJSON_CreateNumber((double)r->seeds[i]));
+    cJSON *cj = cJSON_AddObjectToObject(root, "corpus");
+    cJSON_AddStringToObject(cj, "path", r->corpus_path);
+    cJSON_AddNumberToObject(cj, "bytes", (double)r->corpus_bytes);
+    cJSON_AddNumberToObject(cj, "train_bytes", (double)r->train_bytes);
+    cJSON_AddNumberToObject(cj, "val_bytes", (double)r->val_bytes);
+    cJSON_AddNumberToObject(cj, "unigram_entropy_nats", r->unigram.train_entropy);
+    cJSON_AddNumberToObject(cj, "unigram_entropy_bits", r->unigram.train_entropy / M_LN2);
+    cJSON_AddNumberToObject(cj, "unigram_val_loss_nats", r->unigram.val_cross_entropy);
+    cJSON_AddNumberToObject(cj, "unigram_val_bpb", r->unigram.val_cross_entropy / M_LN2);
+
+    cJSON *lm = cJSON_AddObjectToObject(root, "language_models");
+    cJSON_AddItemToObject(lm, "settings", train_json(&r->lm_opts, 0));
+    cJSON *res = cJSON_AddObjectToObject(lm, "resolution");
+    if (r->n_seeds == 1) {
+        cJSON_AddStringToObject(res, "rule",
+                                "one seed: loss differences below threshold_pct of MHA's are not resolved");
+        cJSON_AddNumberToObject(res, "threshold_pct", NOISE_PCT);
+    } else {
+        cJSON_AddStringToObject(res, "rule",
+                                "several seeds: resolved when the designs' [min, max] over seeds do not overlap");
+        cJSON_AddNullToObject(res, "threshold_pct");
+    }
+    cJSON *des = cJSON_AddArrayToObject(lm, "designs");
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        const al_study_lm_run *x = d[k].first;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "design", al_study_design(k));
+        cJSON_AddStringToObject(o, "title", al_study_design_title(k));
+        cJSON_AddNumberToObject(o, "params", (double)x->m.params);
+        cJSON_AddNumberToObject(o, "kv_values_per_token_per_layer", (double)x->m.kv_values);
+        cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)x->m.kv_bytes_per_token);
+        cJSON_AddNumberToObject(o, "kv_pct_of_mha", x->m.kv_pct_of_mha);
+        cJSON_AddNumberToObject(o, "seeds", d[k].loss.n);
+        cJSON_AddItemToObject(o, "val_loss", stat_json(&d[k].loss));
+        cJSON_AddItemToObject(o, "val_bpb", stat_json(&d[k].bpb));
+        cJSON_AddNumberToObject(o, "train_tokens_per_s", r->speed[k].train_tokens_per_s);
+        cJSON_AddNumberToObject(o, "decode_tokens_per_s", r->speed[k].decode_tokens_per_s);
+        cJSON_AddItemToObject(o, "train_tokens_per_s_runs", stat_json(&d[k].tps));
+        cJSON_AddItemToObject(o, "erank_uncentered_pct", stat_json(&d[k].erank_u));
+        cJSON_AddItemToObject(o, "erank_pca_pct", stat_json(&d[k].erank_p));
+        cJSON_AddNumberToObject(o, "delta_vs_mha_pct", d[k].delta_pct);
+        cJSON_AddBoolToObject(o, "resolved_vs_mha", d[k].resolved);
+        cJSON_AddItemToObject(o, "config", config_json(&x->cfg));
+        cJSON_AddItemToArray(des, o);
+    }
+    cJSON *runs = cJSON_AddArrayToObject(lm, "runs");
+    for (int i = 0; i < r->n_lm; i++) {
+        const al_study_lm_run *x = &r->lm[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "design", al_study_design(x->design));
+        cJSON_AddNumberToObject(o, "seed", (double)x->seed);
+        cJSON_AddStringToObject(o, "dir", x->dir);
+        cJSON_AddNumberToObject(o, "params", (double)x->m.params);
+        cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)x->m.kv_bytes_per_token);
+        cJSON_AddNumberToObject(o, "kv_pct_of_mha", x->m.kv_pct_of_mha);
+        cJSON_AddNumberToObject(o, "val_loss", x->m.val_loss);
+        cJSON_AddNumberToObject(o, "val_bpb", x->m.val_bpb);
+        cJSON_AddNumberToObject(o, "val_tokens", (double)x->m.val_tokens);
+        cJSON_AddNumberToObject(o, "train_tokens_per_s", x->train_tokens_per_s);
+        cJSON_AddNumberToObject(o, "train_seconds", x->train_seconds);
+        cJSON_AddNumberToObject(o, "erank_uncentered_pct", x->m.erank_uncentered_pct);
+        cJSON_AddNumberToObject(o, "erank_pca_pct", x->m.erank_pca_pct);
+        cJSON_AddNumberToObject(o, "mean_offdiag_similarity", x->m.mean_offdiag);
+        cJSON *cv = cJSON_AddObjectToObject(o, "curve");
+        cJSON *st = cJSON_AddArrayToObject(cv, "step"), *tk = cJSON_AddArrayToObject(cv, "tokens"),
+              *vl = cJSON_AddArrayToObject(cv, "val_loss");
+        for (int j = 0; j < x->log.n; j++) {
+            cJSON_AddItemToArray(st, cJSON_CreateNumber(x->log.step[j]));
+            cJSON_AddItemToArray(tk,
+                                 cJSON_CreateNumber((double)x->log.step[j] * r->lm_opts.batch * r->lm_opts.context));
+            cJSON_AddItemToArray(vl, cJSON_CreateNumber(x->log.val_loss[j]));
+        }
+        cJSON_AddItemToArray(runs, o);
+    }
+
+    cJSON *vj = cJSON_AddObjectToObject(root, "vision");
+    cJSON_AddStringToObject(vj, "status", r->n_vit ? "done" : "skipped");
+    cJSON_AddStringToObject(vj, "note", r->vision_note);
+    cJSON_AddStringToObject(vj, "images", r->images_path);
+    if (r->n_vit) cJSON_AddItemToObject(vj, "settings", train_json(&r->vit_opts, 1));
+    cJSON *vm = cJSON_AddArrayToObject(vj, "models");
+    for (int k = 0; k < 2; k++) {
+        if (!v[k].first) continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "score", k ? "poly" : "softmax");
+        cJSON_AddStringToObject(o, "title", v[k].first->title);
+        cJSON_AddNumberToObject(o, "params", (double)v[k].first->m.params);
+        cJSON_AddNumberToObject(o, "test_images", v[k].first->m.test_images);
+        cJSON_AddItemToObject(o, "accuracy", stat_json(&v[k].acc));
+        cJSON_AddItemToObject(o, "test_loss", stat_json(&v[k].loss));
+        cJSON_AddItemToObject(o, "train_images_per_s", stat_json(&v[k].ips));
+        cJSON_AddItemToObject(o, "erank_uncentered_pct", stat_json(&v[k].erank_u));
+        cJSON_AddItemToObject(o, "erank_pca_pct", stat_json(&v[k].erank_p));
+        cJSON_AddItemToObject(o, "config", config_json(&v[k].first->cfg));
+        cJSON_AddItemToArray(vm, o);
+    }
+    cJSON *vr = cJSON_AddArrayToObject(vj, "runs");
+    for (int i = 0; i < r->n_vit; i++) {
+        const al_study_vit_run *x = &r->vit[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "score", x->poly ? "poly" : "softmax");
+        cJSON_AddNumberToObject(o, "seed", (double)x->seed);
+        cJSON_AddStringToObject(o, "dir", x->dir);
+        cJSON_AddNumberToObject(o, "params", (double)x->m.params);
+        cJSON_AddNumberToObject(o, "accuracy", x->m.accuracy);
+        cJSON_AddNumberToObject(o, "test_loss", x->m.test_loss);
+        cJSON_AddNumberToObject(o, "test_images", x->m.test_images);
+        cJSON_AddNumberToObject(o, "train_images_per_s", x->train_images_per_s);
+        cJSON_AddNumberToObject(o, "train_seconds", x->train_seconds);
+        cJSON_AddNumberToObject(o, "erank_uncentered_pct", x->m.erank_uncentered_pct);
+        cJSON_AddNumberToObject(o, "erank_pca_pct", x->m.erank_pca_pct);
+        cJSON *cv = cJSON_AddObjectToObject(o, "curve");
+        cJSON *st = cJSON_AddArrayToObject(cv, "step"), *im = cJSON_AddArrayToObject(cv, "images"),
+              *vl = cJSON_AddArrayToObject(cv, "val_loss"), *va = cJSON_AddArrayToObject(cv, "val_accuracy");
+        for (int j = 0; j < x->log.n; j++) {
+            cJSON_AddItemToArray(st, cJSON_CreateNumber(x->log.step[j]));
+            cJSON_AddItemToArray(im, cJSON_CreateNumber((double)x->log.step[j] * r->vit_opts.batch));
+            cJSON_AddItemToArray(vl, cJSON_CreateNumber(x->log.val_loss[j]));
+            cJSON_AddItemToArray(va, cJSON_CreateNumber(x->log.val_acc[j]));
+        }
+        cJSON_AddItemToArray(vr, o);
+    }
+    if (r->n_vit && isfinite(r->cls_min[0])) {
+        cJSON *ca = cJSON_AddObjectToObject(vj, "cls_attention");
+        cJSON_AddNumberToObject(ca, "layer", r->cls_layer);
+        cJSON_AddNumberToObject(ca, "head", r->cls_head);
+        cJSON_AddNumberToObject(ca, "image", r->cls_image);
+        cJSON_AddNumberToObject(ca, "label", r->cls_label);
+        for (int k = 0; k < 2; k++) {
+            cJSON *o = cJSON_AddObjectToObject(ca, k ? "poly" : "softmax");
+            cJSON_AddNumberToObject(o, "min", r->cls_min[k]);
+            cJSON_AddNumberToObject(o, "max", r->cls_max[k]);
+        }
+    }
+    cJSON *fig = cJSON_AddArrayToObject(root, "figures");
+    for (int i = 0; i < r->n_figures; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "file", r->figures[i].file);
+        cJSON *dd = cJSON_AddArrayToObject(o, "data");
+        for (int j = 0; j < 3; j++)
+            if (r->figures[i].data[j][0]) cJSON_AddItemToArray(dd, cJSON_CreateString(r->figures[i].data[j]));
+        cJSON_AddStringToObject(o, "caption", r->figures[i].caption);
+        cJSON_AddItemToArray(fig, o);
+    }
+    cJSON *fj = cJSON_AddArrayToObject(root, "findings");
+    for (int i = 0; i < f->n; i++) cJSON_AddItemToArray(fj, cJSON_CreateString(f->text[i]));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+/* ---- report.md and report.html: one writer, two markups ---- */
+
+typedef struct doc {
+    sbuf b;
+    int html;
+} doc;
+
+static void d_text(doc *d, const char *t) {
+    if (d->html)
+        sb_html(&d->b, t);
+    else
+        sb_printf(&d->b, "%s", t);
+}
+
+static void d_heading(doc *d, int level, const char *t) {
+    if (d->html) {
+        sb_printf(&d->b, "<h%d>", level);
+        sb_html(&d->b, t);
+        sb_printf(&d->b, "</h%d>\n", level);
+    } else {
+        sb_printf(&d->b, "\n%.*s %s\n\n", level, "######", t);
+    }
+}
+
+static void d_para(doc *d, const char *t) {
+    sb_printf(&d->b, d->html ? "<p>" : "");
+    d_text(d, t);
+    sb_printf(&d->b, d->html ? "</p>\n" : "\n\n");
+}
+
+/* A table: header cells, then rows via d_row; cells separated by '\t'. */
+static void d_row(doc *d, const char *cells, int header) {
+    char *copy = strdup(cells);
+    if (!copy) {
+        d->b.oom = 1;
+        return;
+    }
+    int n = 0;
+    sb_printf(&d->b, d->html ? "<tr>" : "|");
+    for (char *c = copy, *tab; c; c = tab ? tab + 1 : NULL, n++) {
+        tab = strchr(c, '\t');
+        if (tab) *tab = 0;
+        if (d->html) {
+            sb_printf(&d->b, header ? "<th>" : "<td>");
+            sb_html(&d->b, c);
+            sb_printf(&d->b, header ? "</th>" : "</td>");
+        } else {
+            sb_printf(&d->b, " %s |", c);
+        }
+    }
+    sb_printf(&d->b, d->html ? "</tr>\n" : "\n");
+    if (header && !d->html) {
+        sb_printf(&d->b, "|");
+        for (int i = 0; i < n; i++) sb_printf(&d->b, "---|");
+        sb_printf(&d->b, "\n");
+    }
+    free(copy);
+}
+
+static void d_table_begin(doc *d) { sb_printf(&d->b, d->html ? "<table>\n" : ""); }
+static void d_table_end(doc *d) { sb_printf(&d->b, d->html ? "</table>\n" : "\n"); }
+
+static void d_figure(doc *d, const al_study_figure *f) {
+    char data[256] = "";
+    for (int j = 0; j < 3; j++)
+        if (f->data[j][0]) {
+            size_t l = strlen(data);
+            snprintf(data + l, sizeof data - l, "%s%s", l ? ", " : "", f->data[j]);
+        }
+    if (d->html) {
+        sb_printf(&d->b, "<figure><a href=\"%s\"><img src=\"%s\" alt=\"", f->file, f->file);
+        sb_html(&d->b, f->file);
+        sb_printf(&d->b, "\"></a><figcaption><b>%s</b>: ", f->file);
+        sb_html(&d->b, f->caption);
+        sb_printf(&d->b, " Data: ");
+        for (int j = 0; j < 3; j++)
+            if (f->data[j][0]) sb_printf(&d->b, "%s<a href=\"%s\">%s</a>", j ? ", " : "", f->data[j], f->data[j]);
+        sb_printf(&d->b, ".</figcaption></figure>\n");
+    } else {
+        sb_printf(&d->b, "![%s](%s)\n\n*%s*: %s Data: %s.\n\n", f->file, f->file, f->file, f->caption, data);
+    }
+}
+
+static void write_doc(doc *d, const al_study_results *r, const design_stats *ds, const vit_stats *vs,
+                      const findings *f) {
+    const al_study_budget *b = r->budget;
+    char line[2048], s1[96], s2[96], s3[96];
+    if (d->html)
+        sb_printf(&d->b,
+                  "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>attnlab study: five KV "
+                  "designs and two score functions</title>\n<style>\nbody{font-family:'DejaVu "
+                  "Sans',Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
+                  "line-height:1.45}\ntable{border-collapse:collapse;margin:1em 0;font-size:0.92em}\nth,td{border:1px "
+                  "solid #ccc;padding:4px 8px;text-align:right}\nth{background:#f3f3f3}\ntd:first-child,th:first-child{"
+                  "text-align:left}\nfigure{margin:1.5em 0}\nfigure img{max-width:100%%;border:1px solid "
+                  "#eee}\nfigcaption{font-size:0.9em;color:#444}\nli{margin:0.4em 0}\ncode{background:#f5f5f5;padding:"
+                  "1px 4px}\n</style></head><body>\n");
+    d_heading(d, 1, "attnlab study: five KV designs and two score functions");
+    snprintf(line, sizeof line,
+             "Budget %s (%s); %d seed%s; attnlab %s; %s; %d thread%s, OpenBLAS %s kernels; this invocation took %.0f s.",
+             b->name, b->summary, r->n_seeds, r->n_seeds == 1 ? "" : "s", AL_VERSION, r->created, r->threads,
+             r->threads == 1 ? "" : "s", r->blas_kernels ? r->blas_kernels : "?", r->wall_s);
+    d_para(d, line);
+
+    d_heading(d, 2, "What the numbers show");
+    sb_printf(&d->b, d->html ? "<ul>\n" : "");
+    for (int i = 0; i < f->n; i++) {
+        sb_printf(&d->b, d->html ? "<li>" : "- ");
+        d_text(d, f->text[i]);
+        sb_printf(&d->b, d->html ? "</li>\n" : "\n");
+    }
+    sb_printf(&d->b, d->html ? "</ul>\n" : "\n");
+
+    d_heading(d, 2, "Language models: the five KV designs");
+    fmt_count(s3, sizeof s3, (double)r->lm_opts.batch * r->lm_opts.context * r->lm_opts.steps);
+    snprintf(line, sizeof line,
+             "Corpus %s: %zu bytes, the last %zu held out for validation. Unigram baseline: entropy of the byte "
+             "frequencies %.4f nats/byte (%.4f bits/byte); on the validation split %.4f nats/byte (%.4f bits/byte). "
+             "Every model: %d layers, hidden %d, %d query heads, context %d; %d steps of batch %d (%s training "
+             "bytes), lr %g, %d warmup steps, cosine to %g of the peak; validation loss over %zu bytes.",
+             r->corpus_path, r->corpus_bytes, r->val_bytes, r->unigram.train_entropy, r->unigram.train_entropy / M_LN2,
+             r->unigram.val_cross_entropy, r->unigram.val_cross_entropy / M_LN2, r->lm_opts.model.num_layers,
+             r->lm_opts.model.hidden_size, r->lm_opts.model.num_heads, r->lm_opts.context, r->lm_opts.steps,
+             r->lm_opts.batch, s3, r->lm_opts.lr, r->lm_opts.warmup, r->lm_opts.min_lr_ratio,
+             ds[0].first ? ds[0].first->m.val_tokens : (size_t)0);
+    d_para(d, line);
+    d_table_begin(d);
+    snprintf(
+        line, sizeof line,
+        "design\tparams\tKV bytes/token\t%% of MHA\tval loss (nats/byte)\tbits/byte\tvs MHA\ttrain tokens/s\tdecode "
+        "tokens/s @ %d (1 thread)\terank uncentered %%\terank PCA %%",
+        b->decode_context);
+    d_row(d, line, 1);
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!ds[k].first) continue;
+        const al_lm_measure *m = &ds[k].first->m;
+        fmt_stat(s1, sizeof s1, &ds[k].loss, 4, 1, 1);
+        fmt_stat(s2, sizeof s2, &ds[k].bpb, 4, 1, 1);
+        snprintf(s3, sizeof s3, k == 0 ? "-" : "%+.2f %%%s", ds[k].delta_pct, ds[k].resolved ? "" : " (n.r.)");
+        snprintf(line, sizeof line, "%s\t%zu\t%zu\t%.4g\t%s\t%s\t%s\t%.0f\t%.0f\t%.1f\t%.1f", al_study_design_title(k),
+                 m->params, m->kv_bytes_per_token, m->kv_pct_of_mha, s1, s2, s3, r->speed[k].train_tokens_per_s,
+                 r->speed[k].decode_tokens_per_s,
+                 ds[k].erank_u.mean, ds[k].erank_p.mean);
+        d_row(d, line, 0);
+    }
+    d_table_end(d);
+    d_para(d, r->n_seeds == 1
+                  ? "n.r.: not resolved (under 2 % with one seed). Speeds: the best of the interleaved benchmark "
+                    "rounds after training."
+                  : "Values: mean \xc2\xb1 sample standard deviation over seeds (min\xe2\x80\x93max). n.r.: "
+                    "not resolved (ranges over seeds overlap). Speeds: the best of the interleaved benchmark rounds "
+                    "after training (first seed's models). Ranks: means over seeds.");
+    if (r->n_seeds > 1) {
+        d_heading(d, 3, "Every run");
+        d_table_begin(d);
+        d_row(d, "design\tseed\tval loss\tbits/byte\ttrain tokens/s (median of the run)\terank uncentered %\tdirectory", 1);
+        for (int i = 0; i < r->n_lm; i++) {
+            const al_study_lm_run *x = &r->lm[i];
+            snprintf(line, sizeof line, "%s\t%llu\t%.4f\t%.4f\t%.0f\t%.1f\t%s", al_study_design_title(x->design),
+                     (unsigned long long)x->seed, x->m.val_loss, x->m.val_bpb, x->train_tokens_per_s,
+                     x->m.erank_uncentered_pct, x->dir);
+            d_row(d, line, 0);
+        }
+        d_table_end(d);
+    }
+
+    d_heading(d, 2, "Vision: softmax vs polynomial attention");
+    if (r->vit_opts.train_subset) snprintf(s3, sizeof s3, "the first %d", r->vit_opts.train_subset);
+    else snprintf(s3, sizeof s3, "all");
+    if (r->n_vit) {
+        snprintf(
+            line, sizeof line,
+            "Fashion-MNIST (%s), 28 x 28 images in 2 x 2 patches (196 patches + CLS). ViT: %d layers, hidden %d, %d "
+            "heads; %d steps of %d images (%s training images), lr %g. Accuracy over %d test images.",
+            r->images_path, r->vit_opts.model.num_layers, r->vit_opts.model.hidden_size, r->vit_opts.model.num_heads,
+            r->vit_opts.steps, r->vit_opts.batch, s3, r->vit_opts.lr, vs[0].first ? vs[0].first->m.test_images : 0);
+        d_para(d, line);
+        d_table_begin(d);
+        d_row(d, "model\tparams\ttest accuracy %\ttest loss\ttrain images/s\terank uncentered %\terank PCA %", 1);
+        for (int k = 0; k < 2; k++) {
+            if (!vs[k].first) continue;
+            fmt_stat(s1, sizeof s1, &vs[k].acc, 2, 100, 1);
+            fmt_stat(s2, sizeof s2, &vs[k].loss, 4, 1, 1);
+            snprintf(line, sizeof line, "%s\t%zu\t%s\t%s\t%.0f\t%.1f\t%.1f", vs[k].first->title, vs[k].first->m.params,
+                     s1, s2, vs[k].ips.mean, vs[k].erank_u.mean, vs[k].erank_p.mean);
+            d_row(d, line, 0);
+        }
+        d_table_end(d);
+    } else {
+        d_para(d, r->vision_note[0] ? r->vision_note : "Not run.");
+    }
+
+    d_heading(d, 2, "Figures");
+    for (int i = 0; i < r->n_figures; i++) d_figure(d, &r->figures[i]);
+
+    d_heading(d, 2, "Files and reproduction");
+    snprintf(line, sizeof line,
+             "Checkpoints (config.json, model.safetensors, train_state.safetensors, log.jsonl, measure.json) are in "
+             "runs/<design>-seed<seed>/ and runs/vit-<score>-seed<seed>/. report.json holds every number above "
+             "(schema in docs/study.md). Rerunning `attnlab study --out %s --budget %s` skips finished runs and "
+             "rewrites the reports. One run by hand: `attnlab train --preset mha --context %d --batch %d --steps %d "
+             "--warmup %d --lr %g --eval-every %d --eval-tokens %d --seed %llu --out DIR`.",
+             r->out, b->name, r->lm_opts.context, r->lm_opts.batch, r->lm_opts.steps, r->lm_opts.warmup, r->lm_opts.lr,
+             r->lm_opts.eval_every, r->lm_opts.eval_tokens, (unsigned long long)r->lm_opts.seed);
+    d_para(d, line);
+    if (d->html) sb_printf(&d->b, "</body></html>\n");
+}
+
+int al_study_write_reports(const al_study_results *r, al_err *err) {
+    design_stats ds[AL_STUDY_DESIGNS];
+    vit_stats vs[2];
+    findings *f = calloc(1, sizeof *f);
+    if (!f) return al_errf(err, "out of memory");
+    lm_stats(r, ds);
+    vit_stats_of(r, vs);
+    lm_findings(r, ds, f);
+    vit_findings(r, vs, f);
+    int rc = 0;
+    char path[4200];
+    char *json = report_json(r, ds, vs, f);
+    snprintf(path, sizeof path, "%s/report.json", r->out);
+    if (!json)
+        rc = al_errf(err, "out of memory");
+    else
+        rc = al_write_file_atomic(path, json, strlen(json), err);
+    free(json);
+    for (int html = 0; html < 2 && !rc; html++) {
+        doc d = {{0}, html};
+        write_doc(&d, r, ds, vs, f);
+        snprintf(path, sizeof path, "%s/report.%s", r->out, html ? "html" : "md");
+        if (d.b.oom)
+            rc = al_errf(err, "out of memory");
+        else
+            rc = al_write_file_atomic(path, d.b.s, d.b.len, err);
+        free(d.b.s);
+    }
+    free(f);
+    return rc;
+}

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# test_study.sh: `attnlab study` end to end with the tiny budget (seconds) on
+# generated text and the Fashion-MNIST files:
+#   - usage errors are one line with exit status 2;
+#   - a whole study writes every documented file: report.md/.json/.html, the
+#     five figures with STEM.json + STEM.npy beside each, the checkpoints;
+#     report.json validates against the schema in docs/study.md (keys and
+#     types), every number in it is finite, the KV-cache percentages are the
+#     designs' closed forms (100, 50, 12.5, 12.5, 56.25 % of MHA), the data
+#     files have the documented shapes, the HTML references its figures
+#     relatively;
+#   - rerunning skips every finished run (checkpoint and log untouched);
+#   - --max-runs 1 stops after the first run; the rerun does not retrain it;
+#     with --seeds 2 the report gives the spread over seeds; --no-vision
+#     records the vision pair as skipped;
+#   - a run whose saved step is behind resumes from it; a run whose settings
+#     differ is trained again from scratch.
+#
+# usage: bash tests/cli/test_study.sh PATH/TO/attnlab WORKDIR
+# shellcheck source=tests/cli/lib.sh
+. "$(dirname "$0")/lib.sh" "$@"
+
+DATA=$WORK/data.txt
+make_text "$DATA" 3000
+FMNIST=/usr/share/datasets/fashion-mnist
+VISION=1
+[ -f "$FMNIST/t10k-images-idx3-ubyte.gz" ] || [ -f "$FMNIST/t10k-images-idx3-ubyte" ] || VISION=0
+
+# study ARGS...: a study with the tiny budget on the generated text (longer
+# timeout than `run`: a tiny study trains seven models). One thread: models
+# this small are all synchronisation, which a busy machine makes very slow.
+study() {
+    timeout 600 "$BIN" study --budget tiny --data "$DATA" --threads 1 "$@" >"$OUTF" 2>"$ERRF" </dev/null
+    RC=$?
+}
+
+# mtimes DIR: "mtime path" of every file of every run, sorted.
+mtimes() { find "$1/runs" -type f -printf '%T@ %p\n' | sort -k2; }
+
+# The report validator: $1 study dir, $2 expected seeds, $3 vision expected (1/0), $4 attnmap tokens.
+cat >"$WORK/validate.py" <<'EOF'
+import json, math, os, sys
+import numpy as np
+
+out, seeds, vision, T = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
+r = json.load(open(os.path.join(out, "report.json")))
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit("report.json: " + what)
+
+NUM = (int, float)
+def typed(obj, spec, where):
+    """spec: {key: type or (types) or nested dict}"""
+    check(isinstance(obj, dict), where + " is not an object")
+    for k, t in spec.items():
+        check(k in obj, "%s lacks %s" % (where, k))
+        if isinstance(t, dict):
+            typed(obj[k], t, where + "." + k)
+        else:
+            check(isinstance(obj[k], t) and not isinstance(obj[k], bool) or (t is bool and isinstance(obj[k], bool)),
+                  "%s.%s has type %s" % (where, k, type(obj[k]).__name__))
+
+STAT = {"mean": NUM, "min": NUM, "max": NUM, "std": NUM, "n": int}
+typed(r, {"schema": str, "attnlab_version": str, "created_utc": str, "wall_seconds": NUM,
+          "budget": {"name": str, "summary": str, "seeds": int, "final_eval_tokens": NUM, "decode_context": int,
+                     "decode_tokens": int, "speed_rounds": int, "speed_steps": int, "attnmap_tokens": int},
+          "machine": {"threads": int, "blas_kernels": str}, "seeds": list,
+          "corpus": {"path": str, "bytes": int, "train_bytes": int, "val_bytes": int, "unigram_entropy_nats": NUM,
+                     "unigram_entropy_bits": NUM, "unigram_val_loss_nats": NUM, "unigram_val_bpb": NUM},
+          "language_models": {"settings": {"batch": int, "context": int, "steps": int, "warmup": int, "lr": NUM,
+                                           "min_lr_ratio": NUM, "weight_decay": NUM, "grad_clip": NUM,
+                                           "eval_every": int, "eval_tokens": int, "val_fraction": NUM,
+                                           "tokens_per_run": NUM},
+                              "resolution": {"rule": str}, "designs": list, "runs": list},
+          "vision": {"status": str, "note": str, "images": str, "models": list, "runs": list},
+          "figures": list, "findings": list}, "report")
+check(r["schema"] == "attnlab.study/1", "schema " + r["schema"])
+check(r["budget"]["name"] == "tiny" and r["budget"]["seeds"] == seeds, "budget")
+check(len(r["seeds"]) == seeds, "seeds")
+
+# every number finite (threshold_pct may be null with several seeds)
+def walk(x, where):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if v is None:
+                check(k == "threshold_pct" and seeds > 1, "null at %s.%s" % (where, k))
+            else:
+                walk(v, where + "." + k)
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            walk(v, "%s[%d]" % (where, i))
+    elif isinstance(x, float):
+        check(math.isfinite(x), "non-finite number at " + where)
+walk(r, "report")
+
+lm = r["language_models"]
+PCT = {"mha": 100.0, "gqa": 50.0, "mqa": 12.5, "mla": 12.5, "lrkv": 56.25}
+BYTES = {"mha": 8192, "gqa": 4096, "mqa": 1024, "mla": 1024, "lrkv": 4608}
+check([d["design"] for d in lm["designs"]] == ["mha", "gqa", "mqa", "mla", "lrkv"], "design order")
+mha_params = lm["designs"][0]["params"]
+for d in lm["designs"]:
+    typed(d, {"design": str, "title": str, "params": int, "kv_values_per_token_per_layer": int,
+              "kv_bytes_per_token": int, "kv_pct_of_mha": NUM, "seeds": int, "val_loss": STAT, "val_bpb": STAT,
+              "train_tokens_per_s": NUM, "decode_tokens_per_s": NUM, "train_tokens_per_s_runs": STAT,
+              "erank_uncentered_pct": STAT,
+              "erank_pca_pct": STAT, "delta_vs_mha_pct": NUM, "resolved_vs_mha": bool, "config": dict},
+          "design " + d["design"])
+    check(abs(d["kv_pct_of_mha"] - PCT[d["design"]]) < 1e-9, "%s cache %% %r" % (d["design"], d["kv_pct_of_mha"]))
+    check(d["kv_bytes_per_token"] == BYTES[d["design"]], "%s cache bytes" % d["design"])
+    check(abs(d["params"] - mha_params) <= 0.01 * mha_params, "%s params not within 1 %% of MHA" % d["design"])
+    check(d["seeds"] == seeds and d["val_loss"]["n"] == seeds, "%s seeds" % d["design"])
+    s = d["val_loss"]
+    check(s["min"] <= s["mean"] <= s["max"] and s["std"] >= 0, "%s loss stat" % d["design"])
+    check(abs(d["val_bpb"]["mean"] - s["mean"] / math.log(2)) < 1e-9, "bits per byte")
+    check(0 < d["erank_uncentered_pct"]["mean"] <= 100 + 1e-6, "erank")
+    check(d["train_tokens_per_s"] > 0 and d["decode_tokens_per_s"] > 0, "speeds")
+check(lm["designs"][0]["delta_vs_mha_pct"] == 0 and not lm["designs"][0]["resolved_vs_mha"], "MHA vs itself")
+check(len(lm["runs"]) == 5 * seeds, "runs")
+for x in lm["runs"]:
+    typed(x, {"design": str, "seed": int, "dir": str, "params": int, "kv_bytes_per_token": int, "kv_pct_of_mha": NUM,
+              "val_loss": NUM, "val_bpb": NUM, "val_tokens": int, "train_tokens_per_s": NUM, "train_seconds": NUM,
+              "erank_uncentered_pct": NUM, "erank_pca_pct": NUM,
+              "mean_offdiag_similarity": NUM, "curve": {"step": list, "tokens": list, "val_loss": list}}, "run")
+    check(os.path.isdir(x["dir"]), "run dir " + x["dir"])
+    for f in ("config.json", "model.safetensors", "train_state.safetensors", "log.jsonl", "measure.json"):
+        check(os.path.isfile(os.path.join(x["dir"], f)), "missing %s/%s" % (x["dir"], f))
+    check(x["curve"]["step"][-1] == lm["settings"]["steps"], "curve ends at the last step")
+    check(x["val_loss"] > 0 and x["train_tokens_per_s"] > 0, "positive measures")
+check(r["corpus"]["unigram_entropy_nats"] > 0 and r["corpus"]["val_bytes"] > 0, "corpus")
+if seeds > 1:
+    check(lm["resolution"]["threshold_pct"] is None, "threshold with several seeds")
+else:
+    check(lm["resolution"]["threshold_pct"] == 2, "threshold with one seed")
+
+v = r["vision"]
+if vision:
+    check(v["status"] == "done" and len(v["models"]) == 2 and len(v["runs"]) == 2 * seeds, "vision models")
+    check([m["score"] for m in v["models"]] == ["softmax", "poly"], "vision order")
+    check(v["models"][1]["title"] == "Attention with (1/14)x^3", "poly title " + v["models"][1]["title"])
+    check(abs(v["models"][1]["config"]["poly_scale"] - 1 / 14) < 1e-12, "poly scale 1/14")
+    check(v["models"][1]["config"]["patches"] == 196, "196 patches")
+    for m in v["models"]:
+        typed(m, {"score": str, "title": str, "params": int, "test_images": int, "accuracy": STAT,
+                  "test_loss": STAT, "train_images_per_s": STAT, "erank_uncentered_pct": STAT, "erank_pca_pct": STAT,
+                  "config": dict}, "vision model")
+        check(0 <= m["accuracy"]["mean"] <= 1, "accuracy")
+    typed(v["cls_attention"], {"layer": int, "head": int, "image": int, "label": int,
+                               "softmax": {"min": NUM, "max": NUM}, "poly": {"min": NUM, "max": NUM}}, "cls")
+else:
+    check(v["status"] == "skipped" and v["note"] and not v["models"], "vision skipped")
+
+figs = {f["file"]: f for f in r["figures"]}
+want = ["heads.png", "attnmaps.png", "loss_curves.png", "kv_vs_loss.png"] + (["poly_vs_softmax.png"] if vision else [])
+check(sorted(figs) == sorted(want), "figures %s" % sorted(figs))
+for f in r["figures"]:
+    typed(f, {"file": str, "data": list, "caption": str}, "figure")
+    stem = f["file"][:-4]
+    check(stem + ".json" in f["data"] and stem + ".npy" in f["data"], "data files of " + f["file"])
+    for name in [f["file"]] + f["data"]:
+        p = os.path.join(out, name)
+        check(os.path.isfile(p) and os.path.getsize(p) > 0, "missing " + name)
+    check(open(os.path.join(out, f["file"]), "rb").read(8) == b"\x89PNG\r\n\x1a\n", f["file"] + " is not a PNG")
+    json.load(open(os.path.join(out, stem + ".json")))
+
+def npy(name):
+    a = np.load(os.path.join(out, name))
+    check(a.dtype == np.float32, name + " dtype")
+    return a
+n_eval = len(lm["runs"][0]["curve"]["step"])
+check(npy("heads.npy").shape == (5, 8, 8), "heads.npy shape")
+a = npy("attnmaps.npy")
+check(a.shape == (4, T, T) and np.isfinite(a).all(), "attnmaps.npy shape %s" % (a.shape,))
+check(np.abs(a.sum(axis=2) - 1).max() < 1e-3, "softmax rows of attnmaps sum to 1")
+a = npy("loss_curves.npy")
+check(a.shape == (5, n_eval, 4) and np.isfinite(a).all(), "loss_curves.npy shape %s" % (a.shape,))
+check(np.all(a[:, :, 2] <= a[:, :, 1] + 1e-6) and np.all(a[:, :, 1] <= a[:, :, 3] + 1e-6), "loss band")
+a = npy("kv_vs_loss.npy")
+check(a.shape == (5, 4), "kv_vs_loss.npy shape")
+check(np.allclose(a[:, 0], [100, 50, 12.5, 12.5, 56.25]), "kv_vs_loss x")
+check(np.allclose(a[:, 1], [d["val_loss"]["mean"] for d in lm["designs"]], rtol=1e-5), "kv_vs_loss y")
+if vision:
+    a = npy("poly_vs_softmax.npy")
+    check(a.shape == (2, 14, 14) and np.isfinite(a).all(), "poly_vs_softmax.npy shape")
+    check(a[0].min() > 0, "softmax weights positive")
+
+html = open(os.path.join(out, "report.html")).read()
+for f in want:
+    check('src="%s"' % f in html, "report.html lacks " + f)
+check("http://" not in html and "https://" not in html, "report.html links outside")
+md = open(os.path.join(out, "report.md")).read()
+check("What the numbers show" in md and "![heads.png](heads.png)" in md, "report.md")
+check(("not resolved" in md) or ("Not resolved" in md) or ("Resolved" in md), "report.md resolution")
+print("ok")
+EOF
+
+# ---------------------------------------------------------------- usage
+
+begin "usage errors: one line, exit 2"
+run study
+check_error 2 "--out"
+run study --out "$WORK/u" --budget huge
+check_error 2 "unknown budget"
+run study --out "$WORK/u" --seeds 17
+check_error 2 "--seeds"
+run study --out "$WORK/u" --bogus 1
+check_error 2 "unknown flag"
+run study --help
+check_ok
+check_stdout "--budget"
+end
+
+# ---------------------------------------------------------------- a whole study
+
+S1=$WORK/s1
+begin "tiny study: every output, report.json valid"
+study --out "$S1"
+check_ok
+check_stderr "\[run 1/[0-9]+\] mha-seed1337"
+check_stderr "study ETA"
+check_stdout "wrote .*report.md"
+for f in report.md report.json report.html heads.png heads.json heads.npy heads.csv attnmaps.png attnmaps.json \
+    attnmaps.npy loss_curves.png loss_curves.json loss_curves.npy kv_vs_loss.png kv_vs_loss.json kv_vs_loss.npy; do
+    check_exists "$S1/$f"
+done
+if [ "$VISION" = 1 ]; then
+    check_exists "$S1/poly_vs_softmax.png"
+    check_exists "$S1/poly_vs_softmax.npy"
+    check_exists "$S1/runs/vit-poly-seed1337/model.safetensors"
+fi
+for d in mha gqa mqa mla lrkv; do
+    for f in config.json model.safetensors train_state.safetensors log.jsonl measure.json; do
+        check_exists "$S1/runs/$d-seed1337/$f"
+    done
+done
+check_no_tmp "$S1"
+check_py "report.json against the schema" "exec(open('$WORK/validate.py').read())" "$S1" 1 "$VISION" 64
+end
+
+begin "rerun: every finished run skipped, nothing retrained"
+mtimes "$S1" | grep -v measure.json >"$WORK/before"
+cp "$S1/report.json" "$WORK/report1.json"
+sleep 1
+study --out "$S1"
+check_ok
+n_skip=$(grep -c "complete, skipped" "$ERRF")
+expect=$((5 + 2 * VISION))
+[ "$n_skip" -eq "$expect" ] || note "$n_skip runs skipped, expected $expect"
+grep -q "training" "$ERRF" && grep -q "steps (study ETA" "$ERRF" && note "something was trained again"
+mtimes "$S1" | grep -v measure.json >"$WORK/after"
+cmp -s "$WORK/before" "$WORK/after" || note "run files changed: $(diff "$WORK/before" "$WORK/after" | head -n 2 | tr '\n' ' ')"
+check_py "same numbers as the first report" '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for x, y in zip(a["language_models"]["runs"], b["language_models"]["runs"]):
+    assert x["val_loss"] == y["val_loss"], (x["val_loss"], y["val_loss"])
+' "$WORK/report1.json" "$S1/report.json"
+end
+
+begin "a run stopped partway resumes from its saved step"
+# make mha's training state say step 2 of 4 (same header length), as a run
+# killed after its step-2 checkpoint would have left it
+"$PY" - "$S1/runs/mha-seed1337/train_state.safetensors" <<'EOF'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+i = b.find(b'"step":"4"')
+assert i > 0, "no step in the header"
+b[i:i + 10] = b'"step":"2"'
+open(p, "wb").write(bytes(b))
+EOF
+gqa_before=$(stat -c %Y "$S1/runs/gqa-seed1337/log.jsonl")
+study --out "$S1"
+check_ok
+check_stderr "mha-seed1337: resuming at step 2 of 4"
+check_py "log.jsonl has steps 1..4 once each" '
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+assert steps == [1, 2, 3, 4], steps
+' "$S1/runs/mha-seed1337/log.jsonl"
+[ "$(stat -c %Y "$S1/runs/gqa-seed1337/log.jsonl")" = "$gqa_before" ] || note "gqa was retrained"
+check_py "report.json against the schema" "exec(open('$WORK/validate.py').read())" "$S1" 1 "$VISION" 64
+end
+
+begin "a run with other settings is trained again from scratch"
+"$PY" - "$S1/runs/lrkv-seed1337/config.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["attnlab"]["train"]["lr"] = 0.01
+json.dump(c, open(p, "w"), indent=1)
+EOF
+study --out "$S1"
+check_ok
+check_stderr "lrkv-seed1337: its lr differs .*training it again"
+check_py "lrkv retrained with the planned lr" '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["attnlab"]["train"]["lr"] == 0.002, c["attnlab"]["train"]["lr"]
+' "$S1/runs/lrkv-seed1337/config.json"
+end
+
+# ---------------------------------------------------------------- stop and resume, several seeds
+
+S2=$WORK/s2
+begin "--max-runs 1 stops after the first run; the rerun does not retrain it"
+study --out "$S2" --seeds 2 --no-vision --max-runs 1
+check_ok
+check_stderr "stopped after 1 run"
+check_exists "$S2/runs/mha-seed1337/model.safetensors"
+check_absent "$S2/runs/gqa-seed1337/model.safetensors"
+check_absent "$S2/report.json"
+first=$(stat -c '%Y %s' "$S2/runs/mha-seed1337/log.jsonl" "$S2/runs/mha-seed1337/train_state.safetensors" \
+    "$S2/runs/mha-seed1337/model.safetensors")
+sleep 1
+study --out "$S2" --seeds 2 --no-vision
+check_ok
+check_stderr "\[run 1/10\] mha-seed1337: complete, skipped"
+check_stderr "\[run 6/10\] mha-seed1338: training"
+again=$(stat -c '%Y %s' "$S2/runs/mha-seed1337/log.jsonl" "$S2/runs/mha-seed1337/train_state.safetensors" \
+    "$S2/runs/mha-seed1337/model.safetensors")
+[ "$first" = "$again" ] || note "the first run's files changed: $first -> $again"
+check_absent "$S2/poly_vs_softmax.png"
+check_py "report.json with two seeds, vision skipped" "exec(open('$WORK/validate.py').read())" "$S2" 2 0 64
+check_py "spread over two seeds" '
+import json, sys
+r = json.load(open(sys.argv[1]))
+for d in r["language_models"]["designs"]:
+    s = d["val_loss"]
+    assert s["n"] == 2 and s["min"] < s["max"] and s["std"] > 0, (d["design"], s)
+' "$S2/report.json"
+check_no_tmp "$S2"
+end
+
+finish
