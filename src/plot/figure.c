@@ -27,7 +27,6 @@
 #include "../io/io.h"
 #include "plot_internal.h"
 
-enum { FMT_PNG, FMT_SVG, FMT_PDF };
 enum { MAX_GRID = 16 };
 
 #define TICK_LEN 3.5         /* tick mark length, pt */
@@ -910,57 +909,10 @@ static int render(cairo_t *cr, al_figure *fig, layout *L, int fmt, al_err *err) 
 
 /* ---- output ---- */
 
-/* Format from the name's extension, or -1. */
-static int format_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    const char *dot = strrchr(slash ? slash + 1 : path, '.');
-    if (!dot) return -1;
-    if (strcasecmp(dot, ".png") == 0) return FMT_PNG;
-    if (strcasecmp(dot, ".svg") == 0) return FMT_SVG;
-    if (strcasecmp(dot, ".pdf") == 0) return FMT_PDF;
-    return -1;
-}
-
-/* cairo's write callback into an atomic file; the first failure latches
- * (al_afile keeps its one-line message in err). */
-typedef struct sink {
-    al_afile af;
-    al_err *err;
-    int failed;
-} sink;
-
-static cairo_status_t sink_write(void *closure, const unsigned char *data, unsigned int len) {
-    sink *s = closure;
-    if (s->failed) return CAIRO_STATUS_WRITE_ERROR;
-    if (al_afile_write(&s->af, data, len, s->err) != 0) {
-        s->failed = 1;
-        return CAIRO_STATUS_WRITE_ERROR;
-    }
-    return CAIRO_STATUS_SUCCESS;
-}
-
-/* Ends a write: commit when everything went well, else remove the temp
- * file; cairo errors become one line naming the path. */
-static int sink_finish(sink *s, cairo_status_t st, const char *path, al_err *err) {
-    if (s->failed) {
-        al_afile_abort(&s->af);
-        return al_err_prefix(err, "saving figure");
-    }
-    if (st != CAIRO_STATUS_SUCCESS) {
-        al_afile_abort(&s->af);
-        return al_errf(err, "saving figure %s: cairo: %s", path, cairo_status_to_string(st));
-    }
-    if (al_afile_commit(&s->af, err) != 0) {
-        al_afile_abort(&s->af);
-        return al_err_prefix(err, "saving figure");
-    }
-    return 0;
-}
-
 int al_figure_save(al_figure *fig, const char *path, al_err *err) {
     if (!fig || !path || !*path) return al_errf(err, "saving figure: no figure or no file name");
     fig->saved = 0;
-    int fmt = format_of(path);
+    int fmt = al_plot_format(path);
     if (fmt < 0) return al_errf(err, "saving figure %s: unknown format (the name must end in .png, .svg or .pdf)", path);
     int used = 0;
     for (int i = 0; i < fig->rows * fig->cols; i++) {
@@ -986,7 +938,7 @@ int al_figure_save(al_figure *fig, const char *path, al_err *err) {
     cairo_surface_destroy(ms);
     if (mst != CAIRO_STATUS_SUCCESS) return al_errf(err, "saving figure %s: cairo: %s", path, cairo_status_to_string(mst));
 
-    sink s;
+    al_plot_sink s;
     memset(&s, 0, sizeof s);
     s.err = err;
     cairo_surface_t *surf;
@@ -1001,10 +953,10 @@ int al_figure_save(al_figure *fig, const char *path, al_err *err) {
     } else {
         if (al_afile_open(&s.af, path, err) != 0) return al_err_prefix(err, "saving figure");
         if (fmt == FMT_SVG) {
-            surf = cairo_svg_surface_create_for_stream(sink_write, &s, L.W, L.H);
+            surf = cairo_svg_surface_create_for_stream(al_plot_sink_write, &s, L.W, L.H);
             cairo_svg_surface_set_document_unit(surf, CAIRO_SVG_UNIT_PT);
         } else {
-            surf = cairo_pdf_surface_create_for_stream(sink_write, &s, L.W, L.H);
+            surf = cairo_pdf_surface_create_for_stream(al_plot_sink_write, &s, L.W, L.H);
             cairo_pdf_surface_set_metadata(surf, CAIRO_PDF_METADATA_CREATOR, "attnlab");
             if (fig->title) cairo_pdf_surface_set_metadata(surf, CAIRO_PDF_METADATA_TITLE, fig->title);
         }
@@ -1032,13 +984,13 @@ int al_figure_save(al_figure *fig, const char *path, al_err *err) {
             cairo_surface_destroy(surf);
             return al_err_prefix(err, "saving figure");
         }
-        st = cairo_surface_write_to_png_stream(surf, sink_write, &s);
+        st = cairo_surface_write_to_png_stream(surf, al_plot_sink_write, &s);
     } else {
         cairo_surface_finish(surf);
         st = cairo_surface_status(surf);
     }
     cairo_surface_destroy(surf);
-    if (sink_finish(&s, st, path, err) != 0) return -1;
+    if (al_plot_sink_finish(&s, st, "figure", path, err) != 0) return -1;
     fig->saved = 1;
     return 0;
 }

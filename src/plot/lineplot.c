@@ -24,7 +24,6 @@
 #include "../io/io.h"
 #include "plot_internal.h"
 
-enum { FMT_PNG, FMT_SVG, FMT_PDF };
 
 #define TICK_LEN 3.5 /* pt */
 #define TICK_PAD 2.0
@@ -712,38 +711,10 @@ static int render(cairo_t *cr, const al_lineplot *p, const layout *L, al_err *er
 
 /* ---- output ---- */
 
-/* Format from the name's extension, or -1. */
-static int format_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    const char *dot = strrchr(slash ? slash + 1 : path, '.');
-    if (!dot) return -1;
-    if (!strcasecmp(dot, ".png")) return FMT_PNG;
-    if (!strcasecmp(dot, ".svg")) return FMT_SVG;
-    if (!strcasecmp(dot, ".pdf")) return FMT_PDF;
-    return -1;
-}
-
-/* cairo's write callback into an atomic file; the first failure latches. */
-typedef struct sink {
-    al_afile af;
-    al_err *err;
-    int failed;
-} sink;
-
-static cairo_status_t sink_write(void *closure, const unsigned char *data, unsigned int len) {
-    sink *s = closure;
-    if (s->failed) return CAIRO_STATUS_WRITE_ERROR;
-    if (al_afile_write(&s->af, data, len, s->err)) {
-        s->failed = 1;
-        return CAIRO_STATUS_WRITE_ERROR;
-    }
-    return CAIRO_STATUS_SUCCESS;
-}
-
 int al_lineplot_save(al_lineplot *p, const char *path, al_err *err) {
     if (!p || !path || !*path) return al_errf(err, "saving plot: no plot or no file name");
     p->saved = 0;
-    const int fmt = format_of(path);
+    const int fmt = al_plot_format(path);
     if (fmt < 0) return al_errf(err, "saving plot %s: unknown format (the name must end in .png, .svg or .pdf)", path);
     if (!p->n_lines && !p->n_points && !p->n_hlines) return al_errf(err, "saving plot %s: nothing to plot", path);
     layout L;
@@ -757,7 +728,7 @@ int al_lineplot_save(al_lineplot *p, const char *path, al_err *err) {
     cairo_surface_destroy(ms);
     L.k = fmt == FMT_PNG ? p->dpi / 72.0 : 1.0;
 
-    sink s;
+    al_plot_sink s;
     memset(&s, 0, sizeof s);
     s.err = err;
     cairo_surface_t *surf;
@@ -766,10 +737,10 @@ int al_lineplot_save(al_lineplot *p, const char *path, al_err *err) {
     } else {
         if (al_afile_open(&s.af, path, err)) return al_err_prefix(err, "saving plot");
         if (fmt == FMT_SVG) {
-            surf = cairo_svg_surface_create_for_stream(sink_write, &s, L.W, L.H);
+            surf = cairo_svg_surface_create_for_stream(al_plot_sink_write, &s, L.W, L.H);
             cairo_svg_surface_set_document_unit(surf, CAIRO_SVG_UNIT_PT);
         } else {
-            surf = cairo_pdf_surface_create_for_stream(sink_write, &s, L.W, L.H);
+            surf = cairo_pdf_surface_create_for_stream(al_plot_sink_write, &s, L.W, L.H);
             cairo_pdf_surface_set_metadata(surf, CAIRO_PDF_METADATA_CREATOR, "attnlab");
             if (p->title) cairo_pdf_surface_set_metadata(surf, CAIRO_PDF_METADATA_TITLE, p->title);
         }
@@ -791,7 +762,7 @@ int al_lineplot_save(al_lineplot *p, const char *path, al_err *err) {
             cairo_surface_destroy(surf);
             return al_err_prefix(err, "saving plot");
         }
-        st = cairo_surface_write_to_png_stream(surf, sink_write, &s);
+        st = cairo_surface_write_to_png_stream(surf, al_plot_sink_write, &s);
     } else if (!rc) {
         cairo_surface_finish(surf);
         st = cairo_surface_status(surf);
@@ -801,18 +772,7 @@ int al_lineplot_save(al_lineplot *p, const char *path, al_err *err) {
         if (fmt != FMT_PNG) al_afile_abort(&s.af);
         return -1;
     }
-    if (s.failed) {
-        al_afile_abort(&s.af);
-        return al_err_prefix(err, "saving plot");
-    }
-    if (st != CAIRO_STATUS_SUCCESS) {
-        al_afile_abort(&s.af);
-        return al_errf(err, "saving plot %s: cairo: %s", path, cairo_status_to_string(st));
-    }
-    if (al_afile_commit(&s.af, err)) {
-        al_afile_abort(&s.af);
-        return al_err_prefix(err, "saving plot");
-    }
+    if (al_plot_sink_finish(&s, st, "plot", path, err)) return -1;
     p->saved = 1;
     p->out_w = fmt == FMT_PNG ? ceil(L.W * L.k) : L.W;
     p->out_h = fmt == FMT_PNG ? ceil(L.H * L.k) : L.H;

@@ -60,4 +60,24 @@ int al_pticks_index_fill(int n, int step, al_tick *out);
  * (U+2212) and no "-0". */
 void al_pformat_number(char *buf, size_t len, double v, int decimals);
 
+/* ---- output shared by figure.c and lineplot.c (plot_out.c) ---- */
+#include "../io/io.h"
+
+enum { FMT_PNG, FMT_SVG, FMT_PDF };
+
+/* Format from the file name's extension (.png, .svg, .pdf, any case), or -1. */
+int al_plot_format(const char *path);
+
+/* cairo's write callback into an atomic file; the first failure latches
+ * (al_afile keeps its one-line message in err). */
+typedef struct al_plot_sink {
+    al_afile af;
+    al_err *err;
+    int failed;
+} al_plot_sink;
+cairo_status_t al_plot_sink_write(void *closure, const unsigned char *data, unsigned int len);
+/* Ends a write: commit when everything went well, else remove the temp file;
+ * errors are one line starting "saving <what>". */
+int al_plot_sink_finish(al_plot_sink *s, cairo_status_t st, const char *what, const char *path, al_err *err);
+
 #endif
