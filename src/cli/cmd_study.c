@@ -207,7 +207,9 @@ static void *monitor_main(void *arg) {
         pthread_mutex_unlock(&prog.mu);
         if (stop) break;
         monitor_tick();
-        struct timespec ts = {0, prog.tty ? 400000000L : 1000000000L};
+        /* tv_nsec must stay below 1e9: nanosleep rejects {0, 1e9} at once,
+         * which turned this loop into a busy wait that halved training speed */
+        struct timespec ts = prog.tty ? (struct timespec){0, 400000000L} : (struct timespec){1, 0};
         nanosleep(&ts, NULL);
     }
     return NULL;
