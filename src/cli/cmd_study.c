@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,18 @@ typedef struct progress {
 } progress;
 
 static progress prog = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Ctrl-C / SIGTERM outside training (training installs its own handler and
+ * saves a checkpoint): the study stops at the next boundary between runs,
+ * measurements and figures, so no file is left half written. */
+static volatile sig_atomic_t study_signal = 0;
+static void on_study_signal(int sig) {
+    static const char note[] = "\nstudy: stopping after the current step; rerun the same command to continue\n";
+    study_signal = sig;
+    ssize_t w = write(STDERR_FILENO, note, sizeof note - 1);
+    (void)w;
+}
+static int stop_status(void) { return study_signal == SIGTERM ? 143 : 130; }
 
 static void fmt_dur(char *buf, size_t cap, double s) {
     if (!(s >= 0) || s > 1e7)
@@ -422,6 +435,10 @@ static int run_all(study *s, long max_runs) {
     int trained = 0;
     for (int i = 0; i < s->n_runs; i++) {
         plan_run *r = &s->runs[i];
+        if (study_signal) {
+            say("study: interrupted before %s; rerun the same command to continue\n", r->name);
+            return stop_status();
+        }
         double after = final_nominal(s->b);
         for (int j = i + 1; j < s->n_runs; j++) after += nominal_left(s, j);
         pthread_mutex_lock(&prog.mu);
@@ -975,7 +992,8 @@ static void print_summary(const al_study_results *res) {
 
 /* ---- the command ---- */
 
-/* Figures, then reports. */
+/* Benchmarks, figures and reports. 0, -1 (error in err) or -3: a signal
+ * arrived (stop_status() gives the exit status); nothing is left half written. */
 static int finish(study *s, double t0, al_err *err) {
     al_study_results *res = calloc(1, sizeof *res);
     if (!res) return al_errf(err, "out of memory");
@@ -1011,6 +1029,7 @@ static int finish(study *s, double t0, al_err *err) {
                             b->decode_context, b->decode_tokens, b->speed_rounds, res->speed, err);
         phase_end();
     }
+    if (!rc && study_signal) rc = -3;
     if (!rc) {
         phase_begin("figures", s->b->figures_s, 0);
         say("study: figures\n");
@@ -1021,6 +1040,7 @@ static int finish(study *s, double t0, al_err *err) {
         if (!rc) rc = fig_kv(s, res, err);
         phase_end();
     }
+    if (!rc && study_signal) rc = -3;
     if (!rc) {
         time_t now = time(NULL);
         struct tm tm;
@@ -1141,8 +1161,23 @@ int cmd_study(int argc, char **argv) {
     prog.n_runs = s.n_runs;
     if (!quiet && pthread_create(&prog.th, NULL, monitor_main, NULL) == 0) prog.started = 1;
 
+    struct sigaction sa = {0}, old_int, old_term;
+    sa.sa_handler = on_study_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     rc = run_all(&s, max_runs);
-    if (!rc && finish(&s, t0, &err)) rc = cli_fail(CMD, err.msg);
+    if (!rc) {
+        int f = finish(&s, t0, &err);
+        if (f == -3) {
+            say("study: interrupted before the report; rerun the same command to finish it\n");
+            rc = stop_status();
+        } else if (f) {
+            rc = cli_fail(CMD, err.msg);
+        }
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (prog.started) {
         pthread_mutex_lock(&prog.mu);
         prog.stop = 1;

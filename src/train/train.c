@@ -435,6 +435,12 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     if (tty && result == AL_TRAIN_OK) fputc('\n', stderr);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    /* A signal that arrived after the last step's check (e.g. during its
+     * checkpoint write) must still stop the caller: the run itself is complete. */
+    if (result == AL_TRAIN_OK && stop_signal) {
+        fprintf(stderr, "attnlab: interrupted after the last step; the run in %s is complete\n", o->out);
+        result = stop_signal == SIGTERM ? AL_TRAIN_TERMINATED : AL_TRAIN_INTERRUPTED;
+    }
 done:
     if (log) fclose(log);
     al_free(m1);

@@ -14,7 +14,9 @@
 #     with --seeds 2 the report gives the spread over seeds; --no-vision
 #     records the vision pair as skipped;
 #   - a run whose saved step is behind resumes from it; a run whose settings
-#     differ is trained again from scratch.
+#     differ is trained again from scratch;
+#   - a real SIGINT after the first run: exit 130, no temp files, and the
+#     rerun skips the finished run and completes the study.
 #
 # usage: bash tests/cli/test_study.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -330,6 +332,39 @@ for d in r["language_models"]["designs"]:
     assert s["n"] == 2 and s["min"] < s["max"] and s["std"] > 0, (d["design"], s)
 ' "$S2/report.json"
 check_no_tmp "$S2"
+end
+
+# ---------------------------------------------------------------- a real Ctrl-C
+
+S3=$WORK/s3
+begin "SIGINT during the study: exit 130, no temp files; the rerun skips the finished run and completes"
+# job control on: a background job of a non-interactive shell would otherwise
+# start with SIGINT ignored, unlike a command a user interrupts with Ctrl-C
+set -m
+"$BIN" study --budget tiny --data "$DATA" --threads 1 --no-vision --out "$S3" >"$OUTF" 2>"$ERRF" </dev/null &
+pid=$!
+set +m
+# wait until the first run is complete (its checkpoint exists), then interrupt
+for _ in $(seq 1 600); do
+    [ -f "$S3/runs/mha-seed1337/model.safetensors" ] && break
+    sleep 0.05
+done
+kill -INT "$pid" 2>/dev/null
+wait "$pid"
+RC=$?
+[ "$RC" -eq 130 ] || note "exit status $RC after SIGINT, expected 130"
+grep -q "rerun the same command" "$ERRF" || note "no line telling how to continue"
+check_no_tmp "$S3"
+check_absent "$S3/report.json"
+first=$(stat -c '%Y %s' "$S3/runs/mha-seed1337/log.jsonl" "$S3/runs/mha-seed1337/model.safetensors")
+sleep 1
+study --out "$S3" --no-vision
+check_ok
+check_stderr "\[run 1/5\] mha-seed1337: complete, skipped"
+again=$(stat -c '%Y %s' "$S3/runs/mha-seed1337/log.jsonl" "$S3/runs/mha-seed1337/model.safetensors")
+[ "$first" = "$again" ] || note "the finished run was retrained: $first -> $again"
+check_py "report.json against the schema" "exec(open('$WORK/validate.py').read())" "$S3" 1 0 64
+check_no_tmp "$S3"
 end
 
 finish
