@@ -137,6 +137,23 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
  * and simply add the chunks' p.v). Only the score fields of s are read. */
 void al_score_row(const al_attn_shape *s, float *row, int n);
 
+/* ---- decode over a cache (decode.c) ----
+ * A layer's cache as rows of `row` floats, one per position; key group g of
+ * position j at cache + j*row + k_off + g*k_group (dk floats), its value at
+ * cache + j*row + v_off + g*v_group (dv floats). */
+typedef struct al_decode_view {
+    const float *cache;
+    size_t row, k_off, k_group, v_off, v_group;
+} al_decode_view;
+/* One token: q[H, dk] against positions [0, n) -> o[H, dv], with s's H, G,
+ * dk, dv, scale and score function; every key/value is read once however
+ * many heads share it. scratch: al_attn_decode_scratch(s, n) floats. */
+void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
+                    float *scratch);
+size_t al_attn_decode_scratch(const al_attn_shape *s, int max_n);
+/* Plain reference (double accumulation), for tests. */
+void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o);
+
 /* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
 void al_expf_inplace(float *x, int n);
 

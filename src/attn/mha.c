@@ -80,10 +80,13 @@ static size_t gqa_saved(const al_config *c, int B, int T) {
 }
 
 /* backward: dqkv[N, (H+2G) d_h] | do[N, H d_h];  decode: qkv | o | scores[H, max_position] */
+static al_attn_shape shape_of(const al_config *c, int B, int T);
+
 static size_t gqa_scratch(const al_config *c, int B, int T) {
     size_t N = (size_t)B * T, hd = (size_t)c->num_heads * c->head_dim;
     size_t train = N * qkv_width(c) + N * hd;
-    size_t decode = qkv_width(c) + hd + (size_t)c->num_heads * c->max_position;
+    const al_attn_shape s = shape_of(c, 1, c->max_position);
+    size_t decode = qkv_width(c) + hd + al_attn_decode_scratch(&s, c->max_position);
     return train > decode ? train : decode;
 }
 
@@ -130,34 +133,17 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
 
 static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
     const al_config *c = L->cfg;
-    const int d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim, per_group = H / G;
-    const int w = (int)qkv_width(c), maxp = c->max_position;
+    const int d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
+    const int w = (int)qkv_width(c);
     const size_t vpt = gqa_cache(c);
     const al_attn_shape fn = shape_of(c, 1, pos + 1); /* scale and score function */
-    float *qkv = scratch, *o = qkv + w, *scores = o + (size_t)H * dh;
+    float *qkv = scratch, *o = qkv + w, *work = o + (size_t)H * dh;
     cblas_sgemv(CblasRowMajor, CblasNoTrans, w, d, 1.0f, L->w[W_Q], d, x, 1, 0.0f, qkv, 1);
     al_rope_half(qkv, 1, 1, pos, H + G, w, L->rope, +1); /* q and k heads are adjacent */
     memcpy(cache + (size_t)pos * vpt, qkv + (size_t)H * dh, sizeof(float) * vpt);
-    const int n = pos + 1;
-#pragma omp parallel for schedule(static) if ((long)n * H * dh > 65536)
-    for (int h = 0; h < H; h++) {
-        const int g = h / per_group;
-        const float *qh = qkv + (size_t)h * dh;
-        float *sc = scores + (size_t)h * maxp, *oh = o + (size_t)h * dh;
-        for (int j = 0; j < n; j++) {
-            const float *kj = cache + (size_t)j * vpt + (size_t)g * dh;
-            float acc = 0.0f;
-            for (int e = 0; e < dh; e++) acc += qh[e] * kj[e];
-            sc[j] = acc * fn.scale;
-        }
-        al_score_row(&fn, sc, n);
-        for (int e = 0; e < dh; e++) oh[e] = 0.0f;
-        for (int j = 0; j < n; j++) {
-            const float *vj = cache + (size_t)j * vpt + (size_t)(G + g) * dh;
-            const float p = sc[j];
-            for (int e = 0; e < dh; e++) oh[e] += p * vj[e];
-        }
-    }
+    /* cache row = [K groups | V groups]; group g's heads share its key and value */
+    const al_decode_view view = {cache, vpt, 0, (size_t)dh, (size_t)G * dh, (size_t)dh};
+    al_attn_decode(&fn, qkv, &view, pos + 1, o, work);
     cblas_sgemv(CblasRowMajor, CblasNoTrans, d, H * dh, 1.0f, L->w[W_O], H * dh, o, 1, 0.0f, y, 1);
 }
 

@@ -175,24 +175,27 @@ static size_t mla_saved_floats(const al_config *c, int B, int T) {
     return saved_layout(&D, B, T, NULL, &S);
 }
 
-/* Keys per decode chunk: chunks are the unit of parallel work, and their
- * boundaries (not the thread count) fix the order of every sum. */
-enum { DKB = 256 };
-
-static int decode_chunks(const al_config *c) { return (c->max_position + DKB - 1) / DKB; }
+/* The absorbed decode as attention of H heads over one shared group: keys
+ * are cache rows [c~; k_pe] (dc + dr), values their latent part c~ (dc);
+ * scale 1/sqrt(dn + dr) as in training. */
+static al_attn_shape decode_shape(const al_config *c, const mla_dims *D, int n) {
+    al_attn_shape s = {1, n, D->H, 1, D->vpt, D->dc, 0, 0, 0, 0, 1.0f / sqrtf((float)D->dk)};
+    al_attn_set_score(&s, c);
+    return s;
+}
 
 /* forward:  kv [N, H*(dn+dv)] | k_pe [N, dr]
  * backward: do [N, H*dv] | dq [N, H*dk] | dk [N, H*dk] | dv [N, H*dv] | dkv [N, H*(dn+dv)] | dk_pe [N, dr]
  *           | dc~ [N, dc] | dc [N, dc] | dqa~ [N, dq] | dqa [N, dq]
- * decode:   q [H*dk] | qa [dq] | qabs [H, dc+dr] | u [H, dc] | o [H*dv] | scores [H, max_position]
- *           | per key chunk: partial latent sums [chunks, H, dc], max and sum [chunks, H] each */
+ * decode:   q [H*dk] | qa [dq] | qabs [H, dc+dr] | u [H, dc] | o [H*dv] | al_attn_decode's workspace */
 static size_t mla_scratch(const al_config *c, int B, int T) {
     const mla_dims D = dims_of(c);
     const size_t N = (size_t)B * T;
     size_t fwd = N * (D.kvw + D.dr);
     size_t bwd = N * ((size_t)2 * D.ow + 2 * (size_t)D.qw + D.kvw + D.dr + 2 * (size_t)D.dc + 2 * (size_t)D.dq);
-    size_t dec = (size_t)D.qw + D.dq + (size_t)D.H * D.vpt + (size_t)D.H * D.dc + D.ow + (size_t)D.H * c->max_position +
-                 (size_t)decode_chunks(c) * D.H * (D.dc + 2);
+    const al_attn_shape ds = decode_shape(c, &D, c->max_position);
+    size_t dec = (size_t)D.qw + D.dq + (size_t)D.H * D.vpt + (size_t)D.H * D.dc + D.ow +
+                 al_attn_decode_scratch(&ds, c->max_position);
     size_t m = fwd > bwd ? fwd : bwd;
     return m > dec ? m : dec;
 }
@@ -328,14 +331,10 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
     const al_config *c = L->cfg;
     const mla_dims D = dims_of(c);
     const int d = D.d, H = D.H, dn = D.dn, dr = D.dr, dk = D.dk, dv = D.dv, dc = D.dc, vpt = D.vpt;
-    const int maxp = c->max_position, n = pos + 1, nch = (n + DKB - 1) / DKB, mch = decode_chunks(c);
-    al_attn_shape fn = {1, n, H, H, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)dk)};
-    al_attn_set_score(&fn, c);
-    const int softmax = fn.score == AL_SCORE_SOFTMAX;
+    const al_attn_shape fn = decode_shape(c, &D, pos + 1);
     const mla_w W = views(c, L->w);
     float *q = scratch, *qa = q + D.qw, *qabs = qa + D.dq, *u = qabs + (size_t)H * vpt, *o = u + (size_t)H * dc;
-    float *scores = o + D.ow, *part = scores + (size_t)H * maxp, *cmax = part + (size_t)mch * H * dc;
-    float *csum = cmax + (size_t)mch * H;
+    float *work = o + D.ow;
     float *entry = cache + (size_t)pos * vpt;
     /* queries: q[H*dk], rope parts rotated (rows = heads, all at position pos) */
     if (D.dq > 0) {
@@ -360,48 +359,9 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
             memset(qh, 0, sizeof(float) * dc);
         memcpy(qh + dc, q + (size_t)h * dk + dn, sizeof(float) * dr);
     }
-#pragma omp parallel for schedule(static) if (nch > 1)
-    for (int ch = 0; ch < nch; ch++) {
-        const int j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;
-        const float *kc = cache + (size_t)j0 * vpt;
-        float *S = scores + j0;
-        /* S[H, kb] = scale * qabs[H, dc+dr] . cache[j0.., dc+dr]^T  (ld maxp) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, kb, vpt, fn.scale, qabs, vpt, kc, vpt, 0.0f, S,
-                    maxp);
-        for (int h = 0; h < H; h++) {
-            float *row = S + (size_t)h * maxp;
-            if (!softmax) {
-                al_score_row(&fn, row, kb);
-                continue;
-            }
-            float mx = row[0], sum = 0.0f;
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < kb; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j = 0; j < kb; j++) row[j] -= mx;
-            al_expf_inplace(row, kb);
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < kb; j++) sum += row[j];
-            cmax[(size_t)ch * H + h] = mx;
-            csum[(size_t)ch * H + h] = sum;
-        }
-        /* part_ch[H, dc] = S[H, kb] . c~[j0.., dc] (the latent columns of the cache rows) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, dc, kb, 1.0f, S, maxp, kc, vpt, 0.0f,
-                    part + (size_t)ch * H * dc, dc);
-    }
-    /* u[H, dc]: the chunks merged in chunk order */
-    for (int h = 0; h < H; h++) {
-        float *uh = u + (size_t)h * dc, m = -INFINITY, l = 0.0f;
-        if (softmax) {
-            for (int ch = 0; ch < nch; ch++) m = cmax[(size_t)ch * H + h] > m ? cmax[(size_t)ch * H + h] : m;
-            for (int ch = 0; ch < nch; ch++) l += expf(cmax[(size_t)ch * H + h] - m) * csum[(size_t)ch * H + h];
-        }
-        memset(uh, 0, sizeof(float) * dc);
-        for (int ch = 0; ch < nch; ch++) {
-            const float wgt = softmax ? expf(cmax[(size_t)ch * H + h] - m) / l : 1.0f;
-            const float *pc = part + ((size_t)ch * H + h) * dc;
-            for (int e = 0; e < dc; e++) uh[e] += wgt * pc[e];
-        }
-    }
+    /* u[H, dc]: attention over the latent cache (keys [c~; k_pe], values c~) */
+    const al_decode_view view = {cache, (size_t)vpt, 0, 0, 0, 0};
+    al_attn_decode(&fn, qabs, &view, pos + 1, u, work);
     /* o_h[dv] = Wv_h[dv, dc] u_h */
     for (int h = 0; h < H; h++)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, dv, dc, 1.0f, W.kvb + ((size_t)h * (dn + dv) + dn) * dc, dc,
