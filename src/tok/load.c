@@ -58,21 +58,25 @@ const char *tok_intern(al_tokenizer *t, const char *s, size_t n) {
 
 /* ---- the byte tokenizer ---- */
 
-static unsigned char byte_values[256];
-static const char *byte_pieces[256];
-static uint32_t byte_lens[256];
+/* Its tables are constant, so the one shared instance needs no set-up and
+ * no lock: piece i is the byte i. */
+#define AL_B4(i) (i), (i) + 1, (i) + 2, (i) + 3
+#define AL_B16(i) AL_B4(i), AL_B4((i) + 4), AL_B4((i) + 8), AL_B4((i) + 12)
+#define AL_B64(i) AL_B16(i), AL_B16((i) + 16), AL_B16((i) + 32), AL_B16((i) + 48)
+static const unsigned char byte_values[256] = {AL_B64(0), AL_B64(64), AL_B64(128), AL_B64(192)};
+#define AL_P4(i) (const char *)&byte_values[i], (const char *)&byte_values[(i) + 1], \
+                 (const char *)&byte_values[(i) + 2], (const char *)&byte_values[(i) + 3]
+#define AL_P16(i) AL_P4(i), AL_P4((i) + 4), AL_P4((i) + 8), AL_P4((i) + 12)
+#define AL_P64(i) AL_P16(i), AL_P16((i) + 16), AL_P16((i) + 32), AL_P16((i) + 48)
+static const char *byte_pieces[256] = {AL_P64(0), AL_P64(64), AL_P64(128), AL_P64(192)};
+#define AL_ONE4 1, 1, 1, 1
+#define AL_ONE16 AL_ONE4, AL_ONE4, AL_ONE4, AL_ONE4
+#define AL_ONE64 AL_ONE16, AL_ONE16, AL_ONE16, AL_ONE16
+static uint32_t byte_lens[256] = {AL_ONE64, AL_ONE64, AL_ONE64, AL_ONE64};
 static al_tokenizer byte_tok = {.is_bytes = 1, .kind = TOK_KIND_BYTES, .vocab_size = 256, .unk_id = -1,
                                 .bos = -1, .eos = -1, .piece = byte_pieces, .piece_len = byte_lens};
 
-al_tokenizer *al_tok_bytes(void) {
-    /* idempotent: every call writes the same values, so racing callers agree */
-    for (int i = 0; i < 256; i++) {
-        byte_values[i] = (unsigned char)i;
-        byte_pieces[i] = (const char *)&byte_values[i];
-        byte_lens[i] = 1;
-    }
-    return &byte_tok;
-}
+al_tokenizer *al_tok_bytes(void) { return &byte_tok; }
 
 void al_tok_free(al_tokenizer *t) {
     if (!t || t == &byte_tok) return;
