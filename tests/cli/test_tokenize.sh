@@ -78,7 +78,7 @@ begin "--help lists the flags"
 run tokenize --help
 check_ok
 check_stdout "usage: attnlab tokenize"
-for f in --model --text --file --decode --ids-only --no-special --json; do check_stdout -- "$f"; done
+for f in --model --text --file --decode --ids-only --no-special --json; do check_stdout "^  $f "; done
 end
 
 begin "attnlab --help lists tokenize"
