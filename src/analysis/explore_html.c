@@ -211,6 +211,8 @@ static const char *const PAGE_SCRIPT[] = {
     "    if (b > 32 && b < 127) return \"'\" + String.fromCharCode(b) + \"'\";\n",
     "    return \"'\\\\x\" + (b < 16 ? '0' : '') + b.toString(16) + \"'\";\n",
     "  }\n",
+    "  /* position i's token for the tooltips: its byte, or a tokenizer's piece (already escaped) */\n",
+    "  function tokName(i) { return D.pieces ? \"'\" + D.pieces[i] + \"'\" : chName(D.bytes[i]); }\n",
     "\n",
     "  /* ticks every 1, 2 or 5 x 10^k cells, at least minPx apart */\n",
     "  function tickStep(pxPerCell, minPx) {\n",
@@ -471,8 +473,10 @@ static const char *const PAGE_SCRIPT[] = {
     "  function buildText() {\n",
     "    var box = $('text'), frag = document.createDocumentFragment();\n",
     "    for (var i = 0; i < T; i++) {\n",
-    "      var b = D.bytes[i], sp = document.createElement('span');\n",
-    "      if (b === 10) { sp.textContent = '\\u21b5\\n'; sp.className = 'ctl'; }\n",
+    "      var sp = document.createElement('span'), b = D.pieces ? -1 : D.bytes[i];\n",
+    "      if (D.pieces) sp.textContent = D.pieces[i].replace(/\\\\([\\\\nt])/g, function (m, c) {\n",
+    "        return c === 'n' ? '\\u21b5\\n' : c === 't' ? '\\u21e5' : '\\\\'; });\n",
+    "      else if (b === 10) { sp.textContent = '\\u21b5\\n'; sp.className = 'ctl'; }\n",
     "      else if (b === 9) { sp.textContent = '\\u21e5'; sp.className = 'ctl'; }\n",
     "      else if (b >= 32 && b < 127) sp.textContent = String.fromCharCode(b);\n",
     "      else { sp.textContent = '\\\\x' + (b < 16 ? '0' : '') + b.toString(16); sp.className = 'ctl'; }\n",
@@ -543,8 +547,8 @@ static const char *const PAGE_SCRIPT[] = {
     "    if (!cell) { hideTip(); clearText(); return; }\n",
     "    var W = weights(state.layer, state.head), w = value(W, cell.q, cell.k);\n",
     "    showTip(ev, [\n",
-    "      [['Query ', ''], [String(cell.q), 'tip-q', 'v'], [' ', ''], [chName(D.bytes[cell.q]), 'tip-qc', 'v']],\n",
-    "      [['Key ', ''], [String(cell.k), 'tip-k', 'v'], [' ', ''], [chName(D.bytes[cell.k]), 'tip-kc', 'v']],\n",
+    "      [['Query ', ''], [String(cell.q), 'tip-q', 'v'], [' ', ''], [tokName(cell.q), 'tip-qc', 'v']],\n",
+    "      [['Key ', ''], [String(cell.k), 'tip-k', 'v'], [' ', ''], [tokName(cell.k), 'tip-kc', 'v']],\n",
     "      [['Weight ', ''], [fmtW(w), 'tip-w', 'v']],\n",
     "      [['Layer ' + state.layer + ' Head ' + state.head, 'tip-head']]]);\n",
     "    shadeText(cell.q, cell.k);\n",
@@ -563,7 +567,7 @@ static const char *const PAGE_SCRIPT[] = {
     "    var t = ev.target;\n",
     "    if (!t.dataset || t.dataset.i === undefined) return;\n",
     "    var q = parseInt(t.dataset.i, 10);\n",
-    "    showTip(ev, [[['Query ', ''], [String(q), 'tip-q', 'v'], [' ', ''], [chName(D.bytes[q]), 'tip-qc', 'v']],\n",
+    "    showTip(ev, [[['Query ', ''], [String(q), 'tip-q', 'v'], [' ', ''], [tokName(q), 'tip-qc', 'v']],\n",
     "                 [['Shading: its weights over keys 0..' + (CAUSAL ? q : T - 1), '']]]);\n",
     "    shadeText(q, -1);\n",
     "  }\n",
@@ -614,7 +618,7 @@ static const char *const PAGE_SCRIPT[] = {
     "    document.title = 'attnlab explore: ' + D.title;\n",
     "    $('title').textContent = D.title;\n",
     "    $('subtitle').textContent = D.score_title + ' \\u00b7 ' + D.attention.toUpperCase() + ', ' + L + ' layers \\u00d7 ' +\n",
-    "        H + ' heads \\u00b7 the first ' + T + ' bytes of ' + D.text + (T > D.trained_context ?\n",
+    "        H + ' heads \\u00b7 the first ' + T + (D.pieces ? ' tokens of ' : ' bytes of ') + D.text + (T > D.trained_context ?\n",
     "        ' (longer than the ' + D.trained_context + ' tokens the model was trained at)' : '') +\n",
     "        ' \\u00b7 model ' + D.model;\n",
     "    $('footer').textContent = 'Written by ' + D.generator + '. Embedded: the weights of all ' + L * H +\n",
@@ -843,7 +847,12 @@ static char *info_json(const al_explore_info *in) {
                                                           "row q holds keys 0..q"
                                                         : "float32le base64, one line per head (layer-major), "
                                                           "row q holds keys 0..T-1");
-    cJSON_AddItemToObject(root, "bytes", cJSON_CreateIntArray(in->token_bytes, in->tokens));
+    if (in->token_labels) { /* a tokenizer.json's tokens: their ids and printable pieces */
+        cJSON_AddItemToObject(root, "token_ids", cJSON_CreateIntArray(in->token_bytes, in->tokens));
+        cJSON_AddItemToObject(root, "pieces", cJSON_CreateStringArray(in->token_labels, in->tokens));
+    } else {
+        cJSON_AddItemToObject(root, "bytes", cJSON_CreateIntArray(in->token_bytes, in->tokens));
+    }
     cJSON *stats = cJSON_AddArrayToObject(root, "stats");
     for (int l = 0; l < in->layers; l++) {
         cJSON *layer = cJSON_CreateArray();

@@ -36,7 +36,9 @@ typedef struct al_explore_info {
     int layers, heads, tokens;   /* L, H, T */
     int trained_context;         /* the context the model was trained at */
     int causal;                  /* 1: keys after the query are masked */
-    const int *token_bytes;      /* [T]: the input, one byte per token */
+    const int *token_bytes;      /* [T]: the input's token ids (bytes for a byte model) */
+    const char *const *token_labels; /* [T]: printable pieces of a tokenizer.json's tokens (al_tok_piece_label),
+                                      * written as "token_ids" + "pieces"; NULL for a byte model ("bytes") */
     const al_head_stats *stats;  /* [L * H], layer-major */
     const al_head_sim *sim;      /* per-layer similarity matrices and metrics */
 } al_explore_info;

@@ -7,6 +7,7 @@
 #define AL_CLI_H
 
 #include "core/core.h"
+#include "tok/tokenizer.h"
 
 typedef enum { ARG_INT, ARG_DOUBLE, ARG_STRING, ARG_FLAG, ARG_LIST } al_arg_type;
 
@@ -49,12 +50,26 @@ int cmd_attnmap(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_explore(int argc, char **argv);
 int cmd_study(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 /* `attnlab heads` on given models (cmd_heads.c), also used by `study`; titles may be NULL. */
 int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
                 const char *out);
 
-/* Shared by the analysis commands (cmd_attnmap.c). */
-int read_tokens(const char *path, int max_tokens, int **tokens, int *T, al_err *err);
+/* Text -> a model's tokens (text_input.c). */
+/* The tokenizer of model_dir (al_tok_open_dir) checked against the model's
+ * vocabulary: model_vocab ids, or 0 to read config.json's vocab_size. A
+ * directory without tokenizer.json must hold a byte model (256 ids). */
+al_tokenizer *cli_tokenizer(const char *model_dir, int model_vocab, al_err *err);
+/* text[0..len) encoded with the tokenizer's BOS/EOS, cut to max_tokens (0:
+ * all) into *T tokens (malloc'd); at least 2 tokens. */
+int cli_encode(const al_tokenizer *t, const char *text, size_t len, int max_tokens, int **tokens, int *T,
+               al_err *err);
+/* The same for a text file (errors name it). */
+int read_tokens(const al_tokenizer *t, const char *path, int max_tokens, int **tokens, int *T, al_err *err);
+/* Printable labels of tokens[0..T) (al_tok_piece_label), malloc'd; NULL when
+ * out of memory. Free with cli_free_labels. */
+char **cli_token_labels(const al_tokenizer *t, const int *tokens, int T);
+void cli_free_labels(char **labels, int T);
 /* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png */
 void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap);
 

@@ -7,6 +7,7 @@
  * selected heads get a T x T matrix. Inputs longer than the context the model
  * was trained at are allowed (RoPE tables are extended), and said so.
  */
+#include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,26 +36,6 @@ static int parse_list(const char *s, int n_max, int *out, int cap) {
         p = end;
     }
     return n;
-}
-
-/* The first max_tokens bytes of a text file as tokens[*T] (malloc'd). */
-int read_tokens(const char *path, int max_tokens, int **tokens, int *T, al_err *err) {
-    char *bytes;
-    size_t len;
-    if (al_read_file(path, &bytes, &len, err)) return -1;
-    if (len < 2) {
-        free(bytes);
-        return al_errf(err, "%s: the text needs at least 2 bytes", path);
-    }
-    *T = len < (size_t)max_tokens ? (int)len : max_tokens;
-    *tokens = malloc(sizeof(int) * (size_t)*T);
-    if (!*tokens) {
-        free(bytes);
-        return al_errf(err, "out of memory");
-    }
-    for (int i = 0; i < *T; i++) (*tokens)[i] = (unsigned char)bytes[i];
-    free(bytes);
-    return 0;
 }
 
 /* FILE.png -> stem FILE, figure FILE.png; a name without an extension is a
@@ -125,12 +106,12 @@ int cmd_attnmap(int argc, char **argv) {
     long max_tokens = 4096, topk = 10, threads = 0, image = -1;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
-        {"text", ARG_STRING, &text, "input text file (bytes are the tokens), for language models"},
+        {"text", ARG_STRING, &text, "input text file (encoded by the model's tokenizer), for language models"},
         {"image", ARG_INT, &image, "vision models: test image N of Fashion-MNIST (maps: the CLS row over the patches)"},
         {"images", ARG_STRING, &images_dir, "vision: directory of the IDX files (default Debian's)"},
         {"layer", ARG_STRING, &layers_s, "layers: N, N,M,... or all (rows of the grid)"},
         {"head", ARG_STRING, &heads_s, "heads: N, N,M,... or all (columns of the grid)"},
-        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text"},
+        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N tokens of the text (bytes for byte models)"},
         {"topk", ARG_INT, &topk, "k of the top-k mass statistic"},
         {"scale", ARG_STRING, &scale, "colour scale of the figure: log (1e-6..1) or linear"},
         {"out", ARG_STRING, &out, "output stem or FILE.png/.svg/.pdf; writes STEM.npy and STEM.json"},
@@ -164,7 +145,9 @@ int cmd_attnmap(int argc, char **argv) {
             snprintf(msg, sizeof msg, "head %d out of range (the model has heads 0..%d)", heads[i], cfg.num_heads - 1);
             return cli_fail(cmd, msg);
         }
-    int T, trained, *tok = NULL, vision = cfg.task == AL_TASK_VISION, label = -1;
+    int T, trained, *tok = NULL, *tok_ids = NULL, vision = cfg.task == AL_TASK_VISION, label = -1;
+    al_tokenizer *tk = NULL;
+    char **labels = NULL;
     float pixels[64 * 64];
     al_model m;
     al_acts a;
@@ -182,9 +165,17 @@ int cmd_attnmap(int argc, char **argv) {
         T = a.T;
         trained = T;
     } else {
-        if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+        tk = cli_tokenizer(model_dir, cfg.vocab_size, &err);
+        if (!tk || read_tokens(tk, text, (int)max_tokens, &tok, &T, &err)) {
+            al_tok_free(tk);
+            return cli_fail(cmd, err.msg);
+        }
         rc = al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err);
-        free(tok);
+        /* a tokenizer.json's tokens are named in STEM.json (a byte model's are its input bytes) */
+        if (!rc && !al_tok_is_bytes(tk) && !(labels = cli_token_labels(tk, tok, T))) rc = al_errf(&err, "out of memory");
+        if (!rc) tok_ids = tok;
+        else free(tok);
+        al_tok_free(tk);
     }
     if (rc) return cli_fail(cmd, err.msg);
     P = malloc(sizeof(float) * (size_t)npairs * T * T);
@@ -218,8 +209,16 @@ int cmd_attnmap(int argc, char **argv) {
         if (al_npy_write_f32(path, P, 3, shape, &err)) failed = cli_fail(cmd, err.msg);
     }
     if (!failed) {
-        /* every number shown, with where it came from */
-        size_t cap = 4096 + (size_t)npairs * 512, off = 0;
+        /* every number shown, with where it came from; a tokenizer.json's tokens too */
+        char *tokens_json = NULL;
+        if (labels) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToObject(o, "token_ids", cJSON_CreateIntArray(tok_ids, T));
+            cJSON_AddItemToObject(o, "pieces", cJSON_CreateStringArray((const char *const *)labels, T));
+            tokens_json = cJSON_PrintUnformatted(o);
+            cJSON_Delete(o);
+        }
+        size_t cap = 4096 + (size_t)npairs * 512 + (tokens_json ? strlen(tokens_json) : 0), off = 0;
         char *j = malloc(cap);
         off += (size_t)snprintf(j + off, cap - off,
                                 "{\"command\":\"attnmap\",\"model\":\"%s\",\"text\":\"%s\",\"image\":%ld,\"tokens\":%d,"
@@ -240,10 +239,14 @@ int cmd_attnmap(int argc, char **argv) {
                                         h->entropy, h->mean_distance, h->topk_mass, h->row_sum, h->min_weight,
                                         h->max_weight);
             }
-        off += (size_t)snprintf(j + off, cap - off, "]}\n");
+        if (tokens_json) /* {"token_ids":[...],"pieces":[...]} -> ,"token_ids":[...],"pieces":[...] */
+            off += (size_t)snprintf(j + off, cap - off, "],%.*s}\n", (int)strlen(tokens_json) - 2, tokens_json + 1);
+        else
+            off += (size_t)snprintf(j + off, cap - off, "]}\n");
         snprintf(path, sizeof path, "%s.json", stem);
         if (al_write_file_atomic(path, j, off, &err)) failed = cli_fail(cmd, err.msg);
         free(j);
+        free(tokens_json);
     }
     if (!failed) {
         char title[4400];
@@ -261,6 +264,8 @@ int cmd_attnmap(int argc, char **argv) {
     free(st);
 done:
     free(P);
+    free(tok_ids);
+    cli_free_labels(labels, T);
     al_acts_free(&a);
     al_model_free(&m);
     return failed ? 1 : 0;

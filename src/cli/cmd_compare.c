@@ -17,6 +17,35 @@
 #include "io/io.h"
 #include "plot/figure.h"
 
+/* The text's tokens for every model compared: each model's own tokenizer
+ * must give the same tokens (the panels share one input). */
+static int compare_tokens(const char *const *dirs, int n, const char *text, int max_tokens, int **tok, int *T,
+                          al_err *err) {
+    *tok = NULL;
+    for (int i = 0; i < n; i++) {
+        int *ids, len;
+        al_tokenizer *tk = cli_tokenizer(dirs[i], 0, err);
+        int rc = !tk || read_tokens(tk, text, max_tokens, &ids, &len, err);
+        al_tok_free(tk);
+        if (rc) {
+            free(*tok);
+            return -1;
+        }
+        if (i == 0) {
+            *tok = ids, *T = len;
+            continue;
+        }
+        int same = len == *T && !memcmp(ids, *tok, sizeof(int) * (size_t)len);
+        free(ids);
+        if (!same) {
+            free(*tok);
+            return al_errf(err, "%s and %s tokenize %s differently (the panels need the same tokens)", dirs[0],
+                           dirs[i], text);
+        }
+    }
+    return 0;
+}
+
 int cmd_compare(int argc, char **argv) {
     const char *cmd = "compare";
     al_strlist models = {0}, titles = {0};
@@ -26,13 +55,13 @@ int cmd_compare(int argc, char **argv) {
     al_arg args[] = {
         {"model", ARG_LIST, &models, "model directory; repeat for each model (panels in this order)"},
         {"title", ARG_LIST, &titles, "panel title per --model (default: from the score function)"},
-        {"text", ARG_STRING, &text, "input text file (bytes are the tokens), for language models"},
+        {"text", ARG_STRING, &text, "input text file (encoded by the models' tokenizer), for language models"},
         {"image", ARG_INT, &image, "vision models: test image N (panels: the CLS row over the 14 x 14 patches)"},
         {"images", ARG_STRING, &images_dir, "vision: directory of the IDX files (default Debian's)"},
         {"overlay", ARG_FLAG, &overlay, "vision: draw the maps over the input image"},
         {"layer", ARG_INT, &layer, "layer (default: the last)"},
         {"head", ARG_INT, &head, "head"},
-        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text"},
+        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N tokens of the text (bytes for byte models)"},
         {"out", ARG_STRING, &out, "figure FILE.png/.svg/.pdf (or a stem); also writes STEM.npy ([models, T, T]) and STEM.json"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
     };
@@ -50,7 +79,8 @@ int cmd_compare(int argc, char **argv) {
     al_err err;
     int T = 0, *tok = NULL, failed = 0, vision = image >= 0, side = 0, label = -1;
     float pixels[64 * 64];
-    if (!vision && read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    if (!vision && compare_tokens(models.items, models.n, text, (int)max_tokens, &tok, &T, &err))
+        return cli_fail(cmd, err.msg);
     if (vision) { /* T = 1 + patches, the same for every model compared */
         al_config c;
         char path[4200];

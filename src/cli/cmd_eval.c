@@ -1,8 +1,16 @@
 /*
  * cmd_eval.c: `attnlab eval`: loss and bits per byte of a model over a file
- * (default: the validation split of the data the model was trained on), and
- * optionally the logits of the first window as NPY. For a vision model: test
- * accuracy and loss over the 10,000 Fashion-MNIST test images.
+ * or a string (default: the validation split of the data the model was
+ * trained on), and optionally the logits of the first window as NPY. For a
+ * vision model: test accuracy and loss over the 10,000 Fashion-MNIST test
+ * images.
+ *
+ * The text becomes tokens through the model directory's tokenizer
+ * (tokenizer.json, or bytes for attnlab's own models; the BOS it adds
+ * included). The loss is the mean cross-entropy per predicted token, in
+ * consecutive windows of T predictions; bits per byte are the total nats /
+ * ln 2 / the UTF-8 bytes of text those predictions cover, so for a byte model
+ * it is the loss / ln 2 as before.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -55,29 +63,67 @@ static int eval_vision(const char *cmd, const char *model_dir, al_model *m, cons
     return failed ? 1 : 0;
 }
 
+/* Mean cross-entropy over ids[0..n): windows of T tokens (B per forward
+ * pass) starting every T tokens, each token i < n - 1 predicting i + 1 from
+ * the tokens of its window up to i; at most max_predictions (0: all). *count
+ * is the number of predictions. */
+static int eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_predictions, double *loss,
+                    size_t *count, al_err *err) {
+    const int B = a->B, T = a->T;
+    size_t n_pred = n > 0 ? n - 1 : 0;
+    if (max_predictions && n_pred > max_predictions) n_pred = max_predictions;
+    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 tokens)");
+    int *in = malloc(sizeof(int) * (size_t)B * T), *tg = malloc(sizeof(int) * (size_t)B * T);
+    if (!in || !tg) {
+        free(in);
+        free(tg);
+        return al_errf(err, "out of memory");
+    }
+    double sum = 0;
+    for (size_t done = 0; done < n_pred; done += (size_t)B * T) {
+        size_t batch_count = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t i = done + (size_t)b * T + (size_t)t;
+                int ok = i < n_pred;
+                in[b * T + t] = ok ? ids[i] : 0;
+                tg[b * T + t] = ok ? ids[i + 1] : -1;
+                batch_count += ok;
+            }
+        sum += al_model_forward(m, a, in, tg) * (double)batch_count;
+    }
+    free(in);
+    free(tg);
+    *count = n_pred;
+    *loss = sum / (double)n_pred;
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
-    const char *model_dir = NULL, *data = NULL, *logits_path = NULL, *images = NULL;
+    const char *model_dir = NULL, *data = NULL, *text_arg = NULL, *logits_path = NULL, *images = NULL;
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
     int json = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
         {"data", ARG_STRING, &data, "text file to score, whole (default: the training data's validation split)"},
+        {"text", ARG_STRING, &text_arg, "score this text instead of a file"},
         {"context", ARG_INT, &context, "window length T (default: the training context)"},
         {"batch", ARG_INT, &batch, "windows per forward pass"},
-        {"max-tokens", ARG_INT, &max_tokens, "score at most N bytes (0: all)"},
-        {"logits", ARG_STRING, &logits_path, "write float32 logits [T, 256] of the first window to this .npy"},
+        {"max-tokens", ARG_INT, &max_tokens, "score at most N tokens (bytes for byte models; 0: all)"},
+        {"logits", ARG_STRING, &logits_path, "write float32 logits [T, vocab] of the first window to this .npy"},
         {"images", ARG_STRING, &images, "vision: directory of the Fashion-MNIST IDX files (default: the training run's)"},
         {"max-images", ARG_INT, &max_images, "vision: evaluate the first N test images (0: all 10000)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"json", ARG_FLAG, &json, "print one JSON object"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "--model DIR [--data FILE] [--context T] [--logits OUT.npy] [--images DIR]", args, n, argc,
-                       argv);
+    int rc = cli_parse(cmd, "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR]",
+                       args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!model_dir) return cli_usage(cmd, "--model DIR is required");
+    if (data && text_arg) return cli_usage(cmd, "give --data FILE or --text STR, not both");
     if (batch <= 0 || context < 0 || max_tokens < 0 || max_images < 0 || max_images > 100000000)
         return cli_usage(cmd, "--batch must be positive, --context, --max-tokens and --max-images not negative");
     if (threads > 0) al_set_threads((int)threads);
@@ -87,11 +133,11 @@ int cmd_eval(int argc, char **argv) {
     char *extra = NULL;
     if (al_model_load(&m, model_dir, &extra, &err)) return cli_fail(cmd, err.msg);
     const int vit = m.cfg.task == AL_TASK_VISION;
-    static const char *const text_only[] = {"data", "context", "max-tokens", "logits"};
+    static const char *const text_only[] = {"data", "text", "context", "max-tokens", "logits"};
     static const char *const vision_only[] = {"images", "max-images"};
-    for (int i = 0; i < 4 + 2; i++) {
-        const char *flag = i < 4 ? text_only[i] : vision_only[i - 4];
-        if (cli_find(args, n, flag)->seen && (i < 4) == vit) {
+    for (int i = 0; i < 5 + 2; i++) {
+        const char *flag = i < 5 ? text_only[i] : vision_only[i - 5];
+        if (cli_find(args, n, flag)->seen && (i < 5) == vit) {
             al_model_free(&m);
             free(extra);
             return cli_usage(cmd, "--%s does not apply to %s model", flag, vit ? "a vision" : "a language");
@@ -123,71 +169,99 @@ int cmd_eval(int argc, char **argv) {
         return cli_fail(cmd, err.msg);
     }
 
-    al_corpus corpus;
+    al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
+    if (!tk) {
+        al_model_free(&m);
+        return cli_fail(cmd, err.msg);
+    }
+    al_corpus corpus = {0};
     const uint8_t *bytes;
     size_t nbytes;
     const char *what;
     int failed = 0;
-    if (data) {
+    if (text_arg) {
+        bytes = (const uint8_t *)text_arg;
+        nbytes = strlen(text_arg);
+        what = "--text";
+        if (nbytes < 2) failed = cli_fail(cmd, "--text is empty (needs at least 2 bytes)");
+    } else if (data) {
         char *text;
         if (al_read_file(data, &text, &nbytes, &err)) {
-            al_model_free(&m);
-            return cli_fail(cmd, err.msg);
+            failed = cli_fail(cmd, err.msg);
+        } else {
+            corpus.bytes = (uint8_t *)text;
+            corpus.n = nbytes;
+            if (nbytes < 2) {
+                snprintf(err.msg, sizeof err.msg, "%s: data file is empty (needs at least 2 bytes)", data);
+                failed = cli_fail(cmd, err.msg);
+            }
         }
-        if (nbytes < 2) {
-            free(text);
-            al_model_free(&m);
-            snprintf(err.msg, sizeof err.msg, "%s: data file is empty (needs at least 2 bytes)", data);
-            return cli_fail(cmd, err.msg);
-        }
-        corpus.bytes = (uint8_t *)text;
-        corpus.n = nbytes;
-        corpus.n_train = 0;
         bytes = corpus.bytes;
         what = data;
     } else {
-        if (al_corpus_load(&corpus, o.data, o.val_fraction, 1, &err)) {
-            al_model_free(&m);
-            return cli_fail(cmd, err.msg);
-        }
+        if (al_corpus_load(&corpus, o.data, o.val_fraction, 1, &err)) failed = cli_fail(cmd, err.msg);
         bytes = corpus.bytes + corpus.n_train;
         nbytes = corpus.n - corpus.n_train;
         what = "validation split";
     }
 
-    al_acts a;
-    double loss = NAN;
-    size_t count = 0;
-    double t0 = al_now();
-    if (al_acts_create(&a, &m, (int)batch, T, &err) ||
-        al_eval_bytes(&m, &a, bytes, nbytes, (size_t)max_tokens, &loss, &count, &err)) {
+    int *ids = NULL, n_ids = 0;
+    if (!failed && al_tok_encode(tk, (const char *)bytes, nbytes, 1, &ids, &n_ids, &err)) {
+        al_err_prefix(&err, "%s", what);
         failed = cli_fail(cmd, err.msg);
     }
+    if (!failed && n_ids < 2) {
+        snprintf(err.msg, sizeof err.msg, "%s: the text makes %d token%s (needs at least 2)", what, n_ids,
+                 n_ids == 1 ? "" : "s");
+        failed = cli_fail(cmd, err.msg);
+    }
+    al_acts a;
+    double loss = NAN;
+    size_t count = 0, text_bytes = 0, first_bytes = 0;
+    double t0 = al_now();
+    if (!failed) {
+        if (al_acts_create(&a, &m, (int)batch, T, &err) ||
+            eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
+            failed = cli_fail(cmd, err.msg);
+        } else {
+            al_acts_free(&a);
+        }
+    }
     double dt = al_now() - t0;
-    if (!failed) al_acts_free(&a);
+    /* the bytes the predictions cover: those of tokens 1..count (the first token is never predicted) */
+    if (!failed && (al_tok_text_bytes(tk, ids, (int)count + 1, &text_bytes, &err) ||
+                    al_tok_text_bytes(tk, ids, 1, &first_bytes, &err)))
+        failed = cli_fail(cmd, err.msg);
+    text_bytes -= failed ? 0 : first_bytes;
     if (!failed && logits_path) {
-        /* the first window: T bytes (or the whole file if shorter) */
-        int W = nbytes < (size_t)T ? (int)nbytes : T;
-        int *tok = malloc(sizeof(int) * (size_t)W);
+        /* the first window: T tokens (or the whole text if shorter) */
+        int W = n_ids < T ? n_ids : T;
         if (al_acts_create(&a, &m, 1, W, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
-            for (int i = 0; i < W; i++) tok[i] = bytes[i];
-            al_model_forward(&m, &a, tok, NULL);
+            al_model_forward(&m, &a, ids, NULL);
             int64_t shape[2] = {W, m.cfg.vocab_size};
             if (al_npy_write_f32(logits_path, a.logits, 2, shape, &err)) failed = cli_fail(cmd, err.msg);
             al_acts_free(&a);
         }
-        free(tok);
     }
     if (!failed) {
+        /* total nats / ln 2 / bytes; a byte model has count == bytes and gives loss / ln 2 exactly */
+        const double bpb = text_bytes ? loss / M_LN2 * ((double)count / (double)text_bytes) : NAN;
+        const int byte_model = al_tok_is_bytes(tk);
         if (json)
-            printf("{\"model\":\"%s\",\"data\":\"%s\",\"context\":%d,\"bytes\":%zu,\"loss\":%.6f,\"bits_per_byte\":%.6f,"
-                   "\"seconds\":%.3f}\n", model_dir, what, T, count, loss, loss / M_LN2, dt);
-        else
+            printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
+                   "\"bytes\":%zu,\"loss\":%.6f,\"bits_per_byte\":%.6f,\"seconds\":%.3f}\n",
+                   model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, bpb, dt);
+        else if (byte_model)
             printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
-                   loss, loss / M_LN2, count, what, T, count / dt);
+                   loss, bpb, count, what, T, count / dt);
+        else
+            printf("%s: loss %.4f nats/token, %.4f bits/byte over %zu tokens = %zu bytes (%s, context %d, "
+                   "%.0f tokens/s)\n", model_dir, loss, bpb, count, text_bytes, what, T, count / dt);
     }
+    free(ids);
+    al_tok_free(tk);
     al_corpus_free(&corpus);
     al_model_free(&m);
     return failed ? 1 : 0;

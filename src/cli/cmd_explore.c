@@ -55,9 +55,9 @@ int cmd_explore(int argc, char **argv) {
     long max_tokens = 256, topk = 10, threads = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
-        {"text", ARG_STRING, &text, "input text file (bytes are the tokens)"},
+        {"text", ARG_STRING, &text, "input text file (encoded by the model's tokenizer; a byte model's tokens are bytes)"},
         {"out", ARG_STRING, &out, "the page to write, FILE.html"},
-        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N bytes of the text (2..1024; default 256)"},
+        {"max-tokens", ARG_INT, &max_tokens, "use at most the first N tokens of the text (2..1024; default 256)"},
         {"topk", ARG_INT, &topk, "k of the top-k mass statistic"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
     };
@@ -84,7 +84,19 @@ int cmd_explore(int argc, char **argv) {
         return cli_fail(cmd, msg);
     }
     int T, trained, *tok = NULL;
-    if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
+    char **labels = NULL;
+    al_tokenizer *tk = cli_tokenizer(model_dir, cfg.vocab_size, &err);
+    if (!tk || read_tokens(tk, text, (int)max_tokens, &tok, &T, &err)) {
+        al_tok_free(tk);
+        return cli_fail(cmd, err.msg);
+    }
+    /* a tokenizer.json's tokens are labelled by their pieces; a byte model's page shows its bytes as before */
+    if (!al_tok_is_bytes(tk) && !(labels = cli_token_labels(tk, tok, T))) {
+        al_tok_free(tk);
+        free(tok);
+        return cli_fail(cmd, "out of memory");
+    }
+    al_tok_free(tk);
     {
         const int nh = cfg.num_layers * cfg.num_heads, bidir = cfg.bidirectional;
         double bytes = (double)nh * (double)al_explore_bytes_per_head(T, !bidir);
@@ -96,6 +108,7 @@ int cmd_explore(int argc, char **argv) {
             snprintf(msg, sizeof msg, "%d layers x %d heads over %d tokens make a %s page, more than a browser "
                      "loads; use --max-tokens %d or less", cfg.num_layers, cfg.num_heads, T, size, fit);
             free(tok);
+            cli_free_labels(labels, T);
             return cli_fail(cmd, msg);
         }
     }
@@ -103,6 +116,7 @@ int cmd_explore(int argc, char **argv) {
     al_acts a;
     if (al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err)) {
         free(tok);
+        cli_free_labels(labels, T);
         return cli_fail(cmd, err.msg);
     }
     const int L = m.cfg.num_layers, H = m.cfg.num_heads, causal = !m.cfg.bidirectional;
@@ -142,7 +156,8 @@ int cmd_explore(int argc, char **argv) {
         al_explore_info info = {
             .title = title, .model = model_dir, .text = text, .attention = al_attn_name(m.cfg.attention),
             .score = al_score_name(m.cfg.score), .score_title = score_title, .layers = L, .heads = H, .tokens = T,
-            .trained_context = trained, .causal = causal, .token_bytes = tok, .stats = st, .sim = &sim,
+            .trained_context = trained, .causal = causal, .token_bytes = tok, .token_labels = (const char *const *)labels,
+            .stats = st, .sim = &sim,
         };
         if (al_explore_finish(&w, &info, &err)) {
             failed = cli_fail(cmd, err.msg);
@@ -160,6 +175,7 @@ done:
     free(st);
     free(P);
     free(tok);
+    cli_free_labels(labels, T);
     al_acts_free(&a);
     al_model_free(&m);
     return failed ? 1 : 0;

@@ -1,16 +1,25 @@
 /*
- * cmd_generate.c: `attnlab generate`: sample bytes after a prompt with the
- * model's KV cache, streaming them to stdout; speed to stderr.
+ * cmd_generate.c: `attnlab generate`: sample tokens after a prompt with the
+ * model's KV cache, streaming their text to stdout; speed to stderr. The
+ * prompt becomes tokens through the model directory's tokenizer (bytes for
+ * attnlab's own models, with the BOS a tokenizer.json adds); each new token
+ * is written as the bytes it stands for (al_tok_piece), special tokens are
+ * not written, and sampling the tokenizer's EOS ends the text.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "infer/generate.h"
 
-static void put_byte(int b, void *ctx) {
-    (void)ctx;
-    putchar(b);
+/* Streams one generated token's bytes (ctx: the tokenizer). */
+static void put_token(int id, void *ctx) {
+    const al_tokenizer *t = ctx;
+    const char *bytes;
+    size_t len;
+    if (al_tok_is_special(t, id) || al_tok_piece(t, id, &bytes, &len)) return;
+    fwrite(bytes, 1, len, stdout);
     fflush(stdout);
 }
 
@@ -22,9 +31,9 @@ int cmd_generate(int argc, char **argv) {
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
         {"prompt", ARG_STRING, &prompt, "text to continue"},
-        {"n", ARG_INT, &count, "bytes to generate"},
+        {"n", ARG_INT, &count, "tokens to generate (bytes for byte models)"},
         {"temperature", ARG_DOUBLE, &temperature, "sampling temperature (0: greedy)"},
-        {"top-k", ARG_INT, &top_k, "keep the k most likely bytes (0: all)"},
+        {"top-k", ARG_INT, &top_k, "keep the k most likely tokens (0: all)"},
         {"top-p", ARG_DOUBLE, &top_p, "keep the smallest set with this much probability (1: all)"},
         {"seed", ARG_INT, &seed, "sampling seed"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
@@ -41,14 +50,23 @@ int cmd_generate(int argc, char **argv) {
     al_err err;
     al_model m;
     if (al_model_load(&m, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
+    al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
+    int *ids = NULL, n_ids = 0;
+    if (!tk || al_tok_encode(tk, prompt, strlen(prompt), 1, &ids, &n_ids, &err)) {
+        if (tk) al_err_prefix(&err, "the prompt");
+        al_tok_free(tk);
+        al_model_free(&m);
+        return cli_fail(cmd, err.msg);
+    }
     al_sampler s = {(float)temperature, (int)top_k, (float)top_p};
-    static uint8_t out[1 << 20];
-    if (count > (long)sizeof out) count = sizeof out;
+    if (count > 1 << 20) count = 1 << 20;
     al_gen_stats st;
     fputs(prompt, stdout);
-    int made = al_generate_bytes(&m, (const uint8_t *)prompt, (int)strlen(prompt), (int)count, &s, (uint64_t)seed, out,
-                                 put_byte, NULL, &st, &err);
+    int made = al_generate_ids(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), NULL, put_token, tk,
+                               &st, &err);
     putchar('\n');
+    free(ids);
+    al_tok_free(tk);
     al_model_free(&m);
     if (made < 0) return cli_fail(cmd, err.msg);
     fprintf(stderr, "attnlab: %d prompt tokens in %.3f s, %d new tokens in %.3f s (%.1f tokens/s), KV cache %zu bytes\n",

@@ -23,6 +23,7 @@ static const struct {
     {"compare", cmd_compare, "the same head of several models side by side (e.g. poly vs softmax)"},
     {"study", cmd_study, "train and compare the five KV designs and two score functions; report + figures"},
     {"bench", cmd_bench, "measure speed against this machine's ceilings"},
+    {"tokenize", cmd_tokenize, "text -> token ids and back with a model's tokenizer"},
 };
 
 static void usage(FILE *f) {

@@ -19,4 +19,14 @@ int al_generate_bytes(const al_model *m, const uint8_t *prompt, int prompt_len, 
                       uint64_t seed, uint8_t *out, void (*on_token)(int byte, void *ctx), void *ctx,
                       al_gen_stats *stats, al_err *err);
 
+/* The same over token ids, for any vocabulary: feeds prompt[0..prompt_len)
+ * and samples up to n ids into out (may be NULL), calling on_token for each
+ * (may be NULL). Sampling stop_id (>= 0; -1: never) ends generation after it
+ * is reported (it counts as generated). Returns the number generated or -1.
+ * With the same model, seed and prompt bytes as ids it samples exactly what
+ * al_generate_bytes does. */
+int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
+                    int stop_id, int *out, void (*on_token)(int id, void *ctx), void *ctx, al_gen_stats *stats,
+                    al_err *err);
+
 #endif
