@@ -39,7 +39,7 @@ void al_afile_abort(al_afile *a);               /* remove temp; safe after commi
  *  "__metadata__": {"k": "v"}}, then the byte buffer. Offsets are relative to
  * the start of the buffer. */
 enum { AL_ST_MAX_DIMS = 8 };
-typedef enum { AL_DT_F32, AL_DT_F16, AL_DT_BF16, AL_DT_F64, AL_DT_I32, AL_DT_I64 } al_dtype;
+/* al_dtype (core.h) names the element types. */
 
 typedef struct al_st_tensor {
     char *name;

@@ -103,17 +103,9 @@ static const struct {
 };
 enum { N_DTYPES = sizeof dtypes / sizeof dtypes[0] };
 
-static size_t dtype_size(al_dtype dt) {
-    for (int i = 0; i < N_DTYPES; i++)
-        if (dtypes[i].dt == dt) return dtypes[i].size;
-    return 0;
-}
+static size_t dtype_size(al_dtype dt) { return al_dtype_size(dt); }
 
-static const char *dtype_name(al_dtype dt) {
-    for (int i = 0; i < N_DTYPES; i++)
-        if (dtypes[i].dt == dt) return dtypes[i].name;
-    return "?";
-}
+static const char *dtype_name(al_dtype dt) { return al_dtype_name(dt); }
 
 /* JSON numbers are doubles: accept only exact non-negative integers up to 2^53. */
 static int json_uint(const cJSON *v, uint64_t *out) {
