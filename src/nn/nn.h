@@ -83,6 +83,25 @@ typedef struct al_rope_table {
     float *cos, *sin; /* [max_pos][half] */
 } al_rope_table;
 int al_rope_table_init(al_rope_table *t, int max_pos, int dim, double theta); /* 0 ok, -1 OOM */
+/* Frequency scaling of a Hugging Face config's "rope_scaling" (none, or
+ * Llama 3's: type AL_ROPE_LLAMA3 with factor, low_freq_factor,
+ * high_freq_factor and original_max_position_embeddings). */
+typedef enum { AL_ROPE_DEFAULT, AL_ROPE_LLAMA3 } al_rope_type;
+typedef struct al_rope_scaling {
+    al_rope_type type;
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_position;
+} al_rope_scaling;
+/* As al_rope_table_init with each inverse frequency scaled as transformers'
+ * _compute_llama3_parameters does (sc NULL or AL_ROPE_DEFAULT: unscaled):
+ * wavelength w = 2 pi / f; w < L / high_freq_factor: f kept; w > L /
+ * low_freq_factor: f / factor; between: (1 - s) f / factor + s f with
+ * s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor),
+ * L = original_max_position. Computed in double. */
+int al_rope_table_init_scaled(al_rope_table *t, int max_pos, int dim, double theta, const al_rope_scaling *sc);
+/* The inverse frequency of pair i of a dim-dimensional rotation (half of
+ * them), with sc's scaling: what the table's angles are pos times. */
+double al_rope_inv_freq(int i, int dim, double theta, const al_rope_scaling *sc);
 void al_rope_table_free(al_rope_table *t);
 /* In place on x: rows r = 0..rows-1, row r starts at x + r*row_stride and
  * holds n_vec vectors of dimension dim (= 2*tab->half) contiguously; row r is
