@@ -183,7 +183,7 @@ int cmd_attnmap(int argc, char **argv) {
         trained = T;
     } else {
         if (read_tokens(text, (int)max_tokens, &tok, &T, &err)) return cli_fail(cmd, err.msg);
-        rc = al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err);
+        rc = al_attnmap_prepare_layers(model_dir, tok, T, layers, nl, &m, &a, &trained, &err);
         free(tok);
     }
     if (rc) return cli_fail(cmd, err.msg);

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -115,28 +116,19 @@ static int bench_decode(int argc, char **argv) {
     al_err err;
     al_config cfg;
     al_model m;
+    if (f.threads > 0) al_set_threads((int)f.threads);
     if (model_dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/config.json", model_dir);
-        if (al_config_load(&cfg, path, NULL, &err)) return cli_fail(cmd, err.msg);
+        /* a longer RoPE table than the model trained with: fine for timing
+         * (a Hugging Face checkpoint is memory-mapped in its dtype) */
+        if (al_model_open(&m, model_dir, (int)context, NULL, &err)) return cli_fail(cmd, err.msg);
+        cfg = m.cfg;
     } else {
         if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "bench";
         al_train_opts o;
         if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
         cfg = o.model;
-    }
-    if (f.threads > 0) al_set_threads((int)f.threads);
-    /* a longer RoPE table than the model trained with: fine for timing */
-    if (cfg.max_position < context) cfg.max_position = (int)context;
-    if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
-    if (model_dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
-        if (al_model_load_weights(&m, path, &err)) {
-            al_model_free(&m);
-            return cli_fail(cmd, err.msg);
-        }
-    } else {
+        if (cfg.max_position < context) cfg.max_position = (int)context;
+        if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
         al_model_init_weights(&m, 1);
     }
     al_decoder dec;
@@ -148,20 +140,27 @@ static int bench_decode(int argc, char **argv) {
     al_rng_seed(&rng, 2);
     size_t cache_floats = dec.cache_bytes / sizeof(float);
     for (size_t i = 0; i < cache_floats; i++) dec.cache[i] = 0.5f * al_rng_normal(&rng);
-    float logits[256];
+    float *logits = malloc(sizeof(float) * (size_t)(cfg.vocab_size > 0 ? cfg.vocab_size : 1));
+    if (!logits) {
+        al_decoder_free(&dec);
+        al_model_free(&m);
+        return cli_fail(cmd, "out of memory");
+    }
     dec.pos = (int)(context - tokens - 1);
-    al_decoder_step(&dec, 'a', logits, &err); /* warm-up: caches, threads */
+    const int span = cfg.vocab_size < 256 ? cfg.vocab_size : 256; /* byte tokens (any vocabulary has them) */
+    al_decoder_step(&dec, 'a' % span, logits, &err); /* warm-up: caches, threads */
     double t0 = al_now();
-    int tok = 'a';
+    int tok = 'a' % span;
     for (long i = 0; i < tokens; i++) {
         if (al_decoder_step(&dec, tok, logits, &err)) break;
-        tok = (int)(al_rng_u64(&rng) % 256);
+        tok = (int)(al_rng_u64(&rng) % (uint64_t)span);
     }
     double dt = (al_now() - t0) / tokens;
     double triad = al_measure_triad_gbs((int)triad_mb, 5);
-    size_t weight_bytes = 0;
-    for (int i = 0; i < m.n_params; i++) weight_bytes += m.params[i].numel * sizeof(float);
-    if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * sizeof(float) - cfg.hidden_size * sizeof(float);
+    /* bytes read per token: every matrix once (in its dtype), of the embedding one row unless it is the head */
+    size_t weight_bytes = al_model_weight_bytes(&m);
+    const size_t esz = al_dtype_size(m.embed_dt);
+    if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * esz - cfg.hidden_size * esz;
     double avg_pos = (double)context - tokens / 2.0;
     double cache_read = avg_pos * dec.values_per_token * sizeof(float) * cfg.num_layers;
     double bytes = (double)weight_bytes + cache_read, gbs = bytes / dt / 1e9;
@@ -169,19 +168,24 @@ static int bench_decode(int argc, char **argv) {
         printf("{\"bench\":\"decode\",\"attention\":\"%s\",\"context\":%ld,\"threads\":%d,\"tokens_per_s\":%.2f,"
                "\"ms_per_token\":%.4f,\"weight_bytes\":%zu,\"kv_bytes_per_token_per_position\":%zu,"
                "\"kv_bytes_read_per_token\":%.0f,\"bytes_per_token\":%.0f,\"achieved_gb_per_s\":%.3f,"
-               "\"triad_gb_per_s\":%.3f,\"bandwidth_ratio\":%.4f,\"peak_rss_bytes\":%ld}\n",
+               "\"triad_gb_per_s\":%.3f,\"bandwidth_ratio\":%.4f,\"peak_rss_bytes\":%ld,\"weights\":\"%s\","
+               "\"wmat_kernel\":\"%s\"}\n",
                al_attn_name(cfg.attention), context, al_threads(), 1 / dt, 1e3 * dt, weight_bytes,
                dec.values_per_token * sizeof(float) * cfg.num_layers, cache_read, bytes, gbs, triad, gbs / triad,
-               al_peak_rss_bytes());
+               al_peak_rss_bytes(), m.mapped ? al_dtype_name(m.embed_dt) : "F32", al_wmat_kernel_name());
     } else {
         printf("decode at context %ld: %s attention, %d layers, %d threads\n", context, al_attn_name(cfg.attention),
                cfg.num_layers, al_threads());
+        if (m.mapped)
+            printf("  weights: %s %s, memory-mapped (%s kernels)\n", al_config_architecture(&cfg),
+                   al_dtype_name(m.embed_dt), al_wmat_kernel_name());
         printf("  %.1f tokens/s (%.3f ms/token)\n", 1 / dt, 1e3 * dt);
         printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token)\n",
                weight_bytes / 1e6, cache_read / 1e6, dec.values_per_token * sizeof(float) * cfg.num_layers);
         printf("  %.2f GB/s achieved; triad ceiling %.2f GB/s (same run) -> %.1f%% of bandwidth\n", gbs, triad,
                100 * gbs / triad);
     }
+    free(logits);
     al_decoder_free(&dec);
     al_model_free(&m);
     return 0;

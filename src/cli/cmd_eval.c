@@ -3,6 +3,11 @@
  * (default: the validation split of the data the model was trained on), and
  * optionally the logits of the first window as NPY. For a vision model: test
  * accuracy and loss over the 10,000 Fashion-MNIST test images.
+ * A Hugging Face checkpoint (memory-mapped, docs/hf-models.md) takes the
+ * file's bytes as token ids like attnlab's own models (the tokenizer is not
+ * joined yet), needs --data (it has no training data), and defaults to one
+ * window of min(1024, its context) tokens per pass. --verbose adds a line on
+ * memory: weight bytes mapped in place and copied, activations, resident set.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -11,6 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/ceiling.h"
 #include "io/io.h"
 #include "train/vision.h"
 
@@ -59,18 +65,19 @@ int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
     const char *model_dir = NULL, *data = NULL, *logits_path = NULL, *images = NULL;
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
-    int json = 0;
+    int json = 0, verbose = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
         {"data", ARG_STRING, &data, "text file to score, whole (default: the training data's validation split)"},
         {"context", ARG_INT, &context, "window length T (default: the training context)"},
         {"batch", ARG_INT, &batch, "windows per forward pass"},
         {"max-tokens", ARG_INT, &max_tokens, "score at most N bytes (0: all)"},
-        {"logits", ARG_STRING, &logits_path, "write float32 logits [T, 256] of the first window to this .npy"},
+        {"logits", ARG_STRING, &logits_path, "write float32 logits [T, vocab] of the first window to this .npy"},
         {"images", ARG_STRING, &images, "vision: directory of the Fashion-MNIST IDX files (default: the training run's)"},
         {"max-images", ARG_INT, &max_images, "vision: evaluate the first N test images (0: all 10000)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"json", ARG_FLAG, &json, "print one JSON object"},
+        {"verbose", ARG_FLAG, &verbose, "also report memory: weights mapped / copied, activations, resident set"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd, "--model DIR [--data FILE] [--context T] [--logits OUT.npy] [--images DIR]", args, n, argc,
@@ -110,6 +117,16 @@ int cmd_eval(int argc, char **argv) {
     al_train_opts o;
     al_train_opts_default(&o);
     o.context = m.cfg.max_position;
+    if (m.cfg.hf != AL_HF_NONE) {
+        if (!data) {
+            al_model_free(&m);
+            free(extra);
+            return cli_usage(cmd, "a Hugging Face checkpoint has no training data to evaluate on: give --data FILE");
+        }
+        const int mc = al_config_max_context(&m.cfg);
+        o.context = mc < 1024 ? mc : 1024;
+        if (!cli_find(args, n, "batch")->seen) batch = 1;
+    }
     cJSON *al = extra ? cJSON_Parse(extra) : NULL;
     free(extra);
     char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
@@ -117,7 +134,13 @@ int cmd_eval(int argc, char **argv) {
     free(tj);
     cJSON_Delete(al);
     int T = context ? (int)context : o.context;
-    if (T > m.cfg.max_position) {
+    if (T > m.cfg.max_position || T > al_config_max_context(&m.cfg)) {
+        if (T <= m.cfg.max_position) {
+            snprintf(err.msg, sizeof err.msg, "context %d exceeds the sliding_window %d, which attnlab does not implement",
+                     T, m.cfg.sliding_window);
+            al_model_free(&m);
+            return cli_fail(cmd, err.msg);
+        }
         snprintf(err.msg, sizeof err.msg, "context %d exceeds the model's max_position_embeddings %d", T, m.cfg.max_position);
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
@@ -164,6 +187,7 @@ int cmd_eval(int argc, char **argv) {
         failed = cli_fail(cmd, err.msg);
     }
     double dt = al_now() - t0;
+    const size_t act_bytes = failed ? 0 : a.n_floats * sizeof(float);
     if (!failed) al_acts_free(&a);
     if (!failed && logits_path) {
         /* the first window: T bytes (or the whole file if shorter) */
@@ -187,6 +211,14 @@ int cmd_eval(int argc, char **argv) {
         else
             printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
                    loss, loss / M_LN2, count, what, T, count / dt);
+        if (verbose && !json) {
+            long rss, anon, file;
+            al_rss_now(&rss, &anon, &file);
+            printf("memory: weights %.1f MB (%s), %.1f MB used in place from the mapped files, %.1f MB copied; "
+                   "activations %.1f MB; resident %.1f MB (%.1f MB file pages, %.1f MB anonymous), peak %.1f MB\n",
+                   al_model_weight_bytes(&m) / 1e6, m.mapped ? "memory-mapped" : "fp32 arena", m.mapped_bytes / 1e6,
+                   m.copied_bytes / 1e6, act_bytes / 1e6, rss / 1e6, file / 1e6, anon / 1e6, al_peak_rss_bytes() / 1e6);
+        }
     }
     al_corpus_free(&corpus);
     al_model_free(&m);

@@ -68,6 +68,14 @@ int al_logits(al_handle *h, const uint8_t *bytes, int n, float *logits, char *er
         return -1;
     }
     for (int i = 0; i < n; i++) tok[i] = bytes[i];
+    for (int i = 0; i < n; i++)
+        if (tok[i] >= h->m.cfg.vocab_size) {
+            al_errf(&err, "byte %d is not a token of this model's %d-token vocabulary", tok[i], h->m.cfg.vocab_size);
+            copy_err(&err, errbuf, errlen);
+            free(tok);
+            al_acts_free(&a);
+            return -1;
+        }
     al_model_forward(&h->m, &a, tok, NULL);
     memcpy(logits, a.logits, sizeof(float) * (size_t)n * h->m.cfg.vocab_size);
     free(tok);
