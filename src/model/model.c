@@ -223,9 +223,11 @@ void al_model_init_weights(al_model *m, uint64_t seed) {
 
 int al_model_alloc_grads(al_model *m, al_err *err) {
     if (m->g) return 0;
-    if (m->mapped)
-        return al_errf(err, "training needs fp32 weights: this is a memory-mapped Hugging Face checkpoint (%s), which "
-                            "attnlab runs for inference only",
+    /* a Hugging Face checkpoint is mapped in its file dtype and its extras
+     * (biases, head_dim, rope scaling) have no backward here: inference only */
+    if (m->mapped || m->cfg.hf != AL_HF_NONE)
+        return al_errf(err, "training needs fp32 weights: this is a Hugging Face checkpoint (%s), memory-mapped in its "
+                            "file dtype for inference only",
                        al_config_architecture(&m->cfg));
     m->g = al_alloc(sizeof(float) * m->n_floats);
     if (!m->g) return al_errf(err, "out of memory for gradients");
