@@ -90,16 +90,17 @@ static inline uint32_t f32_bits(float f) {
     return u;
 }
 
-/* One BF16 or F16 value as fp32, exactly, without branches (selects), so
- * loops over it vectorise: F16 normals rebias the exponent (15 -> 127),
+/* One BF16 or F16 value as fp32, exactly, without branches (bit masks, so
+ * loops over it vectorise): F16 normals rebias the exponent (15 -> 127),
  * subnormals are m * 2^-24 (exact in fp32), inf/NaN keep their payload. */
 static inline float widen1(uint16_t v, int f16) {
     if (!f16) return bits_f32((uint32_t)v << 16);
     const uint32_t s = (uint32_t)(v & 0x8000u) << 16, e = (v >> 10) & 0x1Fu, m = v & 0x3FFu;
-    const uint32_t normal = s | ((e + 112u) << 23) | (m << 13);
-    const uint32_t sub = s | f32_bits((float)m * 0x1p-24f);
-    const uint32_t special = s | 0x7F800000u | (m << 13);
-    return bits_f32(e == 31 ? special : e == 0 ? sub : normal);
+    const uint32_t normal = ((e + 112u) << 23) | (m << 13);
+    const uint32_t sub = f32_bits((float)(int32_t)m * 0x1p-24f);
+    const uint32_t special = 0x7F800000u | (m << 13);
+    const uint32_t is_sub = 0u - (uint32_t)(e == 0), is_special = 0u - (uint32_t)(e == 31);
+    return bits_f32(s | (sub & is_sub) | (special & is_special) | (normal & ~(is_sub | is_special)));
 }
 
 /* dst[n] = src[n] widened (plain C). */
