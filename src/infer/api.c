@@ -87,6 +87,11 @@ int al_generate(al_handle *h, const uint8_t *prompt, int prompt_len, int n, floa
                 uint64_t seed, uint8_t *out, char *errbuf, size_t errlen) {
     al_sampler s = {temperature, top_k, top_p};
     al_err err = {{0}};
+    if (h->m.cfg.vocab_size != 256) { /* sampled ids would not fit the byte buffer */
+        al_errf(&err, "al_generate produces bytes; this model's vocabulary has %d tokens", h->m.cfg.vocab_size);
+        copy_err(&err, errbuf, errlen);
+        return -1;
+    }
     int made = al_generate_bytes(&h->m, prompt, prompt_len, n, &s, seed, out, NULL, NULL, NULL, &err);
     if (made < 0) copy_err(&err, errbuf, errlen);
     return made;
