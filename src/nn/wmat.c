@@ -15,8 +15,9 @@
  * al_linear_fwd, al_matvec / al_matvec_t the sgemv calls the decoders make),
  * so attnlab's own fp32 models compute bit for bit as before. BF16 and F16:
  *   - N <= AL_WMAT_SMALL_N (decode, a few rows): a direct kernel widens W in
- *     registers and keeps N dot products per output row, parallel over output
- *     rows with OpenMP; W is read once, which is what bounds decode speed;
+ *     registers and keeps N dot products per output row (four rows of W at a
+ *     time), parallel over output rows with OpenMP; W is read once, which is
+ *     what bounds decode speed;
  *   - larger N (prefill, evaluation): W is widened to fp32 panel by panel
  *     (a few dozen to 256 rows, about 1 MiB) into a per-thread buffer that
  *     stays in cache, and each panel is one single-threaded sgemm against all
@@ -161,60 +162,85 @@ float al_wget(al_wref W, size_t i) {
 /* ---- direct kernel: N <= AL_WMAT_SMALL_N rows of x ----
  * y[n, r] (+)= sum_i W[r, i] x[n, i] for rows r in [r0, r1), 16-bit W. */
 
-/* Plain C: W's row widened 256 values at a time into a stack buffer, then
- * eight running sums per row of x (vectorisable), added up at the end. */
+/* Plain C: four rows of W at a time (four memory streams), each widened 256
+ * values at a time into a stack buffer, then eight running sums per (row of
+ * W, row of x) (vectorisable), added up at the end. */
 static void direct_portable(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in,
                             int r0, int r1, int accumulate) {
-    enum { CH = 256 };
-    float wb[CH];
-    for (int r = r0; r < r1; r++) {
-        const uint16_t *w = W + (size_t)r * in;
-        float s[AL_WMAT_SMALL_N][8] = {{0}};
+    enum { CH = 256, RQ = 4 };
+    float wb[RQ][CH];
+    for (int r = r0; r < r1; r += RQ) {
+        const int nq = r1 - r < RQ ? r1 - r : RQ;
+        float s[RQ][AL_WMAT_SMALL_N][8] = {{{0}}};
         for (int i0 = 0; i0 < in; i0 += CH) {
             const int len = in - i0 < CH ? in - i0 : CH, len8 = len & ~7;
-            widen_portable(wb, w + i0, (size_t)len, f16);
+            for (int q = 0; q < nq; q++) widen_portable(wb[q], W + (size_t)(r + q) * in + i0, (size_t)len, f16);
             for (int n = 0; n < N; n++) {
                 const float *xn = x + (size_t)n * ldx + i0;
-                float *sn = s[n];
-                for (int i = 0; i < len8; i += 8)
-                    for (int l = 0; l < 8; l++) sn[l] += wb[i + l] * xn[i + l];
-                for (int i = len8; i < len; i++) sn[i & 7] += wb[i] * xn[i];
+                for (int q = 0; q < nq; q++) {
+                    float *sn = s[q][n];
+                    const float *wq = wb[q];
+                    for (int i = 0; i < len8; i += 8)
+                        for (int l = 0; l < 8; l++) sn[l] += wq[i + l] * xn[i + l];
+                    for (int i = len8; i < len; i++) sn[i & 7] += wq[i] * xn[i];
+                }
             }
         }
-        for (int n = 0; n < N; n++) {
-            const float v = ((s[n][0] + s[n][1]) + (s[n][2] + s[n][3])) + ((s[n][4] + s[n][5]) + (s[n][6] + s[n][7]));
-            float *yo = y + (size_t)n * ldy + r;
-            *yo = accumulate ? *yo + v : v;
-        }
+        for (int q = 0; q < nq; q++)
+            for (int n = 0; n < N; n++) {
+                const float *t = s[q][n];
+                const float v = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+                float *yo = y + (size_t)n * ldy + r + q;
+                *yo = accumulate ? *yo + v : v;
+            }
     }
 }
 
-/* AVX-512, specialised per N (NN is a constant at each call site): 32 weights
- * per step widened once and used by every row of x, two accumulators per row. */
+/* AVX-512, specialised per N (NN is a constant at each call site). Four rows
+ * of W at a time: 16 weights of each widened once and used by every row of
+ * x, whose 16 values are loaded once for the four rows (four independent
+ * streams of W keep the memory system busy: about twice the bandwidth of one
+ * row at a time on a Xeon); leftover rows one at a time. */
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
 direct_avx512_n(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, const int NN, int in, int r0,
                 int r1, int accumulate) {
-    for (int r = r0; r < r1; r++) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
         const uint16_t *w = W + (size_t)r * in;
-        __m512 s0[AL_WMAT_SMALL_N], s1[AL_WMAT_SMALL_N];
-        for (int n = 0; n < NN; n++) s0[n] = s1[n] = _mm512_setzero_ps();
-        int i = 0;
-        for (; i + 32 <= in; i += 32) {
-            const __m512 w0 = widen16(w + i, 0xFFFF, f16), w1 = widen16(w + i + 16, 0xFFFF, f16);
+        __m512 s[4][AL_WMAT_SMALL_N];
+        for (int q = 0; q < 4; q++)
+            for (int n = 0; n < NN; n++) s[q][n] = _mm512_setzero_ps();
+        for (int i = 0; i < in; i += 16) {
+            const __mmask16 m = in - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (in - i)) - 1);
+            const __m512 w0 = widen16(w + i, m, f16), w1 = widen16(w + (size_t)in + i, m, f16);
+            const __m512 w2 = widen16(w + 2 * (size_t)in + i, m, f16), w3 = widen16(w + 3 * (size_t)in + i, m, f16);
             for (int n = 0; n < NN; n++) {
-                const float *xn = x + (size_t)n * ldx + i;
-                s0[n] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xn), s0[n]);
-                s1[n] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xn + 16), s1[n]);
+                const __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)n * ldx + i);
+                s[0][n] = _mm512_fmadd_ps(w0, xv, s[0][n]);
+                s[1][n] = _mm512_fmadd_ps(w1, xv, s[1][n]);
+                s[2][n] = _mm512_fmadd_ps(w2, xv, s[2][n]);
+                s[3][n] = _mm512_fmadd_ps(w3, xv, s[3][n]);
             }
         }
-        for (; i < in; i += 16) {
+        for (int q = 0; q < 4; q++)
+            for (int n = 0; n < NN; n++) {
+                const float v = _mm512_reduce_add_ps(s[q][n]);
+                float *yo = y + (size_t)n * ldy + r + q;
+                *yo = accumulate ? *yo + v : v;
+            }
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w = W + (size_t)r * in;
+        __m512 s0[AL_WMAT_SMALL_N];
+        for (int n = 0; n < NN; n++) s0[n] = _mm512_setzero_ps();
+        for (int i = 0; i < in; i += 16) {
             const __mmask16 m = in - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (in - i)) - 1);
             const __m512 w0 = widen16(w + i, m, f16);
             for (int n = 0; n < NN; n++)
                 s0[n] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x + (size_t)n * ldx + i), s0[n]);
         }
         for (int n = 0; n < NN; n++) {
-            const float v = _mm512_reduce_add_ps(_mm512_add_ps(s0[n], s1[n]));
+            const float v = _mm512_reduce_add_ps(s0[n]);
             float *yo = y + (size_t)n * ldy + r;
             *yo = accumulate ? *yo + v : v;
         }
