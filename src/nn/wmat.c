@@ -279,7 +279,8 @@ static void direct(float *y, int ldy, const float *x, int ldx, al_wref W, int N,
     const int f16 = W.dt == AL_DT_F16, avx = use_avx512;
     enum { RB = 16 };
     const int nb = (out + RB - 1) / RB;
-#pragma omp parallel for schedule(static) if ((long)out * in > 65536)
+    /* dynamic: a thread that loses its core (a busy machine) does not hold the others up */
+#pragma omp parallel for schedule(dynamic, 4) if ((long)out * in > 65536)
     for (int b = 0; b < nb; b++) {
         const int r0 = b * RB, r1 = r0 + RB < out ? r0 + RB : out;
         if (avx) direct_avx512(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
