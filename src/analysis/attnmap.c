@@ -129,15 +129,17 @@ int al_attnmap_prepare_layers(const char *dir, const int *tokens, int T, const i
             al_model_free(m);
             return al_errf(err, "token %d is not in this model's %d-token vocabulary", tokens[i], m->cfg.vocab_size);
         }
-    /* a mapped model keeps only the layers asked for; attnlab's own keep all (the training form) */
-    int rc = m->mapped && n_layers >= 0 ? al_acts_create_infer(a, m, 1, T, layers, n_layers, err)
-                                        : al_acts_create(a, m, 1, T, err);
-    if (rc == 0 && m->mapped && n_layers < 0) { /* all layers kept */
-        al_acts_free(a);
+    /* a mapped model keeps only the layers asked for (n_layers < 0: all) and
+     * computes no logits; attnlab's own models run the training form */
+    int rc = 0;
+    if (!m->mapped) {
+        rc = al_acts_create(a, m, 1, T, err);
+    } else if (n_layers >= 0) {
+        rc = al_acts_create_maps(a, m, T, layers, n_layers, err);
+    } else {
         int *all = malloc(sizeof(int) * (size_t)m->cfg.num_layers);
-        if (!all) rc = al_errf(err, "out of memory");
         for (int l = 0; all && l < m->cfg.num_layers; l++) all[l] = l;
-        if (all) rc = al_acts_create_infer(a, m, 1, T, all, m->cfg.num_layers, err);
+        rc = all ? al_acts_create_maps(a, m, T, all, m->cfg.num_layers, err) : al_errf(err, "out of memory");
         free(all);
     }
     if (rc) {

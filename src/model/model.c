@@ -382,7 +382,7 @@ static int check_context(const al_config *c, int T, al_err *err) {
  * pongs between two slots), no backward buffers, and attention blocks kept
  * only for the n_keep layers in keep[] (attention maps) plus one shared slot. */
 static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, const int *keep, int n_keep,
-                       al_err *err) {
+                       int logits, al_err *err) {
     memset(a, 0, sizeof *a);
     const al_config *c = &m->cfg;
     const int vit = c->task == AL_TASK_VISION;
@@ -393,7 +393,7 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
         return al_errf(err, "a vision batch is 1 + %d patches per image, not %d tokens", c->max_position - 1, T);
     const size_t N = (size_t)B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size, L = c->num_layers;
     /* LM: logits per token over the bytes; ViT: per image over the classes */
-    const size_t n_logits = vit ? (size_t)B * c->num_labels : N * V;
+    const size_t n_logits = !logits ? 0 : vit ? (size_t)B * c->num_labels : N * V;
     const size_t pp = vit ? (size_t)c->num_channels * c->patch_size * c->patch_size : 0;
     const size_t n_patch = vit ? (size_t)B * (T - 1) * pp : 0, n_cls = vit ? (size_t)B * d : 0;
     a->B = B;
@@ -451,11 +451,15 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
 
 int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
     if (m->mapped) return al_acts_create_infer(a, m, B, T, NULL, 0, err);
-    return acts_create(a, m, B, T, 0, NULL, 0, err);
+    return acts_create(a, m, B, T, 0, NULL, 0, 1, err);
 }
 
 int al_acts_create_infer(al_acts *a, const al_model *m, int B, int T, const int *keep, int n_keep, al_err *err) {
-    return acts_create(a, m, B, T, 1, keep, n_keep, err);
+    return acts_create(a, m, B, T, 1, keep, n_keep, 1, err);
+}
+
+int al_acts_create_maps(al_acts *a, const al_model *m, int T, const int *keep, int n_keep, al_err *err) {
+    return acts_create(a, m, 1, T, 1, keep, n_keep, 0, err);
 }
 
 int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err) {
@@ -567,6 +571,7 @@ double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const 
     if (m->embed_dt == AL_DT_F32) al_embed_fwd(a->x_in, m->embed, tokens, N, d);
     else embed_rows(a->x_in, (al_wref){m->embed, m->embed_dt}, tokens, N, d);
     blocks_fwd(m, a);
+    if (!a->logits) return 0.0; /* attention-map activations: the blocks are all that is wanted */
     al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + xslot(a, c->num_layers) * Nd, m->final_norm, N, d, c->rms_norm_eps);
     al_matmul(a->logits, V, a->xnf, d, (al_wref){m->lm_head, m->head_dt}, N, d, V, 0);
     if (!targets) return 0.0;

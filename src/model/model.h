@@ -152,13 +152,18 @@ int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err);
  * no kept layers). The attention blocks of the n_keep layers in keep[]
  * survive the forward, for attention maps (al_acts_saved). */
 int al_acts_create_infer(al_acts *a, const al_model *m, int B, int T, const int *keep, int n_keep, al_err *err);
+/* The same for attention maps of one sequence: no logits (a forward over
+ * them stops after the blocks; the head's T x vocab floats would dwarf the
+ * rest for a large vocabulary). */
+int al_acts_create_maps(al_acts *a, const al_model *m, int T, const int *keep, int n_keep, al_err *err);
 /* After a forward: layer l's saved attention block (the design's head_qk
  * reads it), or NULL if an inference batch did not keep that layer. */
 const float *al_acts_saved(const al_acts *a, int layer);
 int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err);
 void al_acts_free(al_acts *a);
 /* tokens/targets: [B*T] ints (targets < 0 are ignored). Returns the mean loss
- * over counted targets (0 if targets == NULL); logits kept in a->logits [N, V]
+ * over counted targets (0 if targets == NULL or a has no logits: maps);
+ * logits kept in a->logits [N, V]
  * and, when targets given, dL/dlogits in a->dlogits. Language models only
  * (a vision model returns NAN: see al_vit_forward). */
 double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets);
