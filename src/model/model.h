@@ -19,7 +19,14 @@
  * the identity (angle 0), so the designs run unchanged.
  *
  * Activations for a B x T batch live in one more arena (al_acts), sized from
- * the same config plus the attention design's saved_floats().
+ * the same config plus the attention design's saved_floats(); inference
+ * activations (al_acts_create_infer) hold one layer's buffers for all layers.
+ *
+ * A Hugging Face checkpoint (config.json without the "attnlab" block) is a
+ * mapped model (hf.c): the same table and views, but the views point into
+ * the memory-mapped safetensors files, matrices in their file dtype (the
+ * *_dt fields beside the pointers), 1-D tensors as fp32 copies in a small w;
+ * it runs forward and decode only (docs/hf-models.md).
  */
 #ifndef AL_MODEL_H
 #define AL_MODEL_H
