@@ -90,7 +90,8 @@ int al_attnmap_weights(const al_model *m, const al_acts *a, int layer, int head,
     if (head < 0 || head >= c->num_heads)
         return al_errf(err, "head %d out of range (the model has heads 0..%d)", head, c->num_heads - 1);
     const al_attn_layer *L = &m->layers[layer].attn;
-    const float *saved = a->attn_saved + (size_t)layer * a->attn_saved_per_layer;
+    const float *saved = al_acts_saved(a, layer);
+    if (!saved) return al_errf(err, "layer %d's attention was not kept by the forward (prepare it with that layer)", layer);
     const int T = a->T, dk = m->attn->head_qk(L, saved, a->B, T, 0, head, NULL, NULL);
     float *q = malloc(sizeof(float) * (size_t)T * dk), *k = malloc(sizeof(float) * (size_t)T * dk);
     if (!q || !k) {
@@ -109,16 +110,39 @@ int al_attnmap_weights(const al_model *m, const al_acts *a, int layer, int head,
 
 int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, al_acts *a, int *trained_ctx,
                        al_err *err) {
+    return al_attnmap_prepare_layers(dir, tokens, T, NULL, -1, m, a, trained_ctx, err);
+}
+
+int al_attnmap_prepare_layers(const char *dir, const int *tokens, int T, const int *layers, int n_layers, al_model *m,
+                              al_acts *a, int *trained_ctx, al_err *err) {
     char path[4200];
     al_config cfg;
     memset(a, 0, sizeof *a);
+    memset(m, 0, sizeof *m);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (al_config_load(&cfg, path, NULL, err)) return -1;
     *trained_ctx = cfg.max_position;
-    if (T > cfg.max_position) cfg.max_position = T; /* longer RoPE tables; the weights do not change */
-    if (al_model_create(m, &cfg, err)) return al_err_prefix(err, "%s", dir);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (al_model_load_weights(m, path, err) || al_acts_create(a, m, 1, T, err)) {
+    /* longer RoPE tables than the model was trained with; the weights do not change */
+    if (al_model_open(m, dir, T, NULL, err)) return -1;
+    for (int i = 0; i < T; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size) {
+            al_model_free(m);
+            return al_errf(err, "token %d is not in this model's %d-token vocabulary", tokens[i], m->cfg.vocab_size);
+        }
+    /* a mapped model keeps only the layers asked for (n_layers < 0: all) and
+     * computes no logits; attnlab's own models run the training form */
+    int rc = 0;
+    if (!m->mapped) {
+        rc = al_acts_create(a, m, 1, T, err);
+    } else if (n_layers >= 0) {
+        rc = al_acts_create_maps(a, m, T, layers, n_layers, err);
+    } else {
+        int *all = malloc(sizeof(int) * (size_t)m->cfg.num_layers);
+        for (int l = 0; all && l < m->cfg.num_layers; l++) all[l] = l;
+        rc = all ? al_acts_create_maps(a, m, T, all, m->cfg.num_layers, err) : al_errf(err, "out of memory");
+        free(all);
+    }
+    if (rc) {
         al_model_free(m);
         return -1;
     }

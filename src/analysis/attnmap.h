@@ -4,7 +4,9 @@
  *
  * Memory is T x T per selected head and nothing for the others: weights are
  * computed from the head's own rotated queries and keys (one product), then
- * each row is mapped by the model's score function.
+ * each row is mapped by the model's score function. The forward before it
+ * keeps O(T) activations per layer (for a memory-mapped Hugging Face model:
+ * per selected layer).
  */
 #ifndef AL_ATTNMAP_H
 #define AL_ATTNMAP_H
@@ -36,6 +38,13 @@ void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_hea
  * tokens[T] into *a, ready for al_attnmap_weights. */
 int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, al_acts *a, int *trained_ctx,
                        al_err *err);
+/* The same, keeping for al_attnmap_weights only the n_layers layers in
+ * layers[] (n_layers < 0: all). attnlab's own models keep every layer
+ * anyway; a memory-mapped Hugging Face checkpoint runs the inference
+ * activations (one layer's buffers) plus the kept layers' q/k blocks, so a
+ * long input over a large model costs per selected layer, not per layer. */
+int al_attnmap_prepare_layers(const char *dir, const int *tokens, int T, const int *layers, int n_layers, al_model *m,
+                              al_acts *a, int *trained_ctx, al_err *err);
 
 /* Vision models: loads `dir` and test image `index` of the Fashion-MNIST
  * test split in images_dir (NULL: Debian's), runs one forward over it into

@@ -38,14 +38,24 @@ typedef struct al_param_spec {
 } al_param_spec;
 
 /* One layer's view of its weights: w[i] / g[i] follow params() order; g[] are
- * NULL when no gradients exist (inference). */
+ * NULL when no gradients exist (inference).
+ * wdt[i] is the dtype of w[i]'s data. attnlab's own models are fp32 arenas
+ * (wdt all AL_DT_F32, which is 0, so a zeroed layer is one). A Hugging Face
+ * checkpoint's matrices stay memory-mapped in their file dtype: w[i] then
+ * points at read-only BF16/F16/F32 bytes (use al_attn_w, never dereference
+ * it as float unless wdt[i] is F32); its 1-D tensors (norm gains, biases)
+ * are fp32 copies. Such layers only run forward and decode. */
 typedef struct al_attn_layer {
     const al_config *cfg;
     float *w[AL_ATTN_MAX_PARAMS];
     float *g[AL_ATTN_MAX_PARAMS];
+    al_dtype wdt[AL_ATTN_MAX_PARAMS];
     const al_rope_table *rope;      /* the design's main RoPE table (rope_dims()[0]) */
     const al_rope_table *rope_aux;  /* a second table if the design needs one, else NULL */
 } al_attn_layer;
+
+/* w[i] as a weight reference for the products of nn/wmat.c */
+static inline al_wref al_attn_w(const al_attn_layer *L, int i) { return (al_wref){L->w[i], L->wdt[i]}; }
 
 typedef struct al_attn_ops {
     const char *name;

@@ -15,7 +15,15 @@
  * The three projections sit next to each other in the parameter arena (the
  * model lays tensors out in params() order), so [W_q; W_k; W_v] is one
  * [(H+2G) d_h, d] matrix and q, k, v come from one GEMM as column ranges of a
- * qkv[T, (H+2G) d_h] buffer.
+ * qkv[T, (H+2G) d_h] buffer. A memory-mapped Hugging Face checkpoint keeps
+ * them where its file has them, in its dtype: three products then fill the
+ * same column ranges (project_qkv).
+ *
+ * Qwen2 (config qkv_bias) adds biases b_q [H*d_h], b_k, b_v [G*d_h] to the
+ * three projections before RoPE; they are params 4..6 (after W_o, so the
+ * arena keeps W_q, W_k, W_v adjacent). Only inference reads them: models
+ * with biases come from Hugging Face checkpoints, which attnlab does not
+ * train, and head_maps ignores them (an offset, not a bilinear form).
  */
 #include <assert.h>
 #include <cblas.h>
@@ -24,7 +32,7 @@
 
 #include "attn.h"
 
-enum { W_Q, W_K, W_V, W_O };
+enum { W_Q, W_K, W_V, W_O, B_Q, B_K, B_V };
 
 /* Head shapes, and that the declared design matches the head counts. */
 static int gqa_validate(const al_config *c, al_err *err) {
@@ -61,7 +69,11 @@ static int gqa_params(const al_config *c, al_param_spec *out) {
         {"o_proj.weight", 2, {d, qd}, AL_INIT_NORMAL, std_out, 1},
     };
     memcpy(out, specs, sizeof specs);
-    return 4;
+    if (!c->qkv_bias) return 4;
+    out[B_Q] = (al_param_spec){"q_proj.bias", 1, {qd, 1}, AL_INIT_ZEROS, 0.0f, 0};
+    out[B_K] = (al_param_spec){"k_proj.bias", 1, {kvd, 1}, AL_INIT_ZEROS, 0.0f, 0};
+    out[B_V] = (al_param_spec){"v_proj.bias", 1, {kvd, 1}, AL_INIT_ZEROS, 0.0f, 0};
+    return 7;
 }
 
 static void gqa_rope_dims(const al_config *c, int dims[2]) {
@@ -98,18 +110,56 @@ static al_attn_shape shape_of(const al_config *c, int B, int T) {
     return s;
 }
 
+/* Whether [W_q; W_k; W_v] is one fp32 matrix (attnlab's arena layout). */
+static int qkv_fused(const al_attn_layer *L) {
+    const al_config *c = L->cfg;
+    const size_t qn = (size_t)c->num_heads * c->head_dim * c->hidden_size;
+    const size_t kn = (size_t)c->num_kv_heads * c->head_dim * c->hidden_size;
+    return L->wdt[W_Q] == AL_DT_F32 && L->wdt[W_K] == AL_DT_F32 && L->wdt[W_V] == AL_DT_F32 &&
+           L->w[W_K] == L->w[W_Q] + qn && L->w[W_V] == L->w[W_K] + kn;
+}
+
+/* qkv[N, w] = x[N, d] [W_q; W_k; W_v]^T (+ biases): one GEMM over the fused
+ * arena matrix, else one product per projection into its column range;
+ * decode (N = 1) takes the matrix-vector forms. */
+static void project_qkv(const al_attn_layer *L, const float *x, float *qkv, int N, int decode) {
+    const al_config *c = L->cfg;
+    const int d = c->hidden_size, qd = c->num_heads * c->head_dim, kvd = c->num_kv_heads * c->head_dim;
+    const int w = (int)qkv_width(c);
+    if (qkv_fused(L)) {
+        if (decode) cblas_sgemv(CblasRowMajor, CblasNoTrans, w, d, 1.0f, L->w[W_Q], d, x, 1, 0.0f, qkv, 1);
+        else al_linear_fwd(qkv, x, L->w[W_Q], N, d, w, 0); /* qkv[N, w] = x[N, d] Wqkv^T */
+    } else if (decode) {
+        al_matvec(qkv, x, al_attn_w(L, W_Q), qd, d, 0);
+        al_matvec(qkv + qd, x, al_attn_w(L, W_K), kvd, d, 0);
+        al_matvec(qkv + qd + kvd, x, al_attn_w(L, W_V), kvd, d, 0);
+    } else {
+        al_matmul(qkv, w, x, d, al_attn_w(L, W_Q), N, d, qd, 0);             /* columns [0, H dh) */
+        al_matmul(qkv + qd, w, x, d, al_attn_w(L, W_K), N, d, kvd, 0);       /* [H dh, (H+G) dh) */
+        al_matmul(qkv + qd + kvd, w, x, d, al_attn_w(L, W_V), N, d, kvd, 0); /* [(H+G) dh, w) */
+    }
+    if (!c->qkv_bias) return;
+    const float *bq = L->w[B_Q], *bk = L->w[B_K], *bv = L->w[B_V];
+#pragma omp parallel for schedule(static) if ((long)N * w > 65536)
+    for (int n = 0; n < N; n++) {
+        float *row = qkv + (size_t)n * w;
+        for (int j = 0; j < qd; j++) row[j] += bq[j];
+        for (int j = 0; j < kvd; j++) row[qd + j] += bk[j];
+        for (int j = 0; j < kvd; j++) row[qd + kvd + j] += bv[j];
+    }
+}
+
 static void gqa_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T) {
     const al_config *c = L->cfg;
     const int N = B * T, d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
     const int w = (int)qkv_width(c);
-    assert(L->w[W_K] == L->w[W_Q] + (size_t)H * dh * d && L->w[W_V] == L->w[W_K] + (size_t)G * dh * d);
     float *qkv = saved, *o = qkv + (size_t)N * w, *lse = o + (size_t)N * H * dh;
-    al_linear_fwd(qkv, x, L->w[W_Q], N, d, w, 0);               /* qkv[N, w] = x[N, d] Wqkv^T */
+    project_qkv(L, x, qkv, N, 0);                                  /* qkv[N, w] */
     al_rope_half(qkv, N, T, 0, H, w, L->rope, +1);               /* q heads */
     al_rope_half(qkv + (size_t)H * dh, N, T, 0, G, w, L->rope, +1); /* k heads */
     al_attn_shape s = shape_of(c, B, T);
     al_attn_fwd(&s, qkv, qkv + (size_t)H * dh, qkv + (size_t)(H + G) * dh, o, lse);
-    al_linear_fwd(y, o, L->w[W_O], N, H * dh, d, 0);           /* y[N, d] = o[N, H dh] Wo^T */
+    al_matmul(y, d, o, H * dh, al_attn_w(L, W_O), N, H * dh, d, 0); /* y[N, d] = o[N, H dh] Wo^T */
     (void)scratch;
 }
 
@@ -120,6 +170,8 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     const int w = (int)qkv_width(c);
     const float *qkv = saved, *o = qkv + (size_t)N * w, *lse = o + (size_t)N * H * dh;
     float *dqkv = scratch, *d_o = dqkv + (size_t)N * w;
+    /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and have no biases */
+    assert(qkv_fused(L) && !c->qkv_bias);
     memset(dqkv, 0, sizeof(float) * (size_t)N * w);
     memset(d_o, 0, sizeof(float) * (size_t)N * H * dh);
     al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);
@@ -138,13 +190,13 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *
     const size_t vpt = gqa_cache(c);
     const al_attn_shape fn = shape_of(c, 1, pos + 1); /* scale and score function */
     float *qkv = scratch, *o = qkv + w, *work = o + (size_t)H * dh;
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, w, d, 1.0f, L->w[W_Q], d, x, 1, 0.0f, qkv, 1);
+    project_qkv(L, x, qkv, 1, 1);
     al_rope_half(qkv, 1, 1, pos, H + G, w, L->rope, +1); /* q and k heads are adjacent */
     memcpy(cache + (size_t)pos * vpt, qkv + (size_t)H * dh, sizeof(float) * vpt);
     /* cache row = [K groups | V groups]; group g's heads share its key and value */
     const al_decode_view view = {cache, vpt, 0, (size_t)dh, (size_t)G * dh, (size_t)dh};
     al_attn_decode(&fn, qkv, &view, pos + 1, o, work);
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, d, H * dh, 1.0f, L->w[W_O], H * dh, o, 1, 0.0f, y, 1);
+    al_matvec(y, o, al_attn_w(L, W_O), d, H * dh, 0); /* y[d] = W_o[d, H dh] o */
 }
 
 /* Head-similarity maps (attention.md 4): query head h's rows of W_q and its
@@ -153,11 +205,8 @@ static int gqa_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) 
     const al_config *c = L->cfg;
     const int d = c->hidden_size, dh = c->head_dim, g = h / (c->num_heads / c->num_kv_heads);
     if (!wq && !wk) return dh;
-    const float *q = L->w[W_Q] + (size_t)h * dh * d, *k = L->w[W_K] + (size_t)g * dh * d;
-    for (size_t i = 0; i < (size_t)dh * d; i++) {
-        wq[i] = q[i];
-        wk[i] = k[i];
-    }
+    al_wread_f64(wq, al_attn_w(L, W_Q), (size_t)h * dh * d, (size_t)dh * d);
+    al_wread_f64(wk, al_attn_w(L, W_K), (size_t)g * dh * d, (size_t)dh * d);
     return dh;
 }
 

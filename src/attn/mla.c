@@ -28,6 +28,10 @@
  * (16-core Xeon): materialised 70 / 18 / 11 ms at 1 / 4 / 16 threads,
  * absorbed 90 / 27 / 24 ms (1.3x / 1.5x / 2.1x slower).
  *
+ * The matrices are read through weight references (al_mla_wr): fp32 arena
+ * tensors for attnlab's own models, memory-mapped BF16/F16/F32 ones for a
+ * Hugging Face checkpoint (inference only); the two gains are always fp32.
+ *
  * Decode is absorbed and reads only the cache (no past key or value is ever
  * rebuilt):
  *   q~_h = Wk_h^T q_nope_h (dc)
@@ -92,6 +96,29 @@ static mla_w views(const al_config *c, float *const p[]) {
     v.kvb = p[i++];
     v.o = p[i++];
     return v;
+}
+
+/* The matrices of a layer as weight references (products of nn/wmat.c), in
+ * params() order as views(); .p is NULL for an absent one. */
+typedef struct mla_wr {
+    al_wref q, qa, qb, kva, kvb, o;
+} mla_wr;
+
+static mla_wr wrefs(const al_attn_layer *L) {
+    mla_wr r = {{0}};
+    int i = 0;
+    if (L->cfg->q_lora_rank > 0) {
+        r.qa = al_attn_w(L, i++);
+        i++; /* q_a_layernorm: a gain */
+        r.qb = al_attn_w(L, i++);
+    } else {
+        r.q = al_attn_w(L, i++);
+    }
+    r.kva = al_attn_w(L, i++);
+    i++; /* kv_a_layernorm */
+    r.kvb = al_attn_w(L, i++);
+    r.o = al_attn_w(L, i++);
+    return r;
 }
 
 static int mla_validate(const al_config *c, al_err *err) {
@@ -256,29 +283,30 @@ static void mla_forward(const al_attn_layer *L, const float *x, float *y, float 
     const mla_dims D = dims_of(c);
     const int N = B * T, d = D.d;
     const mla_w W = views(c, L->w);
+    const mla_wr R = wrefs(L);
     mla_saved S;
     saved_layout(&D, B, T, saved, &S);
     float *kv = scratch, *kpe = kv + (size_t)N * D.kvw;
     /* queries: q[N, H*dk] */
     if (D.dq > 0) {
-        al_linear_fwd(S.qa, x, W.qa, N, d, D.dq, 0);                    /* qa[N, dq] = x W_qa^T */
+        al_matmul(S.qa, D.dq, x, d, R.qa, N, d, D.dq, 0);                /* qa[N, dq] = x W_qa^T */
         al_rmsnorm_fwd(S.qan, S.rstd_q, S.qa, W.qa_norm, N, D.dq, c->rms_norm_eps);
-        al_linear_fwd(S.q, S.qan, W.qb, N, D.dq, D.qw, 0);              /* q[N, H*dk] = qa~ W_qb^T */
+        al_matmul(S.q, D.qw, S.qan, D.dq, R.qb, N, D.dq, D.qw, 0);       /* q[N, H*dk] = qa~ W_qb^T */
     } else {
-        al_linear_fwd(S.q, x, W.q, N, d, D.qw, 0);                      /* q[N, H*dk] = x W_q^T */
+        al_matmul(S.q, D.qw, x, d, R.q, N, d, D.qw, 0);                  /* q[N, H*dk] = x W_q^T */
     }
     rope_queries(&D, S.q, N, T, L->rope, +1);
     /* rows [0, dc) and [dc, dc+dr) of W_kva are two contiguous matrices: two
      * products give c and k_pe as contiguous rows, as the norm and RoPE want */
-    al_linear_fwd(S.c, x, W.kva, N, d, D.dc, 0);                        /* c[N, dc] */
-    al_linear_fwd(kpe, x, W.kva + (size_t)D.dc * d, N, d, D.dr, 0);     /* k_pe[N, dr] */
+    al_matmul(S.c, D.dc, x, d, R.kva, N, d, D.dc, 0);                   /* c[N, dc] */
+    al_matmul(kpe, D.dr, x, d, al_wref_at(R.kva, (size_t)D.dc * d), N, d, D.dr, 0); /* k_pe[N, dr] */
     al_rmsnorm_fwd(S.cn, S.rstd_c, S.c, W.kv_norm, N, D.dc, c->rms_norm_eps);
     al_rope_interleaved(kpe, N, T, 0, 1, D.dr, L->rope, +1);
-    al_linear_fwd(kv, S.cn, W.kvb, N, D.dc, D.kvw, 0);                  /* kv[N, H*(dn+dv)] = c~ W_kvb^T */
+    al_matmul(kv, D.kvw, S.cn, D.dc, R.kvb, N, D.dc, D.kvw, 0);         /* kv[N, H*(dn+dv)] = c~ W_kvb^T */
     split_kv(&D, N, kv, kpe, S.k, S.v);
     al_attn_shape s = shape_of(c, &D, B, T);
     al_attn_fwd(&s, S.q, S.k, S.v, S.o, S.lse);
-    al_linear_fwd(y, S.o, W.o, N, D.ow, d, 0);                          /* y[N, d] = o W_o^T */
+    al_matmul(y, d, S.o, D.ow, R.o, N, D.ow, d, 0);                     /* y[N, d] = o W_o^T */
 }
 
 /* dy[N, d] -> dx[N, d] and L->g[], both accumulated; the rope key's gradient
@@ -321,40 +349,38 @@ static void mla_backward(const al_attn_layer *L, const float *x, const float *dy
 }
 
 /* One token, absorbed. x[d] -> y[d]; appends [c~ | k_pe] at cache + pos*(dc+dr)
- * and reads entries [0, pos].
- * Flash-decoding over key chunks of DKB: chunk ch scores its keys for all
- * heads at once, keeps (softmax) its per-head max m and sum l, and its partial
- * latent sum u_ch[H, dc] = p . c~; the chunks are then merged in order with
- * the weights exp(m_ch - m) / l. Elementwise score functions need no max or
- * sum: their chunk sums simply add. */
+ * and reads entries [0, pos]. The absorbed queries qabs_h = [W_UK,h^T q_nope_h;
+ * q_pe_h] attend over the latent cache as H heads sharing one key/value group
+ * (al_attn_decode, decode.c: every cache row is read once for all heads);
+ * the latent outputs u_h are then lifted by W_UV,h. */
 static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
     const al_config *c = L->cfg;
     const mla_dims D = dims_of(c);
     const int d = D.d, H = D.H, dn = D.dn, dr = D.dr, dk = D.dk, dv = D.dv, dc = D.dc, vpt = D.vpt;
     const al_attn_shape fn = decode_shape(c, &D, pos + 1);
     const mla_w W = views(c, L->w);
+    const mla_wr R = wrefs(L);
     float *q = scratch, *qa = q + D.qw, *qabs = qa + D.dq, *u = qabs + (size_t)H * vpt, *o = u + (size_t)H * dc;
     float *work = o + D.ow;
     float *entry = cache + (size_t)pos * vpt;
     /* queries: q[H*dk], rope parts rotated (rows = heads, all at position pos) */
     if (D.dq > 0) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, D.dq, d, 1.0f, W.qa, d, x, 1, 0.0f, qa, 1);
+        al_matvec(qa, x, R.qa, D.dq, d, 0);
         al_rmsnorm_fwd(qa, NULL, qa, W.qa_norm, 1, D.dq, c->rms_norm_eps);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, D.qw, D.dq, 1.0f, W.qb, D.dq, qa, 1, 0.0f, q, 1);
+        al_matvec(q, qa, R.qb, D.qw, D.dq, 0);
     } else {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, D.qw, d, 1.0f, W.q, d, x, 1, 0.0f, q, 1);
+        al_matvec(q, x, R.q, D.qw, d, 0);
     }
     al_rope_interleaved(q + dn, H, 1, pos, 1, dk, L->rope, +1);
     /* [c; k_pe] = W_kva x lands in the cache slot as is; then normalise c and rotate k_pe there */
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, vpt, d, 1.0f, W.kva, d, x, 1, 0.0f, entry, 1);
+    al_matvec(entry, x, R.kva, vpt, d, 0);
     al_rmsnorm_fwd(entry, NULL, entry, W.kv_norm, 1, dc, c->rms_norm_eps);
     al_rope_interleaved(entry + dc, 1, 1, pos, 1, vpt, L->rope, +1);
     /* qabs[H, dc+dr]: row h = [Wk_h^T q_nope_h (dc); q_pe_h (dr)], laid out as a cache row */
     for (int h = 0; h < H; h++) {
         float *qh = qabs + (size_t)h * vpt;
         if (dn > 0) /* BLAS returns early on an empty product without clearing y */
-            cblas_sgemv(CblasRowMajor, CblasTrans, dn, dc, 1.0f, W.kvb + (size_t)h * (dn + dv) * dc, dc,
-                        q + (size_t)h * dk, 1, 0.0f, qh, 1);
+            al_matvec_t(qh, q + (size_t)h * dk, al_wref_at(R.kvb, (size_t)h * (dn + dv) * dc), dn, dc, 0);
         else
             memset(qh, 0, sizeof(float) * dc);
         memcpy(qh + dc, q + (size_t)h * dk + dn, sizeof(float) * dr);
@@ -364,21 +390,21 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
     al_attn_decode(&fn, qabs, &view, pos + 1, u, work);
     /* o_h[dv] = Wv_h[dv, dc] u_h */
     for (int h = 0; h < H; h++)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, dv, dc, 1.0f, W.kvb + ((size_t)h * (dn + dv) + dn) * dc, dc,
-                    u + (size_t)h * dc, 1, 0.0f, o + (size_t)h * dv, 1);
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, d, D.ow, 1.0f, W.o, D.ow, o, 1, 0.0f, y, 1);
+        al_matvec(o + (size_t)h * dv, u + (size_t)h * dc, al_wref_at(R.kvb, ((size_t)h * (dn + dv) + dn) * dc), dv, dc,
+                  0);
+    al_matvec(y, o, R.o, d, D.ow, 0);
 }
 
-/* out[rows, d] = A[rows, n] diag(g) B[n, d] in double (A's rows lda apart):
- * a map through a low-rank bottleneck whose RMSNorm contributes its gain. */
-static void gain_product(double *out, const float *A, int lda, int rows, int n, const float *g, const float *B, int d) {
+/* out[rows, d] = A[rows, n] diag(g) B[n, d] in double (A's rows lda apart,
+ * A and B weight references of any dtype): a map through a low-rank
+ * bottleneck whose RMSNorm contributes its gain. */
+static void gain_product(double *out, al_wref A, int lda, int rows, int n, const float *g, al_wref B, int d) {
     for (int a = 0; a < rows; a++) {
         double *o = out + (size_t)a * d;
         for (int e = 0; e < d; e++) o[e] = 0.0;
         for (int t = 0; t < n; t++) {
-            const double c = (double)A[(size_t)a * lda + t] * (double)g[t];
-            const float *b = B + (size_t)t * d;
-            for (int e = 0; e < d; e++) o[e] += c * b[e];
+            const double c = (double)al_wget(A, (size_t)a * lda + t) * (double)g[t];
+            for (int e = 0; e < d; e++) o[e] += c * (double)al_wget(B, (size_t)t * d + e);
         }
     }
 }
@@ -394,16 +420,14 @@ static int mla_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) 
     const mla_dims D = dims_of(L->cfg);
     if (!wq && !wk) return D.dk;
     const mla_w w = views(L->cfg, L->w);
+    const mla_wr R = wrefs(L);
     const size_t d = (size_t)D.d;
-    if (D.dq > 0) {
-        gain_product(wq, w.qb + (size_t)h * D.dk * D.dq, D.dq, D.dk, D.dq, w.qa_norm, w.qa, D.d);
-    } else {
-        const float *q = w.q + (size_t)h * D.dk * d;
-        for (size_t i = 0; i < (size_t)D.dk * d; i++) wq[i] = q[i];
-    }
-    gain_product(wk, w.kvb + (size_t)h * (D.dn + D.dv) * D.dc, D.dc, D.dn, D.dc, w.kv_norm, w.kva, D.d);
-    const float *kr = w.kva + (size_t)D.dc * d;
-    for (size_t i = 0; i < (size_t)D.dr * d; i++) wk[(size_t)D.dn * d + i] = kr[i];
+    if (D.dq > 0)
+        gain_product(wq, al_wref_at(R.qb, (size_t)h * D.dk * D.dq), D.dq, D.dk, D.dq, w.qa_norm, R.qa, D.d);
+    else
+        al_wread_f64(wq, R.q, (size_t)h * D.dk * d, (size_t)D.dk * d);
+    gain_product(wk, al_wref_at(R.kvb, (size_t)h * (D.dn + D.dv) * D.dc), D.dc, D.dn, D.dc, w.kv_norm, R.kva, D.d);
+    al_wread_f64(wk + (size_t)D.dn * d, R.kva, (size_t)D.dc * d, (size_t)D.dr * d);
     return D.dk;
 }
 

@@ -170,7 +170,7 @@ int cmd_attnmap(int argc, char **argv) {
             al_tok_free(tk);
             return cli_fail(cmd, err.msg);
         }
-        rc = al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err);
+        rc = al_attnmap_prepare_layers(model_dir, tok, T, layers, nl, &m, &a, &trained, &err);
         /* a tokenizer.json's tokens are named in STEM.json (a byte model's are its input bytes) */
         if (!rc && !al_tok_is_bytes(tk) && !(labels = cli_token_labels(tk, tok, T))) rc = al_errf(&err, "out of memory");
         if (!rc) tok_ids = tok;

@@ -3,14 +3,19 @@
  * is model FLOP/s (6 x matmul params + causal attention per token, the same
  * count for every implementation) divided by the sgemm GFLOP/s measured in
  * the same run, so the ratio survives noisy shared machines.
+ * `bench decode` (a model's decode speed vs bandwidth), `bench attention`
+ * (the score kernels vs sgemm) and `bench wmat` (products over BF16/F16
+ * weights, nn/wmat.c, against fp32 CBLAS) complete it.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "core/blas.h"
 #include "core/ceiling.h"
+#include "io/io.h"
 #include "model/model.h"
 #include "train/train.h"
 
@@ -115,28 +120,19 @@ static int bench_decode(int argc, char **argv) {
     al_err err;
     al_config cfg;
     al_model m;
+    if (f.threads > 0) al_set_threads((int)f.threads);
     if (model_dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/config.json", model_dir);
-        if (al_config_load(&cfg, path, NULL, &err)) return cli_fail(cmd, err.msg);
+        /* a longer RoPE table than the model trained with: fine for timing
+         * (a Hugging Face checkpoint is memory-mapped in its dtype) */
+        if (al_model_open(&m, model_dir, (int)context, NULL, &err)) return cli_fail(cmd, err.msg);
+        cfg = m.cfg;
     } else {
         if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "bench";
         al_train_opts o;
         if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
         cfg = o.model;
-    }
-    if (f.threads > 0) al_set_threads((int)f.threads);
-    /* a longer RoPE table than the model trained with: fine for timing */
-    if (cfg.max_position < context) cfg.max_position = (int)context;
-    if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
-    if (model_dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
-        if (al_model_load_weights(&m, path, &err)) {
-            al_model_free(&m);
-            return cli_fail(cmd, err.msg);
-        }
-    } else {
+        if (cfg.max_position < context) cfg.max_position = (int)context;
+        if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
         al_model_init_weights(&m, 1);
     }
     al_decoder dec;
@@ -148,20 +144,27 @@ static int bench_decode(int argc, char **argv) {
     al_rng_seed(&rng, 2);
     size_t cache_floats = dec.cache_bytes / sizeof(float);
     for (size_t i = 0; i < cache_floats; i++) dec.cache[i] = 0.5f * al_rng_normal(&rng);
-    float logits[256];
+    float *logits = malloc(sizeof(float) * (size_t)(cfg.vocab_size > 0 ? cfg.vocab_size : 1));
+    if (!logits) {
+        al_decoder_free(&dec);
+        al_model_free(&m);
+        return cli_fail(cmd, "out of memory");
+    }
     dec.pos = (int)(context - tokens - 1);
-    al_decoder_step(&dec, 'a', logits, &err); /* warm-up: caches, threads */
+    const int span = cfg.vocab_size < 256 ? cfg.vocab_size : 256; /* byte tokens (any vocabulary has them) */
+    al_decoder_step(&dec, 'a' % span, logits, &err); /* warm-up: caches, threads */
     double t0 = al_now();
-    int tok = 'a';
+    int tok = 'a' % span;
     for (long i = 0; i < tokens; i++) {
         if (al_decoder_step(&dec, tok, logits, &err)) break;
-        tok = (int)(al_rng_u64(&rng) % 256);
+        tok = (int)(al_rng_u64(&rng) % (uint64_t)span);
     }
     double dt = (al_now() - t0) / tokens;
     double triad = al_measure_triad_gbs((int)triad_mb, 5);
-    size_t weight_bytes = 0;
-    for (int i = 0; i < m.n_params; i++) weight_bytes += m.params[i].numel * sizeof(float);
-    if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * sizeof(float) - cfg.hidden_size * sizeof(float);
+    /* bytes read per token: every matrix once (in its dtype), of the embedding one row unless it is the head */
+    size_t weight_bytes = al_model_weight_bytes(&m);
+    const size_t esz = al_dtype_size(m.embed_dt);
+    if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * esz - cfg.hidden_size * esz;
     double avg_pos = (double)context - tokens / 2.0;
     double cache_read = avg_pos * dec.values_per_token * sizeof(float) * cfg.num_layers;
     double bytes = (double)weight_bytes + cache_read, gbs = bytes / dt / 1e9;
@@ -169,19 +172,24 @@ static int bench_decode(int argc, char **argv) {
         printf("{\"bench\":\"decode\",\"attention\":\"%s\",\"context\":%ld,\"threads\":%d,\"tokens_per_s\":%.2f,"
                "\"ms_per_token\":%.4f,\"weight_bytes\":%zu,\"kv_bytes_per_token_per_position\":%zu,"
                "\"kv_bytes_read_per_token\":%.0f,\"bytes_per_token\":%.0f,\"achieved_gb_per_s\":%.3f,"
-               "\"triad_gb_per_s\":%.3f,\"bandwidth_ratio\":%.4f,\"peak_rss_bytes\":%ld}\n",
+               "\"triad_gb_per_s\":%.3f,\"bandwidth_ratio\":%.4f,\"peak_rss_bytes\":%ld,\"weights\":\"%s\","
+               "\"wmat_kernel\":\"%s\"}\n",
                al_attn_name(cfg.attention), context, al_threads(), 1 / dt, 1e3 * dt, weight_bytes,
                dec.values_per_token * sizeof(float) * cfg.num_layers, cache_read, bytes, gbs, triad, gbs / triad,
-               al_peak_rss_bytes());
+               al_peak_rss_bytes(), m.mapped ? al_dtype_name(m.embed_dt) : "F32", al_wmat_kernel_name());
     } else {
         printf("decode at context %ld: %s attention, %d layers, %d threads\n", context, al_attn_name(cfg.attention),
                cfg.num_layers, al_threads());
+        if (m.mapped)
+            printf("  weights: %s %s, memory-mapped (%s kernels)\n", al_config_architecture(&cfg),
+                   al_dtype_name(m.embed_dt), al_wmat_kernel_name());
         printf("  %.1f tokens/s (%.3f ms/token)\n", 1 / dt, 1e3 * dt);
         printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token)\n",
                weight_bytes / 1e6, cache_read / 1e6, dec.values_per_token * sizeof(float) * cfg.num_layers);
         printf("  %.2f GB/s achieved; triad ceiling %.2f GB/s (same run) -> %.1f%% of bandwidth\n", gbs, triad,
                100 * gbs / triad);
     }
+    free(logits);
     al_decoder_free(&dec);
     al_model_free(&m);
     return 0;
@@ -277,17 +285,121 @@ static int bench_attention(int argc, char **argv) {
     return 0;
 }
 
+/* Best-of-iters seconds of one call of f(ctx). */
+static double best_time(void (*f)(void *), void *ctx, int iters) {
+    double best = INFINITY;
+    f(ctx); /* warm-up */
+    for (int i = 0; i < iters; i++) {
+        double t0 = al_now();
+        f(ctx);
+        double dt = al_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+typedef struct wmat_case {
+    float *y;
+    const float *x;
+    al_wref W;
+    int n, in, out;
+} wmat_case;
+
+static void run_matvec(void *p) {
+    wmat_case *c = p;
+    al_matvec(c->y, c->x, c->W, c->out, c->in, 0);
+}
+
+static void run_matmul(void *p) {
+    wmat_case *c = p;
+    al_matmul(c->y, c->out, c->x, c->in, c->W, c->n, c->in, c->out, 0);
+}
+
+/* Matrix-vector (decode) bandwidth and matrix-matrix (prefill) GFLOP/s over
+ * W[rows, cols] stored as F32 (CBLAS), BF16 and F16 (wmat.c: the AVX-512
+ * kernel where the CPU has it, and the plain-C fallback). */
+static int bench_wmat(int argc, char **argv) {
+    const char *cmd = "bench wmat";
+    long rows = 4096, cols = 4096, N = 256, iters = 10, threads = 0;
+    int json = 0;
+    al_arg args[] = {
+        {"rows", ARG_INT, &rows, "output rows of W (out)"},
+        {"cols", ARG_INT, &cols, "columns of W (in)"},
+        {"n", ARG_INT, &N, "rows of x for the matrix-matrix product (prefill)"},
+        {"iters", ARG_INT, &iters, "timed repetitions (best is reported)"},
+        {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"json", ARG_FLAG, &json, "print one JSON object"},
+    };
+    int n = (int)(sizeof args / sizeof args[0]);
+    int rc = cli_parse(cmd, "[--rows R] [--cols C] [--n N] [--iters K] [--json]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (rows < 1 || cols < 1 || N < 1 || iters < 1 || rows > 65536 || cols > 65536 || N > 65536)
+        return cli_usage(cmd, "--rows, --cols, --n (1..65536) and --iters must be positive");
+    if (threads > 0) al_set_threads((int)threads);
+    const size_t nw = (size_t)rows * cols;
+    float *Wf = al_alloc(nw * 4), *x = al_alloc((size_t)N * cols * 4), *y = al_alloc((size_t)N * rows * 4);
+    uint16_t *Wb = al_alloc(nw * 2), *Wh = al_alloc(nw * 2);
+    if (!Wf || !x || !y || !Wb || !Wh) {
+        al_free(Wf), al_free(x), al_free(y), al_free(Wb), al_free(Wh);
+        return cli_fail(cmd, "out of memory");
+    }
+    al_rng r;
+    al_rng_seed(&r, 4);
+    for (size_t i = 0; i < nw; i++) {
+        Wf[i] = 0.05f * al_rng_normal(&r);
+        Wb[i] = al_f32_to_bf16(Wf[i]);
+        Wh[i] = al_f32_to_f16(Wf[i]);
+    }
+    for (size_t i = 0; i < (size_t)N * cols; i++) x[i] = al_rng_normal(&r);
+    struct {
+        const char *name;
+        al_wref W;
+        int portable;
+    } kinds[] = {{"F32", {Wf, AL_DT_F32}, 0}, {"BF16", {Wb, AL_DT_BF16}, 0}, {"F16", {Wh, AL_DT_F16}, 0},
+                 {"BF16 plain C", {Wb, AL_DT_BF16}, 1}, {"F16 plain C", {Wh, AL_DT_F16}, 1}};
+    double gbs[5], gfl[5];
+    const int avx = al_wmat_configure(0, 0);
+    for (int k = 0; k < 5; k++) {
+        al_wmat_configure(kinds[k].portable, 0);
+        wmat_case c = {y, x, kinds[k].W, (int)N, (int)cols, (int)rows};
+        gbs[k] = (double)nw * al_dtype_size(kinds[k].W.dt) / best_time(run_matvec, &c, (int)iters) / 1e9;
+        gfl[k] = 2.0 * N * (double)nw / best_time(run_matmul, &c, (int)iters) / 1e9;
+    }
+    al_wmat_configure(0, 0);
+    if (json) {
+        printf("{\"bench\":\"wmat\",\"rows\":%ld,\"cols\":%ld,\"n\":%ld,\"threads\":%d,\"avx512\":%s", rows, cols, N,
+               al_threads(), avx ? "true" : "false");
+        const char *keys[] = {"f32", "bf16", "f16", "bf16_portable", "f16_portable"};
+        for (int k = 0; k < 5; k++)
+            printf(",\"matvec_%s_gb_per_s\":%.3f,\"matmul_%s_gflops\":%.3f", keys[k], gbs[k], keys[k], gfl[k]);
+        printf("}\n");
+    } else {
+        printf("W [%ld, %ld], %d threads, %s kernels (%s)\n", rows, cols, al_threads(), avx ? "AVX-512" : "plain-C",
+               al_blas_kernels());
+        printf("%-14s %16s %12s %22s\n", "weights", "matvec GB/s", "vs F32", "matmul GFLOP/s");
+        for (int k = 0; k < 5; k++)
+            printf("%-14s %16.2f %11.2fx %22.2f\n", kinds[k].name, gbs[k], (gbs[k] / al_dtype_size(kinds[k].W.dt)) /
+                   (gbs[0] / 4), gfl[k]);
+        printf("(\"vs F32\": weights per second against sgemv's; N = %ld for the matrix-matrix product)\n", N);
+    }
+    al_free(Wf), al_free(x), al_free(y), al_free(Wb), al_free(Wh);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "attention")) return bench_attention(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "wmat")) return bench_wmat(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: attnlab bench <what> [flags]\n\n  train      training step throughput and MFU\n"
                "  decode     decode speed at a long context vs memory bandwidth\n"
-               "  attention  the shared attention kernels, forward and backward, vs sgemm\n\n"
+               "  attention  the shared attention kernels, forward and backward, vs sgemm\n"
+               "  wmat       products over BF16/F16 weights (Hugging Face checkpoints) vs fp32 CBLAS\n\n"
                "'attnlab bench <what> --help' lists its flags.\n");
         return 0;
     }
-    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train, decode, attention)%s",
+    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train, decode, attention, wmat)%s",
                      argc >= 2 ? argv[1] : "");
 }

@@ -104,8 +104,17 @@ int cmd_compare(int argc, char **argv) {
         al_model m;
         al_acts a;
         int trained;
-        int prc = vision ? al_attnmap_prepare_image(models.items[i], images_dir, (int)image, &m, &a, pixels, &label, &err)
-                         : al_attnmap_prepare(models.items[i], tok, T, &m, &a, &trained, &err);
+        int prc = 0, want = (int)layer;
+        if (!vision && layer < 0) { /* the last layer: only it is kept by the forward */
+            al_config c;
+            char path[4200];
+            snprintf(path, sizeof path, "%s/config.json", models.items[i]);
+            prc = al_config_load(&c, path, NULL, &err);
+            want = prc ? 0 : c.num_layers - 1;
+        }
+        if (!prc)
+            prc = vision ? al_attnmap_prepare_image(models.items[i], images_dir, (int)image, &m, &a, pixels, &label, &err)
+                         : al_attnmap_prepare_layers(models.items[i], tok, T, &want, 1, &m, &a, &trained, &err);
         if (!prc && vision) trained = T;
         if (!prc && vision && a.T != T) {
             al_acts_free(&a);

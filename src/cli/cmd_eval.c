@@ -11,6 +11,11 @@
  * consecutive windows of T predictions; bits per byte are the total nats /
  * ln 2 / the UTF-8 bytes of text those predictions cover, so for a byte model
  * it is the loss / ln 2 as before.
+ *
+ * A Hugging Face checkpoint (memory-mapped, docs/hf-models.md) has no
+ * training data: it needs --data or --text, and defaults to one window of
+ * min(1024, its context) tokens per pass. --verbose adds a line on memory:
+ * weight bytes mapped in place and copied, activations, resident set.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -19,6 +24,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/ceiling.h"
 #include "io/io.h"
 #include "train/vision.h"
 
@@ -103,7 +109,7 @@ int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
     const char *model_dir = NULL, *data = NULL, *text_arg = NULL, *logits_path = NULL, *images = NULL;
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
-    int json = 0;
+    int json = 0, verbose = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
         {"data", ARG_STRING, &data, "text file to score, whole (default: the training data's validation split)"},
@@ -116,6 +122,7 @@ int cmd_eval(int argc, char **argv) {
         {"max-images", ARG_INT, &max_images, "vision: evaluate the first N test images (0: all 10000)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"json", ARG_FLAG, &json, "print one JSON object"},
+        {"verbose", ARG_FLAG, &verbose, "also report memory: weights mapped / copied, activations, resident set"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd, "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR]",
@@ -156,6 +163,16 @@ int cmd_eval(int argc, char **argv) {
     al_train_opts o;
     al_train_opts_default(&o);
     o.context = m.cfg.max_position;
+    if (m.cfg.hf != AL_HF_NONE) {
+        if (!data && !text_arg) {
+            al_model_free(&m);
+            free(extra);
+            return cli_usage(cmd, "a Hugging Face checkpoint has no training data to evaluate on: give --data FILE or --text STR");
+        }
+        const int mc = al_config_max_context(&m.cfg);
+        o.context = mc < 1024 ? mc : 1024;
+        if (!cli_find(args, n, "batch")->seen) batch = 1;
+    }
     cJSON *al = extra ? cJSON_Parse(extra) : NULL;
     free(extra);
     char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
@@ -163,7 +180,13 @@ int cmd_eval(int argc, char **argv) {
     free(tj);
     cJSON_Delete(al);
     int T = context ? (int)context : o.context;
-    if (T > m.cfg.max_position) {
+    if (T > m.cfg.max_position || T > al_config_max_context(&m.cfg)) {
+        if (T <= m.cfg.max_position) {
+            snprintf(err.msg, sizeof err.msg, "context %d exceeds the sliding_window %d, which attnlab does not implement",
+                     T, m.cfg.sliding_window);
+            al_model_free(&m);
+            return cli_fail(cmd, err.msg);
+        }
         snprintf(err.msg, sizeof err.msg, "context %d exceeds the model's max_position_embeddings %d", T, m.cfg.max_position);
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
@@ -217,13 +240,14 @@ int cmd_eval(int argc, char **argv) {
     }
     al_acts a;
     double loss = NAN;
-    size_t count = 0, text_bytes = 0, first_bytes = 0;
+    size_t count = 0, text_bytes = 0, first_bytes = 0, act_bytes = 0;
     double t0 = al_now();
     if (!failed) {
         if (al_acts_create(&a, &m, (int)batch, T, &err) ||
             eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
+            act_bytes = a.n_floats * sizeof(float);
             al_acts_free(&a);
         }
     }
@@ -259,6 +283,14 @@ int cmd_eval(int argc, char **argv) {
         else
             printf("%s: loss %.4f nats/token, %.4f bits/byte over %zu tokens = %zu bytes (%s, context %d, "
                    "%.0f tokens/s)\n", model_dir, loss, bpb, count, text_bytes, what, T, count / dt);
+        if (verbose && !json) {
+            long rss, anon, file;
+            al_rss_now(&rss, &anon, &file);
+            printf("memory: weights %.1f MB (%s), %.1f MB used in place from the mapped files, %.1f MB copied; "
+                   "activations %.1f MB; resident %.1f MB (%.1f MB file pages, %.1f MB anonymous), peak %.1f MB\n",
+                   al_model_weight_bytes(&m) / 1e6, m.mapped ? "memory-mapped" : "fp32 arena", m.mapped_bytes / 1e6,
+                   m.copied_bytes / 1e6, act_bytes / 1e6, rss / 1e6, file / 1e6, anon / 1e6, al_peak_rss_bytes() / 1e6);
+        }
     }
     free(ids);
     al_tok_free(tk);

@@ -4,7 +4,8 @@
  * prompt becomes tokens through the model directory's tokenizer (bytes for
  * attnlab's own models, with the BOS a tokenizer.json adds); each new token
  * is written as the bytes it stands for (al_tok_piece), special tokens are
- * not written, and sampling the tokenizer's EOS ends the text.
+ * not written, and sampling the tokenizer's EOS ends the text. --ids prints
+ * the generated token ids instead, space-separated on one line.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,14 @@
 
 #include "cli.h"
 #include "infer/generate.h"
+
+/* Streams one generated id (ctx: int, 1 before the first). */
+static void put_id(int id, void *ctx) {
+    int *first = ctx;
+    printf("%s%d", *first ? "" : " ", id);
+    *first = 0;
+    fflush(stdout);
+}
 
 /* Streams one generated token's bytes (ctx: the tokenizer). */
 static void put_token(int id, void *ctx) {
@@ -28,6 +37,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL;
     long count = 200, top_k = 0, seed = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
+    int print_ids = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
         {"prompt", ARG_STRING, &prompt, "text to continue"},
@@ -36,6 +46,7 @@ int cmd_generate(int argc, char **argv) {
         {"top-k", ARG_INT, &top_k, "keep the k most likely tokens (0: all)"},
         {"top-p", ARG_DOUBLE, &top_p, "keep the smallest set with this much probability (1: all)"},
         {"seed", ARG_INT, &seed, "sampling seed"},
+        {"ids", ARG_FLAG, &print_ids, "print the generated token ids instead of their text"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
@@ -50,6 +61,10 @@ int cmd_generate(int argc, char **argv) {
     al_err err;
     al_model m;
     if (al_model_load(&m, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
+    if (m.cfg.task != AL_TASK_LM) {
+        al_model_free(&m);
+        return cli_fail(cmd, "a vision model classifies images; it does not decode tokens");
+    }
     al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
     int *ids = NULL, n_ids = 0;
     if (!tk || al_tok_encode(tk, prompt, strlen(prompt), 1, &ids, &n_ids, &err)) {
@@ -61,10 +76,11 @@ int cmd_generate(int argc, char **argv) {
     al_sampler s = {(float)temperature, (int)top_k, (float)top_p};
     if (count > 1 << 20) count = 1 << 20;
     al_gen_stats st;
-    fputs(prompt, stdout);
-    int made = al_generate_ids(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), NULL, put_token, tk,
-                               &st, &err);
-    putchar('\n');
+    int first = 1;
+    if (!print_ids) fputs(prompt, stdout);
+    int made = al_generate_ids(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), NULL,
+                               print_ids ? put_id : put_token, print_ids ? (void *)&first : (void *)tk, &st, &err);
+    if (made >= 0 || !print_ids) putchar('\n');
     free(ids);
     al_tok_free(tk);
     al_model_free(&m);

@@ -1,15 +1,30 @@
 /*
  * cmd_info.c: `attnlab info`: what a model is and what it costs: parameters,
  * FLOPs per token, and KV-cache bytes per token by the design's closed form
- * next to the bytes a decoder actually allocates for a given context. For a
- * vision model: parameters, patches and FLOPs per image (no cache: a ViT
- * does not decode).
+ * next to the bytes a decoder actually allocates for a given context; the
+ * weights' dtype and bytes (for a memory-mapped Hugging Face checkpoint: how
+ * much is used in place from the files and how much was copied) and the
+ * resident memory after loading. For a vision model: parameters, patches and
+ * FLOPs per image (no cache: a ViT does not decode).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "core/ceiling.h"
 #include "model/model.h"
+
+/* The dtype(s) of the matrices: "BF16", "F32", or "mixed". */
+static const char *weights_dtype(const al_model *m) {
+    if (!m->dts) return "F32";
+    int first = -1;
+    for (int i = 0; i < m->n_params; i++) {
+        if (m->params[i].ndim != 2) continue;
+        if (first < 0) first = (int)m->dts[i];
+        else if (first != (int)m->dts[i]) return "mixed";
+    }
+    return first < 0 ? "F32" : al_dtype_name((al_dtype)first);
+}
 
 /* The closed form of attention.md 3.6 for this design, in words. */
 static void cache_formula(const al_config *c, char *buf, size_t cap) {
@@ -86,7 +101,8 @@ int cmd_info(int argc, char **argv) {
     int json = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
-        {"context", ARG_INT, &context, "context for FLOPs and cache allocation (default: max_position_embeddings)"},
+        {"context", ARG_INT, &context,
+         "context for FLOPs and cache allocation (default: max_position_embeddings; Hugging Face checkpoints: at most 4096)"},
         {"json", ARG_FLAG, &json, "print one JSON object"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
@@ -105,7 +121,10 @@ int cmd_info(int argc, char **argv) {
         return info_vision(model_dir, &m, json);
     }
     const al_config *c = &m.cfg;
-    int T = context > 0 ? (int)context : c->max_position;
+    long rss, rss_anon, rss_file;
+    al_rss_now(&rss, &rss_anon, &rss_file); /* after loading, before the cache */
+    int T = context > 0 ? (int)context : al_config_max_context(c);
+    if (context <= 0 && c->hf != AL_HF_NONE && T > 4096) T = 4096; /* the cache is allocated: keep it modest */
     al_decoder dec;
     if (al_decoder_create(&dec, &m, T, &err)) {
         al_model_free(&m);
@@ -129,12 +148,17 @@ int cmd_info(int argc, char **argv) {
                "\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"lrkv_rank\":%d,\"intermediate\":%d,\"tied\":%s,\"params\":%zu,"
                "\"params_non_embedding\":%zu,\"fwd_flops_per_token\":%.6g,\"train_flops_per_token\":%.6g,"
                "\"context\":%d,\"kv_values_per_token_per_layer\":%zu,\"kv_bytes_per_token\":%zu,"
-               "\"kv_ratio_to_mha\":%.6f,\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu}\n",
+               "\"kv_ratio_to_mha\":%.6f,\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu,\"architecture\":\"%s\","
+               "\"vocab\":%d,\"max_context\":%d,\"mapped\":%s,\"dtype\":\"%s\",\"weight_bytes\":%zu,"
+               "\"mapped_bytes\":%zu,\"copied_bytes\":%zu,\"rss_bytes\":%ld,\"rss_file_bytes\":%ld,"
+               "\"rss_anon_bytes\":%ld}\n",
                model_dir, al_attn_name(c->attention), al_score_name(c->score), c->num_layers, c->hidden_size,
                c->num_heads, c->num_kv_heads, c->head_dim, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim,
                c->qk_rope_head_dim, c->v_head_dim, c->lrkv_rank, c->intermediate_size,
                c->tie_word_embeddings ? "true" : "false", total, total - embed, fwd, 3 * fwd, T, vpt, bytes_per_token,
-               ratio, formula_bytes, dec.cache_bytes);
+               ratio, formula_bytes, dec.cache_bytes, al_config_architecture(c), c->vocab_size,
+               al_config_max_context(c), m.mapped ? "true" : "false", weights_dtype(&m), al_model_weight_bytes(&m),
+               m.mapped_bytes, m.copied_bytes, rss, rss_file, rss_anon);
     } else {
         printf("model       %s\n", model_dir);
         design_line(c);
@@ -142,6 +166,18 @@ int cmd_info(int argc, char **argv) {
                c->hidden_size, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied",
                c->max_position);
         printf("parameters  %zu (%zu without the embedding)\n", total, total - embed);
+        if (m.mapped)
+            printf("weights     %s %s, %zu bytes: %zu used in place from the memory-mapped files, %zu copied "
+                   "(1-D tensors as float32)\n",
+                   al_config_architecture(c), weights_dtype(&m), al_model_weight_bytes(&m), m.mapped_bytes,
+                   m.copied_bytes);
+        else
+            printf("weights     float32 arena, %zu bytes\n", al_model_weight_bytes(&m));
+        if (c->sliding_window > 0)
+            printf("context     limited to the sliding_window %d (attnlab runs contexts where the window cannot matter)\n",
+                   c->sliding_window);
+        printf("resident    %.1f MB after loading (%.1f MB file pages, %.1f MB anonymous)\n", rss / 1e6, rss_file / 1e6,
+               rss_anon / 1e6);
         printf("FLOPs/token %.4g forward, %.4g training (context %d)\n", fwd, 3 * fwd, T);
         char formula[160];
         cache_formula(c, formula, sizeof formula);

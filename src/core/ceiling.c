@@ -1,10 +1,13 @@
 /*
- * ceiling.c: the ceiling measurements behind every `attnlab bench` ratio.
+ * ceiling.c: the ceiling measurements behind every `attnlab bench` ratio,
+ * and the process's memory figures the commands report.
  */
 #include "ceiling.h"
 
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "core.h"
@@ -69,4 +72,18 @@ long al_peak_rss_bytes(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru)) return 0;
     return ru.ru_maxrss * 1024L;
+}
+
+void al_rss_now(long *total, long *anon, long *file) {
+    long v[3] = {-1, -1, -1};
+    const char *keys[3] = {"VmRSS:", "RssAnon:", "RssFile:"};
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        for (int i = 0; i < 3; i++)
+            if (strncmp(line, keys[i], strlen(keys[i])) == 0) v[i] = atol(line + strlen(keys[i])) * 1024L;
+    if (f) fclose(f);
+    if (total) *total = v[0];
+    if (anon) *anon = v[1];
+    if (file) *file = v[2];
 }

@@ -13,5 +13,9 @@ double al_measure_sgemm_gflops(int n, int reps);
 double al_measure_triad_gbs(int mbytes, int reps);
 /* Peak resident set size of this process, bytes. */
 long al_peak_rss_bytes(void);
+/* Resident memory now, bytes (Linux /proc/self/status): all of it, the
+ * anonymous part (heap, stacks) and the file-backed part (e.g. the pages of
+ * a memory-mapped checkpoint that have been read). -1 when unknown. */
+void al_rss_now(long *total, long *anon, long *file);
 
 #endif

@@ -42,6 +42,14 @@ double al_now(void);                       /* monotonic seconds */
 int al_threads(void);                      /* worker threads (default: cores) */
 void al_set_threads(int n);
 
+/* Element types of tensors in files (safetensors names F32, F16, BF16, F64,
+ * I32, I64) and of matrices the inference kernels read (F32, F16, BF16). */
+typedef enum { AL_DT_F32, AL_DT_F16, AL_DT_BF16, AL_DT_F64, AL_DT_I32, AL_DT_I64 } al_dtype;
+/* Bytes per element (0 for an unknown value). */
+size_t al_dtype_size(al_dtype dt);
+/* "F32", "BF16", ...: the safetensors spelling ("?" if unknown). */
+const char *al_dtype_name(al_dtype dt);
+
 /* Safe string -> number parsing for flags and configs: whole string must parse. */
 int al_parse_int(const char *s, long *out);
 int al_parse_double(const char *s, double *out);

@@ -68,6 +68,14 @@ int al_logits(al_handle *h, const uint8_t *bytes, int n, float *logits, char *er
         return -1;
     }
     for (int i = 0; i < n; i++) tok[i] = bytes[i];
+    for (int i = 0; i < n; i++)
+        if (tok[i] >= h->m.cfg.vocab_size) {
+            al_errf(&err, "byte %d is not a token of this model's %d-token vocabulary", tok[i], h->m.cfg.vocab_size);
+            copy_err(&err, errbuf, errlen);
+            free(tok);
+            al_acts_free(&a);
+            return -1;
+        }
     al_model_forward(&h->m, &a, tok, NULL);
     memcpy(logits, a.logits, sizeof(float) * (size_t)n * h->m.cfg.vocab_size);
     free(tok);
@@ -79,6 +87,11 @@ int al_generate(al_handle *h, const uint8_t *prompt, int prompt_len, int n, floa
                 uint64_t seed, uint8_t *out, char *errbuf, size_t errlen) {
     al_sampler s = {temperature, top_k, top_p};
     al_err err = {{0}};
+    if (h->m.cfg.vocab_size != 256) { /* sampled ids would not fit the byte buffer */
+        al_errf(&err, "al_generate produces bytes; this model's vocabulary has %d tokens", h->m.cfg.vocab_size);
+        copy_err(&err, errbuf, errlen);
+        return -1;
+    }
     int made = al_generate_bytes(&h->m, prompt, prompt_len, n, &s, seed, out, NULL, NULL, NULL, &err);
     if (made < 0) copy_err(&err, errbuf, errlen);
     return made;

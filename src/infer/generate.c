@@ -5,55 +5,14 @@
 
 #include <stdlib.h>
 
-int al_generate_bytes(const al_model *m, const uint8_t *prompt, int prompt_len, int n, const al_sampler *s,
-                      uint64_t seed, uint8_t *out, void (*on_token)(int, void *), void *ctx, al_gen_stats *stats,
-                      al_err *err) {
-    const int V = m->cfg.vocab_size;
-    if (prompt_len <= 0) return al_errf(err, "the prompt is empty (generation needs at least one byte)");
-    if (n < 0) return al_errf(err, "negative token count");
-    if ((long)prompt_len + n > m->cfg.max_position)
-        return al_errf(err, "prompt (%d bytes) + %d new tokens exceed the model's context of %d", prompt_len, n,
-                       m->cfg.max_position);
-    al_decoder dec;
-    if (al_decoder_create(&dec, m, prompt_len + n > 0 ? prompt_len + n : 1, err)) return -1;
-    float *logits = malloc(sizeof(float) * 2 * (size_t)V), *probs = logits + V;
-    if (!logits) {
-        al_decoder_free(&dec);
-        return al_errf(err, "out of memory");
-    }
-    al_rng rng;
-    al_rng_seed(&rng, seed);
-    int rc = 0, made = 0;
-    double t0 = al_now();
-    for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
-    double t1 = al_now();
-    for (; made < n && !rc; made++) {
-        int tok = al_sample(s, logits, probs, V, &rng);
-        out[made] = (uint8_t)tok;
-        if (on_token) on_token(tok, ctx);
-        if (made + 1 < n) rc = al_decoder_step(&dec, tok, logits, err);
-    }
-    if (stats) {
-        stats->prompt_tokens = prompt_len;
-        stats->generated = made;
-        stats->prefill_s = t1 - t0;
-        stats->decode_s = al_now() - t1;
-        stats->cache_bytes = dec.cache_bytes;
-    }
-    free(logits);
-    al_decoder_free(&dec);
-    return rc ? -1 : made;
-}
-
 int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
                     int stop_id, int *out, void (*on_token)(int, void *), void *ctx, al_gen_stats *stats,
                     al_err *err) {
-    const int V = m->cfg.vocab_size;
+    const int V = m->cfg.vocab_size, max_ctx = al_config_max_context(&m->cfg);
     if (prompt_len <= 0) return al_errf(err, "the prompt is empty (generation needs at least one token)");
     if (n < 0) return al_errf(err, "negative token count");
-    if ((long)prompt_len + n > m->cfg.max_position)
-        return al_errf(err, "prompt (%d tokens) + %d new tokens exceed the model's context of %d", prompt_len, n,
-                       m->cfg.max_position);
+    if ((long)prompt_len + n > max_ctx)
+        return al_errf(err, "prompt (%d tokens) + %d new tokens exceed the model's context of %d", prompt_len, n, max_ctx);
     for (int i = 0; i < prompt_len; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return al_errf(err, "prompt token %d is outside the model's vocabulary of %d", prompt[i], V);
@@ -88,4 +47,23 @@ int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n,
     free(logits);
     al_decoder_free(&dec);
     return rc ? -1 : made;
+}
+
+int al_generate_bytes(const al_model *m, const uint8_t *prompt, int prompt_len, int n, const al_sampler *s,
+                      uint64_t seed, uint8_t *out, void (*on_token)(int, void *), void *ctx, al_gen_stats *stats,
+                      al_err *err) {
+    if (prompt_len <= 0) return al_errf(err, "the prompt is empty (generation needs at least one byte)");
+    if (n < 0) return al_errf(err, "negative token count");
+    int *p = malloc(sizeof(int) * (size_t)prompt_len), *o = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!p || !o) {
+        free(p);
+        free(o);
+        return al_errf(err, "out of memory");
+    }
+    for (int i = 0; i < prompt_len; i++) p[i] = prompt[i];
+    int made = al_generate_ids(m, p, prompt_len, n, s, seed, -1, o, on_token, ctx, stats, err);
+    for (int i = 0; i < made; i++) out[i] = (uint8_t)o[i];
+    free(p);
+    free(o);
+    return made;
 }

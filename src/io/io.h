@@ -39,7 +39,7 @@ void al_afile_abort(al_afile *a);               /* remove temp; safe after commi
  *  "__metadata__": {"k": "v"}}, then the byte buffer. Offsets are relative to
  * the start of the buffer. */
 enum { AL_ST_MAX_DIMS = 8 };
-typedef enum { AL_DT_F32, AL_DT_F16, AL_DT_BF16, AL_DT_F64, AL_DT_I32, AL_DT_I64 } al_dtype;
+/* al_dtype (core.h) names the element types. */
 
 typedef struct al_st_tensor {
     char *name;
@@ -51,19 +51,25 @@ typedef struct al_st_tensor {
 } al_st_tensor;
 
 typedef struct al_st_file {
-    char *blob;        /* whole file */
+    char *blob;        /* whole file: malloc'd, or mapped read-only (mapped) */
     size_t blob_len;
     const char *data;  /* start of the tensor buffer inside blob */
     size_t data_len;
     al_st_tensor *tensors;
     int n_tensors;
+    int mapped;        /* blob is an mmap of the file (al_st_open_map) */
 } al_st_file;
 
 /* Opens and validates: header length within file, JSON well-formed, every
  * tensor's dtype known, offsets ordered inside the buffer and matching
  * dtype size x shape. */
 int al_st_open(al_st_file *f, const char *path, al_err *err);
-void al_st_close(al_st_file *f);
+/* The same checks on a read-only memory map of the file (MAP_PRIVATE):
+ * nothing is read beyond the header until tensor bytes are used, and those
+ * pages stay file-backed (shared with the page cache, never copied). The
+ * file must not shrink while mapped (the kernel would raise SIGBUS). */
+int al_st_open_map(al_st_file *f, const char *path, al_err *err);
+void al_st_close(al_st_file *f);  /* frees or unmaps */
 const al_st_tensor *al_st_find(const al_st_file *f, const char *name);
 /* Copies tensor `name` into dst as float32, converting from F32/F16/BF16/F64.
  * Fails if missing, or if its shape differs from shape[0..ndim). */
@@ -80,6 +86,33 @@ typedef struct al_st_out_tensor {
 } al_st_out_tensor;
 int al_st_write_f32(const char *path, const al_st_out_tensor *tensors, int n,
                     const char *const *meta_kv, int n_meta, al_err *err);
+
+/* ---- Hugging Face checkpoint directories (ckpt.c) ----
+ * The weights of a directory: model.safetensors, or the shards that
+ * model.safetensors.index.json's "weight_map" names (tensor -> file), every
+ * file memory-mapped read-only. A missing shard, an index naming a tensor its
+ * shard lacks, a shard that fails al_st_open_map's checks: one-line errors
+ * naming the file. */
+typedef struct al_ckpt_entry {
+    const char *name;         /* tensor name (owned by its file's table) */
+    int file;                 /* index into files[] */
+    const al_st_tensor *t;    /* dtype, shape, offset in that file's buffer */
+} al_ckpt_entry;
+typedef struct al_ckpt {
+    char *dir;
+    al_st_file *files;        /* [n_files], mapped */
+    char **file_names;        /* [n_files], relative to dir */
+    int n_files;
+    al_ckpt_entry *entries;   /* [n_entries], sorted by name */
+    int n_entries;
+    int sharded;              /* read through the index */
+    size_t file_bytes;        /* total size of the mapped files */
+} al_ckpt;
+int al_ckpt_open(al_ckpt *c, const char *dir, al_err *err);
+void al_ckpt_close(al_ckpt *c);
+const al_ckpt_entry *al_ckpt_find(const al_ckpt *c, const char *name); /* NULL if absent */
+const void *al_ckpt_data(const al_ckpt *c, const al_ckpt_entry *e);  /* the tensor's bytes, in place */
+const char *al_ckpt_file_name(const al_ckpt *c, const al_ckpt_entry *e);
 
 /* ---- NPY v1.0 ---- float32 little-endian, C order, written atomically. */
 int al_npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape, al_err *err);

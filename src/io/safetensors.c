@@ -3,10 +3,13 @@
  * attnlab checkpoints and Hugging Face weights use), plus the f16/bf16 scalar
  * conversions it needs.
  *
- * The reader loads the whole file and validates the header completely before
- * anything is used, so a corrupt or truncated file fails with one clear line
- * instead of reading out of bounds later. Tensor bytes may be unaligned inside
- * the file, so they are always copied out with memcpy.
+ * The reader loads the whole file (al_st_open) or maps it read-only
+ * (al_st_open_map, for Hugging Face checkpoints whose matrices are used in
+ * place) and validates the header completely before anything is used, so a
+ * corrupt or truncated file fails with one clear line instead of reading out
+ * of bounds later. Tensor bytes may be unaligned inside the file, so
+ * al_st_read_f32 always copies them out with memcpy; code that uses mapped
+ * bytes in place checks their alignment first (src/model/hf.c).
  *
  * Byte order: the format is little-endian and this code assumes a
  * little-endian host (x86-64, aarch64), checked at compile time below.
@@ -15,9 +18,13 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host"
@@ -103,17 +110,9 @@ static const struct {
 };
 enum { N_DTYPES = sizeof dtypes / sizeof dtypes[0] };
 
-static size_t dtype_size(al_dtype dt) {
-    for (int i = 0; i < N_DTYPES; i++)
-        if (dtypes[i].dt == dt) return dtypes[i].size;
-    return 0;
-}
+static size_t dtype_size(al_dtype dt) { return al_dtype_size(dt); }
 
-static const char *dtype_name(al_dtype dt) {
-    for (int i = 0; i < N_DTYPES; i++)
-        if (dtypes[i].dt == dt) return dtypes[i].name;
-    return "?";
-}
+static const char *dtype_name(al_dtype dt) { return al_dtype_name(dt); }
 
 /* JSON numbers are doubles: accept only exact non-negative integers up to 2^53. */
 static int json_uint(const cJSON *v, uint64_t *out) {
@@ -240,29 +239,61 @@ static int parse_header(const char *path, al_st_file *f, const char *hdr, size_t
     return rc ? rc : check_layout(path, f, err);
 }
 
+/* Validates the file in f->blob (f->blob_len bytes): header length, JSON,
+ * every entry and the layout; sets data/data_len and the tensor table. */
+static int st_parse(al_st_file *f, const char *path, al_err *err) {
+    if (f->blob_len < 8)
+        return al_errf(err, "%s: file is %zu bytes, too short for a safetensors header", path, f->blob_len);
+    uint64_t hlen;
+    memcpy(&hlen, f->blob, 8); /* little-endian u64 */
+    if (hlen > AL_ST_MAX_HEADER)
+        return al_errf(err, "%s: header length %" PRIu64 " is implausibly large (corrupt file?)", path, hlen);
+    if (hlen > f->blob_len - 8)
+        return al_errf(err, "%s: header length %" PRIu64 " exceeds the file size %zu (truncated file?)", path, hlen,
+                       f->blob_len);
+    f->data = f->blob + 8 + hlen;
+    f->data_len = f->blob_len - 8 - (size_t)hlen;
+    return parse_header(path, f, f->blob + 8, (size_t)hlen, err);
+}
+
 int al_st_open(al_st_file *f, const char *path, al_err *err) {
     memset(f, 0, sizeof *f);
     if (al_read_file(path, &f->blob, &f->blob_len, err) != 0) return -1;
-    if (f->blob_len < 8) {
-        al_errf(err, "%s: file is %zu bytes, too short for a safetensors header", path, f->blob_len);
-        goto fail;
+    if (st_parse(f, path, err) == 0) return 0;
+    al_st_close(f);
+    return -1;
+}
+
+int al_st_open_map(al_st_file *f, const char *path, al_err *err) {
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return al_errf(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return al_errf(err, "%s: %s", path, strerror(e));
     }
-    uint64_t hlen;
-    memcpy(&hlen, f->blob, 8);  /* little-endian u64 */
-    if (hlen > AL_ST_MAX_HEADER) {
-        al_errf(err, "%s: header length %" PRIu64 " is implausibly large (corrupt file?)", path, hlen);
-        goto fail;
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return al_errf(err, "%s: not a regular file", path);
     }
-    if (hlen > f->blob_len - 8) {
-        al_errf(err, "%s: header length %" PRIu64 " exceeds the file size %zu (truncated file?)", path, hlen,
-                f->blob_len);
-        goto fail;
+    if (st.st_size < 8) {
+        close(fd);
+        return al_errf(err, "%s: file is %lld bytes, too short for a safetensors header", path, (long long)st.st_size);
     }
-    f->data = f->blob + 8 + hlen;
-    f->data_len = f->blob_len - 8 - (size_t)hlen;
-    if (parse_header(path, f, f->blob + 8, (size_t)hlen, err) != 0) goto fail;
-    return 0;
-fail:
+    if ((unsigned long long)st.st_size > SIZE_MAX) {
+        close(fd);
+        return al_errf(err, "%s: file too large to map", path);
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file */
+    if (p == MAP_FAILED) return al_errf(err, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(e));
+    f->blob = p;
+    f->blob_len = (size_t)st.st_size;
+    f->mapped = 1;
+    if (st_parse(f, path, err) == 0) return 0;
     al_st_close(f);
     return -1;
 }
@@ -270,7 +301,11 @@ fail:
 void al_st_close(al_st_file *f) {
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
-    free(f->blob);
+    if (f->mapped) {
+        if (f->blob) munmap(f->blob, f->blob_len);
+    } else {
+        free(f->blob);
+    }
     memset(f, 0, sizeof *f);
 }
 

@@ -24,6 +24,20 @@ static const char *score_names[AL_SCORE_COUNT] = {"softmax", "poly", "relu", "si
 static const char *task_names[AL_TASK_COUNT] = {"lm", "vision"};
 #define VIT_ARCH "AttnlabViTForImageClassification"
 
+/* The Hugging Face families attnlab reads, by architecture and model_type. */
+static const struct {
+    const char *arch, *model_type;
+} hf_names[AL_HF_COUNT] = {
+    {"AttnlabForCausalLM", "attnlab"},     {"LlamaForCausalLM", "llama"},         {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},         {"DeepseekV2ForCausalLM", "deepseek_v2"},
+};
+
+const char *al_hf_family_name(al_hf_family f) { return (unsigned)f < AL_HF_COUNT ? hf_names[f].model_type : "?"; }
+
+int al_config_max_context(const al_config *c) {
+    return c->sliding_window > 0 && c->sliding_window < c->max_position ? c->sliding_window : c->max_position;
+}
+
 const char *al_attn_name(al_attn_kind k) { return (unsigned)k < AL_ATTN_COUNT ? attn_names[k] : "?"; }
 const char *al_score_name(al_score_kind k) { return (unsigned)k < AL_SCORE_COUNT ? score_names[k] : "?"; }
 const char *al_task_name(al_task t) { return (unsigned)t < AL_TASK_COUNT ? task_names[t] : "?"; }
@@ -127,10 +141,29 @@ int al_config_validate(const al_config *c, al_err *err) {
     if (c->task == AL_TASK_VISION) {
         if (validate_vision(c, err)) return -1;
     } else {
-        if (c->vocab_size != 256)
+        if (c->hf == AL_HF_NONE && c->vocab_size != 256)
             return al_errf(err, "invalid config: vocab_size must be 256 (bytes), got %d", c->vocab_size);
+        if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
+            return al_errf(err, "invalid config: vocab_size must be in 1..%d, got %d", 1 << 24, c->vocab_size);
         if (c->bidirectional)
             return al_errf(err, "invalid config: a language model attends causally (bidirectional is for task vision)");
+    }
+    if ((unsigned)c->hf >= AL_HF_COUNT || (c->hf != AL_HF_NONE && c->task != AL_TASK_LM))
+        return al_errf(err, "invalid config: Hugging Face families are language models");
+    if (c->sliding_window < 0) return al_errf(err, "invalid config: sliding_window must be positive");
+    if (c->qkv_bias && c->attention != AL_ATTN_MHA && c->attention != AL_ATTN_GQA && c->attention != AL_ATTN_MQA)
+        return al_errf(err, "invalid config: q/k/v biases need attention mha, gqa or mqa");
+    if (c->rope_scaling.type == AL_ROPE_LLAMA3) {
+        const al_rope_scaling *r = &c->rope_scaling;
+        if (!(r->factor >= 1.0) || !isfinite(r->factor))
+            return al_errf(err, "invalid config: rope_scaling factor must be >= 1, got %g", r->factor);
+        if (!(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) || !isfinite(r->high_freq_factor))
+            return al_errf(err, "invalid config: rope_scaling needs 0 < low_freq_factor < high_freq_factor, got %g and %g",
+                           r->low_freq_factor, r->high_freq_factor);
+        if (r->original_max_position <= 0)
+            return al_errf(err, "invalid config: rope_scaling original_max_position_embeddings must be positive");
+    } else if (c->rope_scaling.type != AL_ROPE_DEFAULT) {
+        return al_errf(err, "invalid config: unknown rope scaling");
     }
     if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
         return al_errf(err, "invalid config: rms_norm_eps must be positive");
@@ -169,6 +202,80 @@ static int get_num(const cJSON *o, const char *key, double *out, al_err *err) {
     return 1;
 }
 
+/* "rope_scaling": null, absent, {"rope_type" (or "type"): "default"}, or
+ * Llama 3's {"rope_type": "llama3", "factor", "low_freq_factor",
+ * "high_freq_factor", "original_max_position_embeddings"}; any other type
+ * (linear, dynamic, yarn, longrope, ...) is refused by name. */
+static int parse_rope_scaling(al_config *c, const cJSON *root, al_err *err) {
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    memset(&c->rope_scaling, 0, sizeof c->rope_scaling);
+    if (!rs || cJSON_IsNull(rs)) return 0;
+    if (!cJSON_IsObject(rs)) return al_errf(err, "invalid config: rope_scaling must be an object or null");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    if (!cJSON_IsString(t)) return al_errf(err, "invalid config: rope_scaling has no rope_type");
+    if (strcmp(t->valuestring, "default") == 0) return 0;
+    if (strcmp(t->valuestring, "llama3") != 0)
+        return al_errf(err, "unsupported rope_scaling type '%.40s' (attnlab implements llama3 scaling only)",
+                       t->valuestring);
+    al_rope_scaling *r = &c->rope_scaling;
+    r->type = AL_ROPE_LLAMA3;
+    const char *need[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    double *dst[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
+    for (int i = 0; i < 3; i++) {
+        int got = get_num(rs, need[i], dst[i], err);
+        if (got < 0) return al_err_prefix(err, "rope_scaling");
+        if (!got) return al_errf(err, "invalid config: llama3 rope_scaling needs %s", need[i]);
+    }
+    int got = get_int(rs, "original_max_position_embeddings", &r->original_max_position, err);
+    if (got < 0) return al_err_prefix(err, "rope_scaling");
+    if (!got) return al_errf(err, "invalid config: llama3 rope_scaling needs original_max_position_embeddings");
+    return 0;
+}
+
+/* What only Hugging Face configs carry: refusals by name of what attnlab
+ * does not implement, and the fields it does (docs/hf-models.md). */
+static int parse_hf(al_config *c, const cJSON *root, al_err *err) {
+    const char *arch = hf_names[c->hf].arch;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && !cJSON_IsNull(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        return al_errf(err, "unsupported hidden_act '%.40s' (attnlab's MLP is SwiGLU with silu)",
+                       cJSON_IsString(act) ? act->valuestring : "?");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "mlp_bias")))
+        return al_errf(err, "unsupported mlp_bias true (attnlab's MLP has no biases)");
+    /* Qwen2's q/k/v biases are part of the architecture, not a config key */
+    if (c->hf != AL_HF_QWEN2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "attention_bias")))
+        return al_errf(err, "unsupported attention_bias true for %s (attnlab reads the q/k/v biases of Qwen2 only)", arch);
+    c->qkv_bias = c->hf == AL_HF_QWEN2;
+    if (parse_rope_scaling(c, root, err)) return -1;
+    if (c->hf == AL_HF_QWEN2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")))
+        return al_errf(err, "unsupported use_sliding_window true for %s (attnlab has no sliding-window attention)", arch);
+    if (c->hf == AL_HF_MISTRAL) {
+        int sw = 0, got = get_int(root, "sliding_window", &sw, err);
+        if (got < 0) return -1;
+        if (got && sw <= 0) return al_errf(err, "invalid config: sliding_window must be positive or null, got %d", sw);
+        /* a window as long as the positions cannot matter; a shorter one limits the contexts we run */
+        c->sliding_window = got && sw < c->max_position ? sw : 0;
+    }
+    if (c->hf == AL_HF_DEEPSEEK_V2) {
+        /* HF DeepseekV2 layer l is MoE when n_routed_experts is set, l >=
+         * first_k_dense_replace and l % moe_layer_freq == 0 */
+        int experts = 0, first_dense = 0, freq = 1;
+        if (get_int(root, "n_routed_experts", &experts, err) < 0 ||
+            get_int(root, "first_k_dense_replace", &first_dense, err) < 0 ||
+            get_int(root, "moe_layer_freq", &freq, err) < 0)
+            return -1;
+        if (freq < 1) return al_errf(err, "invalid config: moe_layer_freq must be positive, got %d", freq);
+        for (int l = first_dense > 0 ? first_dense : 0; experts > 0 && l < c->num_layers; l++)
+            if (l % freq == 0)
+                return al_errf(err,
+                               "unsupported mixture-of-experts layers (n_routed_experts %d from layer %d, "
+                               "first_k_dense_replace %d): attnlab runs DeepseekV2 with dense MLPs only",
+                               experts, l, first_dense);
+    }
+    return 0;
+}
+
 int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *err) {
     if (extra_out) *extra_out = NULL;
     cJSON *root = cJSON_Parse(text);
@@ -181,23 +288,39 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     double num = 0;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     int is_mla = 0, is_attnlab = 0, is_vit = 0, have_score_n = 0;
+    al_hf_family family = AL_HF_LLAMA; /* no architectures: Llama's keys (or model_type's family) */
     if (arch) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
         if (!cJSON_IsString(a0)) {
             al_errf(err, "invalid config: architectures must be a list of names");
             goto done;
         }
-        is_mla = strcmp(a0->valuestring, "DeepseekV2ForCausalLM") == 0;
-        is_attnlab = strcmp(a0->valuestring, "AttnlabForCausalLM") == 0;
         is_vit = strcmp(a0->valuestring, VIT_ARCH) == 0;
-        if (!is_mla && !is_attnlab && !is_vit && strcmp(a0->valuestring, "LlamaForCausalLM") != 0) {
-            al_errf(err, "unsupported architecture '%s' (attnlab reads LlamaForCausalLM, DeepseekV2ForCausalLM, "
-                         "AttnlabForCausalLM, " VIT_ARCH ")",
+        family = AL_HF_COUNT;
+        for (int f = 0; f < AL_HF_COUNT; f++)
+            if (strcmp(a0->valuestring, hf_names[f].arch) == 0) family = (al_hf_family)f;
+        if (!is_vit && family == AL_HF_COUNT) {
+            al_errf(err, "unsupported architecture '%.80s' (attnlab reads LlamaForCausalLM, MistralForCausalLM, "
+                         "Qwen2ForCausalLM, DeepseekV2ForCausalLM (dense), AttnlabForCausalLM, " VIT_ARCH ")",
                     a0->valuestring);
             goto done;
         }
+    } else {
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+        for (int f = 1; cJSON_IsString(mt) && f < AL_HF_COUNT; f++)
+            if (strcmp(mt->valuestring, hf_names[f].model_type) == 0) family = (al_hf_family)f;
     }
+    is_attnlab = family == AL_HF_NONE;
+    is_mla = family == AL_HF_DEEPSEEK_V2;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
+    /* no "attnlab" block: a Hugging Face checkpoint of its family */
+    if (!al && !is_vit && !is_attnlab) c->hf = family;
+    if (al && (family == AL_HF_MISTRAL || family == AL_HF_QWEN2)) {
+        al_errf(err, "invalid config: an \"attnlab\" block goes with attnlab's own architectures, not %s",
+                hf_names[family].arch);
+        goto done;
+    }
+    if (c->hf != AL_HF_NONE) c->rms_norm_eps = 1e-6f; /* transformers' default for these families */
     /* MLA's shape keys: with DeepseekV2's architecture, or a ViT whose block says mla */
     const cJSON *al_attn = cJSON_IsObject(al) ? cJSON_GetObjectItemCaseSensitive(al, "attention") : NULL;
     const int mla_keys = is_mla || (is_vit && cJSON_IsString(al_attn) && strcmp(al_attn->valuestring, "mla") == 0);
@@ -309,6 +432,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         al_errf(err, "invalid config: attention 'lrkv' goes with architecture AttnlabForCausalLM");
         goto done;
     }
+    if (c->hf != AL_HF_NONE && parse_hf(c, root, err)) goto done;
     rc = al_config_validate(c, err);
 done:
     cJSON_Delete(root);
@@ -316,6 +440,7 @@ done:
 }
 
 const char *al_config_architecture(const al_config *c) {
+    if (c->hf != AL_HF_NONE && (unsigned)c->hf < AL_HF_COUNT) return hf_names[c->hf].arch;
     return c->task == AL_TASK_VISION      ? VIT_ARCH
            : c->attention == AL_ATTN_MLA    ? "DeepseekV2ForCausalLM"
            : c->attention == AL_ATTN_LRKV ? "AttnlabForCausalLM"

@@ -12,10 +12,15 @@
 #define AL_CONFIG_H
 
 #include "../core/core.h"
+#include "../nn/nn.h"
 
 typedef enum { AL_ATTN_MHA, AL_ATTN_GQA, AL_ATTN_MQA, AL_ATTN_MLA, AL_ATTN_LRKV, AL_ATTN_COUNT } al_attn_kind;
 typedef enum { AL_SCORE_SOFTMAX, AL_SCORE_POLY, AL_SCORE_RELU, AL_SCORE_SIGMOID, AL_SCORE_COUNT } al_score_kind;
 typedef enum { AL_TASK_LM, AL_TASK_VISION, AL_TASK_COUNT } al_task;
+/* Where a config comes from: attnlab's own checkpoints (an "attnlab" block in
+ * config.json), or a Hugging Face checkpoint of one of these families,
+ * whose conventions and extra fields then apply (docs/hf-models.md). */
+typedef enum { AL_HF_NONE, AL_HF_LLAMA, AL_HF_MISTRAL, AL_HF_QWEN2, AL_HF_DEEPSEEK_V2, AL_HF_COUNT } al_hf_family;
 
 typedef struct al_config {
     int vocab_size;          /* 256: bytes */
@@ -57,12 +62,25 @@ typedef struct al_config {
      * patches, derived (al_config_vision_derive), and vocab_size is 0. */
     int image_size, patch_size, num_channels, num_labels;
     double image_mean, image_std;
+    /* Hugging Face checkpoints (hf != AL_HF_NONE): loaded memory-mapped in
+     * their file dtype, for inference only; vocab_size is then any size. */
+    al_hf_family hf;
+    int qkv_bias;                 /* Qwen2: q_proj, k_proj, v_proj have biases */
+    int sliding_window;           /* Mistral's sliding_window when it is shorter than
+                                     max_position_embeddings (0: none): longer
+                                     contexts are refused, shorter ones cannot see it */
+    al_rope_scaling rope_scaling; /* "rope_scaling": none or llama3 */
 } al_config;
 
 const char *al_attn_name(al_attn_kind k);
 const char *al_task_name(al_task t);
 int al_task_from_name(const char *s, al_task *t);
 const char *al_score_name(al_score_kind k);
+/* "llama", "mistral", "qwen2", "deepseek_v2" (HF model_type), "attnlab". */
+const char *al_hf_family_name(al_hf_family f);
+/* The longest sequence a model may run: max_position, or a Mistral sliding
+ * window shorter than it (see sliding_window). */
+int al_config_max_context(const al_config *c);
 int al_attn_from_name(const char *s, al_attn_kind *k);
 int al_score_from_name(const char *s, al_score_kind *k);
 
@@ -81,7 +99,8 @@ int al_config_num_patches(const al_config *c);
  * design shares, then the design's own rules (its ops->validate). */
 int al_config_validate(const al_config *c, al_err *err);
 
-/* The HF "architectures" name a config is saved under. */
+/* The HF "architectures" name a config is saved under (HF checkpoints: the
+ * one they were read from). */
 const char *al_config_architecture(const al_config *c);
 
 /* config.json <-> struct. `extra` (may be NULL) is a JSON object text merged

@@ -44,53 +44,70 @@ static int add_param(al_model *m, int cap, const char *name, int ndim, int64_t r
 }
 
 /* Points the top-level views (when `top`) and the per-layer pointers of
- * `layers` into `base` (the weights or the gradients), walking the parameter
- * table in the order al_model_create laid it out. */
-static void set_views(al_model *m, float *base, al_layer_ptrs *layers, int top) {
+ * `layers` at each tensor's data, walking the parameter table in the order
+ * al_model_create laid it out: base + offset (the weights or the gradients,
+ * all fp32) when data is NULL, else data[i] in dtype dts[i] (a mapped
+ * checkpoint, hf.c). */
+static void set_views(al_model *m, float *base, const void *const *data, const al_dtype *dts, al_layer_ptrs *layers,
+                      int top) {
     const al_config *c = &m->cfg;
     const int vit = c->task == AL_TASK_VISION;
     float *embed = NULL, *head = NULL, *pw = NULL, *pb = NULL, *cls = NULL, *pos = NULL, *cw = NULL, *cb = NULL;
+    al_dtype embed_dt = AL_DT_F32, head_dt = AL_DT_F32;
     int i = 0;
+#define AL_PTR(k) (data ? (float *)(uintptr_t)data[k] : base + m->params[k].offset)
+#define AL_DT(k) (dts ? dts[k] : AL_DT_F32)
     if (vit) {
-        pw = base + m->params[i++].offset;
-        pb = base + m->params[i++].offset;
-        cls = base + m->params[i++].offset;
-        pos = base + m->params[i++].offset;
+        pw = AL_PTR(i), i++;
+        pb = AL_PTR(i), i++;
+        cls = AL_PTR(i), i++;
+        pos = AL_PTR(i), i++;
     } else {
-        embed = base + m->params[i++].offset;
+        embed = AL_PTR(i), embed_dt = AL_DT(i), i++;
     }
     for (int l = 0; l < c->num_layers; l++) {
         al_layer_ptrs *L = &layers[l];
         al_param_spec specs[AL_ATTN_MAX_PARAMS];
         int na = m->attn->params(c, specs);
-        L->ln1 = base + m->params[i++].offset;
+        L->ln1 = AL_PTR(i), i++;
         memset(&L->attn, 0, sizeof L->attn);
         L->attn.cfg = &m->cfg;
         L->attn.rope = &m->rope;
         L->attn.rope_aux = m->rope_aux.cos ? &m->rope_aux : NULL;
-        for (int a = 0; a < na; a++) L->attn.w[a] = base + m->params[i++].offset;
-        L->ln2 = base + m->params[i++].offset;
-        L->gate = base + m->params[i++].offset;
-        L->up = base + m->params[i++].offset;
-        L->down = base + m->params[i++].offset;
+        for (int a = 0; a < na; a++) L->attn.w[a] = AL_PTR(i), L->attn.wdt[a] = AL_DT(i), i++;
+        L->ln2 = AL_PTR(i), i++;
+        L->gate = AL_PTR(i), L->gate_dt = AL_DT(i), i++;
+        L->up = AL_PTR(i), L->up_dt = AL_DT(i), i++;
+        L->down = AL_PTR(i), L->down_dt = AL_DT(i), i++;
     }
-    float *final_norm = base + m->params[i++].offset;
+    float *final_norm = AL_PTR(i);
+    i++;
     if (vit) {
-        cw = base + m->params[i++].offset;
-        cb = base + m->params[i++].offset;
+        cw = AL_PTR(i), i++;
+        cb = AL_PTR(i), i++;
+    } else if (c->tie_word_embeddings) {
+        head = embed, head_dt = embed_dt;
     } else {
-        head = c->tie_word_embeddings ? embed : base + m->params[i++].offset;
+        head = AL_PTR(i), head_dt = AL_DT(i), i++;
     }
+#undef AL_PTR
+#undef AL_DT
     if (!top) return;
     m->embed = embed;
     m->final_norm = final_norm;
     m->lm_head = head;
+    m->embed_dt = embed_dt;
+    m->head_dt = head_dt;
     m->patch_w = pw;
     m->patch_b = pb;
     m->cls = cls;
     m->pos = pos;
     m->cls_w = cw;
     m->cls_b = cb;
+}
+
+void al_model_set_views(al_model *m, const void *const *data, const al_dtype *dts) {
+    set_views(m, m->w, data, dts, m->layers, 1);
 }
 
 /* RoPE tables of angle 0 (cos 1, sin 0): the ViT's positions are learned
@@ -103,7 +120,9 @@ static void rope_identity(al_rope_table *t) {
     }
 }
 
-int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
+int al_model_create(al_model *m, const al_config *cfg, al_err *err) { return al_model_build(m, cfg, 1, err); }
+
+int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
     memset(m, 0, sizeof *m);
     if (al_config_validate(cfg, err)) return -1;
     m->cfg = *cfg;
@@ -161,9 +180,11 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
     }
     int rope_dims[2];
     m->attn->rope_dims(c, rope_dims);
-    m->w = al_alloc(sizeof(float) * m->n_floats);
-    if (!m->w || al_rope_table_init(&m->rope, c->max_position, rope_dims[0], c->rope_theta) ||
-        (rope_dims[1] > 0 && al_rope_table_init(&m->rope_aux, c->max_position, rope_dims[1], c->rope_theta))) {
+    if (arena) m->w = al_alloc(sizeof(float) * m->n_floats);
+    if ((arena && !m->w) ||
+        al_rope_table_init_scaled(&m->rope, c->max_position, rope_dims[0], c->rope_theta, &c->rope_scaling) ||
+        (rope_dims[1] > 0 &&
+         al_rope_table_init_scaled(&m->rope_aux, c->max_position, rope_dims[1], c->rope_theta, &c->rope_scaling))) {
         al_model_free(m);
         return al_errf(err, "out of memory for %zu parameters", m->n_floats);
     }
@@ -171,12 +192,13 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err) {
         rope_identity(&m->rope);
         rope_identity(&m->rope_aux);
     }
-    set_views(m, m->w, m->layers, 1);
+    if (m->w) set_views(m, m->w, NULL, NULL, m->layers, 1);
     return 0;
 }
 
 void al_model_free(al_model *m) {
     if (!m) return;
+    al_model_unmap(m);
     al_free(m->w);
     al_free(m->g);
     free(m->params);
@@ -188,6 +210,7 @@ void al_model_free(al_model *m) {
 }
 
 void al_model_init_weights(al_model *m, uint64_t seed) {
+    if (m->mapped) return; /* read-only weights */
     al_rng rng;
     al_rng_seed(&rng, seed);
     for (int i = 0; i < m->n_params; i++) {
@@ -200,9 +223,15 @@ void al_model_init_weights(al_model *m, uint64_t seed) {
 
 int al_model_alloc_grads(al_model *m, al_err *err) {
     if (m->g) return 0;
+    /* a Hugging Face checkpoint is mapped in its file dtype and its extras
+     * (biases, head_dim, rope scaling) have no backward here: inference only */
+    if (m->mapped || m->cfg.hf != AL_HF_NONE)
+        return al_errf(err, "training needs fp32 weights: this is a Hugging Face checkpoint (%s), memory-mapped in its "
+                            "file dtype for inference only",
+                       al_config_architecture(&m->cfg));
     m->g = al_alloc(sizeof(float) * m->n_floats);
     if (!m->g) return al_errf(err, "out of memory for gradients");
-    set_views(m, m->g, m->glayers, 0);
+    set_views(m, m->g, NULL, NULL, m->glayers, 0);
     for (int l = 0; l < m->cfg.num_layers; l++)
         for (int a = 0; a < AL_ATTN_MAX_PARAMS; a++) m->layers[l].attn.g[a] = m->glayers[l].attn.w[a];
     return 0;
@@ -261,6 +290,7 @@ double al_vit_fwd_flops_per_image(const al_model *m) {
 /* ---- checkpoints ---- */
 
 int al_model_save(const al_model *m, const char *dir, const char *extra_json, al_err *err) {
+    if (m->mapped) return al_errf(err, "%s: a memory-mapped Hugging Face checkpoint is not saved by attnlab", dir);
     if (mkdir(dir, 0777) && errno != EEXIST) return al_errf(err, "%s: cannot create directory: %s", dir, strerror(errno));
     char path[4096];
     al_st_out_tensor *t = calloc((size_t)m->n_params, sizeof *t);
@@ -302,11 +332,21 @@ int al_model_load_weights(al_model *m, const char *path, al_err *err) {
 }
 
 int al_model_load(al_model *m, const char *dir, char **extra_out, al_err *err) {
+    return al_model_open(m, dir, 0, extra_out, err);
+}
+
+int al_model_open(al_model *m, const char *dir, int min_positions, char **extra_out, al_err *err) {
     char path[4096];
     al_config c;
+    memset(m, 0, sizeof *m);
     if (extra_out) *extra_out = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (al_config_load(&c, path, extra_out, err)) return -1;
+    if (c.max_position < min_positions) c.max_position = min_positions; /* longer RoPE tables; same weights */
+    if (c.hf != AL_HF_NONE) {
+        if (al_model_map(m, dir, &c, err)) goto fail;
+        return 0;
+    }
     if (al_model_create(m, &c, err)) {
         al_err_prefix(err, "%s", path);
         goto fail;
@@ -325,28 +365,62 @@ fail:
 
 /* ---- activations ---- */
 
-int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
+/* A context T the model can run: within its positions and, for a Mistral
+ * sliding window, within the window (where the window cannot matter). */
+static int check_context(const al_config *c, int T, al_err *err) {
+    if (T > c->max_position) return al_errf(err, "context %d exceeds max_position_embeddings %d", T, c->max_position);
+    if (T > al_config_max_context(c))
+        return al_errf(err, "context %d exceeds the sliding_window %d, which attnlab does not implement (contexts up to "
+                            "the window are exact)",
+                       T, c->sliding_window);
+    return 0;
+}
+
+/* The activation arena for B x T tokens. Training (infer 0): every layer's
+ * buffers, kept for backward, plus the backward buffers. Inference (infer
+ * 1): one layer's buffers reused by every layer (the residual stream ping-
+ * pongs between two slots), no backward buffers, and attention blocks kept
+ * only for the n_keep layers in keep[] (attention maps) plus one shared slot. */
+static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, const int *keep, int n_keep,
+                       int logits, al_err *err) {
     memset(a, 0, sizeof *a);
     const al_config *c = &m->cfg;
     const int vit = c->task == AL_TASK_VISION;
-    if (T > c->max_position) return al_errf(err, "context %d exceeds max_position_embeddings %d", T, c->max_position);
+    if (B <= 0 || T <= 0) return al_errf(err, "empty batch (%d x %d tokens)", B, T);
+    if (check_context(c, T, err)) return -1;
+    if (infer && vit) return al_errf(err, "inference activations are for language models");
     if (vit && T != c->max_position)
         return al_errf(err, "a vision batch is 1 + %d patches per image, not %d tokens", c->max_position - 1, T);
     const size_t N = (size_t)B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size, L = c->num_layers;
     /* LM: logits per token over the bytes; ViT: per image over the classes */
-    const size_t n_logits = vit ? (size_t)B * c->num_labels : N * V;
+    const size_t n_logits = !logits ? 0 : vit ? (size_t)B * c->num_labels : N * V;
     const size_t pp = vit ? (size_t)c->num_channels * c->patch_size * c->patch_size : 0;
     const size_t n_patch = vit ? (size_t)B * (T - 1) * pp : 0, n_cls = vit ? (size_t)B * d : 0;
     a->B = B;
     a->T = T;
+    a->infer = infer;
     a->attn_saved_per_layer = (m->attn->saved_floats(c, B, T) + 15) & ~(size_t)15;
+    /* training: L slots of per-layer buffers and L + 1 of the residual stream; inference: 1 and 2 */
+    const size_t Ls = infer ? 1 : L, Xs = infer ? 2 : L + 1, bwd = !infer, S = infer ? 1 + (size_t)n_keep : L;
+    if (infer) {
+        a->saved_slot = malloc(sizeof(int) * L);
+        if (!a->saved_slot) return al_errf(err, "out of memory");
+        for (size_t l = 0; l < L; l++) a->saved_slot[l] = -1; /* the shared slot S - 1 */
+        for (int k = 0; k < n_keep; k++) {
+            if (keep[k] < 0 || keep[k] >= (int)L) {
+                al_acts_free(a);
+                return al_errf(err, "layer %d out of range (the model has layers 0..%d)", keep[k], (int)L - 1);
+            }
+            a->saved_slot[keep[k]] = k;
+        }
+    }
     size_t sizes[] = {
-        (L + 1) * N * d,                 /* x_in */
-        L * N * d, L * N, L * a->attn_saved_per_layer, L * N * d, L * N * d, L * N, /* xn1 rstd1 saved x_mid xn2 rstd2 */
-        L * N * f, L * N * f, L * N * f, /* gate up hmid */
-        N * d, N, n_logits, n_logits,    /* xnf rstdf logits dlogits */
-        N * d, N * d, N * f, N * f, N * f, m->attn->scratch_floats(c, B, T), /* dres dtmp dh dg du scratch */
-        n_patch, n_cls, n_cls,           /* ViT: patches cls_x cls_dx */
+        Xs * N * d,                         /* x_in */
+        Ls * N * d, Ls * N, S * a->attn_saved_per_layer, Ls * N * d, Ls * N * d, Ls * N, /* xn1 rstd1 saved x_mid xn2 rstd2 */
+        Ls * N * f, Ls * N * f, Ls * N * f, /* gate up hmid */
+        N * d, N, n_logits, bwd * n_logits, /* xnf rstdf logits dlogits */
+        bwd * N * d, N * d, bwd * N * f, bwd * N * f, bwd * N * f, m->attn->scratch_floats(c, B, T), /* dres dtmp dh dg du scratch */
+        n_patch, n_cls, n_cls,              /* ViT: patches cls_x cls_dx */
     };
     float **ptrs[] = {&a->x_in, &a->xn1, &a->rstd1, &a->attn_saved, &a->x_mid, &a->xn2, &a->rstd2, &a->gate, &a->up,
                       &a->hmid, &a->xnf, &a->rstdf, &a->logits, &a->dlogits, &a->dres, &a->dtmp, &a->dh, &a->dg,
@@ -361,6 +435,10 @@ int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
         al_acts_free(a);
         return al_errf(err, "out of memory for activations (%zu MB)", total * 4 >> 20);
     }
+    a->n_keep = n_keep;
+    if (infer) /* the shared slot: after the kept ones */
+        for (size_t l = 0; l < L; l++)
+            if (a->saved_slot[l] < 0) a->saved_slot[l] = n_keep;
     a->n_floats = total;
     float *p = a->arena;
     for (int i = 0; i < NBUF; i++) {
@@ -368,6 +446,20 @@ int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
         p += (sizes[i] + 15) & ~(size_t)15;
     }
     return 0;
+}
+
+
+int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
+    if (m->mapped) return al_acts_create_infer(a, m, B, T, NULL, 0, err);
+    return acts_create(a, m, B, T, 0, NULL, 0, 1, err);
+}
+
+int al_acts_create_infer(al_acts *a, const al_model *m, int B, int T, const int *keep, int n_keep, al_err *err) {
+    return acts_create(a, m, B, T, 1, keep, n_keep, 1, err);
+}
+
+int al_acts_create_maps(al_acts *a, const al_model *m, int T, const int *keep, int n_keep, al_err *err) {
+    return acts_create(a, m, 1, T, 1, keep, n_keep, 0, err);
 }
 
 int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err) {
@@ -379,10 +471,21 @@ int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err) {
 }
 
 void al_acts_free(al_acts *a) {
+    free(a->saved_slot);
     al_free(a->arena);
     free(a->tokens);
     free(a->targets);
     memset(a, 0, sizeof *a);
+}
+
+/* x[N, d] = rows tokens[n] of a 16-bit embedding E[V, d], widened (rows of
+ * negative tokens are zero, as al_embed_fwd's). */
+static void embed_rows(float *x, al_wref E, const int *tokens, int N, int d) {
+#pragma omp parallel for schedule(static) if ((long)N * d > 65536)
+    for (int n = 0; n < N; n++) {
+        if (tokens[n] < 0) memset(x + (size_t)n * d, 0, sizeof(float) * (size_t)d);
+        else al_wread(x + (size_t)n * d, E, (size_t)tokens[n] * d, (size_t)d);
+    }
 }
 
 /* out[n] = a[n] + b[n] */
@@ -391,27 +494,44 @@ static void add_vec(float *out, const float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = x[i] + y[i];
 }
 
+/* Slots of the per-layer activation buffers: layer l's own in training,
+ * one shared slot (the residual stream: two, alternating) for inference. */
+static inline size_t lslot(const al_acts *a, int l) { return a->infer ? 0 : (size_t)l; }
+static inline size_t xslot(const al_acts *a, int l) { return a->infer ? (size_t)(l & 1) : (size_t)l; }
+static inline float *saved_of(const al_acts *a, int l) {
+    return a->attn_saved + (a->saved_slot ? (size_t)a->saved_slot[l] : (size_t)l) * a->attn_saved_per_layer;
+}
+
+const float *al_acts_saved(const al_acts *a, int layer) {
+    if (a->infer && a->saved_slot[layer] == a->n_keep) return NULL; /* the shared slot: overwritten */
+    return saved_of(a, layer);
+}
+
 /* The transformer blocks, shared by both tasks: a->x_in[0] [B*T, d] (filled
- * by the caller's embedding) -> a->x_in[L] [B*T, d], saving what
- * blocks_bwd needs. The mask (causal or not) comes from the config through
- * the design's score shape. */
+ * by the caller's embedding) -> a->x_in[L] [B*T, d] (slot xslot(L)), saving
+ * what blocks_bwd needs. The mask (causal or not) comes from the config
+ * through the design's score shape. The MLP's matrices go through al_matmul:
+ * the sgemm of al_linear_fwd for fp32, the BF16/F16 paths of wmat.c for a
+ * mapped checkpoint. */
 static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
     const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size;
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
-        float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
-        float *gate = a->gate + l * Nf, *up = a->up + l * Nf, *hmid = a->hmid + l * Nf;
-        al_rmsnorm_fwd(xn1, a->rstd1 + (size_t)l * N, x, L->ln1, N, d, c->rms_norm_eps);
-        m->attn->forward(&L->attn, xn1, a->dtmp, a->attn_saved + l * a->attn_saved_per_layer, a->attn_scratch, B, T);
+        const size_t ls = lslot(a, l);
+        float *x = a->x_in + xslot(a, l) * Nd, *x_out = a->x_in + xslot(a, l + 1) * Nd;
+        float *xn1 = a->xn1 + ls * Nd, *x_mid = a->x_mid + ls * Nd, *xn2 = a->xn2 + ls * Nd;
+        float *gate = a->gate + ls * Nf, *up = a->up + ls * Nf, *hmid = a->hmid + ls * Nf;
+        al_rmsnorm_fwd(xn1, a->rstd1 + ls * N, x, L->ln1, N, d, c->rms_norm_eps);
+        m->attn->forward(&L->attn, xn1, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
         add_vec(x_mid, x, a->dtmp, Nd);
-        al_rmsnorm_fwd(xn2, a->rstd2 + (size_t)l * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
-        al_linear_fwd(gate, xn2, L->gate, N, d, f, 0);
-        al_linear_fwd(up, xn2, L->up, N, d, f, 0);
+        al_rmsnorm_fwd(xn2, a->rstd2 + ls * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
+        al_matmul(gate, f, xn2, d, (al_wref){L->gate, L->gate_dt}, N, d, f, 0);
+        al_matmul(up, f, xn2, d, (al_wref){L->up, L->up_dt}, N, d, f, 0);
         al_swiglu_fwd(hmid, gate, up, Nf);
-        al_linear_fwd(a->dtmp, hmid, L->down, N, f, d, 0);
-        add_vec(x + Nd, x_mid, a->dtmp, Nd);
+        al_matmul(a->dtmp, d, hmid, f, (al_wref){L->down, L->down_dt}, N, f, d, 0);
+        add_vec(x_out, x_mid, a->dtmp, Nd);
     }
 }
 
@@ -448,11 +568,21 @@ double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const 
     const size_t Nd = (size_t)N * d;
     if (!m->embed) return NAN; /* a vision model has no token embedding: al_vit_forward */
     memcpy(a->tokens, tokens, sizeof(int) * N);
-    al_embed_fwd(a->x_in, m->embed, tokens, N, d);
+    if (m->embed_dt == AL_DT_F32) al_embed_fwd(a->x_in, m->embed, tokens, N, d);
+    else embed_rows(a->x_in, (al_wref){m->embed, m->embed_dt}, tokens, N, d);
     blocks_fwd(m, a);
-    al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, N, d, c->rms_norm_eps);
-    al_linear_fwd(a->logits, a->xnf, m->lm_head, N, d, V, 0);
+    if (!a->logits) return 0.0; /* attention-map activations: the blocks are all that is wanted */
+    al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + xslot(a, c->num_layers) * Nd, m->final_norm, N, d, c->rms_norm_eps);
+    al_matmul(a->logits, V, a->xnf, d, (al_wref){m->lm_head, m->head_dt}, N, d, V, 0);
     if (!targets) return 0.0;
+    if (a->infer) { /* no dlogits buffer: the loss alone, from the logits */
+        int count = 0;
+        for (int i = 0; i < N; i++) {
+            a->targets[i] = targets[i];
+            count += targets[i] >= 0;
+        }
+        return count ? al_xent_fwd_bwd(NULL, a->logits, targets, N, V, 0.0f) / count : 0.0;
+    }
     int count = 0;
     for (int i = 0; i < N; i++) {
         a->targets[i] = targets[i];
@@ -467,7 +597,7 @@ void al_model_backward(al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
     const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, V = c->vocab_size;
     const size_t Nd = (size_t)N * d;
-    if (!m->embed) return;
+    if (!m->embed || !m->g || a->infer) return; /* no gradients: an inference model or batch */
     float *g_head = m->cfg.tie_word_embeddings ? m->g + m->params[0].offset : m->g + m->params[m->n_params - 1].offset;
     float *g_norm = m->g + (m->final_norm - m->w);
     memset(a->dtmp, 0, sizeof(float) * Nd);
@@ -589,6 +719,7 @@ int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *
     const al_config *c = &m->cfg;
     if (capacity <= 0 || capacity > c->max_position)
         return al_errf(err, "context %d outside 1..max_position_embeddings (%d)", capacity, c->max_position);
+    if (check_context(c, capacity, err)) return -1;
     if (c->task != AL_TASK_LM) return al_errf(err, "a vision model classifies images; it does not decode tokens");
     dec->m = m;
     dec->capacity = capacity;
@@ -620,7 +751,8 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     float *x = dec->scratch, *xn = x + d, *y = xn + d, *gate = y + d, *up = gate + f, *h = up + f;
     float *attn_scratch = h + f + d;
     float rstd;
-    memcpy(x, m->embed + (size_t)token * d, sizeof(float) * d);
+    if (m->embed_dt == AL_DT_F32) memcpy(x, m->embed + (size_t)token * d, sizeof(float) * d);
+    else al_wread(x, (al_wref){m->embed, m->embed_dt}, (size_t)token * d, (size_t)d);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
         float *cache = dec->cache + (size_t)l * dec->capacity * dec->values_per_token;
@@ -628,14 +760,15 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
         m->attn->decode(&L->attn, xn, y, cache, pos, attn_scratch);
         for (int i = 0; i < d; i++) x[i] += y[i];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, f, d, 1.0f, L->gate, d, xn, 1, 0.0f, gate, 1);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, f, d, 1.0f, L->up, d, xn, 1, 0.0f, up, 1);
+        /* F32: the cblas_sgemv calls; BF16/F16: wmat.c's direct kernel */
+        al_matvec(gate, xn, (al_wref){L->gate, L->gate_dt}, f, d, 0);
+        al_matvec(up, xn, (al_wref){L->up, L->up_dt}, f, d, 0);
         al_swiglu_fwd(h, gate, up, (size_t)f);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, d, f, 1.0f, L->down, f, h, 1, 0.0f, y, 1);
+        al_matvec(y, h, (al_wref){L->down, L->down_dt}, d, f, 0);
         for (int i = 0; i < d; i++) x[i] += y[i];
     }
     al_rmsnorm_fwd(xn, &rstd, x, m->final_norm, 1, d, c->rms_norm_eps);
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, c->vocab_size, d, 1.0f, m->lm_head, d, xn, 1, 0.0f, logits, 1);
+    al_matvec(logits, xn, (al_wref){m->lm_head, m->head_dt}, c->vocab_size, d, 0);
     dec->pos++;
     return 0;
 }

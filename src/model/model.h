@@ -19,7 +19,14 @@
  * the identity (angle 0), so the designs run unchanged.
  *
  * Activations for a B x T batch live in one more arena (al_acts), sized from
- * the same config plus the attention design's saved_floats().
+ * the same config plus the attention design's saved_floats(); inference
+ * activations (al_acts_create_infer) hold one layer's buffers for all layers.
+ *
+ * A Hugging Face checkpoint (config.json without the "attnlab" block) is a
+ * mapped model (hf.c): the same table and views, but the views point into
+ * the memory-mapped safetensors files, matrices in their file dtype (the
+ * *_dt fields beside the pointers), 1-D tensors as fp32 copies in a small w;
+ * it runs forward and decode only (docs/hf-models.md).
  */
 #ifndef AL_MODEL_H
 #define AL_MODEL_H
@@ -39,9 +46,13 @@ typedef struct al_param {
     int decay;
 } al_param;
 
+/* One layer's tensors. gate/up/down are fp32 arena matrices (dtype
+ * AL_DT_F32, 0) for attnlab's models; for a mapped Hugging Face checkpoint
+ * they point at the file's read-only bytes in the dtype beside them. */
 typedef struct al_layer_ptrs {
     float *ln1, *ln2, *gate, *up, *down;
     al_attn_layer attn;
+    al_dtype gate_dt, up_dt, down_dt;
 } al_layer_ptrs;
 
 typedef struct al_model {
@@ -58,10 +69,29 @@ typedef struct al_model {
     float *patch_w, *patch_b, *cls, *pos, *cls_w, *cls_b;
     al_layer_ptrs *layers, *glayers; /* glayers: same pointers into g */
     al_rope_table rope, rope_aux; /* tables for the design's rope_dims() */
+    /* A Hugging Face checkpoint (cfg.hf != AL_HF_NONE) is mapped, not copied
+     * (hf.c): its matrices stay in the memory-mapped files in their dtype
+     * (embed_dt / head_dt, the layers' *_dt), w holds only fp32 copies of
+     * the 1-D tensors (norm gains, biases), and the model runs forward and
+     * decode only (no gradients, no saving). */
+    int mapped;
+    struct al_ckpt *ckpt;       /* the open, mapped checkpoint files */
+    const void **data;          /* [n_params] where each tensor's data is */
+    al_dtype *dts;              /* [n_params] its dtype as used */
+    void **owned;               /* [n_params] heap copies of misaligned matrices (NULL: none) */
+    al_dtype embed_dt, head_dt; /* of embed and lm_head (F32 for arena models) */
+    size_t mapped_bytes;        /* tensor bytes used in place from the mapping */
+    size_t copied_bytes;        /* tensor bytes copied to the heap (1-D tensors as fp32, misaligned matrices) */
 } al_model;
 
 /* Builds the parameter table and arenas for a validated config; weights zero. */
 int al_model_create(al_model *m, const al_config *cfg, al_err *err);
+/* As al_model_create; with arena 0 no weight arena is allocated and no
+ * views are set (the mapped loader, hf.c, points them at the file). */
+int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err);
+/* Points every view at data[i] of dtype dts[i] (one per parameter, in table
+ * order); the mapped loader's last step. */
+void al_model_set_views(al_model *m, const void *const *data, const al_dtype *dts);
 void al_model_free(al_model *m);
 /* Normal(std) / ones init from a seed, in arena order (reproducible). */
 void al_model_init_weights(al_model *m, uint64_t seed);
@@ -78,9 +108,26 @@ double al_model_train_flops_per_token(const al_model *m, int T);
 double al_model_fwd_flops_per_token(const al_model *m, int T);
 
 /* Checkpoint directory: config.json + model.safetensors (F32 written; F32,
- * F16, BF16 read). extra_json: training settings merged into "attnlab". */
+ * F16, BF16 read). extra_json: training settings merged into "attnlab".
+ * Loading a Hugging Face checkpoint directory (config.json without an
+ * "attnlab" block: Llama, Mistral, Qwen2, dense DeepseekV2; one
+ * model.safetensors or shards with model.safetensors.index.json) maps it
+ * instead (al_model_map, docs/hf-models.md). */
 int al_model_save(const al_model *m, const char *dir, const char *extra_json, al_err *err);
 int al_model_load(al_model *m, const char *dir, char **extra_out, al_err *err);
+/* al_model_load with RoPE tables for at least min_positions positions (for
+ * inputs longer than the model was trained at; 0: the config's). */
+int al_model_open(al_model *m, const char *dir, int min_positions, char **extra_out, al_err *err);
+/* hf.c: maps the checkpoint files of dir for config c (validated, hf set):
+ * every tensor checked against the parameter table (present, shape, dtype),
+ * matrices used in place, 1-D tensors converted to fp32. Errors name the
+ * directory or file and the tensor. */
+int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err);
+/* Closes the mapping and frees the tables of a mapped model (no-op otherwise). */
+void al_model_unmap(al_model *m);
+/* Bytes of the weights as the model holds them: matrices in their dtype,
+ * mapped models' 1-D tensors as fp32 (a tied head counted once). */
+size_t al_model_weight_bytes(const al_model *m);
 /* Loads only the weights of an existing model from a safetensors file. */
 int al_model_load_weights(al_model *m, const char *path, al_err *err);
 
@@ -97,15 +144,33 @@ typedef struct al_acts {
     float *cls_x, *cls_dx; /* ViT: [B, d] the CLS rows of the last residual stream, and their gradient */
     int *tokens, *targets; /* LM: [B*T]; ViT: targets[0..B) hold the labels */
     size_t attn_saved_per_layer;
+    /* inference form (al_acts_create_infer): one layer's buffers shared by
+     * all layers, no backward buffers; saved_slot[l] is layer l's slot in
+     * attn_saved (n_keep: the shared one, overwritten by later layers) */
+    int infer, n_keep;
+    int *saved_slot;
 } al_acts;
 
 /* Vision models: T must be 1 + patches (al_vit_acts_create passes it); logits
  * and dlogits are then [B, num_labels]. */
 int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err);
+/* Activations for forward only (language models), sized for one layer
+ * instead of L: what a mapped model always gets from al_acts_create (with
+ * no kept layers). The attention blocks of the n_keep layers in keep[]
+ * survive the forward, for attention maps (al_acts_saved). */
+int al_acts_create_infer(al_acts *a, const al_model *m, int B, int T, const int *keep, int n_keep, al_err *err);
+/* The same for attention maps of one sequence: no logits (a forward over
+ * them stops after the blocks; the head's T x vocab floats would dwarf the
+ * rest for a large vocabulary). */
+int al_acts_create_maps(al_acts *a, const al_model *m, int T, const int *keep, int n_keep, al_err *err);
+/* After a forward: layer l's saved attention block (the design's head_qk
+ * reads it), or NULL if an inference batch did not keep that layer. */
+const float *al_acts_saved(const al_acts *a, int layer);
 int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err);
 void al_acts_free(al_acts *a);
 /* tokens/targets: [B*T] ints (targets < 0 are ignored). Returns the mean loss
- * over counted targets (0 if targets == NULL); logits kept in a->logits [N, V]
+ * over counted targets (0 if targets == NULL or a has no logits: maps);
+ * logits kept in a->logits [N, V]
  * and, when targets given, dL/dlogits in a->dlogits. Language models only
  * (a vision model returns NAN: see al_vit_forward). */
 double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets);

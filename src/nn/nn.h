@@ -16,12 +16,53 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/core.h"
+
 /* ---- matrix products (CBLAS) ---- */
 /* y[N,out] (+)= x[N,in] . W[out,in]^T ; accumulate: 0 overwrite, 1 add */
 void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int out, int accumulate);
 /* dx[N,in] += dy[N,out] . W[out,in]   (skipped if dx == NULL)
  * dW[out,in] += dy[N,out]^T . x[N,in] (skipped if dW == NULL) */
 void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
+
+/* ---- weights in their checkpoint dtype (wmat.c) ----
+ * A weight reference: W[out, in] row-major at p, elements of dtype dt (F32,
+ * BF16 or F16). attnlab's own models are F32 arenas; Hugging Face checkpoints
+ * stay memory-mapped in their file dtype (docs/hf-models.md). */
+typedef struct al_wref {
+    const void *p;
+    al_dtype dt;
+} al_wref;
+static inline al_wref al_wref_f32(const float *p) { return (al_wref){p, AL_DT_F32}; }
+/* The same data from element `elems` on (e.g. row r of W[out, in]: r * in). */
+static inline al_wref al_wref_at(al_wref w, size_t elems) {
+    return (al_wref){(const char *)w.p + elems * al_dtype_size(w.dt), w.dt};
+}
+/* Products with at most this many rows of x take the direct (matrix-vector)
+ * kernel for 16-bit weights; more rows widen W panel by panel for sgemm. */
+enum { AL_WMAT_SMALL_N = 4 };
+/* y[N, out] (+)= x[N, in] . W[out, in]^T, rows of x ldx floats apart and of
+ * y ldy apart. F32: the sgemm of al_linear_fwd (identical bits). */
+void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate);
+/* y[out] (+)= W[out, in] x[in]  (F32: cblas_sgemv) */
+void al_matvec(float *y, const float *x, al_wref W, int out, int in, int accumulate);
+/* y[in] (+)= W[out, in]^T x[out]  (F32: cblas_sgemv, transposed) */
+void al_matvec_t(float *y, const float *x, al_wref W, int out, int in, int accumulate);
+/* Plain reference of al_matmul: double sums, scalar widening (for tests). */
+void al_matmul_ref(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate);
+/* Elements [off, off + n) of W widened to fp32 / double; one element. */
+void al_wread(float *dst, al_wref W, size_t off, size_t n);
+void al_wread_f64(double *dst, al_wref W, size_t off, size_t n);
+float al_wget(al_wref W, size_t i);
+/* Kernel selection. By default the direct kernel and the widening use
+ * AVX-512 when the CPU has it (F, BW, VL) and plain C otherwise; the
+ * environment can force the plain-C fallback (AL_WMAT_KERNEL=portable) and
+ * the panel path with panels of n rows for every product
+ * (AL_WMAT_PANEL_ROWS=n). Tests call al_wmat_configure(portable, n) instead
+ * (n = 0: automatic panels); it returns 1 when AVX-512 is in use. Do not
+ * call it while a kernel runs. */
+int al_wmat_configure(int portable, int panel_rows);
+const char *al_wmat_kernel_name(void); /* "avx512" or "portable" */
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w ---- */
 /* y[N,d], rstd[N] (saved for backward), x[N,d], w[d] */
@@ -42,6 +83,25 @@ typedef struct al_rope_table {
     float *cos, *sin; /* [max_pos][half] */
 } al_rope_table;
 int al_rope_table_init(al_rope_table *t, int max_pos, int dim, double theta); /* 0 ok, -1 OOM */
+/* Frequency scaling of a Hugging Face config's "rope_scaling" (none, or
+ * Llama 3's: type AL_ROPE_LLAMA3 with factor, low_freq_factor,
+ * high_freq_factor and original_max_position_embeddings). */
+typedef enum { AL_ROPE_DEFAULT, AL_ROPE_LLAMA3 } al_rope_type;
+typedef struct al_rope_scaling {
+    al_rope_type type;
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_position;
+} al_rope_scaling;
+/* As al_rope_table_init with each inverse frequency scaled as transformers'
+ * _compute_llama3_parameters does (sc NULL or AL_ROPE_DEFAULT: unscaled):
+ * wavelength w = 2 pi / f; w < L / high_freq_factor: f kept; w > L /
+ * low_freq_factor: f / factor; between: (1 - s) f / factor + s f with
+ * s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor),
+ * L = original_max_position. Computed in double. */
+int al_rope_table_init_scaled(al_rope_table *t, int max_pos, int dim, double theta, const al_rope_scaling *sc);
+/* The inverse frequency of pair i of a dim-dimensional rotation (half of
+ * them), with sc's scaling: what the table's angles are pos times. */
+double al_rope_inv_freq(int i, int dim, double theta, const al_rope_scaling *sc);
 void al_rope_table_free(al_rope_table *t);
 /* In place on x: rows r = 0..rows-1, row r starts at x + r*row_stride and
  * holds n_vec vectors of dimension dim (= 2*tab->half) contiguously; row r is

@@ -197,7 +197,21 @@ void al_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const
  * p * theta^(-2i/dim), computed in double and rounded to float once.
  * Returns -1 on bad arguments (dim odd or < 2, max_pos < 1, theta <= 0) or
  * out of memory, leaving *t empty. */
+double al_rope_inv_freq(int i, int dim, double theta, const al_rope_scaling *sc) {
+    const double f = pow(theta, -2.0 * (double)i / (double)dim);
+    if (!sc || sc->type != AL_ROPE_LLAMA3) return f;
+    const double L = (double)sc->original_max_position, wavelen = 2.0 * M_PI / f;
+    if (wavelen < L / sc->high_freq_factor) return f;           /* high frequencies: kept */
+    if (wavelen > L / sc->low_freq_factor) return f / sc->factor; /* low frequencies: divided */
+    const double s = (L / wavelen - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1.0 - s) * f / sc->factor + s * f;
+}
+
 int al_rope_table_init(al_rope_table *t, int max_pos, int dim, double theta) {
+    return al_rope_table_init_scaled(t, max_pos, dim, theta, NULL);
+}
+
+int al_rope_table_init_scaled(al_rope_table *t, int max_pos, int dim, double theta, const al_rope_scaling *sc) {
     memset(t, 0, sizeof *t);
     if (max_pos < 1 || dim < 2 || dim % 2 != 0 || !(theta > 0.0)) return -1;
     const int half = dim / 2;
@@ -211,7 +225,7 @@ int al_rope_table_init(al_rope_table *t, int max_pos, int dim, double theta) {
         free(inv);
         return -1;
     }
-    for (int i = 0; i < half; i++) inv[i] = pow(theta, -2.0 * (double)i / (double)dim);
+    for (int i = 0; i < half; i++) inv[i] = al_rope_inv_freq(i, dim, theta, sc);
 #pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
     for (int p = 0; p < max_pos; p++)
         for (int i = 0; i < half; i++) {

@@ -120,6 +120,11 @@ int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n,
     size_t n_pred = n > 0 ? n - 1 : 0;
     if (max_tokens && n_pred > max_tokens) n_pred = max_tokens;
     if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 bytes)");
+    if (m->cfg.vocab_size < 256) /* bytes are token ids: each must be in the vocabulary */
+        for (size_t i = 0; i <= n_pred; i++)
+            if (bytes[i] >= m->cfg.vocab_size)
+                return al_errf(err, "byte %d is not a token of this model's %d-token vocabulary", bytes[i],
+                               m->cfg.vocab_size);
     double sum = 0;
     size_t done = 0;
     int *in = a->tokens, *tg = malloc(sizeof(int) * (size_t)B * T), *tmp = malloc(sizeof(int) * (size_t)B * T);

@@ -1,12 +1,19 @@
 /*
  * testdump.c: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors
  *             al_testdump VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors
+ *             al_testdump --infer MODEL_DIR TOKENS.npy OUT.safetensors
  * Runs one forward/backward of a checkpoint on a token batch and writes the
  * logits [B,T,V], the mean loss [1] and every parameter gradient
  * ("grad.<name>") so the independent PyTorch reference (tests/ref) can
  * compare them. A vision checkpoint (task "vision") takes float32 images
  * [B, C, S, S] (already standardised) and labels [B] (float32 holding
  * integers) instead, and writes logits [B, num_labels].
+ * --infer runs what inference commands run, for any language model (a
+ * memory-mapped Hugging Face checkpoint included): the forward over
+ * inference activations ("logits" [B, T, V], "loss" [1]), the KV-cache
+ * decoder fed the same tokens one at a time ("decode_logits" [B, T, V]), and
+ * "memory" [4]: weight bytes used in place from the mapping, bytes copied to
+ * the heap, the model's weight bytes, and 1 if the model is mapped.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,11 +86,68 @@ static int dump_vision(al_model *m, const char *images_path, const char *labels_
     return rc ? 1 : 0;
 }
 
+/* --infer: forward (inference activations) and decode of tokens [B, T+1]. */
+static int dump_infer(const char *dir, const char *tok_path, const char *out_path) {
+    al_err err = {{0}};
+    al_model m;
+    float *tok = NULL;
+    int ndim;
+    int64_t shape[AL_ST_MAX_DIMS];
+    if (al_model_load(&m, dir, NULL, &err) || al_npy_read_f32(tok_path, &tok, &ndim, shape, &err)) {
+        fprintf(stderr, "al_testdump: %s\n", err.msg);
+        return 1;
+    }
+    if (ndim != 2 || shape[1] < 2 || m.cfg.task != AL_TASK_LM) {
+        fprintf(stderr, "al_testdump: --infer takes a language model and tokens [B, T+1]\n");
+        return 1;
+    }
+    const int B = (int)shape[0], T = (int)shape[1] - 1, N = B * T, V = m.cfg.vocab_size;
+    int *in = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
+    float *dec_logits = malloc(sizeof(float) * (size_t)N * V);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            in[b * T + t] = (int)tok[b * (T + 1) + t];
+            tg[b * T + t] = (int)tok[b * (T + 1) + t + 1];
+        }
+    al_acts a;
+    if (al_acts_create_infer(&a, &m, B, T, NULL, 0, &err)) {
+        fprintf(stderr, "al_testdump: %s\n", err.msg);
+        return 1;
+    }
+    float loss = (float)al_model_forward(&m, &a, in, tg);
+    int rc = 0;
+    for (int b = 0; b < B && !rc; b++) {
+        al_decoder dec;
+        rc = al_decoder_create(&dec, &m, T, &err);
+        for (int t = 0; t < T && !rc; t++)
+            rc = al_decoder_step(&dec, in[b * T + t], dec_logits + ((size_t)b * T + t) * V, &err);
+        if (dec.cache) al_decoder_free(&dec);
+    }
+    float memory[4] = {(float)m.mapped_bytes, (float)m.copied_bytes, (float)al_model_weight_bytes(&m), (float)m.mapped};
+    al_st_out_tensor out[] = {
+        {"logits", a.logits, 3, {B, T, V}},
+        {"decode_logits", dec_logits, 3, {B, T, V}},
+        {"loss", &loss, 1, {1}},
+        {"memory", memory, 1, {4}},
+    };
+    if (!rc) rc = al_st_write_f32(out_path, out, 4, NULL, 0, &err);
+    if (rc) fprintf(stderr, "al_testdump: %s\n", err.msg);
+    free(in);
+    free(tg);
+    free(dec_logits);
+    free(tok);
+    al_acts_free(&a);
+    al_model_free(&m);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     al_blas_fix_kernels(argv);
+    if (argc == 5 && strcmp(argv[1], "--infer") == 0) return dump_infer(argv[2], argv[3], argv[4]);
     if (argc != 4 && argc != 5) {
         fprintf(stderr, "usage: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors\n"
-                        "       al_testdump VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors\n");
+                        "       al_testdump VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors\n"
+                        "       al_testdump --infer MODEL_DIR TOKENS.npy OUT.safetensors\n");
         return 2;
     }
     al_err err = {{0}};
