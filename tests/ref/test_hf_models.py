@@ -193,8 +193,39 @@ def check_info(chk, args, tag, spec, cfg, weights):
         chk.ok("info_" + tag, "%s %s, %d bytes mapped in place" % (want["architecture"], spec[3], mapped))
 
 
+def check_eval_bpe(chk, args, tag, spec, cfg, weights):
+    """The tokenizer joined to a checkpoint: a byte-level BPE tokenizer.json
+    with merges learned here (ids above 255 up to the model's vocabulary),
+    `attnlab eval --text` on UTF-8 text; the logits must be the reference's
+    on the ids of the independent Python encoder (tests/ref/tokref.py)."""
+    import test_tokenizer as TT
+    import tokref
+    d = os.path.join(args.workdir, "bpe_" + tag)
+    M.write_checkpoint(d, cfg, weights, spec[3], spec[4], tokenizer=False)
+    merges = TT.learn(TT.byte_level_words(tokref.GPT2_REGEX), cfg["vocab_size"] - 256)
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tj = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": bl, "post_processor": bl,
+          "decoder": bl, "model": {"type": "BPE", "vocab": TT.byte_level_vocab(merges),
+                                   "merges": ["%s %s" % m for m in merges]}}
+    with open(os.path.join(d, "tokenizer.json"), "w") as fh:
+        json.dump(tj, fh)
+    text = "The quick brown fox jumps over the lazy dog; café, 東京 and 🙂 — it's the dog's day."
+    ids = tokref.Tokenizer(tj).encode(text)
+    T = min(len(ids), spec[6])
+    if max(ids) < 256 or T < 4:
+        return chk.fail("eval_bpe_" + tag, "the tokenizer made no merged token (%d ids)" % len(ids))
+    out_path = os.path.join(d, "eval_logits.npy")
+    ok, err, _ = run_env([args.attnlab, "eval", "--model", d, "--text", text, "--context", str(T),
+                          "--logits", out_path])
+    if not ok:
+        return chk.fail("eval_bpe_" + tag, "attnlab eval failed: " + err.strip())
+    ref = M.reference_logits(cfg, weights, np.array([ids[:T]], dtype=np.int64), spec[3])
+    chk.compare("eval_bpe_%s/logits (%d ids, max id %d)" % (tag, T, max(ids[:T])), R.read_npy(out_path), ref[0],
+                tol=TOL)
+
+
 def main_checks(args):
-    chk = harness.Checker(62)
+    chk = harness.Checker(63)
     rng = np.random.default_rng(SEED)
     torch.set_num_threads(2)
     built = {}
@@ -209,6 +240,7 @@ def main_checks(args):
     if harness.cli_available(args.attnlab, "eval"):
         for tag in EVALS:
             check_eval(chk, args, tag, specs[tag], *built[tag], rng)
+        check_eval_bpe(chk, args, "llama_gqa_f32", specs["llama_gqa_f32"], *built["llama_gqa_f32"])
     if harness.cli_available(args.attnlab, "generate"):
         for tag in GENERATES:
             check_generate(chk, args, tag, specs[tag], *built[tag])
