@@ -51,23 +51,12 @@ json.dump(tok, open(sys.argv[1], "w"), indent=1)
 EOF
 }
 
-# write_bytelevel DIR: byte-level BPE whose 256 ids are the bytes (no merges)
+# write_bytelevel DIR: byte-level BPE whose 256 ids are the bytes (no merges),
+# the tokenizer.json the Hugging Face test checkpoints carry
 write_bytelevel() {
     mkdir -p "$1"
-    "$PY" - "$1/tokenizer.json" <<'EOF'
-import json, sys
-keep = list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-vocab, extra = {}, 0
-for b in range(256):
-    if b in keep:
-        vocab[chr(b)] = b
-    else:
-        vocab[chr(0x100 + extra)] = b
-        extra += 1
-bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-json.dump({"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": bl, "post_processor": bl,
-           "decoder": bl, "model": {"type": "BPE", "vocab": vocab, "merges": []}}, open(sys.argv[1], "w"))
-EOF
+    PYTHONPATH="$(cd "$(dirname "$0")/../ref" && pwd)" "$PY" -c \
+        'import sys, make_hf_checkpoint as M; M.write_byte_tokenizer(sys.argv[1])' "$1"
 }
 
 write_sp "$WORK/sp"
