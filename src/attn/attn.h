@@ -137,6 +137,11 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
  * and simply add the chunks' p.v). Only the score fields of s are read. */
 void al_score_row(const al_attn_shape *s, float *row, int n);
 
+/* Bytes of workspace the kernels keep for the calling thread between calls
+ * (packed K/V tiles and per-thread tiles of the largest call so far: O(T)
+ * per head, never T x T); 0 before the first fast-kernel call. */
+size_t al_attn_workspace_bytes(void);
+
 /* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
 void al_expf_inplace(float *x, int n);
 

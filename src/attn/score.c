@@ -406,9 +406,14 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
 
 /* ---- the public entry points: the kernel set core/cpu.h selects ---- */
 
+static _Thread_local float *ws_buf;
+static _Thread_local size_t ws_cap;
+
+size_t al_attn_workspace_bytes(void) { return ws_cap * sizeof(float); }
+
 float *al_attn_workspace(size_t floats) {
-    static _Thread_local float *buf;
-    static _Thread_local size_t cap;
+    float *buf = ws_buf;
+    size_t cap = ws_cap;
     if (floats > cap) {
         free(buf);
         const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
@@ -418,6 +423,8 @@ float *al_attn_workspace(size_t floats) {
             exit(1);
         }
         cap = n;
+        ws_buf = buf;
+        ws_cap = cap;
     }
     return buf;
 }

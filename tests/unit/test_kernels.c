@@ -13,7 +13,9 @@
  *    no overflow, no NaN;
  *  - each fast set gives bitwise the same results for 1 and 3 threads;
  *  - the dispatch itself: al_cpu_force lowers and restores the level, and
- *    never goes above what the CPU has.
+ *    never goes above what the CPU has;
+ *  - memory is O(T): the workspace the fast kernels keep grows 8x (not 64x)
+ *    from T = 512 to T = 4096.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -216,9 +218,32 @@ static void check_dispatch(void) {
     fprintf(stderr, "kernel sets: this CPU runs up to %s; tested every set up to it\n", al_cpu_level_name(top));
 }
 
+/* first, while the workspace is still small: its size is linear in T */
+static void check_workspace_linear(void) {
+    size_t bytes[2];
+    const int Ts[2] = {512, 4096};
+    for (int i = 0; i < 2; i++) {
+        const int T = Ts[i], H = 2, d = 16;
+        al_attn_shape s = {1, T, H, H, d, d, H * d, H * d, H * d, H * d, 0.25f};
+        al_rng r;
+        al_rng_seed(&r, 9);
+        inputs in;
+        inputs_make(&in, &s, &r, 1.0f);
+        run x;
+        run_do(&x, &in, (int)al_cpu_detect());
+        bytes[i] = al_attn_workspace_bytes();
+        run_free(&x);
+        inputs_free(&in);
+    }
+    if (al_cpu_detect() == AL_CPU_GENERIC) return; /* the generic set keeps no workspace */
+    CHECK_MSG(bytes[0] > 0 && bytes[1] <= 9 * bytes[0] && bytes[1] < (size_t)64 * 4096 * 2 * 32,
+              "workspace %zu bytes at T=512, %zu at T=4096: not O(T)", bytes[0], bytes[1]);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
+    check_workspace_linear();
     check_dispatch();
     al_rng r;
     al_rng_seed(&r, 2024);
