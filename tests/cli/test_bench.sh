@@ -133,6 +133,36 @@ close(j["bandwidth_ratio"], j["achieved_gb_per_s"] / j["triad_gb_per_s"])
 ' "$OUTF" decode
 end
 
+# ---- bench/torch_peer.py: same fields as attnlab's, for side-by-side comparison ----
+PEER=$(dirname "$0")/../../bench/torch_peer.py
+if "$PY" -c "import torch" 2>/dev/null; then
+    begin "torch_peer.py --json: one object per benchmark with attnlab's field names"
+    out=$WORK/peer.json
+    "$PY" "$PEER" --json --iters 1 --context 48 --tokens 16 --batch 1 --sgemm-n 128 >"$out" 2>"$WORK/peer.err" ||
+        note "torch_peer.py failed: $(tail -n 1 "$WORK/peer.err")"
+    run bench attention --context 48 --iters 1 --json $SMALL
+    cp "$OUTF" "$WORK/al_attention.json"
+    run bench prefill --preset gpt2 --tokens 16 --iters 1 --json $SMALL
+    cp "$OUTF" "$WORK/al_prefill.json"
+    run bench train --preset tiny --iters 1 --json $SMALL
+    cp "$OUTF" "$WORK/al_train.json"
+    check_py "peer fields differ from attnlab's" '
+import json, sys
+peer = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()]
+assert [p["bench"] for p in peer] == ["attention", "prefill", "train"], [p["bench"] for p in peer]
+only_attnlab = {"kernels", "triad_mb", "triad_gb_per_s", "saved_bytes", "workspace_bytes"}
+for p, name in zip(peer, ("attention", "prefill", "train")):
+    al = json.load(open(sys.argv[2] + "/al_" + name + ".json"))
+    missing = set(al) - set(p) - only_attnlab
+    assert not missing, (name, sorted(missing))
+    for k in ("fwd_ratio", "bwd_ratio", "ratio", "mfu", "sgemm_gflops", "peak_rss_bytes"):
+        if k in al:
+            assert p[k] > 0, (name, k)
+assert peer[0]["context"] == 48 and peer[1]["tokens"] == 16 and peer[2]["batch"] == 1
+' "$out" "$WORK"
+    end
+fi
+
 begin "bench --help lists the four benchmarks"
 run bench --help
 check_ok
