@@ -231,6 +231,7 @@ static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float
     const long items = (long)s->B * H * nqb;
 #pragma omp parallel
     {
+        const unsigned csr = al_ftz_on();
         float *S = malloc(sizeof(float) * QB * KB);
         float mrow[QB], lrow[QB];
 #pragma omp for schedule(dynamic, 1)
@@ -289,6 +290,7 @@ static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float
                 }
         }
         free(S);
+        al_ftz_restore(csr);
     }
 }
 
@@ -307,6 +309,7 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
     const int items = B * H;
 #pragma omp parallel
     {
+        const unsigned csr = al_ftz_on();
         float *P = malloc(sizeof(float) * QB * KB);
         float *dS = malloc(sizeof(float) * QB * KB);
         float Drow[QB];
@@ -400,6 +403,7 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
                 }
             }
         }
+        al_ftz_restore(csr);
     }
     free(part);
 }

@@ -59,6 +59,7 @@ static inline vf v_exp2(vf x) {
     return V_LDEXP(p, n);
 }
 
+/* e^x = 2^(x log2 e): for sigmoid (softmax works in base 2 directly) */
 static inline vf v_exp(vf x) { return v_exp2(V_MUL(x, V_SET1(1.44269504088896341f))); }
 
 /* ---- the micro-kernel ----
@@ -315,8 +316,10 @@ static float *take(float **cur, size_t n) {
     return p;
 }
 
+/* n rounded up to 16 floats (one cache line): the workspace's unit */
 static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* small integer helpers; round_kw: n rounded up to whole vectors */
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int round_kw(int n) { return (n + KW - 1) / KW * KW; }
@@ -356,6 +359,7 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
     float *const thr_base = cur;
 #pragma omp parallel num_threads(nthr)
     {
+        const unsigned csr = al_ftz_on();
 #pragma omp for schedule(static)
         for (long pt = 0; pt < ntiles_all; pt++) {
             const int tile = (int)(pt % ntile), g = (int)((pt / ntile) % G), b = (int)(pt / ((long)ntile * G));
@@ -423,6 +427,7 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                 }
             }
         }
+        al_ftz_restore(csr);
     }
 }
 
@@ -470,6 +475,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
     float *const thr_base = cur;
 #pragma omp parallel num_threads(nthr)
     {
+        const unsigned csr = al_ftz_on();
 #pragma omp for schedule(static)
         for (long pt = 0; pt < ntiles_all; pt++) {
             const int tile = (int)(pt % ntile), g = (int)((pt / ntile) % G), b = (int)(pt / ((long)ntile * G));
@@ -586,5 +592,6 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 }
             }
         }
+        al_ftz_restore(csr);
     }
 }

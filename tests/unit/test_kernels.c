@@ -15,11 +15,16 @@
  *  - the dispatch itself: al_cpu_force lowers and restores the level, and
  *    never goes above what the CPU has;
  *  - memory is O(T): the workspace the fast kernels keep grows 8x (not 64x)
- *    from T = 512 to T = 4096.
+ *    from T = 512 to T = 4096;
+ *  - sharp attention (most weights below 2^-126, subnormal unless flushed)
+ *    costs no more than ordinary attention, within a generous factor, and
+ *    the caller's MXCSR (FTZ/DAZ) is what it was after every call.
  */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <xmmintrin.h>
 
 #include "core/blas.h"
 #include "core/cpu.h"
@@ -207,6 +212,66 @@ static void check_threads(int level, const fn_case *f) {
     inputs_free(&in);
 }
 
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* forward + backward of one head at T = 512 with q scaled by qs, one thread:
+ * the best thread CPU time of 3 runs (CPU time: other programs on the
+ * machine do not count) */
+static double time_sharp(int level, float qs) {
+    const int T = 512, H = 2, d = 32;
+    al_attn_shape s = {1, T, H, H, d, d, H * d, H * d, H * d, H * d, 1.0f / sqrtf((float)d)};
+    al_rng r;
+    al_rng_seed(&r, 11);
+    inputs in;
+    inputs_make(&in, &s, &r, qs);
+    const int keep = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double best = 1e30;
+    for (int i = 0; i < 3; i++) {
+        run x;
+        const double t0 = thread_cpu_s();
+        run_do(&x, &in, level);
+        const double dt = thread_cpu_s() - t0;
+        best = dt < best ? dt : best;
+        run_free(&x);
+    }
+    omp_set_num_threads(keep);
+    inputs_free(&in);
+    return best;
+}
+
+static void check_sharp_and_mxcsr(void) {
+    for (int level = AL_CPU_GENERIC; level <= (int)al_cpu_detect(); level++) {
+        const double plain = time_sharp(level, 1.0f), sharp = time_sharp(level, 40.0f);
+        /* flushed: about 1x; with subnormal assists it was 10-20x */
+        CHECK_MSG(sharp < 4.0 * plain, "%s: sharp attention %.1f ms vs %.1f ms: subnormal weights not flushed?",
+                  level_name(level), 1e3 * sharp, 1e3 * plain);
+    }
+    const unsigned keep = _mm_getcsr();
+    for (unsigned mode = 0; mode < 2; mode++) { /* caller without, then with FTZ/DAZ */
+        const unsigned want = mode ? keep | 0x8040u : keep & ~0x8040u;
+        _mm_setcsr(want);
+        for (int level = AL_CPU_GENERIC; level <= (int)al_cpu_detect(); level++) {
+            al_attn_shape s = {1, 70, 2, 1, 8, 8, 16, 8, 8, 16, 0.35f};
+            al_rng r;
+            al_rng_seed(&r, 12);
+            inputs in;
+            inputs_make(&in, &s, &r, 1.0f);
+            run x;
+            run_do(&x, &in, level);
+            CHECK_MSG(_mm_getcsr() == want, "%s: MXCSR %#x after the kernels, %#x before", level_name(level),
+                      _mm_getcsr(), want);
+            run_free(&x);
+            inputs_free(&in);
+        }
+    }
+    _mm_setcsr(keep);
+}
+
 static void check_dispatch(void) {
     const al_cpu_level top = al_cpu_detect();
     CHECK(al_cpu_force(AL_CPU_GENERIC) == AL_CPU_GENERIC && al_cpu_level_now() == AL_CPU_GENERIC);
@@ -265,6 +330,7 @@ int main(int argc, char **argv) {
     }
     check_softmax_stress(0);
     check_softmax_stress(1);
+    check_sharp_and_mxcsr();
     for (int level = AL_CPU_AVX2; level <= (int)al_cpu_detect(); level++)
         for (int fi = 0; fi < NFNS; fi++) check_threads(level, &FNS[fi]);
     return TEST_EXIT();
