@@ -9,22 +9,28 @@
  *   KSFX(name)         name##_avx512 / name##_avx2 (the exported entry points)
  *   V_ZERO V_SET1 V_LOAD V_LOADM V_STORE V_STOREM V_ADD V_SUB V_MUL V_DIV
  *   V_FMA(a,b,c)=a*b+c V_MAX V_MIN V_SEL(m,a,b)=m?a:b V_MASK(n) (first n
- *   lanes) V_HMAX V_HSUM V_ROUND (to nearest) V_POW2I (2^n, n integral)
+ *   lanes) V_HMAX V_HSUM V_ROUND (to nearest)
  *   V_CMP_POS(x) (x > 0 or NaN) V_ANY_GT(a,b) (some lane a > b) V_LDEXP(p,n) (p 2^n)
  *   V_EXP2_RANGE(x) (the clamp V_LDEXP needs, or nothing)
  * and a target pragma so every function below is compiled for its ISA.
  *
- * Data layout (see docs/kernels.md):
- *   kt  [B][G][ntile][dk][KT]  K^T of each key tile of KT = 64 keys, already
- *       multiplied by `scale`, zero-padded past T: packed once per call by
- *       all threads, then read by every query block and every head of the
- *       KV group (GQA/MQA reuse a packed tile across their heads);
- *   vt  [B][G][ntile][dv][KT]  V^T likewise (backward only, for dP = dO V^T);
- *   per thread: S, dP [RG][KT] (one row group's scores), and in backward
- *       P, dS [QB][KT] (a query block's weights and score gradients) and the
- *       key tile's dK, dV accumulators [KT][dk], [KT][dv].
- * V, K (row-major, for P V and dS K), Q, dO, O, dq are read and written in
- * place through their strides.
+ * Data layout (see docs/kernels.md), all in the calling thread's workspace
+ * (al_attn_workspace: O(T), reused across calls):
+ *   kt  [B][G][ntile][dk][KT]  K^T of each key tile of KT = 64 keys, times
+ *       `scale` (softmax: times scale log2 e, so it runs in base 2),
+ *       zero-padded past T: packed once per call by all threads, then read
+ *       by every query block and every head of the KV group (GQA/MQA reuse
+ *       a packed tile across their heads);
+ *   vp  [B][G][ntile][KT][dv]  V rows, contiguous (forward, for P V);
+ *   vt  [B][G][ntile][dv][KT]  V^T (backward, for dP = dO V^T);
+ *   kp  [B][G][ntile][KT][dk]  K rows, unscaled (backward, for dq += dS K);
+ *   per thread: S (and dP) [RG][KT], one row group's scores; forward: the
+ *       rows' running max m [hpc][QB] and sums l [hpc][QB] (one vector of
+ *       partial sums each); backward: P, dS [QB][KT] of a query block, the
+ *       key tile's dK, dV accumulators [KT][dk], [KT][dv], and the item's
+ *       heads' Q [hpc][T][dk] and dO [hpc][T][dv] rows, contiguous.
+ * Q (forward), O and dq are read and written in place through their
+ * strides (6 rows at a time: no cache-set conflicts at that count).
  *
  * One micro-kernel does every product: C[R][N] (=, +=, or alpha_r C +)
  * sum_k A[r sar + k sak] B[k ldb + n] for R <= RG = 6 rows and N <= KCB*KW
