@@ -163,6 +163,10 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
 size_t al_attn_decode_scratch(const al_attn_shape *s, int max_n);
 /* Plain reference (double accumulation), for tests. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o);
+/* Bytes of workspace the kernels keep for the calling thread between calls
+ * (packed K/V tiles and per-thread tiles of the largest call so far: O(T)
+ * per head, never T x T); 0 before the first fast-kernel call. */
+size_t al_attn_workspace_bytes(void);
 
 /* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
 void al_expf_inplace(float *x, int n);

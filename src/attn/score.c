@@ -1,13 +1,25 @@
 /*
  * score.c: the shared attention kernels every KV design calls, for the four
  * score functions of attention.md 2 (softmax, poly, relu, sigmoid), causal
- * or bidirectional.
+ * or bidirectional: the public entry points, which pick a kernel set at run
+ * time, the "generic" kernel set, and the plain references.
  *
- * Streamed in both directions: work is cut into tiles of QB query rows x KB
- * keys, and a thread only ever holds one tile of scores (and, in backward,
- * one of score gradients), so memory is O(T) per head for any T and the
- * tiles stay in cache. Tile products are single-threaded sgemm calls
- * (OpenBLAS runs one thread inside an OpenMP region, so threads never nest).
+ * Dispatch (core/cpu.h): al_attn_fwd / al_attn_bwd run
+ *   avx512   score_avx512.c  register-blocked micro-kernels, 16 lanes
+ *   avx2     score_avx2.c    the same source (score_kern.h), 8 lanes
+ *   generic  below           tiles of single-threaded cblas_sgemm calls
+ * choosing the best the CPU has, or what ATTNLAB_CPU asks for (lower only).
+ * All three compute the same thing to fp32 rounding (tests/unit/test_kernels.c
+ * compares each with the references and with each other); docs/kernels.md
+ * explains the fast ones.
+ *
+ * Every set is streamed in both directions: a thread only ever holds one
+ * tile of scores (and, in backward, one of score gradients), so memory is
+ * O(T) per head for any T and the tiles stay in cache.
+ *
+ * The generic set: work is cut into tiles of QB query rows x KB keys; tile
+ * products are single-threaded sgemm calls (OpenBLAS runs one thread inside
+ * an OpenMP region, so threads never nest).
  *
  * Forward, per (sequence, head, query block), over its key tiles in order:
  *   softmax  online: each row keeps its running max m and sum l; a new tile
@@ -35,11 +47,14 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
+#include "score_internal.h"
+#include "../core/cpu.h"
 #include "../nn/fastmath.h"
 
 /* QB x KB tiles: 64 x 128 keeps a tile (32 KB) and the operands of its three
@@ -51,15 +66,6 @@ enum { QB = 64, KB = 128 };
 void al_expf_inplace(float *restrict x, int n) {
     for (int i = 0; i < n; i++) x[i] = al_expf(x[i]);
 }
-
-/* The score function with its constants resolved once per call. */
-typedef struct score_fn {
-    al_score_kind kind;
-    int p;          /* poly power */
-    float c;        /* poly coefficient */
-    float inv_n;    /* relu: 1/N */
-    float log_n;    /* sigmoid: log N */
-} score_fn;
 
 /* Row reductions. simd: without it gcc keeps them scalar (a dependent chain
  * per element, as slow as the tile's sgemm); the vector order is fixed at
@@ -81,13 +87,6 @@ static float exp_shift_sum(float *x, int n, float shift) {
         sum += e;
     }
     return sum;
-}
-
-static score_fn fn_of(const al_attn_shape *s) {
-    /* N < 1 would make relu/sigmoid meaningless; only a zeroed shape (softmax) gets here with 0 */
-    const float n = s->score_n >= 1.0f ? s->score_n : 1.0f;
-    score_fn f = {s->score, s->poly_power >= 1 ? s->poly_power : 1, s->poly_coef, 1.0f / n, logf(n)};
-    return f;
 }
 
 /* The config's score function and mask into a shape: every design builds its
@@ -206,7 +205,7 @@ static void map_bwd(const score_fn *f, float *restrict x, float *restrict g, int
 }
 
 void al_score_row(const al_attn_shape *s, float *row, int n) {
-    const score_fn f = fn_of(s);
+    const score_fn f = al_score_fn_of(s);
     if (f.kind != AL_SCORE_SOFTMAX) {
         map_fwd(&f, row, n);
         return;
@@ -224,14 +223,15 @@ static inline int visible(const al_attn_shape *s, int i, int j0, int kb) {
     return n < 0 ? 0 : n > kb ? kb : n;
 }
 
-/* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T] */
-void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
+/* generic set: q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T] */
+static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
     const int T = s->T, H = s->H, dv = s->dv, per_group = s->H / s->G, nqb = (T + QB - 1) / QB;
-    const score_fn f = fn_of(s);
+    const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
     const long items = (long)s->B * H * nqb;
 #pragma omp parallel
     {
+        const unsigned csr = al_ftz_on();
         float *S = malloc(sizeof(float) * QB * KB);
         float mrow[QB], lrow[QB];
 #pragma omp for schedule(dynamic, 1)
@@ -290,16 +290,17 @@ void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const f
                 }
         }
         free(S);
+        al_ftz_restore(csr);
     }
 }
 
-/* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
+/* generic set: q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
  *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated */
-void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv) {
     const int B = s->B, T = s->T, H = s->H, G = s->G, per_group = H / G, nqb = (T + QB - 1) / QB;
     const int DK = s->dk, DV = s->dv;
-    const score_fn f = fn_of(s);
+    const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
     /* part[B, H, T, dk + dv]: each query head's own dk | dv when heads share a KV head */
     const int shared = per_group > 1;
@@ -308,6 +309,7 @@ void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const f
     const int items = B * H;
 #pragma omp parallel
     {
+        const unsigned csr = al_ftz_on();
         float *P = malloc(sizeof(float) * QB * KB);
         float *dS = malloc(sizeof(float) * QB * KB);
         float Drow[QB];
@@ -401,8 +403,51 @@ void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const f
                 }
             }
         }
+        al_ftz_restore(csr);
     }
     free(part);
+}
+
+/* ---- the public entry points: the kernel set core/cpu.h selects ---- */
+
+static _Thread_local float *ws_buf;
+static _Thread_local size_t ws_cap;
+
+size_t al_attn_workspace_bytes(void) { return ws_cap * sizeof(float); }
+
+float *al_attn_workspace(size_t floats) {
+    float *buf = ws_buf;
+    size_t cap = ws_cap;
+    if (floats > cap) {
+        free(buf);
+        const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
+        buf = aligned_alloc(64, n * sizeof(float));
+        if (!buf) {
+            fprintf(stderr, "attnlab: attention workspace: out of memory (%zu MB)\n", n * sizeof(float) >> 20);
+            exit(1);
+        }
+        cap = n;
+        ws_buf = buf;
+        ws_cap = cap;
+    }
+    return buf;
+}
+
+void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
+    switch (al_cpu_level_now()) {
+    case AL_CPU_AVX512: al_attn_fwd_avx512(s, q, k, v, o, lse); break;
+    case AL_CPU_AVX2: al_attn_fwd_avx2(s, q, k, v, o, lse); break;
+    default: attn_fwd_generic(s, q, k, v, o, lse);
+    }
+}
+
+void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                 const float *lse, const float *dout, float *dq, float *dk, float *dv) {
+    switch (al_cpu_level_now()) {
+    case AL_CPU_AVX512: al_attn_bwd_avx512(s, q, k, v, o, lse, dout, dq, dk, dv); break;
+    case AL_CPU_AVX2: al_attn_bwd_avx2(s, q, k, v, o, lse, dout, dq, dk, dv); break;
+    default: attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv);
+    }
 }
 
 /* ---- plain references: one head at a time, full T x T weights, doubles ---- */

@@ -1,12 +1,28 @@
 /*
- * cmd_bench.c: `attnlab bench train`: training throughput and MFU. MFU here
- * is model FLOP/s (6 x matmul params + causal attention per token, the same
- * count for every implementation) divided by the sgemm GFLOP/s measured in
- * the same run, so the ratio survives noisy shared machines.
- * `bench decode` (a model's decode speed vs bandwidth), `bench attention`
- * (the score kernels vs sgemm) and `bench wmat` (products over BF16/F16
- * weights, nn/wmat.c, against fp32 CBLAS) complete it.
+ * cmd_bench.c: `attnlab bench attention|train|prefill|decode`: speed of the
+ * attention kernels, a training step, a prompt forward (prefill) and a
+ * decode step, each as a ratio to a ceiling measured in the same run:
+ *   attention, train, prefill   achieved GFLOP/s / sgemm GFLOP/s
+ *   decode                      achieved GB/s / triad GB/s
+ * and every benchmark reports both ceilings, the peak RSS of its workload,
+ * the thread count, the attention kernel set (core/cpu.h) and the load
+ * average before and after (runnable threads: above the core count, other
+ * programs shared the cores and absolute figures say little).
+ *
+ * Method, the same everywhere (docs/bench.md): build the workload, run it
+ * once untimed (warm-up: pages, caches, thread pool), read the peak RSS
+ * (before any ceiling buffer exists, so it is the workload's alone), then
+ * `iters` rounds of one sgemm ceiling run followed by the timed workload,
+ * and report the best of each: on a shared machine the bests come from the
+ * same quiet moments, where a ceiling taken once before would not. The triad
+ * ceiling (3 arrays of --triad-mb MB, beyond the last-level cache by
+ * default) runs last.
+ *
+ * Output: a few lines of text, or with --json one JSON object (cJSON) whose
+ * fields docs/bench.md documents. `bench wmat` (products over BF16/F16
+ * weights, nn/wmat.c, against fp32 CBLAS) serves the Hugging Face path.
  */
+#include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,27 +31,107 @@
 #include "cli.h"
 #include "core/blas.h"
 #include "core/ceiling.h"
+#include "core/cpu.h"
 #include "io/io.h"
 #include "model/model.h"
 #include "train/train.h"
 
+/* What every benchmark measures besides its own figures. */
+typedef struct bench_env {
+    double load_start, load_end;
+    long rss;            /* peak RSS after the warm-up, before the ceilings' buffers */
+    al_sgemm_probe sg;   /* interleaved sgemm ceiling */
+    long sgemm_n, triad_mb;
+    double triad;        /* GB/s */
+} bench_env;
+
+/* The flags every benchmark shares; returns how many were appended. */
+static int env_flags(al_arg *args, long *sgemm_n, long *triad_mb, int *json) {
+    int n = 0;
+    args[n++] = (al_arg){"sgemm-n", ARG_INT, sgemm_n, "size of the sgemm ceiling (n x n x n, run before each timed run)"};
+    args[n++] = (al_arg){"triad-mb", ARG_INT, triad_mb, "MB per array of the triad bandwidth ceiling"};
+    args[n++] = (al_arg){"json", ARG_FLAG, json, "print one JSON object (fields: docs/bench.md)"};
+    return n;
+}
+
+/* After the warm-up: the workload's peak RSS, then the sgemm probe. */
+static int env_start(const char *cmd, bench_env *e) {
+    e->rss = al_peak_rss_bytes();
+    if (al_sgemm_probe_init(&e->sg, (int)e->sgemm_n)) return cli_fail(cmd, "sgemm ceiling: out of memory");
+    return 0;
+}
+
+/* After the timed rounds: free the probe, measure triad, note the load. */
+static void env_finish(bench_env *e) {
+    al_sgemm_probe_free(&e->sg);
+    e->triad = al_measure_triad_gbs((int)e->triad_mb, 3);
+    e->load_end = al_loadavg1();
+}
+
+/* A number field rounded to 6 significant digits (measurements are not
+ * better than that; the full double only adds noise to the output). */
+static void num(cJSON *o, const char *name, double v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.6g", v);
+    cJSON_AddNumberToObject(o, name, strtod(buf, NULL));
+}
+
+static void env_json(cJSON *o, const bench_env *e, int iters) {
+    num(o, "threads", al_threads());
+    cJSON_AddStringToObject(o, "kernels", al_cpu_level_name(al_cpu_level_now()));
+    cJSON_AddStringToObject(o, "blas_kernels", al_blas_kernels());
+    num(o, "iters", iters);
+    num(o, "sgemm_n", (double)e->sgemm_n);
+    num(o, "sgemm_gflops", al_sgemm_probe_gflops(&e->sg));
+    num(o, "triad_mb", (double)e->triad_mb);
+    num(o, "triad_gb_per_s", e->triad);
+    num(o, "peak_rss_bytes", (double)e->rss);
+    num(o, "loadavg_start", e->load_start);
+    num(o, "loadavg_end", e->load_end);
+}
+
+static void env_text(const bench_env *e) {
+    printf("  ceilings (same run): sgemm %.1f GFLOP/s (n=%ld, best of the runs interleaved with the timed ones), "
+           "triad %.1f GB/s (%ld MB arrays)\n",
+           al_sgemm_probe_gflops(&e->sg), e->sgemm_n, e->triad, e->triad_mb);
+    printf("  peak RSS %.1f MB; kernels: attention %s, OpenBLAS %s; load average %.2f -> %.2f on %d threads\n",
+           e->rss / 1048576.0, al_cpu_level_name(al_cpu_level_now()), al_blas_kernels(), e->load_start, e->load_end,
+           al_threads());
+}
+
+/* Prints o (one line) and frees it. */
+static void json_out(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* ---- train ---- */
+
+/* One training step (forward, backward, clip, AdamW) on random tokens at the
+ * flags' shape (default preset `bench`; `--preset gpt2` is 12 layers, hidden
+ * 768, B=4 x T=256). MFU = model FLOP/s (6 x matmul params + causal
+ * attention per token, the same count for every implementation) / sgemm. */
 static int bench_train(int argc, char **argv) {
     const char *cmd = "bench train";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 3];
+    al_arg args[TRAIN_MAX_ARGS + 4];
     int n = train_flags_table(&f, args);
-    long iters = 10, sgemm_n = 2048;
+    long iters = 5, sgemm_n = 2048, triad_mb = 256;
     int json = 0;
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed training steps (after 2 warm-up steps)"};
-    args[n++] = (al_arg){"sgemm-n", ARG_INT, &sgemm_n, "size of the sgemm ceiling measurement"};
-    args[n++] = (al_arg){"json", ARG_FLAG, &json, "print one JSON object"};
+    n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd, "[--preset NAME] [model flags] [--iters N] [--json]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "bench";
     al_train_opts o;
     if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
-    if (iters <= 0 || sgemm_n < 64) return cli_usage(cmd, "--iters must be positive and --sgemm-n at least 64");
+    if (iters <= 0 || sgemm_n < 64 || triad_mb < 1)
+        return cli_usage(cmd, "--iters must be positive, --sgemm-n at least 64 and --triad-mb positive");
+    if (o.model.task != AL_TASK_LM) return cli_usage(cmd, "language models only (--task vision is not benchmarked)");
+    bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
     al_err err;
     al_model m;
     al_acts a;
@@ -47,90 +143,215 @@ static int bench_train(int argc, char **argv) {
     al_model_init_weights(&m, o.seed);
     float *m1 = al_alloc(sizeof(float) * m.n_floats), *m2 = al_alloc(sizeof(float) * m.n_floats);
     const int N = o.batch * o.context;
-    int in[N], tg[N];
+    int *in = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
+    if (!m1 || !m2 || !in || !tg) {
+        al_free(m1), al_free(m2), free(in), free(tg), al_acts_free(&a), al_model_free(&m);
+        return cli_fail(cmd, "out of memory");
+    }
     al_rng rng;
     al_rng_seed(&rng, 1);
     for (int i = 0; i < N; i++) {
         in[i] = (int)(al_rng_u64(&rng) % 256);
         tg[i] = (int)(al_rng_u64(&rng) % 256);
     }
-    double sgemm = al_measure_sgemm_gflops((int)sgemm_n, 5);
     double best = 1e30, total = 0;
-    for (int it = 0; it < iters + 2; it++) {
+    for (long it = 0; it < iters + 2; it++) {
+        if (it == 2 && (rc = env_start(cmd, &e))) break;
+        if (it >= 2) al_sgemm_probe_run(&e.sg);
         double t0 = al_now();
         al_model_zero_grads(&m);
         al_model_forward(&m, &a, in, tg);
         al_model_backward(&m, &a);
         double gn = al_grad_norm(&m);
-        al_adamw_update(&m, m1, m2, 1e-4, &o, it + 1, gn > 1 ? (float)(1 / gn) : 1.0f);
+        al_adamw_update(&m, m1, m2, 1e-4, &o, (int)it + 1, gn > 1 ? (float)(1 / gn) : 1.0f);
         double dt = al_now() - t0;
         if (it >= 2) {
             total += dt;
             if (dt < best) best = dt;
         }
     }
-    double mean = total / iters, flops = al_model_train_flops_per_token(&m, o.context) * N;
-    double tps = N / mean, gflops = flops / mean / 1e9, mfu = gflops / sgemm;
-    long rss = al_peak_rss_bytes();
-    if (json) {
-        printf("{\"bench\":\"train\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
-               "\"batch\":%d,\"context\":%d,\"threads\":%d,\"step_s\":%.5f,\"step_s_best\":%.5f,\"tokens_per_s\":%.1f,"
-               "\"model_gflops_per_step\":%.4f,\"model_gflops_per_s\":%.2f,\"sgemm_gflops\":%.2f,\"mfu\":%.4f,"
-               "\"peak_rss_bytes\":%ld,\"blas_kernels\":\"%s\"}\n",
-               m.cfg.num_layers, m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads, m.cfg.head_dim, o.batch,
-               o.context, al_threads(), mean, best, tps, flops / 1e9, gflops, sgemm, mfu, rss, al_blas_kernels());
-    } else {
-        printf("train step: %d layers, hidden %d, %d heads (%d KV), B=%d x T=%d, %d threads\n", m.cfg.num_layers,
-               m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads, o.batch, o.context, al_threads());
-        printf("  %.1f ms/step (best %.1f), %.0f tokens/s, %.1f model GFLOP/s\n", 1e3 * mean, 1e3 * best, tps, gflops);
-        printf("  sgemm ceiling %.1f GFLOP/s (n=%ld, same run, OpenBLAS %s kernels) -> MFU %.1f%%\n", sgemm, sgemm_n,
-               al_blas_kernels(), 100 * mfu);
-        printf("  peak RSS %.1f MB\n", rss / 1048576.0);
+    if (!rc) {
+        env_finish(&e);
+        const double mean = total / iters, flops = al_model_train_flops_per_token(&m, o.context) * N;
+        const double sgemm = al_sgemm_probe_gflops(&e.sg), gflops = flops / best / 1e9;
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "bench", "train");
+            cJSON_AddStringToObject(j, "attention", al_attn_name(m.cfg.attention));
+            num(j, "layers", m.cfg.num_layers);
+            num(j, "hidden", m.cfg.hidden_size);
+            num(j, "heads", m.cfg.num_heads);
+            num(j, "kv_heads", m.cfg.num_kv_heads);
+            num(j, "head_dim", m.cfg.head_dim);
+            num(j, "batch", o.batch);
+            num(j, "context", o.context);
+            num(j, "step_s_best", best);
+            num(j, "step_s", mean);
+            num(j, "tokens_per_s", N / best);
+            num(j, "model_gflops_per_step", flops / 1e9);
+            num(j, "model_gflops_per_s", gflops);
+            num(j, "mfu", gflops / sgemm);
+            num(j, "mfu_mean", flops / mean / 1e9 / sgemm);
+            env_json(j, &e, (int)iters);
+            json_out(j);
+        } else {
+            printf("train step: %d layers, hidden %d, %d heads (%d KV), %s attention, B=%d x T=%d\n",
+                   m.cfg.num_layers, m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads,
+                   al_attn_name(m.cfg.attention), o.batch, o.context);
+            printf("  %.1f ms/step best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> MFU %.1f%% of sgemm\n",
+                   1e3 * best, 1e3 * mean, N / best, gflops, 100 * gflops / sgemm);
+            env_text(&e);
+        }
     }
     al_free(m1);
     al_free(m2);
+    free(in);
+    free(tg);
     al_acts_free(&a);
     al_model_free(&m);
-    return 0;
+    return rc;
 }
+
+/* ---- prefill ---- */
+
+/* One forward over a prompt of --tokens tokens (B = 1) of a model with
+ * random weights at the flags' shape (default preset gpt2: 12 layers, hidden
+ * 768), logits for every position and no loss; tokens/s and model GFLOP/s
+ * (2 x matmul params + causal attention per token) against sgemm. The
+ * model code has one forward, which also keeps the activations a backward
+ * would need (they are in the reported RSS; writing them costs a few percent
+ * of the time at this shape); no KV cache is written. */
+static int bench_prefill(int argc, char **argv) {
+    const char *cmd = "bench prefill";
+    train_flags f;
+    al_arg args[TRAIN_MAX_ARGS + 5];
+    int n = train_flags_table(&f, args);
+    long iters = 5, tokens = 512, sgemm_n = 2048, triad_mb = 256;
+    int json = 0;
+    args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "prompt length (positions in one forward)"};
+    args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed forwards (after 1 warm-up)"};
+    n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
+    int rc = cli_parse(cmd, "[--preset NAME] [model flags] [--tokens N] [--iters N] [--json]", args, n, argc, argv);
+    if (rc == CLI_HELP) return 0;
+    if (rc) return rc;
+    if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "gpt2";
+    al_train_opts o;
+    if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
+    if (iters <= 0 || tokens < 1 || tokens > (1 << 20) || sgemm_n < 64 || triad_mb < 1)
+        return cli_usage(cmd, "--iters and --tokens must be positive, --sgemm-n at least 64 and --triad-mb positive");
+    if (o.model.task != AL_TASK_LM) return cli_usage(cmd, "language models only (--task vision is not benchmarked)");
+    al_config cfg = o.model;
+    if (cfg.max_position < tokens) cfg.max_position = (int)tokens; /* RoPE table length: fine for timing */
+    bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
+    al_err err;
+    al_model m;
+    al_acts a;
+    if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
+    if (al_acts_create(&a, &m, 1, (int)tokens, &err)) {
+        al_model_free(&m);
+        return cli_fail(cmd, err.msg);
+    }
+    al_model_init_weights(&m, o.seed);
+    int *in = malloc(sizeof(int) * tokens);
+    if (!in) {
+        al_acts_free(&a), al_model_free(&m);
+        return cli_fail(cmd, "out of memory");
+    }
+    al_rng rng;
+    al_rng_seed(&rng, 4);
+    for (long i = 0; i < tokens; i++) in[i] = (int)(al_rng_u64(&rng) % 256);
+    al_model_forward(&m, &a, in, NULL); /* warm-up */
+    double best = 1e30, total = 0;
+    if (!(rc = env_start(cmd, &e))) {
+        for (long it = 0; it < iters; it++) {
+            al_sgemm_probe_run(&e.sg);
+            const double t0 = al_now();
+            al_model_forward(&m, &a, in, NULL);
+            const double dt = al_now() - t0;
+            total += dt;
+            if (dt < best) best = dt;
+        }
+        env_finish(&e);
+        const double flops = al_model_fwd_flops_per_token(&m, (int)tokens) * tokens;
+        const double sgemm = al_sgemm_probe_gflops(&e.sg), gflops = flops / best / 1e9;
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "bench", "prefill");
+            cJSON_AddStringToObject(j, "attention", al_attn_name(cfg.attention));
+            num(j, "layers", cfg.num_layers);
+            num(j, "hidden", cfg.hidden_size);
+            num(j, "heads", cfg.num_heads);
+            num(j, "kv_heads", cfg.num_kv_heads);
+            num(j, "tokens", (double)tokens);
+            num(j, "ms_best", 1e3 * best);
+            num(j, "ms_mean", 1e3 * total / iters);
+            num(j, "tokens_per_s", tokens / best);
+            num(j, "model_gflops", flops / 1e9);
+            num(j, "model_gflops_per_s", gflops);
+            num(j, "ratio", gflops / sgemm);
+            env_json(j, &e, (int)iters);
+            json_out(j);
+        } else {
+            printf("prefill: %d layers, hidden %d, %d heads (%d KV), %s attention, %ld tokens\n", cfg.num_layers,
+                   cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, al_attn_name(cfg.attention), tokens);
+            printf("  %.1f ms best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> %.1f%% of sgemm\n", 1e3 * best,
+                   1e3 * total / iters, tokens / best, gflops, 100 * gflops / sgemm);
+            env_text(&e);
+        }
+    }
+    free(in);
+    al_acts_free(&a);
+    al_model_free(&m);
+    return rc;
+}
+
+/* ---- decode ---- */
 
 /* Decode speed at a long context. The cache is filled with random values
  * instead of running `context` decode steps first: the time of a step does
  * not depend on what the cache holds, only on how much of it is read. Bytes
  * moved per token = every weight read once (the embedding: one row, unless
- * it is also the tied head) + the cache entries read. */
+ * it is also the tied head) + the cache entries read. Each round decodes the
+ * last --tokens positions before --decode-context again; the best round
+ * counts. */
 static int bench_decode(int argc, char **argv) {
     const char *cmd = "bench decode";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 5];
+    al_arg args[TRAIN_MAX_ARGS + 7];
     int n = train_flags_table(&f, args);
     const char *model_dir = NULL;
-    long context = 4096, tokens = 32, triad_mb = 256;
+    long context = 4096, tokens = 32, triad_mb = 256, sgemm_n = 2048, iters = 3;
     int json = 0;
     args[n++] = (al_arg){"model", ARG_STRING, &model_dir, "model directory (default: a random model from the flags)"};
     args[n++] = (al_arg){"decode-context", ARG_INT, &context, "cache length at which decoding is timed"};
-    args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "timed decode steps (the last ones before the context is full)"};
-    args[n++] = (al_arg){"triad-mb", ARG_INT, &triad_mb, "MB per array of the bandwidth ceiling measurement"};
-    args[n++] = (al_arg){"json", ARG_FLAG, &json, "print one JSON object"};
+    args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "decode steps per round (the last ones before the context is full)"};
+    args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed rounds (best counts)"};
+    n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd, "[--model DIR | --preset NAME] [--decode-context T] [--tokens N] [--json]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
-    if (context < 2 || tokens < 1 || tokens >= context || triad_mb < 1)
-        return cli_usage(cmd, "need 0 < --tokens < --decode-context and a positive --triad-mb");
+    if (context < 2 || tokens < 1 || tokens >= context || triad_mb < 1 || iters < 1 || sgemm_n < 64)
+        return cli_usage(cmd, "need 0 < --tokens < --decode-context, positive --iters and --triad-mb, --sgemm-n >= 64");
     al_err err;
     al_config cfg;
     al_model m;
     if (f.threads > 0) al_set_threads((int)f.threads);
+    bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
     if (model_dir) {
         /* a longer RoPE table than the model trained with: fine for timing
          * (a Hugging Face checkpoint is memory-mapped in its dtype) */
         if (al_model_open(&m, model_dir, (int)context, NULL, &err)) return cli_fail(cmd, err.msg);
         cfg = m.cfg;
+        if (cfg.task != AL_TASK_LM) {
+            al_model_free(&m);
+            return cli_usage(cmd, "language models only (a vision model does not decode)");
+        }
     } else {
         if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "bench";
         al_train_opts o;
         if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
         cfg = o.model;
+        if (cfg.task != AL_TASK_LM) return cli_usage(cmd, "language models only (a vision model does not decode)");
         if (cfg.max_position < context) cfg.max_position = (int)context;
         if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
         al_model_init_weights(&m, 1);
@@ -150,61 +371,92 @@ static int bench_decode(int argc, char **argv) {
         al_model_free(&m);
         return cli_fail(cmd, "out of memory");
     }
-    dec.pos = (int)(context - tokens - 1);
     const int span = cfg.vocab_size < 256 ? cfg.vocab_size : 256; /* byte tokens (any vocabulary has them) */
+    dec.pos = (int)(context - tokens - 1);
     al_decoder_step(&dec, 'a' % span, logits, &err); /* warm-up: caches, threads */
-    double t0 = al_now();
-    int tok = 'a' % span;
-    for (long i = 0; i < tokens; i++) {
-        if (al_decoder_step(&dec, tok, logits, &err)) break;
-        tok = (int)(al_rng_u64(&rng) % (uint64_t)span);
+    double best = 1e30;
+    if (!(rc = env_start(cmd, &e))) {
+        for (long r = 0; r < iters && !rc; r++) {
+            al_sgemm_probe_run(&e.sg);
+            dec.pos = (int)(context - tokens);
+            int tok = 'a' % span;
+            const double t0 = al_now();
+            for (long i = 0; i < tokens; i++) {
+                if (al_decoder_step(&dec, tok, logits, &err)) {
+                    rc = cli_fail(cmd, err.msg);
+                    break;
+                }
+                tok = (int)(al_rng_u64(&rng) % (uint64_t)span);
+            }
+            const double dt = (al_now() - t0) / tokens;
+            if (dt < best) best = dt;
+        }
     }
-    double dt = (al_now() - t0) / tokens;
-    double triad = al_measure_triad_gbs((int)triad_mb, 5);
-    /* bytes read per token: every matrix once (in its dtype), of the embedding one row unless it is the head */
-    size_t weight_bytes = al_model_weight_bytes(&m);
-    const size_t esz = al_dtype_size(m.embed_dt);
-    if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * esz - cfg.hidden_size * esz;
-    double avg_pos = (double)context - tokens / 2.0;
-    double cache_read = avg_pos * dec.values_per_token * sizeof(float) * cfg.num_layers;
-    double bytes = (double)weight_bytes + cache_read, gbs = bytes / dt / 1e9;
-    if (json) {
-        printf("{\"bench\":\"decode\",\"attention\":\"%s\",\"context\":%ld,\"threads\":%d,\"tokens_per_s\":%.2f,"
-               "\"ms_per_token\":%.4f,\"weight_bytes\":%zu,\"kv_bytes_per_token_per_position\":%zu,"
-               "\"kv_bytes_read_per_token\":%.0f,\"bytes_per_token\":%.0f,\"achieved_gb_per_s\":%.3f,"
-               "\"triad_gb_per_s\":%.3f,\"bandwidth_ratio\":%.4f,\"peak_rss_bytes\":%ld,\"weights\":\"%s\","
-               "\"wmat_kernel\":\"%s\"}\n",
-               al_attn_name(cfg.attention), context, al_threads(), 1 / dt, 1e3 * dt, weight_bytes,
-               dec.values_per_token * sizeof(float) * cfg.num_layers, cache_read, bytes, gbs, triad, gbs / triad,
-               al_peak_rss_bytes(), m.mapped ? al_dtype_name(m.embed_dt) : "F32", al_wmat_kernel_name());
-    } else {
-        printf("decode at context %ld: %s attention, %d layers, %d threads\n", context, al_attn_name(cfg.attention),
-               cfg.num_layers, al_threads());
-        if (m.mapped)
-            printf("  weights: %s %s, memory-mapped (%s kernels)\n", al_config_architecture(&cfg),
-                   al_dtype_name(m.embed_dt), al_wmat_kernel_name());
-        printf("  %.1f tokens/s (%.3f ms/token)\n", 1 / dt, 1e3 * dt);
-        printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token)\n",
-               weight_bytes / 1e6, cache_read / 1e6, dec.values_per_token * sizeof(float) * cfg.num_layers);
-        printf("  %.2f GB/s achieved; triad ceiling %.2f GB/s (same run) -> %.1f%% of bandwidth\n", gbs, triad,
-               100 * gbs / triad);
+    if (!rc) {
+        env_finish(&e);
+        /* bytes read per token: every matrix once (in its dtype), of the embedding one row unless it is the head */
+        size_t weight_bytes = al_model_weight_bytes(&m);
+        const size_t esz = al_dtype_size(m.embed_dt);
+        if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * esz - cfg.hidden_size * esz;
+        const double avg_pos = (double)context - tokens / 2.0;
+        const double cache_read = avg_pos * dec.values_per_token * sizeof(float) * cfg.num_layers;
+        const double bytes = (double)weight_bytes + cache_read, gbs = bytes / best / 1e9;
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "bench", "decode");
+            cJSON_AddStringToObject(j, "attention", al_attn_name(cfg.attention));
+            num(j, "layers", cfg.num_layers);
+            num(j, "hidden", cfg.hidden_size);
+            num(j, "context", (double)context);
+            num(j, "tokens", (double)tokens);
+            num(j, "tokens_per_s", 1 / best);
+            num(j, "ms_per_token", 1e3 * best);
+            num(j, "weight_bytes", (double)weight_bytes);
+            num(j, "kv_bytes_per_token_per_position",
+                                    (double)(dec.values_per_token * sizeof(float) * cfg.num_layers));
+            num(j, "kv_bytes_read_per_token", cache_read);
+            num(j, "bytes_per_token", bytes);
+            num(j, "achieved_gb_per_s", gbs);
+            num(j, "bandwidth_ratio", gbs / e.triad);
+            cJSON_AddStringToObject(j, "weights", m.mapped ? al_dtype_name(m.embed_dt) : "F32");
+            cJSON_AddStringToObject(j, "wmat_kernel", al_wmat_kernel_name());
+            env_json(j, &e, (int)iters);
+            json_out(j);
+        } else {
+            printf("decode at context %ld: %s attention, %d layers, hidden %d\n", context, al_attn_name(cfg.attention),
+                   cfg.num_layers, cfg.hidden_size);
+            if (m.mapped)
+                printf("  weights: %s %s, memory-mapped (%s kernels)\n", al_config_architecture(&cfg),
+                       al_dtype_name(m.embed_dt), al_wmat_kernel_name());
+            printf("  %.1f tokens/s (%.3f ms/token, best of %ld rounds of %ld)\n", 1 / best, 1e3 * best, iters, tokens);
+            printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token)\n",
+                   weight_bytes / 1e6, cache_read / 1e6, dec.values_per_token * sizeof(float) * cfg.num_layers);
+            printf("  %.2f GB/s achieved -> %.1f%% of triad bandwidth\n", gbs, 100 * gbs / e.triad);
+            env_text(&e);
+        }
     }
     free(logits);
     al_decoder_free(&dec);
     al_model_free(&m);
-    return 0;
+    return rc;
 }
+
+/* ---- attention ---- */
 
 /* The shared attention kernels alone (forward and backward), at one shape:
  * B=1, H=12, T=1024, d_h=64 by default. FLOPs: forward 4 T_eff d_h H per
- * query row (q.k and p.v; T_eff = T/2 causal); backward counted as 2.5x the
- * forward (the score recompute plus dP, dQ, dK, dV products). */
+ * query row (q.k and p.v; T_eff = (T+1)/2 causal, T bidirectional); backward
+ * counted as 2.5x the forward (the score recompute plus dP, dQ, dK, dV
+ * products). Memory kept for backward per head: o and lse, (d_v + 1) floats
+ * per token, plus the kernels' workspace (packed K/V tiles and per-thread
+ * tiles): both O(T). */
 static int bench_attention(int argc, char **argv) {
     const char *cmd = "bench attention";
     const char *score = "softmax";
-    long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 5, bidir = 0, sgemm_n = 2048, threads = 0, power = 3;
+    long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 10, bidir = 0, sgemm_n = 2048, threads = 0, power = 3;
+    long triad_mb = 256;
     int json = 0;
-    al_arg args[] = {
+    al_arg args[16] = {
         {"score", ARG_STRING, &score, "softmax | poly | relu | sigmoid"},
         {"poly-power", ARG_INT, &power, "poly: p"},
         {"batch", ARG_INT, &B, "sequences"},
@@ -214,18 +466,20 @@ static int bench_attention(int argc, char **argv) {
         {"head-dim", ARG_INT, &dh, "head dimension"},
         {"bidirectional", ARG_FLAG, &bidir, "no causal mask (vision)"},
         {"iters", ARG_INT, &iters, "timed repetitions (best is reported)"},
-        {"sgemm-n", ARG_INT, &sgemm_n, "size of the sgemm ceiling measurement"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
-        {"json", ARG_FLAG, &json, "print one JSON object"},
     };
-    int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "[--score S] [--context T] [--heads H] [--head-dim D] [--json]", args, n, argc, argv);
+    int n = 10;
+    n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
+    int rc = cli_parse(cmd, "[--score S] [--context T] [--heads H] [--kv-heads G] [--head-dim D] [--json]", args, n,
+                       argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!G) G = H;
-    if (B < 1 || H < 1 || G < 1 || H % G || T < 1 || dh < 1 || iters < 1 || power < 1 || (long)B * T * H * dh > (1L << 28))
+    if (B < 1 || H < 1 || G < 1 || H % G || T < 1 || dh < 1 || iters < 1 || power < 1 || sgemm_n < 64 ||
+        triad_mb < 1 || (long)B * T * H * dh > (1L << 28))
         return cli_usage(cmd, "sizes must be positive, --kv-heads must divide --heads, and the tensors fit in memory");
     if (threads > 0) al_set_threads((int)threads);
+    bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
     al_config cfg;
     al_config_default(&cfg);
     if (al_score_from_name(score, &cfg.score)) return cli_usage(cmd, "unknown score '%s'", score);
@@ -248,41 +502,59 @@ static int bench_attention(int argc, char **argv) {
     al_rng_seed(&rng, 3);
     for (size_t i = 0; i < nq; i++) q[i] = al_rng_normal(&rng), dO[i] = al_rng_normal(&rng);
     for (size_t i = 0; i < nkv; i++) k[i] = al_rng_normal(&rng), v[i] = al_rng_normal(&rng);
-    double sgemm = al_measure_sgemm_gflops((int)sgemm_n, 5);
+    al_attn_fwd(&s, q, k, v, o, lse); /* warm-up */
+    al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
     double best_f = 1e30, best_b = 1e30;
-    for (long it = 0; it <= iters; it++) { /* iteration 0 warms up */
-        double t0 = al_now();
-        al_attn_fwd(&s, q, k, v, o, lse);
-        double t1 = al_now();
-        al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
-        double t2 = al_now();
-        if (it > 0) {
+    if (!(rc = env_start(cmd, &e))) {
+        for (long it = 0; it < iters; it++) {
+            al_sgemm_probe_run(&e.sg);
+            double t0 = al_now();
+            al_attn_fwd(&s, q, k, v, o, lse);
+            double t1 = al_now();
+            al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
+            double t2 = al_now();
             best_f = t1 - t0 < best_f ? t1 - t0 : best_f;
             best_b = t2 - t1 < best_b ? t2 - t1 : best_b;
         }
-    }
-    double t_eff = bidir ? (double)T : (T + 1) / 2.0;
-    double fwd_flops = 4.0 * B * H * (double)T * t_eff * dh, bwd_flops = 2.5 * fwd_flops;
-    double gf = fwd_flops / best_f / 1e9, gb = bwd_flops / best_b / 1e9;
-    if (json) {
-        printf("{\"bench\":\"attention\",\"score\":\"%s\",\"batch\":%ld,\"heads\":%ld,\"kv_heads\":%ld,"
-               "\"context\":%ld,\"head_dim\":%ld,\"causal\":%s,\"threads\":%d,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,"
-               "\"fwd_gflops\":%.4f,\"bwd_gflops\":%.4f,\"fwd_gflops_per_s\":%.2f,\"bwd_gflops_per_s\":%.2f,"
-               "\"sgemm_gflops\":%.2f,\"fwd_ratio\":%.4f,\"bwd_ratio\":%.4f,\"peak_rss_bytes\":%ld,"
-               "\"blas_kernels\":\"%s\"}\n",
-               score, B, H, G, T, dh, bidir ? "false" : "true", al_threads(), 1e3 * best_f, 1e3 * best_b,
-               fwd_flops / 1e9, bwd_flops / 1e9, gf, gb, sgemm, gf / sgemm, gb / sgemm, al_peak_rss_bytes(),
-               al_blas_kernels());
-    } else {
-        printf("attention (%s, %s): B=%ld H=%ld G=%ld T=%ld d_h=%ld, %d threads\n", score,
-               bidir ? "bidirectional" : "causal", B, H, G, T, dh, al_threads());
-        printf("  forward  %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_f, gf, 100 * gf / sgemm);
-        printf("  backward %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_b, gb, 100 * gb / sgemm);
-        printf("  sgemm ceiling %.1f GFLOP/s (n=%ld, same run, OpenBLAS %s kernels); peak RSS %.1f MB\n", sgemm,
-               sgemm_n, al_blas_kernels(), al_peak_rss_bytes() / 1048576.0);
+        env_finish(&e);
+        const double t_eff = bidir ? (double)T : (T + 1) / 2.0;
+        const double fwd_flops = 4.0 * B * H * (double)T * t_eff * dh, bwd_flops = 2.5 * fwd_flops;
+        const double gf = fwd_flops / best_f / 1e9, gb = bwd_flops / best_b / 1e9, sgemm = al_sgemm_probe_gflops(&e.sg);
+        const double saved = 4.0 * B * H * (double)T * (dh + 1), ws = (double)al_attn_workspace_bytes();
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "bench", "attention");
+            cJSON_AddStringToObject(j, "score", score);
+            num(j, "batch", (double)B);
+            num(j, "heads", (double)H);
+            num(j, "kv_heads", (double)G);
+            num(j, "context", (double)T);
+            num(j, "head_dim", (double)dh);
+            cJSON_AddBoolToObject(j, "causal", !bidir);
+            num(j, "fwd_ms", 1e3 * best_f);
+            num(j, "bwd_ms", 1e3 * best_b);
+            num(j, "fwd_gflops", fwd_flops / 1e9);
+            num(j, "bwd_gflops", bwd_flops / 1e9);
+            num(j, "fwd_gflops_per_s", gf);
+            num(j, "bwd_gflops_per_s", gb);
+            num(j, "fwd_ratio", gf / sgemm);
+            num(j, "bwd_ratio", gb / sgemm);
+            num(j, "saved_bytes", saved);
+            num(j, "workspace_bytes", ws);
+            env_json(j, &e, (int)iters);
+            json_out(j);
+        } else {
+            printf("attention (%s, %s): B=%ld H=%ld G=%ld T=%ld d_h=%ld\n", score, bidir ? "bidirectional" : "causal", B,
+                   H, G, T, dh);
+            printf("  forward  %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_f, gf, 100 * gf / sgemm);
+            printf("  backward %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_b, gb, 100 * gb / sgemm);
+            printf("  kept for backward: o + lse %.2f MB; kernel workspace %.2f MB (both O(T))\n", saved / 1048576.0,
+                   ws / 1048576.0);
+            env_text(&e);
+        }
     }
     al_free(q), al_free(k), al_free(v), al_free(o), al_free(dO), al_free(dq), al_free(dk), al_free(dv), al_free(lse);
-    return 0;
+    return rc;
 }
 
 /* Best-of-iters seconds of one call of f(ctx). */
@@ -389,17 +661,22 @@ static int bench_wmat(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "prefill")) return bench_prefill(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "attention")) return bench_attention(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "wmat")) return bench_wmat(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: attnlab bench <what> [flags]\n\n  train      training step throughput and MFU\n"
-               "  decode     decode speed at a long context vs memory bandwidth\n"
+        printf("usage: attnlab bench <what> [flags]\n\n"
                "  attention  the shared attention kernels, forward and backward, vs sgemm\n"
+               "  train      training step throughput and MFU vs sgemm\n"
+               "  prefill    one forward over a prompt (default 12 layers x 768, 512 tokens) vs sgemm\n"
+               "  decode     decode speed at a long context vs triad bandwidth\n"
                "  wmat       products over BF16/F16 weights (Hugging Face checkpoints) vs fp32 CBLAS\n\n"
-               "'attnlab bench <what> --help' lists its flags.\n");
+               "Every benchmark measures its ceilings (sgemm GFLOP/s, triad GB/s) in the same run and reports\n"
+               "peak RSS; --json prints one JSON object (docs/bench.md). 'attnlab bench <what> --help' lists flags.\n");
         return 0;
     }
-    return cli_usage("bench", argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (train, decode, attention, wmat)%s",
+    return cli_usage("bench",
+                     argc >= 2 ? "unknown benchmark '%s'" : "which benchmark? (attention, train, prefill, decode, wmat)%s",
                      argc >= 2 ? argv[1] : "");
 }

@@ -1,6 +1,8 @@
 /*
- * ceiling.c: the ceiling measurements behind every `attnlab bench` ratio,
- * and the process's memory figures the commands report.
+ * ceiling.c: the ceiling measurements behind every `attnlab bench` ratio
+ * (see ceiling.h), and the process's memory figures the commands report.
+ * The sgemm inputs are small integers times 0.1 (no denormals, no
+ * overflow); a sgemm's time does not depend on the values.
  */
 #include "ceiling.h"
 
@@ -66,6 +68,50 @@ double al_measure_triad_gbs(int mbytes, int reps) {
     al_free(b);
     al_free(c);
     return 3.0 * (double)n * sizeof(float) / best / 1e9;
+}
+
+int al_sgemm_probe_init(al_sgemm_probe *p, int n) {
+    const size_t nn = (size_t)n * n;
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    p->a = al_alloc(nn * sizeof(float)), p->b = al_alloc(nn * sizeof(float)), p->c = al_alloc(nn * sizeof(float));
+    if (!p->a || !p->b || !p->c) {
+        al_sgemm_probe_free(p);
+        return -1;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        p->a[i] = (float)((i * 7) % 13) * 0.1f;
+        p->b[i] = (float)((i * 5) % 11) * 0.1f;
+    }
+    p->best_s = 1e30;
+    al_sgemm_probe_run(p); /* warm-up: caches, pages, threads */
+    p->best_s = 1e30;
+    return 0;
+}
+
+double al_sgemm_probe_run(al_sgemm_probe *p) {
+    const int n = p->n;
+    const double t0 = al_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
+    const double dt = al_now() - t0;
+    if (dt < p->best_s) p->best_s = dt;
+    return 2.0 * n * (double)n * n / dt / 1e9;
+}
+
+double al_sgemm_probe_gflops(const al_sgemm_probe *p) {
+    return p->best_s < 1e29 ? 2.0 * p->n * (double)p->n * p->n / p->best_s / 1e9 : 0.0;
+}
+
+void al_sgemm_probe_free(al_sgemm_probe *p) {
+    al_free(p->a);
+    al_free(p->b);
+    al_free(p->c);
+    p->a = p->b = p->c = NULL;
+}
+
+double al_loadavg1(void) {
+    double l[1];
+    return getloadavg(l, 1) == 1 ? l[0] : -1.0;
 }
 
 long al_peak_rss_bytes(void) {

@@ -1,5 +1,11 @@
 /*
  * fastmath.h: element functions the kernels inline into their loops.
+ *
+ * al_expf is the scalar exp that gcc vectorises inside plain loops (the
+ * generic attention set, the element-wise ops). The attention micro-kernels
+ * use their own explicitly vectorised exp2 (16 lanes with AVX-512, 8 with
+ * AVX2: v_exp2 in src/attn/score_kern.h, written once for both widths, with
+ * vscalefps where it exists); docs/kernels.md compares the two.
  */
 #ifndef AL_FASTMATH_H
 #define AL_FASTMATH_H

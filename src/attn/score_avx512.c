@@ -1,0 +1,55 @@
+/*
+ * score_avx512.c: the attention kernels of score_kern.h for AVX-512
+ * (16 floats per vector, micro-kernel rows of 4 vectors = 64 columns, so a
+ * 6 x 64 accumulator block fills 24 of the 32 zmm registers). Every function
+ * here is compiled for avx512f/bw/dq/vl + fma by the target pragma below
+ * while the rest of the library stays at x86-64-v3; al_attn_fwd/bwd
+ * (score.c) call in only when core/cpu.h says the CPU has AVX-512.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "score_internal.h"
+#include "../nn/fastmath.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+
+typedef __m512 vf;
+typedef __mmask16 vmask;
+#define KW 16
+#define KCB 4
+#define KSFX(name) name##_avx512
+
+/* the first n lanes (n <= 0: none, n >= 16: all) */
+static inline vmask v_mask16(int n) { return (vmask)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u); }
+
+#define V_ZERO() _mm512_setzero_ps()
+#define V_SET1(x) _mm512_set1_ps(x)
+#define V_LOAD(p) _mm512_loadu_ps(p)
+#define V_LOADM(p, m) _mm512_maskz_loadu_ps((m), (p))
+#define V_STORE(p, v) _mm512_storeu_ps((p), (v))
+#define V_STOREM(p, m, v) _mm512_mask_storeu_ps((p), (m), (v))
+#define V_ADD(a, b) _mm512_add_ps((a), (b))
+#define V_SUB(a, b) _mm512_sub_ps((a), (b))
+#define V_MUL(a, b) _mm512_mul_ps((a), (b))
+#define V_DIV(a, b) _mm512_div_ps((a), (b))
+#define V_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define V_MAX(a, b) _mm512_max_ps((a), (b))
+#define V_MIN(a, b) _mm512_min_ps((a), (b))
+#define V_SEL(m, a, b) _mm512_mask_blend_ps((m), (b), (a))
+#define V_MASK(n) v_mask16(n)
+#define V_HMAX(v) _mm512_reduce_max_ps(v)
+#define V_HSUM(v) _mm512_reduce_add_ps(v)
+#define V_ROUND(x) _mm512_roundscale_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define V_CMP_POS(x) _mm512_cmp_ps_mask((x), _mm512_setzero_ps(), _CMP_NLE_UQ)
+#define V_ANY_GT(a, b) (_mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ) != 0)
+#define V_LDEXP(p, n) _mm512_scalef_ps((p), (n))
+#define V_EXP2_RANGE(x) (x)
+
+#include "score_kern.h"
+
+#pragma GCC pop_options

@@ -1,0 +1,62 @@
+/*
+ * score_internal.h: what score.c shares with the SIMD kernel files
+ * (score_avx512.c, score_avx2.c, both built from score_kern.h): the score
+ * function with its constants resolved, and the kernel entry points that
+ * al_attn_fwd / al_attn_bwd dispatch to (core/cpu.h picks the level).
+ */
+#ifndef AL_SCORE_INTERNAL_H
+#define AL_SCORE_INTERNAL_H
+
+#include <math.h>
+#include <xmmintrin.h>
+
+#include "attn.h"
+
+/* The score function with its constants resolved once per call. */
+typedef struct score_fn {
+    al_score_kind kind;
+    int p;          /* poly power */
+    float c;        /* poly coefficient */
+    float inv_n;    /* relu: 1/N */
+    float log_n;    /* sigmoid: log N */
+} score_fn;
+
+static inline score_fn al_score_fn_of(const al_attn_shape *s) {
+    /* N < 1 would make relu/sigmoid meaningless; only a zeroed shape (softmax) gets here with 0 */
+    const float n = s->score_n >= 1.0f ? s->score_n : 1.0f;
+    score_fn f = {s->score, s->poly_power >= 1 ? s->poly_power : 1, s->poly_coef, 1.0f / n, logf(n)};
+    return f;
+}
+
+/* Flush-to-zero and denormals-are-zero for the calling thread, returning
+ * the previous MXCSR for al_ftz_restore. Every kernel thread sets them for
+ * the length of its parallel region: with sharp attention most weights
+ * 2^(s - m) are below 2^-126, and subnormal results and operands cost
+ * microcode assists of ~100 cycles each; measured, a forward with q scaled
+ * 30x ran 13x slower (backward 23x, the BLAS-tile set alike). Flushed,
+ * those weights are exactly 0, 2^-126 below the row's largest: invisible
+ * next to it in float. */
+static inline unsigned al_ftz_on(void) {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+    return csr;
+}
+
+static inline void al_ftz_restore(unsigned csr) { _mm_setcsr(csr); }
+
+/* A 64-byte aligned buffer of at least `floats` floats, private to the
+ * calling thread and reused by its next call (it only grows): the kernels'
+ * packed tiles and per-thread scratch, O(T) per head. Allocating them per
+ * call costs page faults (mmap'd blocks) that showed up as ~6 % of a
+ * forward. Exits with a one-line message if memory runs out. */
+float *al_attn_workspace(size_t floats);
+
+/* Same contracts as al_attn_fwd / al_attn_bwd (attn.h). */
+void al_attn_fwd_avx512(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
+void al_attn_bwd_avx512(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                        const float *lse, const float *dout, float *dq, float *dk, float *dv);
+void al_attn_fwd_avx2(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
+void al_attn_bwd_avx2(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                      const float *lse, const float *dout, float *dq, float *dk, float *dv);
+
+#endif

@@ -1,0 +1,603 @@
+/*
+ * score_kern.h: the register-blocked attention kernels (forward and
+ * backward, all four score functions, causal or bidirectional), written once
+ * over a small vector vocabulary and compiled twice: score_avx512.c (16-wide
+ * __m512, 4 vectors per micro-kernel row) and score_avx2.c (8-wide __m256, 2
+ * vectors per row). The including file defines, before including this:
+ *   vf, vmask          the float vector and lane-mask types
+ *   KW, KCB            floats per vector; vectors per micro-kernel row
+ *   KSFX(name)         name##_avx512 / name##_avx2 (the exported entry points)
+ *   V_ZERO V_SET1 V_LOAD V_LOADM V_STORE V_STOREM V_ADD V_SUB V_MUL V_DIV
+ *   V_FMA(a,b,c)=a*b+c V_MAX V_MIN V_SEL(m,a,b)=m?a:b V_MASK(n) (first n
+ *   lanes) V_HMAX V_HSUM V_ROUND (to nearest)
+ *   V_CMP_POS(x) (x > 0 or NaN) V_ANY_GT(a,b) (some lane a > b) V_LDEXP(p,n) (p 2^n)
+ *   V_EXP2_RANGE(x) (the clamp V_LDEXP needs, or nothing)
+ * and a target pragma so every function below is compiled for its ISA.
+ *
+ * Data layout (see docs/kernels.md), all in the calling thread's workspace
+ * (al_attn_workspace: O(T), reused across calls):
+ *   kt  [B][G][ntile][dk][KT]  K^T of each key tile of KT = 64 keys, times
+ *       `scale` (softmax: times scale log2 e, so it runs in base 2),
+ *       zero-padded past T: packed once per call by all threads, then read
+ *       by every query block and every head of the KV group (GQA/MQA reuse
+ *       a packed tile across their heads);
+ *   vp  [B][G][ntile][KT][dv]  V rows, contiguous (forward, for P V);
+ *   vt  [B][G][ntile][dv][KT]  V^T (backward, for dP = dO V^T);
+ *   kp  [B][G][ntile][KT][dk]  K rows, unscaled (backward, for dq += dS K);
+ *   per thread: S (and dP) [RG][KT], one row group's scores; forward: the
+ *       rows' running max m [hpc][QB] and sums l [hpc][QB] (one vector of
+ *       partial sums each); backward: P, dS [QB][KT] of a query block, the
+ *       key tile's dK, dV accumulators [KT][dk], [KT][dv], and the item's
+ *       heads' Q [hpc][T][dk] and dO [hpc][T][dv] rows, contiguous.
+ * Q (forward), O and dq are read and written in place through their
+ * strides (6 rows at a time: no cache-set conflicts at that count).
+ *
+ * One micro-kernel does every product: C[R][N] (=, +=, or alpha_r C +)
+ * sum_k A[r sar + k sak] B[k ldb + n] for R <= RG = 6 rows and N <= KCB*KW
+ * columns, the R*KCB accumulators in registers; each A element is broadcast
+ * (strides let the same kernel read P or dS transposed for dV = P^T dO and
+ * dK = dS^T Q without a transpose), each B row loaded once per k.
+ */
+#ifndef KSFX
+#error "score_kern.h is included by score_avx512.c / score_avx2.c only"
+#endif
+
+enum { KT = 64, QBK = 64, RG = 6 };
+
+/* ---- exp2 and exp, 16 (8) lanes at a time ----
+ * 2^x = 2^n 2^r with n = round(x), r = x - n in [-1/2, 1/2] (exact), 2^r
+ * from a degree-6 polynomial fitted for minimum relative error on that
+ * interval (9.6e-8, about 1.6 ulp, evaluated in float), and 2^n applied by
+ * V_LDEXP (AVX-512: vscalefps, which also gives exact 0 / inf far out of
+ * range; AVX2: exponent bits, after V_EXP2_RANGE clamps x to [-126, 127]).
+ * NaN stays NaN. Softmax works in base 2 throughout (its packed keys carry
+ * log2 e), so its exp is one exp2; exp(x) for sigmoid is exp2(x log2 e). */
+static inline vf v_exp2(vf x) {
+    x = V_EXP2_RANGE(x);
+    const vf n = V_ROUND(x), r = V_SUB(x, n);
+    vf p = V_SET1(1.5345810970757157e-4f);
+    p = V_FMA(p, r, V_SET1(1.3399930903688073e-3f));
+    p = V_FMA(p, r, V_SET1(9.618489071726799e-3f));
+    p = V_FMA(p, r, V_SET1(5.550328642129898e-2f));
+    p = V_FMA(p, r, V_SET1(2.4022646248340607e-1f));
+    p = V_FMA(p, r, V_SET1(6.931471824645996e-1f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    return V_LDEXP(p, n);
+}
+
+/* e^x = 2^(x log2 e): for sigmoid (softmax works in base 2 directly) */
+static inline vf v_exp(vf x) { return v_exp2(V_MUL(x, V_SET1(1.44269504088896341f))); }
+
+/* ---- the micro-kernel ----
+ * C[r][0..ncols) for r < R (R, NC compile-time after inlining):
+ *   mode 0: C  = A B      mode 1: C += A B      mode 2: C = alpha[r] C + A B
+ * A[R, K] read as A[r*sar + k*sak] (broadcast), B[K, ncols] rows ldb apart,
+ * C rows ldc apart; the last of the NC vectors of a row is loaded and stored
+ * through `last` (the tail of ncols), so nothing past ncols is touched. */
+static inline __attribute__((always_inline)) void mk_body(const int R, const int NC, int K, const float *restrict A,
+                                                          long sar, long sak, const float *restrict B, long ldb,
+                                                          float *restrict C, long ldc, vmask last, int mode,
+                                                          const float *restrict alpha) {
+    vf acc[RG][KCB];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) acc[r][c] = V_ZERO();
+    for (int k = 0; k < K; k++) {
+        const float *restrict b = B + (long)k * ldb;
+        const float *restrict a = A + (long)k * sak;
+        vf bv[KCB];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) bv[c] = c == NC - 1 ? V_LOADM(b + c * KW, last) : V_LOAD(b + c * KW);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const vf av = V_SET1(a[(long)r * sar]);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) acc[r][c] = V_FMA(av, bv[c], acc[r][c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float *restrict cr = C + (long)r * ldc;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            vf x = acc[r][c];
+            if (c == NC - 1) {
+                if (mode == 1) x = V_ADD(V_LOADM(cr + c * KW, last), x);
+                else if (mode == 2) x = V_FMA(V_LOADM(cr + c * KW, last), V_SET1(alpha[r]), x);
+                V_STOREM(cr + c * KW, last, x);
+            } else {
+                if (mode == 1) x = V_ADD(V_LOAD(cr + c * KW), x);
+                else if (mode == 2) x = V_FMA(V_LOAD(cr + c * KW), V_SET1(alpha[r]), x);
+                V_STORE(cr + c * KW, x);
+            }
+        }
+    }
+}
+
+typedef void (*mk_fn)(int K, const float *A, long sar, long sak, const float *B, long ldb, float *C, long ldc,
+                      vmask last, int mode, const float *alpha);
+
+/* one out-of-line instance per (rows, vectors) shape */
+#define MK_DEF(R, NC)                                                                                       \
+    static __attribute__((noinline)) void mk_##R##_##NC(int K, const float *A, long sar, long sak,          \
+                                                        const float *B, long ldb, float *C, long ldc,       \
+                                                        vmask last, int mode, const float *alpha) {         \
+        mk_body(R, NC, K, A, sar, sak, B, ldb, C, ldc, last, mode, alpha);                                  \
+    }
+#if KCB == 4
+#define MK_ROW(R) MK_DEF(R, 1) MK_DEF(R, 2) MK_DEF(R, 3) MK_DEF(R, 4)
+#define MK_TAB(R) {mk_##R##_1, mk_##R##_2, mk_##R##_3, mk_##R##_4}
+#elif KCB == 2
+#define MK_ROW(R) MK_DEF(R, 1) MK_DEF(R, 2)
+#define MK_TAB(R) {mk_##R##_1, mk_##R##_2}
+#else
+#error "KCB must be 2 or 4"
+#endif
+MK_ROW(1) MK_ROW(2) MK_ROW(3) MK_ROW(4) MK_ROW(5) MK_ROW(6)
+
+static mk_fn const mk_tab[RG][KCB] = {MK_TAB(1), MK_TAB(2), MK_TAB(3), MK_TAB(4), MK_TAB(5), MK_TAB(6)};
+#undef MK_TAB
+#undef MK_ROW
+#undef MK_DEF
+
+/* C[M, N] (mode) A[M, K] B[K, N], A and C as in mk_body: row groups of RG,
+ * column blocks of KCB vectors, each one micro-kernel call. */
+static void mm(int M, int N, int K, const float *A, long sar, long sak, const float *B, long ldb, float *C, long ldc,
+               int mode, const float *alpha) {
+    for (int n0 = 0; n0 < N; n0 += KCB * KW) {
+        const int nb = N - n0 < KCB * KW ? N - n0 : KCB * KW, nc = (nb + KW - 1) / KW;
+        const vmask last = V_MASK(nb - (nc - 1) * KW);
+        for (int r0 = 0; r0 < M; r0 += RG) {
+            const int R = M - r0 < RG ? M - r0 : RG;
+            mk_tab[R - 1][nc - 1](K, A + (long)r0 * sar, sar, sak, B + n0, ldb, C + (long)r0 * ldc + n0, ldc, last,
+                                  mode, alpha ? alpha + r0 : NULL);
+        }
+    }
+}
+
+/* ---- score functions on vectors ---- */
+
+/* x^p by squaring (p >= 1) */
+static inline vf v_powi(vf x, int p) {
+    vf r = x;
+    p--;
+    for (; p; p >>= 1, x = V_MUL(x, x))
+        if (p & 1) r = V_MUL(r, x);
+    return r;
+}
+
+/* weights f(s) of the elementwise functions (not softmax) */
+static inline vf v_map_fwd(const score_fn *f, vf x) {
+    switch (f->kind) {
+    case AL_SCORE_POLY:
+        return V_MUL(V_SET1(f->c), v_powi(x, f->p));
+    case AL_SCORE_RELU:
+        return V_SEL(V_CMP_POS(x), V_MUL(x, V_SET1(f->inv_n)), V_ZERO());
+    case AL_SCORE_SIGMOID:
+        return V_DIV(V_SET1(1.0f), V_ADD(V_SET1(1.0f), v_exp(V_SUB(V_SET1(f->log_n), x))));
+    default:
+        return x;
+    }
+}
+
+/* weights f(s) into *p, and f'(s) g into the return value */
+static inline vf v_map_bwd(const score_fn *f, vf x, vf g, vf *p) {
+    switch (f->kind) {
+    case AL_SCORE_POLY: {
+        if (f->p == 1) {
+            *p = V_MUL(V_SET1(f->c), x);
+            return V_MUL(V_SET1(f->c), g);
+        }
+        const vf sp1 = v_powi(x, f->p - 1);
+        *p = V_MUL(V_SET1(f->c), V_MUL(sp1, x));
+        return V_MUL(V_SET1(f->c * (float)f->p), V_MUL(sp1, g));
+    }
+    case AL_SCORE_RELU: {
+        const vmask pos = V_CMP_POS(x);
+        const vf inv = V_SET1(f->inv_n);
+        *p = V_SEL(pos, V_MUL(x, inv), V_ZERO());
+        return V_SEL(pos, V_MUL(g, inv), V_ZERO());
+    }
+    case AL_SCORE_SIGMOID: {
+        const vf one = V_SET1(1.0f);
+        const vf w = V_DIV(one, V_ADD(one, v_exp(V_SUB(V_SET1(f->log_n), x))));
+        *p = w;
+        return V_MUL(g, V_MUL(w, V_SUB(one, w)));
+    }
+    default:
+        *p = x;
+        return g;
+    }
+}
+
+/* ---- one row of a score tile ----
+ * s[0..nw): scores of one query row against a key tile (nw a multiple of KW;
+ * lanes at or past nv may hold anything), the first nv visible. */
+
+/* softmax forward (online, base 2: s = log2(e) x the scaled score), with
+ * lazy rescaling: the row's reference max m only moves when a visible score
+ * exceeds it by more than LAZY (so weights stay below 2^LAZY, far from
+ * overflow), which after the first tiles is rare: most tiles then need one
+ * vector compare instead of a horizontal max, no exp of m and no rescale of
+ * the output. s <- 2^(s - m) on visible lanes, 0 on the others; *l, the
+ * row's sum as one vector of partial sums, is rescaled with the output;
+ * returns alpha = 2^(m_old - m_new) (1: m unchanged). The result does not
+ * depend on m (it cancels in O / l and in lse = m + log2 l). */
+enum { LAZY = 8 };
+static inline float row_softmax_fwd(float *restrict s, int nw, int nv, float *m, vf *l) {
+    const float m_old = *m;
+    vf vmx = V_SET1(-INFINITY);
+    for (int c = 0; c * KW < nv; c++) {
+        const vf x = V_LOAD(s + c * KW);
+        vmx = V_MAX(vmx, nv >= (c + 1) * KW ? x : V_SEL(V_MASK(nv - c * KW), x, V_SET1(-INFINITY)));
+    }
+    float alpha = 1.0f;
+    if (V_ANY_GT(vmx, V_SET1(m_old + (float)LAZY))) { /* also the first visible tile: m_old = -inf */
+        const float m_new = V_HMAX(vmx);
+        alpha = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+        *m = m_new;
+        *l = V_MUL(*l, V_SET1(alpha));
+    }
+    const vf vm = V_SET1(*m);
+    vf sum = *l;
+    for (int c = 0; c * KW < nw; c++) {
+        vf p;
+        if (nv >= (c + 1) * KW) p = v_exp2(V_SUB(V_LOAD(s + c * KW), vm));
+        else if (nv > c * KW) p = V_SEL(V_MASK(nv - c * KW), v_exp2(V_SUB(V_LOAD(s + c * KW), vm)), V_ZERO());
+        else p = V_ZERO();
+        sum = V_ADD(sum, p);
+        V_STORE(s + c * KW, p);
+    }
+    *l = sum;
+    return alpha;
+}
+
+/* elementwise functions forward: s <- f(s) on visible lanes, 0 elsewhere */
+static inline void row_map_fwd(const score_fn *f, float *restrict s, int nw, int nv) {
+    for (int c = 0; c * KW < nw; c++) {
+        vf p = V_ZERO();
+        if (nv > c * KW) {
+            p = v_map_fwd(f, V_LOAD(s + c * KW));
+            if (nv < (c + 1) * KW) p = V_SEL(V_MASK(nv - c * KW), p, V_ZERO());
+        }
+        V_STORE(s + c * KW, p);
+    }
+}
+
+/* backward: s (scores), dp (dL/dp = dO . v_j) -> p (weights) and ds = scale
+ * dL/ds, both 0 on masked lanes; softmax (base 2: s and lse carry log2 e):
+ * p = 2^(s - lse), ds = scale p (dp - D) with D = dO . O; the others:
+ * p = f(s), ds = scale f'(s) dp. */
+static inline void row_bwd(const score_fn *f, const float *restrict s, const float *restrict dp, float *restrict p,
+                           float *restrict ds, int nw, int nv, float lse, float D, float scale) {
+    const vf vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
+    for (int c = 0; c * KW < nw; c++) {
+        if (nv <= c * KW) {
+            V_STORE(p + c * KW, V_ZERO());
+            V_STORE(ds + c * KW, V_ZERO());
+            continue;
+        }
+        const vf x = V_LOAD(s + c * KW), g = V_LOAD(dp + c * KW);
+        vf w, d;
+        if (f->kind == AL_SCORE_SOFTMAX) {
+            w = v_exp2(V_SUB(x, vl));
+            d = V_MUL(w, V_SUB(g, vD));
+        } else {
+            d = v_map_bwd(f, x, g, &w);
+        }
+        d = V_MUL(d, vs);
+        if (nv < (c + 1) * KW) {
+            const vmask mk = V_MASK(nv - c * KW);
+            w = V_SEL(mk, w, V_ZERO());
+            d = V_SEL(mk, d, V_ZERO());
+        }
+        V_STORE(p + c * KW, w);
+        V_STORE(ds + c * KW, d);
+    }
+}
+
+/* Transposed tile: dst[e][j] = mul * src[(j0 + j) * ld + e] for e < d,
+ * j < KT (0 past T); src points at row j0 of the head's columns. */
+static void pack_t(float *restrict dst, const float *restrict src, long ld, int T, int j0, int d, float mul) {
+    const int n = T - j0 < KT ? T - j0 : KT;
+    for (int e = 0; e < d; e++) {
+        float *restrict row = dst + (size_t)e * KT;
+        for (int j = 0; j < n; j++) row[j] = mul * src[(long)j * ld + e];
+        for (int j = n; j < KT; j++) row[j] = 0.0f;
+    }
+}
+
+/* Row-major copy of n rows: dst[j][e] = src[j * ld + e], e < d. Tiles read
+ * in place would sit ld floats apart (3-9 KB in the fused qkv layout), which
+ * maps a 64-row tile onto a quarter of L1's sets; packed, it is contiguous. */
+static void pack_rows(float *restrict dst, const float *restrict src, long ld, int n, int d) {
+    for (int j = 0; j < n; j++) memcpy(dst + (size_t)j * d, src + (long)j * ld, sizeof(float) * d);
+}
+
+/* Takes n floats from a workspace cursor, keeping 64-byte alignment. */
+static float *take(float **cur, size_t n) {
+    float *p = *cur;
+    *cur += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+/* n rounded up to 16 floats (one cache line): the workspace's unit */
+static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* small integer helpers; round_kw: n rounded up to whole vectors */
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+static inline int round_kw(int n) { return (n + KW - 1) / KW * KW; }
+
+/* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T]
+ *
+ * Packs first (all threads): kt = K^T tiles times scale (softmax: times
+ * scale log2 e, so it runs in base 2), vp = V tiles row-major. Then work
+ * item (query block qb, sequence b, KV head g, chunk of its heads): for each
+ * key tile up to the block's last row (causal) or T, for each head of the
+ * chunk, for each row group of RG rows: S = Q_rows K_tile^T, the rows'
+ * online-softmax update (or f(S)), O_rows = alpha O_rows + P V_tile straight
+ * into o. Row groups skip key tiles (and key vectors) that all of their rows
+ * are masked from, so the diagonal tiles cost about half. Items run largest
+ * query block first (dynamic schedule) for causal balance. */
+void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
+    const int B = s->B, T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+    const int causal = !s->bidirectional;
+    const score_fn f = al_score_fn_of(s);
+    const int softmax = f.kind == AL_SCORE_SOFTMAX;
+    const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
+    const int ntile = (T + KT - 1) / KT, nqb = (T + QBK - 1) / QBK;
+    /* heads of a group per item: all (one packed K/V tile read by all of them)
+     * unless that leaves too few items to spread over threads */
+    int nch = 1;
+    while (nch < pg && (long)B * G * nch * nqb < 16) nch++;
+    const int hpc = (pg + nch - 1) / nch;
+    nch = (pg + hpc - 1) / hpc;
+    const long ntiles_all = (long)B * G * ntile;
+    const long per_qb = (long)B * G * nch, items = per_qb * nqb;
+    /* workspace: kt | vp | per thread: S[RG][KT], m[hpc][QBK], l[hpc][QBK] (vectors) */
+    const int nthr = omp_get_max_threads();
+    const size_t per_thr = up16((size_t)RG * KT) + up16((size_t)hpc * QBK) + (size_t)hpc * QBK * KW;
+    float *cur = al_attn_workspace(up16((size_t)ntiles_all * DK * KT) + up16((size_t)ntiles_all * KT * DV) +
+                                   (size_t)nthr * per_thr);
+    float *kt = take(&cur, (size_t)ntiles_all * DK * KT), *vp = take(&cur, (size_t)ntiles_all * KT * DV);
+    float *const thr_base = cur;
+#pragma omp parallel num_threads(nthr)
+    {
+        const unsigned csr = al_ftz_on();
+#pragma omp for schedule(static)
+        for (long pt = 0; pt < ntiles_all; pt++) {
+            const int tile = (int)(pt % ntile), g = (int)((pt / ntile) % G), b = (int)(pt / ((long)ntile * G));
+            const size_t row0 = (size_t)b * T + (size_t)tile * KT;
+            pack_t(kt + (size_t)pt * DK * KT, k + row0 * s->ldk + (size_t)g * DK, s->ldk, T, tile * KT, DK, kmul);
+            pack_rows(vp + (size_t)pt * KT * DV, v + row0 * s->ldv + (size_t)g * DV, s->ldv, imin(KT, T - tile * KT),
+                      DV);
+        }
+        float *tc = thr_base + (size_t)omp_get_thread_num() * per_thr;
+        float *S = take(&tc, (size_t)RG * KT), *mst = take(&tc, (size_t)hpc * QBK);
+        vf *lst = (vf *)tc;
+        float alpha[RG];
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < items; it++) {
+            const int qb = nqb - 1 - (int)(it / per_qb); /* latest (largest) query blocks first */
+            const long rest = it % per_qb;
+            const int ch = (int)(rest % nch), g = (int)((rest / nch) % G), b = (int)(rest / ((long)nch * G));
+            const int h0 = g * pg + ch * hpc, hn = imin(hpc, pg - ch * hpc);
+            const int i0 = qb * QBK, m = imin(QBK, T - i0), kend = causal ? i0 + m : T;
+            for (int r = 0; r < hn * QBK; r++) mst[r] = -INFINITY, lst[r] = V_ZERO();
+            for (int j0 = 0; j0 < kend; j0 += KT) {
+                const size_t toff = (size_t)((long)b * G + g) * ntile + j0 / KT;
+                const float *ktile = kt + toff * DK * KT, *vtile = vp + toff * KT * DV;
+                for (int hh = 0; hh < hn; hh++) {
+                    const int h = h0 + hh;
+                    for (int r0 = 0; r0 < m; r0 += RG) {
+                        const int R = imin(RG, m - r0), ia = i0 + r0;
+                        const int nk = imin(KT, causal ? ia + R - j0 : T - j0);
+                        if (nk <= 0) continue; /* every row of the group is before the tile */
+                        const int nw = round_kw(nk);
+                        /* S[R, nk] = Q_rows[R, dk] (kmul K_tile)^T */
+                        mm(R, nk, DK, q + ((size_t)b * T + ia) * s->ldq + (size_t)h * DK, s->ldq, 1, ktile, KT, S,
+                           KT, 0, NULL);
+                        int rescale = 0;
+                        for (int r = 0; r < R; r++) {
+                            const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
+                            if (softmax) {
+                                alpha[r] = row_softmax_fwd(S + r * KT, nw, nv, mst + hh * QBK + r0 + r,
+                                                           lst + hh * QBK + r0 + r);
+                                rescale |= alpha[r] != 1.0f;
+                            } else {
+                                row_map_fwd(&f, S + r * KT, nw, nv);
+                            }
+                        }
+                        /* O_rows[R, dv] = (alpha O_rows | O_rows | 0) + P[R, nk] V_tile[nk, dv] */
+                        mm(R, DV, nk, S, KT, 1, vtile, DV, o + ((size_t)b * T + ia) * s->ldo + (size_t)h * DV, s->ldo,
+                           j0 == 0 ? 0 : rescale ? 2 : 1, alpha);
+                    }
+                }
+            }
+            for (int hh = 0; hh < hn; hh++) {
+                const int h = h0 + hh;
+                for (int r = 0; r < m; r++) {
+                    float *orow = o + ((size_t)b * T + i0 + r) * s->ldo + (size_t)h * DV;
+                    if (softmax) {
+                        const float l = V_HSUM(lst[hh * QBK + r]), inv = 1.0f / l;
+                        for (int e = 0; e < DV; e++) orow[e] *= inv;
+                        /* natural log: (m + log2 l) ln 2 */
+                        if (lse)
+                            lse[((size_t)b * H + h) * T + i0 + r] =
+                                (mst[hh * QBK + r] + log2f(l)) * 0.693147180559945309f;
+                    } else if (lse) {
+                        lse[((size_t)b * H + h) * T + i0 + r] = 0.0f;
+                    }
+                }
+            }
+        }
+        al_ftz_restore(csr);
+    }
+}
+
+/* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
+ *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
+ *
+ * Packs first (all threads): kt = K^T tiles times scale (log2 e for
+ * softmax), vt = V^T tiles, kp = K tiles row-major (for dq += dS K), and
+ * D_i = dO_i . O_i (softmax). Work item (sequence b, KV head g, chunk of its
+ * heads) packs its heads' Q and dO rows, then runs key tile outer: the tile's
+ * dK, dV accumulate in the thread's buffers over every head of the chunk and
+ * every query block that sees the tile, in a fixed order; per row group:
+ * S = Q K^T, dP = dO V^T, P and dS (row_bwd), dq_rows += dS K; per query
+ * block: dV_tile += P^T dO, dK_tile += dS^T Q (keys as rows, reading P and dS
+ * through transposed strides, causal rows only). A chunk that is a whole KV
+ * group adds its tile straight into dk, dv; several chunks per group (too
+ * few groups to keep the threads busy, e.g. MQA) write partials that a last
+ * loop adds in chunk order, so results never depend on the thread count. */
+void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                       const float *lse, const float *dout, float *dq, float *dk, float *dv) {
+    const int B = s->B, T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+    const int causal = !s->bidirectional;
+    const score_fn f = al_score_fn_of(s);
+    const int softmax = f.kind == AL_SCORE_SOFTMAX;
+    const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
+    const int ntile = (T + KT - 1) / KT, nqb = (T + QBK - 1) / QBK;
+    int nch = 1;
+    while (nch < pg && (long)B * G * nch < 8) nch++;
+    const int hpc = (pg + nch - 1) / nch;
+    nch = (pg + hpc - 1) / hpc;
+    const int shared = nch > 1;
+    const size_t pw = (size_t)DK + DV;
+    const long ntiles_all = (long)B * G * ntile;
+    const long items = (long)B * G * nch;
+    /* workspace: kt | vt | kp | D[B][H][T] | part[B][G][nch][T][dk + dv] (GQA chunks only) | per thread:
+     * S, dP [RG][KT], P, dS [QB][KT], dK [KT][dk], dV [KT][dv], the item's Q [hpc][T][dk] and dO [hpc][T][dv] */
+    const int nthr = omp_get_max_threads();
+    const size_t n_kt = (size_t)ntiles_all * DK * KT, n_vt = (size_t)ntiles_all * DV * KT;
+    const size_t n_d = softmax ? (size_t)B * H * T : 0, n_part = shared ? (size_t)B * G * nch * T * pw : 0;
+    const size_t per_thr = 2 * up16((size_t)RG * KT) + 2 * up16((size_t)QBK * KT) + up16((size_t)KT * DK) +
+                           up16((size_t)KT * DV) + up16((size_t)hpc * T * DK) + up16((size_t)hpc * T * DV);
+    float *cur = al_attn_workspace(2 * up16(n_kt) + up16(n_vt) + up16(n_d) + up16(n_part) + (size_t)nthr * per_thr);
+    float *kt = take(&cur, n_kt), *vt = take(&cur, n_vt), *kp = take(&cur, n_kt);
+    float *Dall = take(&cur, n_d), *part = take(&cur, n_part);
+    float *const thr_base = cur;
+#pragma omp parallel num_threads(nthr)
+    {
+        const unsigned csr = al_ftz_on();
+#pragma omp for schedule(static)
+        for (long pt = 0; pt < ntiles_all; pt++) {
+            const int tile = (int)(pt % ntile), g = (int)((pt / ntile) % G), b = (int)(pt / ((long)ntile * G));
+            const size_t row0 = (size_t)b * T + (size_t)tile * KT;
+            const float *k0 = k + row0 * s->ldk + (size_t)g * DK;
+            pack_t(kt + (size_t)pt * DK * KT, k0, s->ldk, T, tile * KT, DK, kmul);
+            pack_t(vt + (size_t)pt * DV * KT, v + row0 * s->ldv + (size_t)g * DV, s->ldv, T, tile * KT, DV, 1.0f);
+            pack_rows(kp + (size_t)pt * KT * DK, k0, s->ldk, imin(KT, T - tile * KT), DK);
+        }
+        if (softmax) { /* D_i = dO_i . O_i = sum_j p_ij dP_ij, per (sequence, head, row) */
+#pragma omp for schedule(static)
+            for (long bh = 0; bh < (long)B * H; bh++) {
+                const int b = (int)(bh / H), h = (int)(bh % H);
+                for (int t = 0; t < T; t++) {
+                    const float *a = dout + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
+                    const float *c = o + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
+                    float acc = 0.0f;
+                    for (int e = 0; e < DV; e++) acc += a[e] * c[e];
+                    Dall[bh * T + t] = acc;
+                }
+            }
+        }
+        float *tc = thr_base + (size_t)omp_get_thread_num() * per_thr;
+        float *S = take(&tc, (size_t)RG * KT), *dP = take(&tc, (size_t)RG * KT);
+        float *Pb = take(&tc, (size_t)QBK * KT), *dSb = take(&tc, (size_t)QBK * KT);
+        float *dKa = take(&tc, (size_t)KT * DK), *dVa = take(&tc, (size_t)KT * DV);
+        /* the item's heads' Q and dO rows, contiguous: qp[hpc][T][dk], dop[hpc][T][dv] */
+        float *qp = take(&tc, (size_t)hpc * T * DK), *dop = take(&tc, (size_t)hpc * T * DV);
+        float lse2[RG], Dr[RG];
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < items; it++) {
+            const int ch = (int)(it % nch), g = (int)((it / nch) % G), b = (int)(it / ((long)nch * G));
+            const int h0 = g * pg + ch * hpc, hn = imin(hpc, pg - ch * hpc);
+            for (int hh = 0; hh < hn; hh++) {
+                pack_rows(qp + (size_t)hh * T * DK, q + (size_t)b * T * s->ldq + (size_t)(h0 + hh) * DK, s->ldq, T, DK);
+                pack_rows(dop + (size_t)hh * T * DV, dout + (size_t)b * T * s->ldo + (size_t)(h0 + hh) * DV, s->ldo, T,
+                          DV);
+            }
+            for (int tile = 0; tile < ntile; tile++) {
+                const int j0 = tile * KT, nkt = imin(KT, T - j0), nwt = round_kw(nkt);
+                const size_t toff = (size_t)((long)b * G + g) * ntile + tile;
+                const float *ktile = kt + toff * DK * KT, *vtile = vt + toff * DV * KT, *krows = kp + toff * KT * DK;
+                memset(dKa, 0, sizeof(float) * (size_t)nkt * DK);
+                memset(dVa, 0, sizeof(float) * (size_t)nkt * DV);
+                for (int hh = 0; hh < hn; hh++) {
+                    const int h = h0 + hh;
+                    const float *lse_h = softmax ? lse + ((size_t)b * H + h) * T : NULL;
+                    const float *D_h = softmax ? Dall + ((size_t)b * H + h) * T : NULL;
+                    for (int qb = causal ? j0 / QBK : 0; qb < nqb; qb++) {
+                        const int i0 = qb * QBK, m = imin(QBK, T - i0);
+                        const int rs = causal ? imax(0, j0 - i0) : 0; /* rows before the tile see none of it */
+                        const float *q_b = qp + ((size_t)hh * T + i0) * DK;
+                        const float *do_b = dop + ((size_t)hh * T + i0) * DV;
+                        float *dq_b = dq + ((size_t)b * T + i0) * s->ldq + (size_t)h * DK;
+                        for (int r0 = rs; r0 < m; r0 += RG) {
+                            const int R = imin(RG, m - r0), ia = i0 + r0;
+                            const int nk = causal ? imin(nkt, ia + R - j0) : nkt;
+                            /* S[R, nk] = Q_rows (kmul K_tile)^T ; dP[R, nk] = dO_rows V_tile^T */
+                            mm(R, nk, DK, q_b + (size_t)r0 * DK, DK, 1, ktile, KT, S, KT, 0, NULL);
+                            mm(R, nk, DV, do_b + (size_t)r0 * DV, DV, 1, vtile, KT, dP, KT, 0, NULL);
+                            for (int r = 0; r < R; r++) {
+                                lse2[r] = softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f;
+                                Dr[r] = softmax ? D_h[ia + r] : 0.0f;
+                            }
+                            for (int r = 0; r < R; r++) {
+                                const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
+                                row_bwd(&f, S + r * KT, dP + r * KT, Pb + (r0 + r) * KT, dSb + (r0 + r) * KT, nwt, nv,
+                                        lse2[r], Dr[r], s->scale);
+                            }
+                            /* dq_rows[R, dk] += dS[R, nk] K_tile[nk, dk] (dS carries the scale) */
+                            mm(R, DK, nk, dSb + r0 * KT, KT, 1, krows, DK, dq_b + (size_t)r0 * s->ldq, s->ldq, 1, NULL);
+                        }
+                        /* dV_tile[nkt, dv] += P^T dO_blk ; dK_tile[nkt, dk] += dS^T Q_blk, over the rows that
+                         * see each key group (causal: rows i >= its first key) */
+                        for (int jr = 0; jr < nkt; jr += RG) {
+                            const int R = imin(RG, nkt - jr), ks = causal ? imax(rs, j0 + jr - i0) : 0;
+                            if (ks >= m) break;
+                            mm(R, DV, m - ks, Pb + ks * KT + jr, 1, KT, do_b + (size_t)ks * DV, DV,
+                               dVa + (size_t)jr * DV, DV, 1, NULL);
+                            mm(R, DK, m - ks, dSb + ks * KT + jr, 1, KT, q_b + (size_t)ks * DK, DK,
+                               dKa + (size_t)jr * DK, DK, 1, NULL);
+                        }
+                    }
+                }
+                for (int j = 0; j < nkt; j++) {
+                    const float *a = dKa + (size_t)j * DK, *c = dVa + (size_t)j * DV;
+                    if (shared) {
+                        float *pr = part + ((((size_t)b * G + g) * nch + ch) * T + j0 + j) * pw;
+                        memcpy(pr, a, sizeof(float) * DK);
+                        memcpy(pr + DK, c, sizeof(float) * DV);
+                    } else {
+                        float *dkr = dk + ((size_t)b * T + j0 + j) * s->ldk + (size_t)g * DK;
+                        float *dvr = dv + ((size_t)b * T + j0 + j) * s->ldv + (size_t)g * DV;
+                        for (int e = 0; e < DK; e++) dkr[e] += a[e];
+                        for (int e = 0; e < DV; e++) dvr[e] += c[e];
+                    }
+                }
+            }
+        }
+        if (shared) {
+            /* dk, dv of KV head g += its chunks' partials, in chunk order */
+#pragma omp for schedule(static)
+            for (long rt = 0; rt < (long)B * T * G; rt++) {
+                const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
+                float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
+                float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * DV;
+                const float *p0 = part + (((size_t)b * G + g) * nch * T + t) * pw;
+                const size_t cstride = (size_t)T * pw;
+                for (size_t e = 0; e < pw; e++) {
+                    float acc = p0[e];
+                    for (int c = 1; c < nch; c++) acc += p0[c * cstride + e];
+                    if (e < (size_t)DK) dkr[e] += acc;
+                    else dvr[e - DK] += acc;
+                }
+            }
+        }
+        al_ftz_restore(csr);
+    }
+}

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# test_bench.sh: `attnlab bench attention|train|prefill|decode` on tiny
+# shapes: each runs, prints its text report, and with --json exactly one JSON
+# object with the fields docs/bench.md documents (figures, both ceilings,
+# ratios, peak RSS, kernels, load average), consistent with each other;
+# ATTNLAB_CPU selects the attention kernel set the report names, an unknown
+# value is ignored with one warning; bad flags are one-line usage errors.
+# Timings are not checked (shared, noisy machines): only that they are
+# positive and the ratios are what the fields say.
+#
+# usage: bash tests/cli/test_bench.sh PATH/TO/attnlab WORKDIR
+# shellcheck source=tests/cli/lib.sh
+. "$(dirname "$0")/lib.sh" "$@"
+
+SMALL="--sgemm-n 128 --triad-mb 8"
+
+# common fields and their consistency, for every benchmark's JSON
+COMMON='
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, "expected one line, got %d" % len(lines)
+j = json.loads(lines[0])
+assert j["bench"] == sys.argv[2], j["bench"]
+for k in ("threads", "iters", "sgemm_n", "sgemm_gflops", "triad_mb", "triad_gb_per_s", "peak_rss_bytes"):
+    assert isinstance(j[k], (int, float)) and j[k] > 0, (k, j.get(k))
+assert j["kernels"] in ("avx512", "avx2", "generic"), j["kernels"]
+assert isinstance(j["blas_kernels"], str)
+for k in ("loadavg_start", "loadavg_end"):
+    assert isinstance(j[k], (int, float)), k
+def close(a, b):
+    assert abs(a - b) <= 1e-4 * max(abs(a), abs(b)) + 1e-9, (a, b)
+'
+
+begin "bench attention: text report"
+run bench attention --context 96 --heads 4 --head-dim 16 --iters 2 $SMALL
+check_ok
+check_stdout "forward .* ms .* GFLOP/s .* of sgemm"
+check_stdout "backward .* ms .* GFLOP/s .* of sgemm"
+check_stdout "sgemm .* GFLOP/s.*triad .* GB/s"
+check_stdout "peak RSS"
+check_stderr_empty
+end
+
+begin "bench attention --json: one object, ratios = GFLOP/s / sgemm"
+run bench attention --context 100 --heads 6 --kv-heads 2 --head-dim 24 --iters 2 --json $SMALL
+check_ok
+check_stderr_empty
+check_py "bad attention JSON" "$COMMON"'
+for k in ("fwd_ms", "bwd_ms", "fwd_gflops", "bwd_gflops", "fwd_gflops_per_s", "bwd_gflops_per_s", "fwd_ratio",
+          "bwd_ratio", "saved_bytes", "workspace_bytes"):
+    assert j[k] > 0, k
+assert j["heads"] == 6 and j["kv_heads"] == 2 and j["context"] == 100 and j["head_dim"] == 24 and j["causal"] is True
+close(j["fwd_ratio"], j["fwd_gflops_per_s"] / j["sgemm_gflops"])
+close(j["bwd_ratio"], j["bwd_gflops_per_s"] / j["sgemm_gflops"])
+close(j["fwd_gflops_per_s"], j["fwd_gflops"] / (j["fwd_ms"] / 1e3))
+close(j["fwd_gflops"], 4 * 6 * 100 * 50.5 * 24 / 1e9)
+close(j["bwd_gflops"], 2.5 * j["fwd_gflops"])
+close(j["saved_bytes"], 4 * 6 * 100 * 25)
+' "$OUTF" attention
+end
+
+for lv in avx2 generic; do
+    begin "ATTNLAB_CPU=$lv: the report names the $lv kernels"
+    ATTNLAB_CPU=$lv run bench attention --context 40 --heads 2 --head-dim 8 --iters 1 --json --score poly $SMALL
+    check_ok
+    check_stderr_empty
+    check_py "kernels is not $lv" "$COMMON"'
+assert j["kernels"] == sys.argv[3], j["kernels"]
+assert j["score"] == "poly"
+' "$OUTF" attention $lv
+    end
+done
+
+begin "ATTNLAB_CPU=bogus: one warning line, then the detected kernels"
+ATTNLAB_CPU=bogus run bench attention --context 40 --heads 2 --head-dim 8 --iters 1 --json $SMALL
+check_ok
+check_py "stderr is not one warning line" '
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1 and lines[0].startswith("attnlab: ATTNLAB_CPU=bogus: unknown kernel set"), lines
+' "$ERRF"
+check_py "bad JSON" "$COMMON" "$OUTF" attention
+end
+
+begin "bench train --json: MFU = model GFLOP/s / sgemm"
+run bench train --preset tiny --iters 2 --json $SMALL
+check_ok
+check_stderr_empty
+check_py "bad train JSON" "$COMMON"'
+for k in ("step_s_best", "step_s", "tokens_per_s", "model_gflops_per_step", "model_gflops_per_s", "mfu", "mfu_mean"):
+    assert j[k] > 0, k
+assert j["layers"] == 2 and j["hidden"] == 64 and j["batch"] == 8 and j["context"] == 64, j
+close(j["mfu"], j["model_gflops_per_s"] / j["sgemm_gflops"])
+close(j["tokens_per_s"], 8 * 64 / j["step_s_best"])
+' "$OUTF" train
+end
+
+begin "bench train: text report"
+run bench train --preset tiny --iters 1 $SMALL
+check_ok
+check_stdout "ms/step.*tokens/s.*MFU"
+check_stdout "peak RSS"
+end
+
+begin "bench prefill --json: tokens/s and ratio"
+run bench prefill --preset tiny --tokens 80 --iters 2 --json $SMALL
+check_ok
+check_stderr_empty
+check_py "bad prefill JSON" "$COMMON"'
+for k in ("ms_best", "ms_mean", "tokens_per_s", "model_gflops", "model_gflops_per_s", "ratio"):
+    assert j[k] > 0, k
+assert j["tokens"] == 80 and j["layers"] == 2
+close(j["ratio"], j["model_gflops_per_s"] / j["sgemm_gflops"])
+close(j["tokens_per_s"], 80 / (j["ms_best"] / 1e3))
+' "$OUTF" prefill
+end
+
+begin "bench prefill: text report (tokens beyond the preset context)"
+run bench prefill --preset tiny --tokens 200 --iters 1 $SMALL
+check_ok
+check_stdout "200 tokens"
+check_stdout "tokens/s.*of sgemm"
+end
+
+begin "bench decode --json: bandwidth ratio = achieved / triad"
+run bench decode --preset tiny --decode-context 64 --tokens 8 --iters 2 --json $SMALL
+check_ok
+check_stderr_empty
+check_py "bad decode JSON" "$COMMON"'
+for k in ("tokens_per_s", "ms_per_token", "weight_bytes", "bytes_per_token", "achieved_gb_per_s", "bandwidth_ratio"):
+    assert j[k] > 0, k
+close(j["bandwidth_ratio"], j["achieved_gb_per_s"] / j["triad_gb_per_s"])
+' "$OUTF" decode
+end
+
+# ---- bench/torch_peer.py: same fields as attnlab's, for side-by-side comparison ----
+PEER=$(dirname "$0")/../../bench/torch_peer.py
+if "$PY" -c "import torch" 2>/dev/null; then
+    begin "torch_peer.py --json: one object per benchmark with attnlab's field names"
+    out=$WORK/peer.json
+    "$PY" "$PEER" --json --iters 1 --context 48 --tokens 16 --batch 1 --sgemm-n 128 >"$out" 2>"$WORK/peer.err" ||
+        note "torch_peer.py failed: $(tail -n 1 "$WORK/peer.err")"
+    run bench attention --context 48 --iters 1 --json $SMALL
+    cp "$OUTF" "$WORK/al_attention.json"
+    run bench prefill --preset gpt2 --tokens 16 --iters 1 --json $SMALL
+    cp "$OUTF" "$WORK/al_prefill.json"
+    run bench train --preset tiny --iters 1 --json $SMALL
+    cp "$OUTF" "$WORK/al_train.json"
+    check_py "peer fields differ from attnlab's" '
+import json, sys
+peer = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()]
+assert [p["bench"] for p in peer] == ["attention", "prefill", "train"], [p["bench"] for p in peer]
+only_attnlab = {"kernels", "triad_mb", "triad_gb_per_s", "saved_bytes", "workspace_bytes"}
+for p, name in zip(peer, ("attention", "prefill", "train")):
+    al = json.load(open(sys.argv[2] + "/al_" + name + ".json"))
+    missing = set(al) - set(p) - only_attnlab
+    assert not missing, (name, sorted(missing))
+    for k in ("fwd_ratio", "bwd_ratio", "ratio", "mfu", "sgemm_gflops", "peak_rss_bytes"):
+        if k in al:
+            assert p[k] > 0, (name, k)
+assert peer[0]["context"] == 48 and peer[1]["tokens"] == 16 and peer[2]["batch"] == 1
+' "$out" "$WORK"
+    end
+fi
+
+begin "bench --help lists the four benchmarks"
+run bench --help
+check_ok
+check_stdout "attention"
+check_stdout "prefill"
+check_stdout "decode"
+check_stdout "train"
+end
+
+for b in attention train prefill decode; do
+    begin "bench $b --help"
+    run bench $b --help
+    check_ok
+    check_stdout "^usage: attnlab bench $b"
+    check_stdout "--json"
+    end
+done
+
+begin "bench attention: bad sizes are a usage error"
+run bench attention --heads 6 --kv-heads 4
+check_error 2 "kv-heads must divide"
+check_stdout_empty
+end
+
+begin "bench prefill: --tokens 0 is a usage error"
+run bench prefill --tokens 0
+check_error 2 "tokens must be positive"
+end
+
+begin "bench train: unknown flag"
+run bench train --frob 1
+check_error 2 "unknown flag.*frob"
+end
+
+finish
