@@ -275,14 +275,15 @@ int cmd_eval(int argc, char **argv) {
         const int byte_model = al_tok_is_bytes(tk);
         if (json)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
-                   "\"bytes\":%zu,\"loss\":%.6f,\"bits_per_byte\":%.6f,\"seconds\":%.3f}\n",
-                   model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, bpb, dt);
+                   "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f}\n",
+                   model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt);
         else if (byte_model)
             printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
                    loss, bpb, count, what, T, count / dt);
         else
-            printf("%s: loss %.4f nats/token, %.4f bits/byte over %zu tokens = %zu bytes (%s, context %d, "
-                   "%.0f tokens/s)\n", model_dir, loss, bpb, count, text_bytes, what, T, count / dt);
+            printf("%s: loss %.4f nats/token (perplexity %.4g), %.4f bits/byte over %zu tokens = %zu bytes (%s, "
+                   "context %d, %.0f tokens/s)\n", model_dir, loss, exp(loss), bpb, count, text_bytes, what, T,
+                   count / dt);
         if (verbose && !json) {
             long rss, anon, file;
             al_rss_now(&rss, &anon, &file);

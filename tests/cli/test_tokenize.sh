@@ -290,7 +290,7 @@ assert abs(j["bits_per_byte"] - want) < 1e-4 * want, (j["bits_per_byte"], want)
 ' "$OUTF" "$WORK/text.txt"
 run eval --model "$WORK/m_sp" --text "the cat sees the dog."
 check_ok
-check_stdout "nats/token, [0-9.]+ bits/byte over [0-9]+ tokens = 21 bytes"
+check_stdout "nats/token \\(perplexity [0-9.e+]+\\), [0-9.]+ bits/byte over [0-9]+ tokens = 21 bytes"
 run eval --model "$WORK/m_sp" --text "the cat" --data "$WORK/text.txt"
 check_error 2 "--data FILE or --text STR"
 end
