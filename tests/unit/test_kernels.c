@@ -31,13 +31,6 @@
 #include "test.h"
 #include "testutil.h"
 
-typedef struct fn_case {
-    const char *name;
-    al_score_kind kind;
-    int p;
-    float c;
-} fn_case;
-
 static const fn_case FNS[] = {
     {"softmax", AL_SCORE_SOFTMAX, 0, 0}, {"poly1", AL_SCORE_POLY, 1, 0.7f}, {"poly3", AL_SCORE_POLY, 3, 0.1f},
     {"poly4", AL_SCORE_POLY, 4, 0.05f},  {"relu", AL_SCORE_RELU, 0, 0},     {"sigmoid", AL_SCORE_SIGMOID, 0, 0},
@@ -118,11 +111,7 @@ static const char *level_name(int l) { return al_cpu_level_name((al_cpu_level)l)
 static void check_case(const fn_case *f, int bidir, int B, int T, int H, int G, int dk, int dv, int pad, al_rng *r) {
     al_attn_shape s = {B, T, H, G, dk, dv, H * dk + pad, G * dk + pad + 1, G * dv + 2 * pad, H * dv + pad,
                        1.0f / sqrtf((float)dk)};
-    s.bidirectional = bidir;
-    s.score = f->kind;
-    s.poly_power = f->p;
-    s.poly_coef = f->c;
-    s.score_n = 29.0f;
+    tu_set_score(&s, f, bidir, 29.0f);
     inputs in;
     inputs_make(&in, &s, r, 1.2f);
     run ref, gen;

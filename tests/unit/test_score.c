@@ -21,13 +21,6 @@
 #include "test.h"
 #include "testutil.h"
 
-typedef struct fn_case {
-    const char *name;
-    al_score_kind kind;
-    int p;
-    float c;
-} fn_case;
-
 static const fn_case FNS[] = {
     {"softmax", AL_SCORE_SOFTMAX, 0, 0},  {"poly1", AL_SCORE_POLY, 1, 0.7f}, {"poly2", AL_SCORE_POLY, 2, 0.3f},
     {"poly3", AL_SCORE_POLY, 3, 0.1f},    {"poly5", AL_SCORE_POLY, 5, 0.02f}, {"relu", AL_SCORE_RELU, 0, 0},
@@ -39,11 +32,7 @@ static al_attn_shape make_shape(const fn_case *f, int bidir, int B, int T, int H
     /* q, k rows hold H (resp. G) heads of dk; v, o of dv; extra columns test strides */
     al_attn_shape s = {B, T, H, G, dk, dv, H * dk + pad, G * dk + pad + 3, G * dv + pad, H * dv + pad,
                        1.0f / sqrtf((float)dk)};
-    s.bidirectional = bidir;
-    s.score = f->kind;
-    s.poly_power = f->p;
-    s.poly_coef = f->c;
-    s.score_n = 37.0f; /* not T: the kernels must use N, not the length */
+    tu_set_score(&s, f, bidir, 37.0f); /* N = 37, not T: the kernels must use N, not the length */
     return s;
 }
 

@@ -24,6 +24,23 @@
 
 /* ---- buffers ---- */
 
+/* A score function under test: kind, poly power p and coefficient c. */
+typedef struct fn_case {
+    const char *name;
+    al_score_kind kind;
+    int p;
+    float c;
+} fn_case;
+
+/* Puts f's score function, the mask and N (relu/sigmoid/poly "auto") into s. */
+static inline void tu_set_score(al_attn_shape *s, const fn_case *f, int bidir, float n) {
+    s->bidirectional = bidir;
+    s->score = f->kind;
+    s->poly_power = f->p;
+    s->poly_coef = f->c;
+    s->score_n = n;
+}
+
 static inline void tu_fill(float *x, size_t n, al_rng *r, float s) {
     for (size_t i = 0; i < n; i++) x[i] = s * al_rng_normal(r);
 }
