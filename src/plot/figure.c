@@ -93,13 +93,6 @@ typedef struct layout {
 
 /* ---- small helpers ---- */
 
-/* strdup that maps NULL and "" to NULL; sets *oom on allocation failure. */
-static char *dup_or_null(const char *s, int *oom) {
-    if (!s || !*s) return NULL;
-    char *d = strdup(s);
-    if (!d) *oom = 1;
-    return d;
-}
 
 static void style_free(al_heat_style *s) {
     free((char *)s->cmap);
@@ -115,10 +108,10 @@ static int style_copy(al_heat_style *dst, const al_heat_style *src, al_err *err)
     if (src) {
         int oom = 0;
         d = *src;
-        d.cmap = dup_or_null(src->cmap, &oom);
-        d.xlabel = dup_or_null(src->xlabel, &oom);
-        d.ylabel = dup_or_null(src->ylabel, &oom);
-        d.cbar_label = dup_or_null(src->cbar_label, &oom);
+        d.cmap = al_pdup_or_null(src->cmap, &oom);
+        d.xlabel = al_pdup_or_null(src->xlabel, &oom);
+        d.ylabel = al_pdup_or_null(src->ylabel, &oom);
+        d.cbar_label = al_pdup_or_null(src->cbar_label, &oom);
         if (oom) {
             style_free(&d);
             return al_errf(err, "figure style: out of memory");
@@ -162,7 +155,7 @@ static panel *get_panel(al_figure *fig, int index, al_err *err) {
 /* Replaces *slot with a copy of s (NULL/"" clears). */
 static int set_string(char **slot, const char *s, al_err *err) {
     int oom = 0;
-    char *d = dup_or_null(s, &oom);
+    char *d = al_pdup_or_null(s, &oom);
     if (oom) return al_errf(err, "figure: out of memory");
     free(*slot);
     *slot = d;

@@ -100,13 +100,6 @@ typedef struct layout {
 
 /* ---- construction ---- */
 
-/* strdup that maps NULL and "" to NULL; sets *oom on failure. */
-static char *dup_or_null(const char *s, int *oom) {
-    if (!s || !*s) return NULL;
-    char *d = strdup(s);
-    if (!d) *oom = 1;
-    return d;
-}
 
 al_lineplot *al_lineplot_new(const char *title, const char *xlabel, const char *ylabel, al_err *err) {
     al_lineplot *p = calloc(1, sizeof *p);
@@ -115,9 +108,9 @@ al_lineplot *al_lineplot_new(const char *title, const char *xlabel, const char *
         return NULL;
     }
     int oom = 0;
-    p->title = dup_or_null(title, &oom);
-    p->xlabel = dup_or_null(xlabel, &oom);
-    p->ylabel = dup_or_null(ylabel, &oom);
+    p->title = al_pdup_or_null(title, &oom);
+    p->xlabel = al_pdup_or_null(xlabel, &oom);
+    p->ylabel = al_pdup_or_null(ylabel, &oom);
     p->xlim[0] = p->xlim[1] = p->ylim[0] = p->ylim[1] = NAN;
     p->w_in = 5.0;
     p->h_in = 3.4;
@@ -184,7 +177,7 @@ int al_lineplot_set_size(al_lineplot *p, double width_in, double height_in, doub
 int al_lineplot_set_footnote(al_lineplot *p, const char *text, al_err *err) {
     if (!p) return al_errf(err, "line plot: NULL plot");
     int oom = 0;
-    char *d = dup_or_null(text, &oom);
+    char *d = al_pdup_or_null(text, &oom);
     if (oom) return al_errf(err, "line plot: out of memory");
     free(p->footnote);
     p->footnote = d;
@@ -216,7 +209,7 @@ int al_lineplot_line(al_lineplot *p, const char *label, const double *x, const d
         return al_errf(err, "line plot: out of memory");
     lp_line l = {0};
     int oom = 0;
-    l.label = dup_or_null(label, &oom);
+    l.label = al_pdup_or_null(label, &oom);
     l.x = copy_doubles(x, n);
     l.y = copy_doubles(y, n);
     l.n = n;
@@ -251,7 +244,7 @@ int al_lineplot_hline(al_lineplot *p, const char *label, double y, al_err *err) 
     if (grow((void **)&p->hlines, &p->cap_hlines, p->n_hlines, sizeof *p->hlines))
         return al_errf(err, "line plot: out of memory");
     int oom = 0;
-    p->hlines[p->n_hlines].label = dup_or_null(label, &oom);
+    p->hlines[p->n_hlines].label = al_pdup_or_null(label, &oom);
     p->hlines[p->n_hlines].y = y;
     if (oom) return al_errf(err, "line plot: out of memory");
     p->n_hlines++;
@@ -264,7 +257,7 @@ int al_lineplot_point(al_lineplot *p, const char *label, double x, double y, dou
     if (grow((void **)&p->points, &p->cap_points, p->n_points, sizeof *p->points))
         return al_errf(err, "line plot: out of memory");
     int oom = 0;
-    lp_point q = {dup_or_null(label, &oom), x, y, ylo, yhi, p->n_points};
+    lp_point q = {al_pdup_or_null(label, &oom), x, y, ylo, yhi, p->n_points};
     if (oom) return al_errf(err, "line plot: out of memory");
     p->points[p->n_points] = q;
     return p->n_points++;

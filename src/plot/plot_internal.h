@@ -60,6 +60,10 @@ int al_pticks_index_fill(int n, int step, al_tick *out);
  * (U+2212) and no "-0". */
 void al_pformat_number(char *buf, size_t len, double v, int decimals);
 
+/* strdup that maps NULL and "" to NULL (an unset label); sets *oom on
+ * allocation failure, so a builder can check once at the end. */
+char *al_pdup_or_null(const char *s, int *oom);
+
 /* ---- output shared by figure.c and lineplot.c (plot_out.c) ---- */
 #include "../io/io.h"
 

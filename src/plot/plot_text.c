@@ -264,3 +264,10 @@ int al_pticks_index_fill(int n, int step, al_tick *out) {
     }
     return k;
 }
+
+char *al_pdup_or_null(const char *s, int *oom) {
+    if (!s || !*s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = 1;
+    return d;
+}
