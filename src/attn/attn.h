@@ -154,13 +154,18 @@ void al_score_row(const al_attn_shape *s, float *row, int n);
 typedef struct al_decode_view {
     const float *cache;
     size_t row, k_off, k_group, v_off, v_group;
+    /* optional per-head parts (LRKV): head h's key goes on with dk2 floats
+     * at k2_off + h*dk2, its value with dv2 at v2_off + h*dv2 (decode.c) */
+    size_t k2_off, v2_off;
+    int dk2, dv2;
 } al_decode_view;
-/* One token: q[H, dk] against positions [0, n) -> o[H, dv], with s's H, G,
- * dk, dv, scale and score function; every key/value is read once however
- * many heads share it. scratch: al_attn_decode_scratch(s, n) floats. */
+/* One token: q[H, dk + dk2] against positions [0, n) -> o[H, dv + dv2], with
+ * s's H, G, dk, dv, scale and score function; every key/value is read once
+ * however many heads share it. scratch: al_attn_decode_scratch(s, dv2, n)
+ * floats. */
 void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
                     float *scratch);
-size_t al_attn_decode_scratch(const al_attn_shape *s, int max_n);
+size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n);
 /* Plain reference (double accumulation), for tests. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o);
 /* Bytes of workspace the kernels keep for the calling thread between calls

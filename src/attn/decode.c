@@ -1,24 +1,33 @@
 /*
- * decode.c: one new token's attention over a cache, shared by the designs
- * whose cache rows hold keys and values side by side.
+ * decode.c: one new token's attention over a cache, shared by every design.
  *
  * Data structure: the cache of one layer is a run of rows, one per position,
  * `row` floats apart. Key group g of position j is the dk floats at
  * cache + j*row + k_off + g*k_group, its value the dv floats at
- * cache + j*row + v_off + g*v_group (al_decode_view). This covers
+ * cache + j*row + v_off + g*v_group (al_decode_view). A design whose heads
+ * also have a key/value part of their own (LRKV's rank-r latents) sets dk2/dv2:
+ * head h's key then goes on with the dk2 floats at j*row + k2_off + h*dk2 and
+ * its value with the dv2 floats at j*row + v2_off + h*dv2; its query row is
+ * dk + dk2 floats and its output row dv + dv2. This covers
  *   MHA/GQA/MQA  row = [K heads (G x dh) | V heads (G x dh)]:
  *                k_off 0, k_group dh, v_off G dh, v_group dh;
  *   MLA absorbed row = [c~ (d_c) | k_pe (d_r)], one group whose latent c~
- *                is both key (with k_pe) and value: k_off 0, v_off 0, dk = d_c + d_r, dv = d_c.
+ *                is both key (with k_pe) and value: k_off 0, v_off 0, dk = d_c + d_r, dv = d_c;
+ *   LRKV         row = [K_s (dh) | V_s (dh) | R_K (H r) | R_V (H r)], one
+ *                group: k_off 0, v_off dh, k2_off 2 dh, v2_off 2 dh + H r,
+ *                dk2 = dv2 = r (the query carries B_K[h]^T q_h, the caller
+ *                applies B_V[h] to the latent output).
  *
  * The work is cut into chunks of DKB positions x KV groups. A chunk scores
- * every query head of its group against its keys with one BLAS call, so each
- * key and value is read from memory once per token however many heads share
- * it (GQA/MQA/MLA), applies the score function, and multiplies by its values
- * with a second call; softmax keeps each chunk's maximum and sum and the
- * chunks are merged afterwards in chunk order, so the result does not depend
- * on the thread count. Decode time is then set by reading the cache, which is
- * what the designs differ in.
+ * every query head of its group against its keys, so each key and value is
+ * read from memory once per token however many heads share it (GQA, MQA,
+ * MLA, LRKV's shared part), applies the score function and multiplies by its
+ * values; softmax keeps each chunk's maximum and sum and the chunks are
+ * merged afterwards in chunk order, so the result does not depend on the
+ * thread count. Decode time is then set by reading the cache, which is what
+ * the designs differ in. A chunk runs the AVX-512 or AVX2 kernel of
+ * score_kern.h (dot products along the cached rows, no packing) or, on the
+ * generic level (core/cpu.h), BLAS calls and plain loops.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -27,106 +36,148 @@
 #include <cblas.h>
 
 #include "attn.h"
+#include "score_internal.h"
+#include "../core/cpu.h"
 
-enum { DKB = 256 }; /* positions per chunk */
+enum { DKB = 256 }; /* positions per chunk (a multiple of every vector width) */
 
 static int chunks_of(int n) { return (n + DKB - 1) / DKB; }
 
-size_t al_attn_decode_scratch(const al_attn_shape *s, int max_n) {
+size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n) {
     const size_t nch = (size_t)chunks_of(max_n);
-    /* scores [nch, H, DKB] | partial outputs [nch, H, dv] | chunk max, sum [nch, H] each */
-    return nch * s->H * DKB + nch * s->H * s->dv + 2 * nch * s->H;
+    /* scores [nch, H, DKB] | partial outputs [nch, H, dv + dv2] | chunk max, sum [nch, H] each */
+    return nch * s->H * DKB + nch * s->H * (size_t)(s->dv + dv2) + 2 * nch * s->H;
 }
 
-/* q[H, dk] (head h's query at q + h*dk), keys/values of positions [0, n)
- * as described by v -> o[H, dv]. Only s's H, G, dk, dv, scale and score
- * fields are read. */
+typedef void (*group_fn)(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K, const float *K2,
+                         int dk2, const float *V, const float *V2, int dv2, size_t row, int n, float *S, int lds,
+                         float *P, int ldp, float *cmax, float *csum);
+
+/* The generic level's work item, same contract as al_attn_decode_group_*
+ * (score_kern.h): the shared key/value parts through single-threaded BLAS
+ * (one call for all pg heads), each head's own parts in plain loops. */
+static void group_generic(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K, const float *K2,
+                          int dk2, const float *V, const float *V2, int dv2, size_t row, int n, float *S, int lds,
+                          float *P, int ldp, float *cmax, float *csum) {
+    const int dk = s->dk, dv = s->dv;
+    /* S[pg, n] = scale * Q[pg, dk] . K[n, dk]^T (K rows `row` apart) */
+    if (pg == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dk, s->scale, K, (int)row, Q, 1, 0.0f, S, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, pg, n, dk, s->scale, Q, ldq, K, (int)row, 0.0f, S, lds);
+    for (int i = 0; i < pg && dk2 > 0; i++)
+        for (int j = 0; j < n; j++) {
+            const float *q2 = Q + (size_t)i * ldq + dk, *k2 = K2 + (size_t)j * row + (size_t)i * dk2;
+            float a = 0.0f;
+            for (int e = 0; e < dk2; e++) a += q2[e] * k2[e];
+            S[(size_t)i * lds + j] += s->scale * a;
+        }
+    for (int i = 0; i < pg; i++) {
+        float *r = S + (size_t)i * lds;
+        if (s->score != AL_SCORE_SOFTMAX) {
+            al_score_row(s, r, n); /* elementwise: chunks simply add */
+            continue;
+        }
+        float mx = r[0], sum = 0.0f;
+        for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;
+        for (int j = 0; j < n; j++) r[j] -= mx;
+        al_expf_inplace(r, n);
+        for (int j = 0; j < n; j++) sum += r[j];
+        cmax[i] = mx;
+        csum[i] = sum;
+    }
+    /* P[pg, dv] = S[pg, n] . V[n, dv] */
+    if (pg == 1)
+        cblas_sgemv(CblasRowMajor, CblasTrans, n, dv, 1.0f, V, (int)row, S, 1, 0.0f, P, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pg, dv, n, 1.0f, S, lds, V, (int)row, 0.0f, P, ldp);
+    for (int i = 0; i < pg && dv2 > 0; i++) {
+        float *p2 = P + (size_t)i * ldp + dv;
+        memset(p2, 0, sizeof(float) * (size_t)dv2);
+        for (int j = 0; j < n; j++) {
+            const float w = S[(size_t)i * lds + j], *v2 = V2 + (size_t)j * row + (size_t)i * dv2;
+            for (int e = 0; e < dv2; e++) p2[e] += w * v2[e];
+        }
+    }
+}
+
+/* q[H, dk + dk2] (head h's query at q + h*(dk + dk2)), keys/values of
+ * positions [0, n) as described by v -> o[H, dv + dv2]. Only s's H, G, dk,
+ * dv, scale and score fields are read. */
 void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
                     float *scratch) {
-    const int H = s->H, G = s->G, pg = s->H / s->G, dk = s->dk, dv = s->dv, nch = chunks_of(n);
+    const int H = s->H, G = s->G, pg = s->H / s->G, nch = chunks_of(n);
+    const int dk2 = v->dk2, dv2 = v->dv2, ldq = s->dk + dk2, ldo = s->dv + dv2;
     const long items = (long)nch * G;
     const int softmax = s->score == AL_SCORE_SOFTMAX;
-    float *S = scratch, *part = S + (size_t)nch * H * DKB, *cmax = part + (size_t)nch * H * dv,
+    float *S = scratch, *part = S + (size_t)nch * H * DKB, *cmax = part + (size_t)nch * H * ldo,
           *csum = cmax + (size_t)nch * H;
     const size_t row = v->row;
-#pragma omp parallel for schedule(static) if (items > 1 && (long)n * H * (dk + dv) > 65536)
+    group_fn group = group_generic;
+    switch (al_cpu_level_now()) {
+    case AL_CPU_AVX512: group = al_attn_decode_group_avx512; break;
+    case AL_CPU_AVX2: group = al_attn_decode_group_avx2; break;
+    default: break;
+    }
+#pragma omp parallel for schedule(static) if (items > 1 && (long)n * H * (ldq + ldo) > 65536)
     for (long it = 0; it < items; it++) {
         const int ch = (int)(it / G), g = (int)(it % G), j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;
-        const float *K = v->cache + (size_t)j0 * row + v->k_off + (size_t)g * v->k_group;
-        const float *V = v->cache + (size_t)j0 * row + v->v_off + (size_t)g * v->v_group;
-        const float *Qg = q + (size_t)g * pg * dk;
+        const float *base = v->cache + (size_t)j0 * row;
         const size_t h0 = (size_t)ch * H + (size_t)g * pg; /* this item's first (chunk, head) slot */
-        float *Sg = S + h0 * DKB, *Pg = part + h0 * dv;
-        /* Sg[pg, kb] = scale * Qg[pg, dk] . K[kb, dk]^T (K rows `row` apart) */
-        if (pg == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, kb, dk, s->scale, K, (int)row, Qg, 1, 0.0f, Sg, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, pg, kb, dk, s->scale, Qg, dk, K, (int)row, 0.0f,
-                        Sg, DKB);
-        for (int i = 0; i < pg; i++) {
-            float *r = Sg + (size_t)i * DKB;
-            if (!softmax) {
-                al_score_row(s, r, kb); /* elementwise: chunks simply add */
-                continue;
-            }
-            float mx = r[0], sum = 0.0f;
-            for (int j = 1; j < kb; j++) mx = r[j] > mx ? r[j] : mx;
-            for (int j = 0; j < kb; j++) r[j] -= mx;
-            al_expf_inplace(r, kb);
-            for (int j = 0; j < kb; j++) sum += r[j];
-            cmax[h0 + i] = mx;
-            csum[h0 + i] = sum;
-        }
-        /* Pg[pg, dv] = Sg[pg, kb] . V[kb, dv] */
-        if (pg == 1)
-            cblas_sgemv(CblasRowMajor, CblasTrans, kb, dv, 1.0f, V, (int)row, Sg, 1, 0.0f, Pg, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pg, dv, kb, 1.0f, Sg, DKB, V, (int)row, 0.0f, Pg,
-                        dv);
+        group(s, pg, q + (size_t)g * pg * ldq, ldq, base + v->k_off + (size_t)g * v->k_group,
+              base + v->k2_off + (size_t)g * pg * dk2, dk2, base + v->v_off + (size_t)g * v->v_group,
+              base + v->v2_off + (size_t)g * pg * dv2, dv2, row, kb, S + h0 * DKB, DKB, part + h0 * ldo, ldo,
+              cmax + h0, csum + h0);
     }
     /* o_h = sum over chunks of w_ch * part_ch,h, in chunk order */
     for (int h = 0; h < H; h++) {
-        float *oh = o + (size_t)h * dv, m = -INFINITY, l = 0.0f;
+        float *oh = o + (size_t)h * ldo, m = -INFINITY, l = 0.0f;
         if (softmax) {
             for (int ch = 0; ch < nch; ch++) m = cmax[(size_t)ch * H + h] > m ? cmax[(size_t)ch * H + h] : m;
             for (int ch = 0; ch < nch; ch++) l += expf(cmax[(size_t)ch * H + h] - m) * csum[(size_t)ch * H + h];
         }
-        memset(oh, 0, sizeof(float) * dv);
+        memset(oh, 0, sizeof(float) * (size_t)ldo);
         for (int ch = 0; ch < nch; ch++) {
             const float w = softmax ? expf(cmax[(size_t)ch * H + h] - m) / l : 1.0f;
-            const float *pc = part + ((size_t)ch * H + h) * dv;
-            for (int e = 0; e < dv; e++) oh[e] += w * pc[e];
+            const float *pc = part + ((size_t)ch * H + h) * ldo;
+            for (int e = 0; e < ldo; e++) oh[e] += w * pc[e];
         }
     }
 }
 
 /* The plain version: each head's whole row of weights in double. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o) {
-    const int H = s->H, pg = s->H / s->G, dk = s->dk, dv = s->dv;
-    float *row = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    if (!row) abort(); /* tests only */
+    const int H = s->H, pg = s->H / s->G, dk = s->dk, dv = s->dv, dk2 = v->dk2, dv2 = v->dv2;
+    float *w = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!w) abort(); /* tests only */
     for (int h = 0; h < H; h++) {
         const int g = h / pg;
+        const float *qh = q + (size_t)h * (dk + dk2);
         for (int j = 0; j < n; j++) {
-            const float *k = v->cache + (size_t)j * v->row + v->k_off + (size_t)g * v->k_group;
+            const float *r = v->cache + (size_t)j * v->row;
+            const float *k = r + v->k_off + (size_t)g * v->k_group, *k2 = r + v->k2_off + (size_t)h * dk2;
             double acc = 0;
-            for (int e = 0; e < dk; e++) acc += (double)q[(size_t)h * dk + e] * k[e];
-            row[j] = (float)(acc * s->scale);
+            for (int e = 0; e < dk; e++) acc += (double)qh[e] * k[e];
+            for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * k2[e];
+            w[j] = (float)(acc * s->scale);
         }
         if (s->score == AL_SCORE_SOFTMAX) {
             double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j = 0; j < n; j++) sum += exp(row[j] - mx);
-            for (int j = 0; j < n; j++) row[j] = (float)(exp(row[j] - mx) / sum);
+            for (int j = 0; j < n; j++) mx = w[j] > mx ? w[j] : mx;
+            for (int j = 0; j < n; j++) sum += exp(w[j] - mx);
+            for (int j = 0; j < n; j++) w[j] = (float)(exp(w[j] - mx) / sum);
         } else {
-            al_score_row(s, row, n);
+            al_score_row(s, w, n);
         }
-        for (int e = 0; e < dv; e++) {
+        for (int e = 0; e < dv + dv2; e++) {
             double acc = 0;
-            for (int j = 0; j < n; j++)
-                acc += (double)row[j] * v->cache[(size_t)j * v->row + v->v_off + (size_t)g * v->v_group + e];
-            o[(size_t)h * dv + e] = (float)acc;
+            for (int j = 0; j < n; j++) {
+                const float *r = v->cache + (size_t)j * v->row;
+                acc += (double)w[j] * (e < dv ? r[v->v_off + (size_t)g * v->v_group + e]
+                                              : r[v->v2_off + (size_t)h * dv2 + (e - dv)]);
+            }
+            o[(size_t)h * (dv + dv2) + e] = (float)acc;
         }
     }
-    free(row);
+    free(w);
 }

@@ -58,14 +58,11 @@
 #include <string.h>
 
 #include "attn.h"
-#include "../nn/fastmath.h"
 
 enum { W_Q, W_KS, W_VS, W_KD, W_VD, W_KU, W_VU, W_O, N_W };
 
 /* Rows per work item when materialising k/v and reducing their gradients. */
 enum { RB = 128 };
-/* Positions per work item in decode (flash-decoding split of the context). */
-enum { DCH = 256 };
 
 /* ---- shapes ---- */
 
@@ -145,14 +142,12 @@ static size_t lrkv_saved(const al_config *c, int B, int T) {
     return N * m.w + N * m.hd + (size_t)B * m.H * T;
 }
 
-/* Decode scratch: proj[P] | o[H*dh] | qB[H*r] | per position chunk:
- * scores[H, DCH], max[H], sum[H], acc_s[H, dh], acc_r[H, r]. */
-static size_t chunk_floats(const dims *m) { return (size_t)m->H * (DCH + 2 + m->dh + m->r); }
-
+/* Decode scratch: proj[P] | qx[H, dh + r] | u[H, dh + r] | o[H*dh] | al_attn_decode's workspace */
 static size_t decode_scratch(const al_config *c) {
     const dims m = dims_of(c);
-    const size_t nch = ((size_t)c->max_position + DCH - 1) / DCH;
-    return (size_t)m.w + m.hd + (size_t)m.H * m.r + nch * chunk_floats(&m);
+    al_attn_shape s = {0};
+    s.H = s.G = m.H, s.dk = s.dv = m.dh;
+    return (size_t)m.w + 2 * (size_t)m.H * (m.dh + m.r) + m.hd + al_attn_decode_scratch(&s, m.r, c->max_position);
 }
 
 /* forward: K, V [N, H*dh];  backward: K, V, dK, dV, dO [N, H*dh] | dproj [N, P].
@@ -320,113 +315,44 @@ static void lrkv_backward(const al_attn_layer *L, const float *x, const float *d
     proj_bwd(L, &m, x, dproj, dx, N);
 }
 
-/* ---- factored decode ---- */
-
-/* One chunk of positions [j0, j1) for all heads: its scores, their max and
- * sum, and the unnormalised sums of shared and latent values. Softmax weights
- * are exp(s - chunk max), merged across chunks by the caller; the other score
- * functions map each score on its own, so a chunk's weights are final (max 0,
- * sum unused). The shared
- * parts are sgemm products with all H queries at once (K_s, V_s are read once
- * for every head; single-threaded BLAS inside the caller's parallel loop).
- * The latent parts are r-long dots per (position, head): as sgemv calls with
- * only r columns they ran 2x slower (measured, r = 16).
- *   q[H, dh] (pre-scaled), qB[H, r] = B_K[h]^T q_h; cache rows vpt apart
- *   out: mx[H], sum[H], acc_s[H, dh], acc_r[H, r]; sc[H, DCH] workspace */
-static void decode_chunk(const dims *m, const al_attn_shape *fn, const float *q, const float *qB, const float *cache,
-                         int vpt, int j0, int j1, float *sc, float *mx, float *sum, float *acc_s, float *acc_r) {
-    const int H = m->H, dh = m->dh, r = m->r, n = j1 - j0;
-    const float *row0 = cache + (size_t)j0 * vpt;
-    const float *ks = row0, *vs = row0 + dh, *rk = row0 + 2 * dh, *rv = rk + H * r;
-    /* sc[H, n] = q[H, dh] K_s[n, dh]^T ; sc[h, n] += R_K,h[n, r] qB_h[r] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, H, n, dh, 1.0f, q, dh, ks, vpt, 0.0f, sc, DCH);
-    for (int j = 0; j < n && r > 0; j++) {
-        const float *rkj = rk + (size_t)j * vpt;
-        for (int h = 0; h < H; h++) {
-            float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-            for (int k = 0; k < r; k++) a += qB[h * r + k] * rkj[h * r + k];
-            sc[(size_t)h * DCH + j] += a;
-        }
-    }
-    for (int h = 0; h < H; h++) {
-        float *s = sc + (size_t)h * DCH, mh = s[0], tot = 0.0f;
-        if (fn->score != AL_SCORE_SOFTMAX) {
-            al_score_row(fn, s, n);
-            mx[h] = 0.0f;
-            sum[h] = 1.0f;
-            continue;
-        }
-        for (int j = 1; j < n; j++) mh = s[j] > mh ? s[j] : mh;
-        for (int j = 0; j < n; j++) s[j] = al_expf(s[j] - mh);
-        for (int j = 0; j < n; j++) tot += s[j];
-        mx[h] = mh;
-        sum[h] = tot;
-    }
-    /* acc_s[H, dh] = P[H, n] V_s[n, dh] ; acc_r,h[r] = R_V,h[n, r]^T P_h[n] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, dh, n, 1.0f, sc, DCH, vs, vpt, 0.0f, acc_s, dh);
-    memset(acc_r, 0, sizeof(float) * (size_t)H * r);
-    for (int j = 0; j < n && r > 0; j++) {
-        const float *rvj = rv + (size_t)j * vpt;
-        for (int h = 0; h < H; h++) {
-            const float p = sc[(size_t)h * DCH + j];
-            float *restrict ar = acc_r + (size_t)h * r;
-            for (int k = 0; k < r; k++) ar[k] += p * rvj[h * r + k];
-        }
-    }
-}
-
+/* ---- factored decode ----
+ * The shared kernel of decode.c does the attention: one key/value group
+ * (K_s, V_s, read once for all heads) plus each head's own rank-r part, with
+ * head h's query extended by qB_h = B_K[h]^T q_h:
+ *   s_h,j = ([q_h | qB_h] . [K_s,j | R_K[h],j]) / sqrt(dh)
+ *   u_h   = sum_j p_j [V_s,j | R_V[h],j],   o_h = u_h[:dh] + B_V[h] u_h[dh:] */
 static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
     const dims m = dims_of(L->cfg);
-    const int H = m.H, dh = m.dh, r = m.r;
-    const size_t vpt = lrkv_cache(L->cfg), cf = chunk_floats(&m);
-    const al_attn_shape fn = shape_of(L->cfg, &m, 1, pos + 1); /* scale and score function */
-    const int softmax = fn.score == AL_SCORE_SOFTMAX;
-    float *proj = scratch, *o = proj + m.w, *qB = o + m.hd, *chunks = qB + (size_t)H * r;
+    const int H = m.H, dh = m.dh, r = m.r, qw = dh + r;
+    const size_t vpt = lrkv_cache(L->cfg);
+    al_attn_shape fn = shape_of(L->cfg, &m, 1, pos + 1); /* scale and score function */
+    fn.G = 1;
+    float *proj = scratch, *qx = proj + m.w, *u = qx + (size_t)H * qw, *o = u + (size_t)H * qw, *work = o + m.hd;
     /* proj[P] = Wfused[P, d] x[d] */
     cblas_sgemv(CblasRowMajor, CblasNoTrans, m.w, m.d, 1.0f, L->w[W_Q], m.d, x, 1, 0.0f, proj, 1);
     rope_proj(L, &m, proj, 1, 1, pos, +1);
     memcpy(cache + (size_t)pos * vpt, proj + m.o_ks, sizeof(float) * vpt); /* [K_s|V_s|R_K|R_V] */
-    /* fold the score scale into the query once */
-    for (int i = 0; i < m.hd; i++) proj[i] *= fn.scale;
-    /* qB_h[r] = B_K[h]^T[r, dh] q_h[dh] */
-    for (int h = 0; h < H && r > 0; h++)
-        cblas_sgemv(CblasRowMajor, CblasTrans, dh, r, 1.0f, L->w[W_KU] + (size_t)h * dh * r, r, proj + (size_t)h * dh,
-                    1, 0.0f, qB + (size_t)h * r, 1);
-    const int n = pos + 1, nch = (n + DCH - 1) / DCH;
-#pragma omp parallel for schedule(static) if ((long)n * H * (dh + r) > 65536)
-    for (int c = 0; c < nch; c++) {
-        float *ch = chunks + (size_t)c * cf;
-        float *sc = ch, *mx = sc + (size_t)H * DCH, *sum = mx + H, *as = sum + H, *ar = as + (size_t)H * dh;
-        const int j0 = c * DCH, j1 = j0 + DCH < n ? j0 + DCH : n;
-        decode_chunk(&m, &fn, proj, qB, cache, (int)vpt, j0, j1, sc, mx, sum, as, ar);
-    }
-    /* merge chunks in order (independent of the thread count), then
-     * o_h = acc_s / l + B_V[h] (acc_r / l); without softmax the chunks'
-     * sums simply add (l = 1) */
+    /* qx_h = [q_h | B_K[h]^T q_h]: B_K[h] is [dh, r] row-major (k_up_proj rows h*dh..) */
     for (int h = 0; h < H; h++) {
-        float M = -INFINITY, l = 0.0f;
-        for (int c = 0; c < nch; c++) {
-            const float mc = chunks[(size_t)c * cf + (size_t)H * DCH + h];
-            M = mc > M ? mc : M;
+        const float *qh = proj + (size_t)h * dh, *bk = L->w[W_KU] + (size_t)h * dh * r;
+        float *qxh = qx + (size_t)h * qw, *qb = qxh + dh;
+        memcpy(qxh, qh, sizeof(float) * dh);
+        memset(qb, 0, sizeof(float) * r);
+        for (int e = 0; e < dh; e++)
+            for (int k = 0; k < r; k++) qb[k] += bk[(size_t)e * r + k] * qh[e];
+    }
+    const al_decode_view view = {cache, vpt, 0, 0, (size_t)dh, 0, 2 * (size_t)dh, 2 * (size_t)dh + (size_t)H * r, r,
+                                 r};
+    al_attn_decode(&fn, qx, &view, pos + 1, u, work);
+    /* o_h = u_h[:dh] + B_V[h] u_h[dh:] */
+    for (int h = 0; h < H; h++) {
+        const float *uh = u + (size_t)h * qw, *bv = L->w[W_VU] + (size_t)h * dh * r;
+        float *oh = o + (size_t)h * dh;
+        for (int e = 0; e < dh; e++) {
+            float a = uh[e];
+            for (int k = 0; k < r; k++) a += bv[(size_t)e * r + k] * uh[dh + k];
+            oh[e] = a;
         }
-        float *oh = o + (size_t)h * dh, *ar = qB + (size_t)h * r; /* qB_h is consumed: reuse it for sum_j p_j R_V */
-        memset(oh, 0, sizeof(float) * dh);
-        memset(ar, 0, sizeof(float) * r);
-        for (int c = 0; c < nch; c++) {
-            const float *ch = chunks + (size_t)c * cf;
-            const float *mx = ch + (size_t)H * DCH, *sum = mx + H, *as = sum + H, *arc = as + (size_t)H * dh;
-            const float f = softmax ? expf(mx[h] - M) : 1.0f;
-            l += f * sum[h];
-            for (int e = 0; e < dh; e++) oh[e] += f * as[(size_t)h * dh + e];
-            for (int e = 0; e < r; e++) ar[e] += f * arc[(size_t)h * r + e];
-        }
-        const float inv = softmax ? 1.0f / l : 1.0f;
-        for (int e = 0; e < dh; e++) oh[e] *= inv;
-        for (int e = 0; e < r; e++) ar[e] *= inv;
-        if (r > 0)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, dh, r, 1.0f, L->w[W_VU] + (size_t)h * dh * r, r, ar, 1, 1.0f, oh,
-                        1);
     }
     cblas_sgemv(CblasRowMajor, CblasNoTrans, m.d, m.hd, 1.0f, L->w[W_O], m.hd, o, 1, 0.0f, y, 1);
 }

@@ -98,7 +98,7 @@ static size_t gqa_scratch(const al_config *c, int B, int T) {
     size_t N = (size_t)B * T, hd = (size_t)c->num_heads * c->head_dim;
     size_t train = N * qkv_width(c) + N * hd;
     const al_attn_shape s = shape_of(c, 1, c->max_position);
-    size_t decode = qkv_width(c) + hd + al_attn_decode_scratch(&s, c->max_position);
+    size_t decode = qkv_width(c) + hd + al_attn_decode_scratch(&s, 0, c->max_position);
     return train > decode ? train : decode;
 }
 

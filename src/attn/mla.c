@@ -222,7 +222,7 @@ static size_t mla_scratch(const al_config *c, int B, int T) {
     size_t bwd = N * ((size_t)2 * D.ow + 2 * (size_t)D.qw + D.kvw + D.dr + 2 * (size_t)D.dc + 2 * (size_t)D.dq);
     const al_attn_shape ds = decode_shape(c, &D, c->max_position);
     size_t dec = (size_t)D.qw + D.dq + (size_t)D.H * D.vpt + (size_t)D.H * D.dc + D.ow +
-                 al_attn_decode_scratch(&ds, c->max_position);
+                 al_attn_decode_scratch(&ds, 0, c->max_position);
     size_t m = fwd > bwd ? fwd : bwd;
     return m > dec ? m : dec;
 }

@@ -67,6 +67,15 @@ static inline float v_hsum8(__m256 v) {
 #define V_LDEXP(p, n) V_MUL((p), V_POW2I(n))
 #define V_EXP2_RANGE(x) V_MIN(V_SET1(127.0f), V_MAX(V_SET1(-126.0f), (x)))
 
+/* Sums of 8 vectors in one, lane j = the sum of a[j]: two rounds of
+ * horizontal adds per half, then the two 128-bit halves added. */
+static inline __m256 v_sum_lanes(const __m256 *a) {
+    const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 y = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+#define V_SUM_SLOT(j) (j)
+
 #include "score_kern.h"
 
 #pragma GCC pop_options

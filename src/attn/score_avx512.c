@@ -50,6 +50,25 @@ static inline vmask v_mask16(int n) { return (vmask)(n >= 16 ? 0xffffu : n <= 0 
 #define V_LDEXP(p, n) _mm512_scalef_ps((p), (n))
 #define V_EXP2_RANGE(x) (x)
 
+/* Sums of 16 vectors in one: lane 4L+t holds the sum of a[4t+L] (L: the
+ * 128-bit lane) after four rounds of pairwise folds (two shuffles and an add
+ * each, 45 ops for 16 horizontal sums). The caller stores key j's vector in
+ * slot V_SUM_SLOT(j) so that lane j ends up holding key j's sum. */
+static inline __m512 v_sum_lanes(const __m512 *a) {
+    __m512 b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++) /* b[i] = [a2i.q0+q2, a2i.q1+q3, a2i+1.q0+q2, a2i+1.q1+q3] */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit lane L of c[i]: 4 partial sums of a[4i+L] */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++)
+        d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+}
+#define V_SUM_SLOT(j) (4 * ((j) & 3) + ((j) >> 2))
+
 #include "score_kern.h"
 
 #pragma GCC pop_options

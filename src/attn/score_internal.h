@@ -59,4 +59,13 @@ void al_attn_fwd_avx2(const al_attn_shape *s, const float *q, const float *k, co
 void al_attn_bwd_avx2(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                       const float *lse, const float *dout, float *dq, float *dk, float *dv);
 
+/* One decode work item (decode.c): the heads of one KV group against up to a
+ * chunk of cached positions (contract in score_kern.h). */
+void al_attn_decode_group_avx512(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K,
+                                 const float *K2, int dk2, const float *V, const float *V2, int dv2, size_t row, int n,
+                                 float *S, int lds, float *P, int ldp, float *cmax, float *csum);
+void al_attn_decode_group_avx2(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K,
+                               const float *K2, int dk2, const float *V, const float *V2, int dv2, size_t row, int n,
+                               float *S, int lds, float *P, int ldp, float *cmax, float *csum);
+
 #endif

@@ -601,3 +601,81 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
         al_ftz_restore(csr);
     }
 }
+
+/* ---- decode: one chunk of cached positions for the heads of one KV group ----
+ * The one-token attention of decode.c (al_attn_decode) in work items of up
+ * to DECODE_CHUNK positions x one KV group. Keys and values stay where the
+ * cache has them (rows `row` floats apart): decode reads each of them once
+ * per token, so packing them as the prefill kernels do would cost a second
+ * pass. Scores are therefore dot products along a key row, KW keys at a time
+ * (one vector of products per key, their lane sums folded into one vector by
+ * v_sum_lanes), and P V is the micro-kernel with the weights broadcast and
+ * the value rows read in place.
+ *   Q[pg][ldq]  head i's query: dk floats, then dk2 for its own key part
+ *   key j of head i:   K + j row (dk floats) ++ K2 + j row + i dk2 (dk2)
+ *   value j of head i: V + j row (dv floats) ++ V2 + j row + i dv2 (dv2)
+ *   S[pg][lds]  out: softmax: exp(s - cmax[i]) with csum[i] their sum;
+ *               the other functions f(s) (cmax, csum untouched); s = scale q.k
+ *   P[pg][ldp]  out: sum_j S[i][j] value_j (dv + dv2 floats per head)
+ * n <= lds, lds a multiple of KW. */
+void KSFX(al_attn_decode_group)(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K,
+                                const float *K2, int dk2, const float *V, const float *V2, int dv2, size_t row, int n,
+                                float *S, int lds, float *P, int ldp, float *cmax, float *csum) {
+    const unsigned csr = al_ftz_on();
+    const score_fn f = al_score_fn_of(s);
+    const int dk = s->dk, dv = s->dv, nw = (n + KW - 1) / KW * KW;
+    const vmask ktail = V_MASK(dk % KW), k2tail = V_MASK(dk2 % KW);
+    const vf vscale = V_SET1(s->scale);
+    /* S[i][j0 .. j0+KW) = scale * (q_i . key_j), KW keys per vector of sums */
+    for (int j0 = 0; j0 < n; j0 += KW) {
+        const int nb = imin(KW, n - j0);
+        for (int i = 0; i < pg; i++) {
+            const float *q = Q + (size_t)i * ldq;
+            vf acc[KW];
+#pragma GCC unroll 16
+            for (int jj = 0; jj < KW; jj++) {
+                vf a = V_ZERO();
+                if (jj < nb) {
+                    const float *k = K + (size_t)(j0 + jj) * row;
+                    int c = 0;
+                    for (; c + KW <= dk; c += KW) a = V_FMA(V_LOAD(q + c), V_LOAD(k + c), a);
+                    if (c < dk) a = V_FMA(V_LOADM(q + c, ktail), V_LOADM(k + c, ktail), a);
+                    if (dk2 > 0) {
+                        const float *k2 = K2 + (size_t)(j0 + jj) * row + (size_t)i * dk2, *q2 = q + dk;
+                        for (c = 0; c + KW <= dk2; c += KW) a = V_FMA(V_LOAD(q2 + c), V_LOAD(k2 + c), a);
+                        if (c < dk2) a = V_FMA(V_LOADM(q2 + c, k2tail), V_LOADM(k2 + c, k2tail), a);
+                    }
+                }
+                acc[V_SUM_SLOT(jj)] = a;
+            }
+            V_STORE(S + (size_t)i * lds + j0, V_MUL(v_sum_lanes(acc), vscale));
+        }
+    }
+    /* weights, 0 past n */
+    for (int i = 0; i < pg; i++) {
+        float *r = S + (size_t)i * lds;
+        if (f.kind != AL_SCORE_SOFTMAX) {
+            row_map_fwd(&f, r, nw, n);
+            continue;
+        }
+        vf vmx = V_SET1(-INFINITY), sum = V_ZERO();
+        for (int c = 0; c < nw; c += KW)
+            vmx = V_MAX(vmx, c + KW <= n ? V_LOAD(r + c) : V_SEL(V_MASK(n - c), V_LOAD(r + c), V_SET1(-INFINITY)));
+        const float mx = V_HMAX(vmx);
+        const vf vm = V_SET1(mx);
+        for (int c = 0; c < nw; c += KW) {
+            vf p = v_exp(V_SUB(V_LOAD(r + c), vm));
+            if (c + KW > n) p = V_SEL(V_MASK(n - c), p, V_ZERO());
+            sum = V_ADD(sum, p);
+            V_STORE(r + c, p);
+        }
+        cmax[i] = mx;
+        csum[i] = V_HSUM(sum);
+    }
+    /* P[pg][0..dv) = S[pg][n] V[n][dv]; each head's own part, one row at a time */
+    mm(pg, dv, n, S, lds, 1, V, (long)row, P, ldp, 0, NULL);
+    for (int i = 0; i < pg && dv2 > 0; i++)
+        mm(1, dv2, n, S + (size_t)i * lds, lds, 1, V2 + (size_t)i * dv2, (long)row, P + (size_t)i * ldp + dv, ldp, 0,
+           NULL);
+    al_ftz_restore(csr);
+}

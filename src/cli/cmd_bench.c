@@ -247,7 +247,7 @@ static int bench_prefill(int argc, char **argv) {
     al_model m;
     al_acts a;
     if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
-    if (al_acts_create(&a, &m, 1, (int)tokens, &err)) {
+    if (al_acts_create_infer(&a, &m, 1, (int)tokens, NULL, 0, &err)) {
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
     }

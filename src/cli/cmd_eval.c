@@ -243,7 +243,7 @@ int cmd_eval(int argc, char **argv) {
     size_t count = 0, text_bytes = 0, first_bytes = 0, act_bytes = 0;
     double t0 = al_now();
     if (!failed) {
-        if (al_acts_create(&a, &m, (int)batch, T, &err) ||
+        if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
             eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
@@ -260,7 +260,7 @@ int cmd_eval(int argc, char **argv) {
     if (!failed && logits_path) {
         /* the first window: T tokens (or the whole text if shorter) */
         int W = n_ids < T ? n_ids : T;
-        if (al_acts_create(&a, &m, 1, W, &err)) {
+        if (al_acts_create_infer(&a, &m, 1, W, NULL, 0, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
             al_model_forward(&m, &a, ids, NULL);

@@ -56,7 +56,7 @@ int al_logits(al_handle *h, const uint8_t *bytes, int n, float *logits, char *er
     al_err err = {{0}};
     al_acts a;
     if (n <= 0) al_errf(&err, "no input bytes");
-    if (n <= 0 || al_acts_create(&a, &h->m, 1, n, &err)) {
+    if (n <= 0 || al_acts_create_infer(&a, &h->m, 1, n, NULL, 0, &err)) {
         copy_err(&err, errbuf, errlen);
         return -1;
     }
