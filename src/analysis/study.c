@@ -374,9 +374,9 @@ int al_decode_speed(const al_model *m, int context, int tokens, double *tokens_p
                        m->cfg.max_position);
     al_decoder dec;
     if (al_decoder_create(&dec, m, context, err)) return -1;
+    al_decoder_fill_random(&dec, 2);
     al_rng rng;
-    al_rng_seed(&rng, 2);
-    for (size_t i = 0; i < dec.cache_bytes / sizeof(float); i++) dec.cache[i] = 0.5f * al_rng_normal(&rng);
+    al_rng_seed(&rng, 3);
     float *logits = malloc(sizeof(float) * (size_t)(m->cfg.vocab_size > 0 ? m->cfg.vocab_size : 1));
     int rc = logits ? 0 : al_errf(err, "out of memory");
     dec.pos = context - tokens - 1;

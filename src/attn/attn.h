@@ -57,6 +57,17 @@ typedef struct al_attn_layer {
 /* w[i] as a weight reference for the products of nn/wmat.c */
 static inline al_wref al_attn_w(const al_attn_layer *L, int i) { return (al_wref){L->w[i], L->wdt[i]}; }
 
+/* One layer's KV cache: its values in F32 or BF16 (al_decoder_create_kv).
+ * Designs compute a token's entry in fp32 and store it with al_kv_store;
+ * the decode kernels (decode.c) read either dtype. */
+typedef struct al_kv {
+    void *data;
+    al_dtype dt;
+} al_kv;
+
+/* c's values [at, at + n) = src[0, n) (BF16: rounded to nearest even) */
+void al_kv_store(al_kv c, size_t at, const float *src, size_t n);
+
 typedef struct al_attn_ops {
     const char *name;
     /* design-specific shape checks beyond al_config_validate */
@@ -78,8 +89,9 @@ typedef struct al_attn_ops {
     void (*backward)(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
                      float *scratch, int B, int T);
     /* one token: x[d] at position pos -> y[d]; appends its cache entry at
-     * cache + pos * cache_values_per_token and reads entries [0, pos] */
-    void (*decode)(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch);
+     * value pos * cache_values_per_token of the layer's cache (al_kv_store)
+     * and reads entries [0, pos] */
+    void (*decode)(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch);
     /* The effective query and key maps of head h (attention.md 4), for the
      * head-similarity analysis: q_h = Wq_h x and k_h = Wk_h x at relative
      * position 0 (rotations ignored; norms only through their gains), written
@@ -152,9 +164,9 @@ void al_score_row(const al_attn_shape *s, float *row, int n);
  * position j at cache + j*row + k_off + g*k_group (dk floats), its value at
  * cache + j*row + v_off + g*v_group (dv floats). */
 typedef struct al_decode_view {
-    const float *cache;
+    al_kv cache; /* offsets below count values of its dtype */
     size_t row, k_off, k_group, v_off, v_group;
-    /* optional per-head parts (LRKV): head h's key goes on with dk2 floats
+    /* optional per-head parts (LRKV): head h's key goes on with dk2 values
      * at k2_off + h*dk2, its value with dv2 at v2_off + h*dv2 (decode.c) */
     size_t k2_off, v2_off;
     int dk2, dv2;

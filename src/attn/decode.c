@@ -18,6 +18,10 @@
  *                dk2 = dv2 = r (the query carries B_K[h]^T q_h, the caller
  *                applies B_V[h] to the latent output).
  *
+ * The cache holds F32 or BF16 values (al_kv); a BF16 cache halves what a
+ * token reads and is widened as it is loaded (queries, scores and sums stay
+ * fp32).
+ *
  * The work is cut into chunks of DKB positions x KV groups. A chunk scores
  * every query head of its group against its keys, so each key and value is
  * read from memory once per token however many heads share it (GQA, MQA,
@@ -38,10 +42,30 @@
 #include "attn.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
+#include "../io/io.h"
 
 enum { DKB = 256 }; /* positions per chunk (a multiple of every vector width) */
 
 static int chunks_of(int n) { return (n + DKB - 1) / DKB; }
+
+void al_kv_store(al_kv c, size_t at, const float *src, size_t n) {
+    if (c.dt == AL_DT_BF16) {
+        uint16_t *d = (uint16_t *)c.data + at;
+        for (size_t i = 0; i < n; i++) d[i] = al_f32_to_bf16(src[i]);
+    } else {
+        memcpy((float *)c.data + at, src, sizeof(float) * n);
+    }
+}
+
+/* value i of a cache span p of dtype dt (the plain paths) */
+static inline float kv_get(const void *p, al_dtype dt, size_t i) {
+    return dt == AL_DT_BF16 ? al_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* p advanced by i values of dtype dt */
+static inline const void *kv_at(const void *p, al_dtype dt, size_t i) {
+    return dt == AL_DT_BF16 ? (const void *)((const uint16_t *)p + i) : (const void *)((const float *)p + i);
+}
 
 size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n) {
     const size_t nch = (size_t)chunks_of(max_n);
@@ -49,54 +73,72 @@ size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n) {
     return nch * s->H * DKB + nch * s->H * (size_t)(s->dv + dv2) + 2 * nch * s->H;
 }
 
-typedef void (*group_fn)(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K, const float *K2,
-                         int dk2, const float *V, const float *V2, int dv2, size_t row, int n, float *S, int lds,
-                         float *P, int ldp, float *cmax, float *csum);
+typedef void (*group_fn)(const al_attn_shape *s, int pg, const float *Q, int ldq, al_dtype dt, const void *K,
+                         const void *K2, int dk2, const void *V, const void *V2, int dv2, size_t row, int n, float *S,
+                         int lds, float *P, int ldp, float *cmax, float *csum);
+
+/* Softmax weights of a score row in place (max subtracted; returns the max
+ * and the sum through mx, sum), or the elementwise function's. */
+static void weights_row(const al_attn_shape *s, float *r, int n, float *mx_out, float *sum_out) {
+    if (s->score != AL_SCORE_SOFTMAX) {
+        al_score_row(s, r, n); /* elementwise: chunks simply add */
+        return;
+    }
+    float mx = r[0], sum = 0.0f;
+    for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;
+    for (int j = 0; j < n; j++) r[j] -= mx;
+    al_expf_inplace(r, n);
+    for (int j = 0; j < n; j++) sum += r[j];
+    *mx_out = mx;
+    *sum_out = sum;
+}
 
 /* The generic level's work item, same contract as al_attn_decode_group_*
- * (score_kern.h): the shared key/value parts through single-threaded BLAS
- * (one call for all pg heads), each head's own parts in plain loops. */
-static void group_generic(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K, const float *K2,
-                          int dk2, const float *V, const float *V2, int dv2, size_t row, int n, float *S, int lds,
-                          float *P, int ldp, float *cmax, float *csum) {
+ * (score_kern.h). An F32 cache: the shared key/value parts through
+ * single-threaded BLAS (one call for all pg heads), each head's own parts in
+ * plain loops. A BF16 cache: plain loops throughout (BLAS has no BF16). */
+static void group_generic(const al_attn_shape *s, int pg, const float *Q, int ldq, al_dtype dt, const void *K,
+                          const void *K2, int dk2, const void *V, const void *V2, int dv2, size_t row, int n, float *S,
+                          int lds, float *P, int ldp, float *cmax, float *csum) {
     const int dk = s->dk, dv = s->dv;
-    /* S[pg, n] = scale * Q[pg, dk] . K[n, dk]^T (K rows `row` apart) */
-    if (pg == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dk, s->scale, K, (int)row, Q, 1, 0.0f, S, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, pg, n, dk, s->scale, Q, ldq, K, (int)row, 0.0f, S, lds);
+    if (dt == AL_DT_F32) {
+        /* S[pg, n] = scale * Q[pg, dk] . K[n, dk]^T (K rows `row` apart) */
+        if (pg == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dk, s->scale, K, (int)row, Q, 1, 0.0f, S, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, pg, n, dk, s->scale, Q, ldq, K, (int)row, 0.0f, S,
+                        lds);
+    } else {
+        for (int i = 0; i < pg; i++)
+            for (int j = 0; j < n; j++) {
+                const float *q = Q + (size_t)i * ldq;
+                float a = 0.0f;
+                for (int e = 0; e < dk; e++) a += q[e] * kv_get(K, dt, (size_t)j * row + e);
+                S[(size_t)i * lds + j] = s->scale * a;
+            }
+    }
     for (int i = 0; i < pg && dk2 > 0; i++)
         for (int j = 0; j < n; j++) {
-            const float *q2 = Q + (size_t)i * ldq + dk, *k2 = K2 + (size_t)j * row + (size_t)i * dk2;
+            const float *q2 = Q + (size_t)i * ldq + dk;
+            const size_t k2 = (size_t)j * row + (size_t)i * dk2;
             float a = 0.0f;
-            for (int e = 0; e < dk2; e++) a += q2[e] * k2[e];
+            for (int e = 0; e < dk2; e++) a += q2[e] * kv_get(K2, dt, k2 + e);
             S[(size_t)i * lds + j] += s->scale * a;
         }
-    for (int i = 0; i < pg; i++) {
-        float *r = S + (size_t)i * lds;
-        if (s->score != AL_SCORE_SOFTMAX) {
-            al_score_row(s, r, n); /* elementwise: chunks simply add */
-            continue;
-        }
-        float mx = r[0], sum = 0.0f;
-        for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;
-        for (int j = 0; j < n; j++) r[j] -= mx;
-        al_expf_inplace(r, n);
-        for (int j = 0; j < n; j++) sum += r[j];
-        cmax[i] = mx;
-        csum[i] = sum;
-    }
+    for (int i = 0; i < pg; i++) weights_row(s, S + (size_t)i * lds, n, cmax + i, csum + i);
     /* P[pg, dv] = S[pg, n] . V[n, dv] */
-    if (pg == 1)
+    if (dt == AL_DT_F32 && pg == 1)
         cblas_sgemv(CblasRowMajor, CblasTrans, n, dv, 1.0f, V, (int)row, S, 1, 0.0f, P, 1);
-    else
+    else if (dt == AL_DT_F32)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, pg, dv, n, 1.0f, S, lds, V, (int)row, 0.0f, P, ldp);
-    for (int i = 0; i < pg && dv2 > 0; i++) {
-        float *p2 = P + (size_t)i * ldp + dv;
-        memset(p2, 0, sizeof(float) * (size_t)dv2);
+    for (int i = 0; i < pg; i++) {
+        float *p = P + (size_t)i * ldp;
+        const int e0 = dt == AL_DT_F32 ? dv : 0; /* F32: the shared part came from BLAS */
+        memset(p + e0, 0, sizeof(float) * (size_t)(dv + dv2 - e0));
         for (int j = 0; j < n; j++) {
-            const float w = S[(size_t)i * lds + j], *v2 = V2 + (size_t)j * row + (size_t)i * dv2;
-            for (int e = 0; e < dv2; e++) p2[e] += w * v2[e];
+            const float w = S[(size_t)i * lds + j];
+            for (int e = e0; e < dv; e++) p[e] += w * kv_get(V, dt, (size_t)j * row + e);
+            for (int e = 0; e < dv2; e++) p[dv + e] += w * kv_get(V2, dt, (size_t)j * row + (size_t)i * dv2 + e);
         }
     }
 }
@@ -122,12 +164,13 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
 #pragma omp parallel for schedule(static) if (items > 1 && (long)n * H * (ldq + ldo) > 65536)
     for (long it = 0; it < items; it++) {
         const int ch = (int)(it / G), g = (int)(it % G), j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;
-        const float *base = v->cache + (size_t)j0 * row;
+        const al_dtype dt = v->cache.dt;
+        const void *base = kv_at(v->cache.data, dt, (size_t)j0 * row);
         const size_t h0 = (size_t)ch * H + (size_t)g * pg; /* this item's first (chunk, head) slot */
-        group(s, pg, q + (size_t)g * pg * ldq, ldq, base + v->k_off + (size_t)g * v->k_group,
-              base + v->k2_off + (size_t)g * pg * dk2, dk2, base + v->v_off + (size_t)g * v->v_group,
-              base + v->v2_off + (size_t)g * pg * dv2, dv2, row, kb, S + h0 * DKB, DKB, part + h0 * ldo, ldo,
-              cmax + h0, csum + h0);
+        group(s, pg, q + (size_t)g * pg * ldq, ldq, dt, kv_at(base, dt, v->k_off + (size_t)g * v->k_group),
+              kv_at(base, dt, v->k2_off + (size_t)g * pg * dk2), dk2,
+              kv_at(base, dt, v->v_off + (size_t)g * v->v_group), kv_at(base, dt, v->v2_off + (size_t)g * pg * dv2),
+              dv2, row, kb, S + h0 * DKB, DKB, part + h0 * ldo, ldo, cmax + h0, csum + h0);
     }
     /* o_h = sum over chunks of w_ch * part_ch,h, in chunk order */
     for (int h = 0; h < H; h++) {
@@ -148,17 +191,18 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
 /* The plain version: each head's whole row of weights in double. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o) {
     const int H = s->H, pg = s->H / s->G, dk = s->dk, dv = s->dv, dk2 = v->dk2, dv2 = v->dv2;
+    const void *c = v->cache.data;
+    const al_dtype dt = v->cache.dt;
     float *w = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     if (!w) abort(); /* tests only */
     for (int h = 0; h < H; h++) {
-        const int g = h / pg;
+        const size_t g = (size_t)(h / pg);
         const float *qh = q + (size_t)h * (dk + dk2);
         for (int j = 0; j < n; j++) {
-            const float *r = v->cache + (size_t)j * v->row;
-            const float *k = r + v->k_off + (size_t)g * v->k_group, *k2 = r + v->k2_off + (size_t)h * dk2;
+            const size_t r = (size_t)j * v->row, k = r + v->k_off + g * v->k_group, k2 = r + v->k2_off + (size_t)h * dk2;
             double acc = 0;
-            for (int e = 0; e < dk; e++) acc += (double)qh[e] * k[e];
-            for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * k2[e];
+            for (int e = 0; e < dk; e++) acc += (double)qh[e] * kv_get(c, dt, k + e);
+            for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * kv_get(c, dt, k2 + e);
             w[j] = (float)(acc * s->scale);
         }
         if (s->score == AL_SCORE_SOFTMAX) {
@@ -172,9 +216,9 @@ void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_
         for (int e = 0; e < dv + dv2; e++) {
             double acc = 0;
             for (int j = 0; j < n; j++) {
-                const float *r = v->cache + (size_t)j * v->row;
-                acc += (double)w[j] * (e < dv ? r[v->v_off + (size_t)g * v->v_group + e]
-                                              : r[v->v2_off + (size_t)h * dv2 + (e - dv)]);
+                const size_t r = (size_t)j * v->row;
+                acc += (double)w[j] * kv_get(c, dt, e < dv ? r + v->v_off + g * v->v_group + e
+                                                           : r + v->v2_off + (size_t)h * dv2 + (e - dv));
             }
             o[(size_t)h * (dv + dv2) + e] = (float)acc;
         }

@@ -321,7 +321,7 @@ static void lrkv_backward(const al_attn_layer *L, const float *x, const float *d
  * head h's query extended by qB_h = B_K[h]^T q_h:
  *   s_h,j = ([q_h | qB_h] . [K_s,j | R_K[h],j]) / sqrt(dh)
  *   u_h   = sum_j p_j [V_s,j | R_V[h],j],   o_h = u_h[:dh] + B_V[h] u_h[dh:] */
-static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
+static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch) {
     const dims m = dims_of(L->cfg);
     const int H = m.H, dh = m.dh, r = m.r, qw = dh + r;
     const size_t vpt = lrkv_cache(L->cfg);
@@ -331,7 +331,7 @@ static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, float 
     /* proj[P] = Wfused[P, d] x[d] */
     cblas_sgemv(CblasRowMajor, CblasNoTrans, m.w, m.d, 1.0f, L->w[W_Q], m.d, x, 1, 0.0f, proj, 1);
     rope_proj(L, &m, proj, 1, 1, pos, +1);
-    memcpy(cache + (size_t)pos * vpt, proj + m.o_ks, sizeof(float) * vpt); /* [K_s|V_s|R_K|R_V] */
+    al_kv_store(cache, (size_t)pos * vpt, proj + m.o_ks, vpt); /* [K_s|V_s|R_K|R_V] */
     /* qx_h = [q_h | B_K[h]^T q_h]: B_K[h] is [dh, r] row-major (k_up_proj rows h*dh..) */
     for (int h = 0; h < H; h++) {
         const float *qh = proj + (size_t)h * dh, *bk = L->w[W_KU] + (size_t)h * dh * r;

@@ -183,7 +183,7 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     al_linear_bwd(dx, L->g[W_Q], dqkv, x, L->w[W_Q], N, d, w);
 }
 
-static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
+static void gqa_decode(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch) {
     const al_config *c = L->cfg;
     const int d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
     const int w = (int)qkv_width(c);
@@ -192,9 +192,9 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, float *
     float *qkv = scratch, *o = qkv + w, *work = o + (size_t)H * dh;
     project_qkv(L, x, qkv, 1, 1);
     al_rope_half(qkv, 1, 1, pos, H + G, w, L->rope, +1); /* q and k heads are adjacent */
-    memcpy(cache + (size_t)pos * vpt, qkv + (size_t)H * dh, sizeof(float) * vpt);
+    al_kv_store(cache, (size_t)pos * vpt, qkv + (size_t)H * dh, vpt);
     /* cache row = [K groups | V groups]; group g's heads share its key and value */
-    const al_decode_view view = {cache, vpt, 0, (size_t)dh, (size_t)G * dh, (size_t)dh};
+    const al_decode_view view = {cache, vpt, 0, (size_t)dh, (size_t)G * dh, (size_t)dh, 0, 0, 0, 0};
     al_attn_decode(&fn, qkv, &view, pos + 1, o, work);
     al_matvec(y, o, al_attn_w(L, W_O), d, H * dh, 0); /* y[d] = W_o[d, H dh] o */
 }

@@ -214,14 +214,15 @@ static al_attn_shape decode_shape(const al_config *c, const mla_dims *D, int n) 
 /* forward:  kv [N, H*(dn+dv)] | k_pe [N, dr]
  * backward: do [N, H*dv] | dq [N, H*dk] | dk [N, H*dk] | dv [N, H*dv] | dkv [N, H*(dn+dv)] | dk_pe [N, dr]
  *           | dc~ [N, dc] | dc [N, dc] | dqa~ [N, dq] | dqa [N, dq]
- * decode:   q [H*dk] | qa [dq] | qabs [H, dc+dr] | u [H, dc] | o [H*dv] | al_attn_decode's workspace */
+ * decode:   q [H*dk] | qa [dq] | qabs [H, dc+dr] | u [H, dc] | o [H*dv] | entry [dc+dr]
+ *           | al_attn_decode's workspace */
 static size_t mla_scratch(const al_config *c, int B, int T) {
     const mla_dims D = dims_of(c);
     const size_t N = (size_t)B * T;
     size_t fwd = N * (D.kvw + D.dr);
     size_t bwd = N * ((size_t)2 * D.ow + 2 * (size_t)D.qw + D.kvw + D.dr + 2 * (size_t)D.dc + 2 * (size_t)D.dq);
     const al_attn_shape ds = decode_shape(c, &D, c->max_position);
-    size_t dec = (size_t)D.qw + D.dq + (size_t)D.H * D.vpt + (size_t)D.H * D.dc + D.ow +
+    size_t dec = (size_t)D.qw + D.dq + (size_t)D.H * D.vpt + (size_t)D.H * D.dc + D.ow + D.vpt +
                  al_attn_decode_scratch(&ds, 0, c->max_position);
     size_t m = fwd > bwd ? fwd : bwd;
     return m > dec ? m : dec;
@@ -353,7 +354,7 @@ static void mla_backward(const al_attn_layer *L, const float *x, const float *dy
  * q_pe_h] attend over the latent cache as H heads sharing one key/value group
  * (al_attn_decode, decode.c: every cache row is read once for all heads);
  * the latent outputs u_h are then lifted by W_UV,h. */
-static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *cache, int pos, float *scratch) {
+static void mla_decode(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch) {
     const al_config *c = L->cfg;
     const mla_dims D = dims_of(c);
     const int d = D.d, H = D.H, dn = D.dn, dr = D.dr, dk = D.dk, dv = D.dv, dc = D.dc, vpt = D.vpt;
@@ -361,8 +362,7 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
     const mla_w W = views(c, L->w);
     const mla_wr R = wrefs(L);
     float *q = scratch, *qa = q + D.qw, *qabs = qa + D.dq, *u = qabs + (size_t)H * vpt, *o = u + (size_t)H * dc;
-    float *work = o + D.ow;
-    float *entry = cache + (size_t)pos * vpt;
+    float *entry = o + D.ow, *work = entry + vpt;
     /* queries: q[H*dk], rope parts rotated (rows = heads, all at position pos) */
     if (D.dq > 0) {
         al_matvec(qa, x, R.qa, D.dq, d, 0);
@@ -372,10 +372,11 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
         al_matvec(q, x, R.q, D.qw, d, 0);
     }
     al_rope_interleaved(q + dn, H, 1, pos, 1, dk, L->rope, +1);
-    /* [c; k_pe] = W_kva x lands in the cache slot as is; then normalise c and rotate k_pe there */
+    /* the cache entry [c~; k_pe]: W_kva x with c normalised and k_pe rotated */
     al_matvec(entry, x, R.kva, vpt, d, 0);
     al_rmsnorm_fwd(entry, NULL, entry, W.kv_norm, 1, dc, c->rms_norm_eps);
     al_rope_interleaved(entry + dc, 1, 1, pos, 1, vpt, L->rope, +1);
+    al_kv_store(cache, (size_t)pos * vpt, entry, (size_t)vpt);
     /* qabs[H, dc+dr]: row h = [Wk_h^T q_nope_h (dc); q_pe_h (dr)], laid out as a cache row */
     for (int h = 0; h < H; h++) {
         float *qh = qabs + (size_t)h * vpt;
@@ -386,7 +387,7 @@ static void mla_decode(const al_attn_layer *L, const float *x, float *y, float *
         memcpy(qh + dc, q + (size_t)h * dk + dn, sizeof(float) * dr);
     }
     /* u[H, dc]: attention over the latent cache (keys [c~; k_pe], values c~) */
-    const al_decode_view view = {cache, (size_t)vpt, 0, 0, 0, 0};
+    const al_decode_view view = {cache, (size_t)vpt, 0, 0, 0, 0, 0, 0, 0, 0};
     al_attn_decode(&fn, qabs, &view, pos + 1, u, work);
     /* o_h[dv] = Wv_h[dv, dc] u_h */
     for (int h = 0; h < H; h++)

@@ -76,6 +76,18 @@ static inline __m256 v_sum_lanes(const __m256 *a) {
 }
 #define V_SUM_SLOT(j) (j)
 
+/* 8 BF16 values widened to float (a BF16 is the top half of a float), or
+ * the first n of them (the others 0; AVX2 has no 16-bit masked load, so a
+ * tail goes through a zeroed copy and nothing past n is read) */
+#define V_LOAD_BF16(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+static inline __m256 v_loadn_bf16(const uint16_t *p, int n) {
+    uint16_t t[8] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)(n < 8 ? n : 8));
+    return V_LOAD_BF16(t);
+}
+#define V_LOADN_BF16(p, n) v_loadn_bf16((p), (n))
+
 #include "score_kern.h"
 
 #pragma GCC pop_options

@@ -69,6 +69,13 @@ static inline __m512 v_sum_lanes(const __m512 *a) {
 }
 #define V_SUM_SLOT(j) (4 * ((j) & 3) + ((j) >> 2))
 
+/* 16 BF16 values widened to float (a BF16 is the top half of a float), or
+ * the first n of them (the others 0; nothing past n is read) */
+#define V_LOAD_BF16(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define V_LOADN_BF16(p, n) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(v_mask16(n), (p))), 16))
+
 #include "score_kern.h"
 
 #pragma GCC pop_options

@@ -60,12 +60,13 @@ void al_attn_bwd_avx2(const al_attn_shape *s, const float *q, const float *k, co
                       const float *lse, const float *dout, float *dq, float *dk, float *dv);
 
 /* One decode work item (decode.c): the heads of one KV group against up to a
- * chunk of cached positions (contract in score_kern.h). */
-void al_attn_decode_group_avx512(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K,
-                                 const float *K2, int dk2, const float *V, const float *V2, int dv2, size_t row, int n,
+ * chunk of cached positions, the cache in F32 or BF16 (contract in
+ * score_kern.h). */
+void al_attn_decode_group_avx512(const al_attn_shape *s, int pg, const float *Q, int ldq, al_dtype dt, const void *K,
+                                 const void *K2, int dk2, const void *V, const void *V2, int dv2, size_t row, int n,
                                  float *S, int lds, float *P, int ldp, float *cmax, float *csum);
-void al_attn_decode_group_avx2(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K,
-                               const float *K2, int dk2, const float *V, const float *V2, int dv2, size_t row, int n,
+void al_attn_decode_group_avx2(const al_attn_shape *s, int pg, const float *Q, int ldq, al_dtype dt, const void *K,
+                               const void *K2, int dk2, const void *V, const void *V2, int dv2, size_t row, int n,
                                float *S, int lds, float *P, int ldp, float *cmax, float *csum);
 
 #endif

@@ -71,12 +71,15 @@ static inline vf v_exp(vf x) { return v_exp2(V_MUL(x, V_SET1(1.44269504088896341
 /* ---- the micro-kernel ----
  * C[r][0..ncols) for r < R (R, NC compile-time after inlining):
  *   mode 0: C  = A B      mode 1: C += A B      mode 2: C = alpha[r] C + A B
- * A[R, K] read as A[r*sar + k*sak] (broadcast), B[K, ncols] rows ldb apart,
+ * A[R, K] read as A[r*sar + k*sak] (broadcast), B[K, ncols] rows ldb apart
+ * (B16: BF16 values, widened as loaded; the decode kernel's cached values),
  * C rows ldc apart; the last of the NC vectors of a row is loaded and stored
- * through `last` (the tail of ncols), so nothing past ncols is touched. */
-static inline __attribute__((always_inline)) void mk_body(const int R, const int NC, int K, const float *restrict A,
-                                                          long sar, long sak, const float *restrict B, long ldb,
-                                                          float *restrict C, long ldc, vmask last, int mode,
+ * through `last` (the tail of ncols, nlast lanes), so nothing past ncols is
+ * touched. */
+static inline __attribute__((always_inline)) void mk_body(const int R, const int NC, const int B16, int K,
+                                                          const float *restrict A, long sar, long sak,
+                                                          const void *restrict B, long ldb, float *restrict C,
+                                                          long ldc, vmask last, int nlast, int mode,
                                                           const float *restrict alpha) {
     vf acc[RG][KCB];
 #pragma GCC unroll 8
@@ -84,11 +87,17 @@ static inline __attribute__((always_inline)) void mk_body(const int R, const int
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) acc[r][c] = V_ZERO();
     for (int k = 0; k < K; k++) {
-        const float *restrict b = B + (long)k * ldb;
         const float *restrict a = A + (long)k * sak;
         vf bv[KCB];
+        if (B16) {
+            const uint16_t *restrict b = (const uint16_t *)B + (long)k * ldb;
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) bv[c] = c == NC - 1 ? V_LOADM(b + c * KW, last) : V_LOAD(b + c * KW);
+            for (int c = 0; c < NC; c++) bv[c] = c == NC - 1 ? V_LOADN_BF16(b + c * KW, nlast) : V_LOAD_BF16(b + c * KW);
+        } else {
+            const float *restrict b = (const float *)B + (long)k * ldb;
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) bv[c] = c == NC - 1 ? V_LOADM(b + c * KW, last) : V_LOAD(b + c * KW);
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const vf av = V_SET1(a[(long)r * sar]);
@@ -123,20 +132,32 @@ typedef void (*mk_fn)(int K, const float *A, long sar, long sak, const float *B,
     static __attribute__((noinline)) void mk_##R##_##NC(int K, const float *A, long sar, long sak,          \
                                                         const float *B, long ldb, float *C, long ldc,       \
                                                         vmask last, int mode, const float *alpha) {         \
-        mk_body(R, NC, K, A, sar, sak, B, ldb, C, ldc, last, mode, alpha);                                  \
+        mk_body(R, NC, 0, K, A, sar, sak, B, ldb, C, ldc, last, 0, mode, alpha);                            \
+    }                                                                                                       \
+    static __attribute__((noinline)) void mk16_##R##_##NC(int K, const float *A, long sar, long sak,        \
+                                                          const uint16_t *B, long ldb, float *C, long ldc,  \
+                                                          vmask last, int nlast) {                          \
+        mk_body(R, NC, 1, K, A, sar, sak, B, ldb, C, ldc, last, nlast, 0, NULL);                            \
     }
 #if KCB == 4
 #define MK_ROW(R) MK_DEF(R, 1) MK_DEF(R, 2) MK_DEF(R, 3) MK_DEF(R, 4)
 #define MK_TAB(R) {mk_##R##_1, mk_##R##_2, mk_##R##_3, mk_##R##_4}
+#define MK16_TAB(R) {mk16_##R##_1, mk16_##R##_2, mk16_##R##_3, mk16_##R##_4}
 #elif KCB == 2
 #define MK_ROW(R) MK_DEF(R, 1) MK_DEF(R, 2)
 #define MK_TAB(R) {mk_##R##_1, mk_##R##_2}
+#define MK16_TAB(R) {mk16_##R##_1, mk16_##R##_2}
 #else
 #error "KCB must be 2 or 4"
 #endif
 MK_ROW(1) MK_ROW(2) MK_ROW(3) MK_ROW(4) MK_ROW(5) MK_ROW(6)
 
 static mk_fn const mk_tab[RG][KCB] = {MK_TAB(1), MK_TAB(2), MK_TAB(3), MK_TAB(4), MK_TAB(5), MK_TAB(6)};
+typedef void (*mk16_fn)(int K, const float *A, long sar, long sak, const uint16_t *B, long ldb, float *C, long ldc,
+                        vmask last, int nlast);
+static mk16_fn const mk16_tab[RG][KCB] = {MK16_TAB(1), MK16_TAB(2), MK16_TAB(3),
+                                          MK16_TAB(4), MK16_TAB(5), MK16_TAB(6)};
+#undef MK16_TAB
 #undef MK_TAB
 #undef MK_ROW
 #undef MK_DEF
@@ -152,6 +173,19 @@ static void mm(int M, int N, int K, const float *A, long sar, long sak, const fl
             const int R = M - r0 < RG ? M - r0 : RG;
             mk_tab[R - 1][nc - 1](K, A + (long)r0 * sar, sar, sak, B + n0, ldb, C + (long)r0 * ldc + n0, ldc, last,
                                   mode, alpha ? alpha + r0 : NULL);
+        }
+    }
+}
+
+/* C[M, N] = A[M, K] B[K, N] with B in BF16 (mode 0 of mm) */
+static void mm16(int M, int N, int K, const float *A, long sar, long sak, const uint16_t *B, long ldb, float *C,
+                 long ldc) {
+    for (int n0 = 0; n0 < N; n0 += KCB * KW) {
+        const int nb = N - n0 < KCB * KW ? N - n0 : KCB * KW, nc = (nb + KW - 1) / KW, nlast = nb - (nc - 1) * KW;
+        for (int r0 = 0; r0 < M; r0 += RG) {
+            const int R = M - r0 < RG ? M - r0 : RG;
+            mk16_tab[R - 1][nc - 1](K, A + (long)r0 * sar, sar, sak, B + n0, ldb, C + (long)r0 * ldc + n0, ldc,
+                                    V_MASK(nlast), nlast);
         }
     }
 }
@@ -604,24 +638,31 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
 
 /* ---- decode: one chunk of cached positions for the heads of one KV group ----
  * The one-token attention of decode.c (al_attn_decode) in work items of up
- * to DECODE_CHUNK positions x one KV group. Keys and values stay where the
- * cache has them (rows `row` floats apart): decode reads each of them once
- * per token, so packing them as the prefill kernels do would cost a second
- * pass. Scores are therefore dot products along a key row, KW keys at a time
- * (one vector of products per key, their lane sums folded into one vector by
- * v_sum_lanes), and P V is the micro-kernel with the weights broadcast and
- * the value rows read in place.
+ * to a chunk of positions x one KV group. Keys and values stay where the
+ * cache has them (rows `row` values apart, F32 or BF16): decode reads each of
+ * them once per token, so packing them as the prefill kernels do would cost
+ * a second pass. Scores are therefore dot products along a key row, KW keys
+ * at a time (one vector of products per key, their lane sums folded into one
+ * vector by v_sum_lanes), and P V is the micro-kernel with the weights
+ * broadcast and the value rows read in place (BF16 widened as loaded).
  *   Q[pg][ldq]  head i's query: dk floats, then dk2 for its own key part
- *   key j of head i:   K + j row (dk floats) ++ K2 + j row + i dk2 (dk2)
- *   value j of head i: V + j row (dv floats) ++ V2 + j row + i dv2 (dv2)
+ *   key j of head i:   K + j row (dk values) ++ K2 + j row + i dk2 (dk2)
+ *   value j of head i: V + j row (dv values) ++ V2 + j row + i dv2 (dv2)
  *   S[pg][lds]  out: softmax: exp(s - cmax[i]) with csum[i] their sum;
  *               the other functions f(s) (cmax, csum untouched); s = scale q.k
  *   P[pg][ldp]  out: sum_j S[i][j] value_j (dv + dv2 floats per head)
- * n <= lds, lds a multiple of KW. */
-void KSFX(al_attn_decode_group)(const al_attn_shape *s, int pg, const float *Q, int ldq, const float *K,
-                                const float *K2, int dk2, const float *V, const float *V2, int dv2, size_t row, int n,
-                                float *S, int lds, float *P, int ldp, float *cmax, float *csum) {
-    const unsigned csr = al_ftz_on();
+ * n <= lds, lds a multiple of KW; K, K2, V, V2 count values of the cache's
+ * dtype (B16: BF16). */
+
+/* key/value element i of a cache span, one vector (or its first n lanes) */
+#define KV_AT(B16, p, i) ((B16) ? (const void *)((const uint16_t *)(p) + (i)) : (const void *)((const float *)(p) + (i)))
+#define KV_LOAD(B16, p) ((B16) ? V_LOAD_BF16((const uint16_t *)(p)) : V_LOAD((const float *)(p)))
+#define KV_LOADN(B16, p, n, m) ((B16) ? V_LOADN_BF16((const uint16_t *)(p), n) : V_LOADM((const float *)(p), m))
+
+static inline __attribute__((always_inline)) void
+decode_group_body(const int B16, const al_attn_shape *s, int pg, const float *Q, int ldq, const void *K,
+                  const void *K2, int dk2, const void *V, const void *V2, int dv2, size_t row, int n, float *S,
+                  int lds, float *P, int ldp, float *cmax, float *csum) {
     const score_fn f = al_score_fn_of(s);
     const int dk = s->dk, dv = s->dv, nw = (n + KW - 1) / KW * KW;
     const vmask ktail = V_MASK(dk % KW), k2tail = V_MASK(dk2 % KW);
@@ -636,14 +677,17 @@ void KSFX(al_attn_decode_group)(const al_attn_shape *s, int pg, const float *Q, 
             for (int jj = 0; jj < KW; jj++) {
                 vf a = V_ZERO();
                 if (jj < nb) {
-                    const float *k = K + (size_t)(j0 + jj) * row;
+                    const void *k = KV_AT(B16, K, (size_t)(j0 + jj) * row);
                     int c = 0;
-                    for (; c + KW <= dk; c += KW) a = V_FMA(V_LOAD(q + c), V_LOAD(k + c), a);
-                    if (c < dk) a = V_FMA(V_LOADM(q + c, ktail), V_LOADM(k + c, ktail), a);
+                    for (; c + KW <= dk; c += KW) a = V_FMA(V_LOAD(q + c), KV_LOAD(B16, KV_AT(B16, k, c)), a);
+                    if (c < dk) a = V_FMA(V_LOADM(q + c, ktail), KV_LOADN(B16, KV_AT(B16, k, c), dk - c, ktail), a);
                     if (dk2 > 0) {
-                        const float *k2 = K2 + (size_t)(j0 + jj) * row + (size_t)i * dk2, *q2 = q + dk;
-                        for (c = 0; c + KW <= dk2; c += KW) a = V_FMA(V_LOAD(q2 + c), V_LOAD(k2 + c), a);
-                        if (c < dk2) a = V_FMA(V_LOADM(q2 + c, k2tail), V_LOADM(k2 + c, k2tail), a);
+                        const void *k2 = KV_AT(B16, K2, (size_t)(j0 + jj) * row + (size_t)i * dk2);
+                        const float *q2 = q + dk;
+                        for (c = 0; c + KW <= dk2; c += KW)
+                            a = V_FMA(V_LOAD(q2 + c), KV_LOAD(B16, KV_AT(B16, k2, c)), a);
+                        if (c < dk2)
+                            a = V_FMA(V_LOADM(q2 + c, k2tail), KV_LOADN(B16, KV_AT(B16, k2, c), dk2 - c, k2tail), a);
                     }
                 }
                 acc[V_SUM_SLOT(jj)] = a;
@@ -673,9 +717,37 @@ void KSFX(al_attn_decode_group)(const al_attn_shape *s, int pg, const float *Q, 
         csum[i] = V_HSUM(sum);
     }
     /* P[pg][0..dv) = S[pg][n] V[n][dv]; each head's own part, one row at a time */
-    mm(pg, dv, n, S, lds, 1, V, (long)row, P, ldp, 0, NULL);
-    for (int i = 0; i < pg && dv2 > 0; i++)
-        mm(1, dv2, n, S + (size_t)i * lds, lds, 1, V2 + (size_t)i * dv2, (long)row, P + (size_t)i * ldp + dv, ldp, 0,
-           NULL);
+    if (B16) mm16(pg, dv, n, S, lds, 1, (const uint16_t *)V, (long)row, P, ldp);
+    else mm(pg, dv, n, S, lds, 1, (const float *)V, (long)row, P, ldp, 0, NULL);
+    for (int i = 0; i < pg && dv2 > 0; i++) {
+        float *pi = P + (size_t)i * ldp + dv;
+        if (B16) mm16(1, dv2, n, S + (size_t)i * lds, lds, 1, (const uint16_t *)V2 + (size_t)i * dv2, (long)row, pi, ldp);
+        else mm(1, dv2, n, S + (size_t)i * lds, lds, 1, (const float *)V2 + (size_t)i * dv2, (long)row, pi, ldp, 0, NULL);
+    }
+}
+#undef KV_AT
+#undef KV_LOAD
+#undef KV_LOADN
+
+static __attribute__((noinline)) void decode_group_f32(const al_attn_shape *s, int pg, const float *Q, int ldq,
+                                                       const void *K, const void *K2, int dk2, const void *V,
+                                                       const void *V2, int dv2, size_t row, int n, float *S, int lds,
+                                                       float *P, int ldp, float *cmax, float *csum) {
+    decode_group_body(0, s, pg, Q, ldq, K, K2, dk2, V, V2, dv2, row, n, S, lds, P, ldp, cmax, csum);
+}
+
+static __attribute__((noinline)) void decode_group_bf16(const al_attn_shape *s, int pg, const float *Q, int ldq,
+                                                        const void *K, const void *K2, int dk2, const void *V,
+                                                        const void *V2, int dv2, size_t row, int n, float *S, int lds,
+                                                        float *P, int ldp, float *cmax, float *csum) {
+    decode_group_body(1, s, pg, Q, ldq, K, K2, dk2, V, V2, dv2, row, n, S, lds, P, ldp, cmax, csum);
+}
+
+void KSFX(al_attn_decode_group)(const al_attn_shape *s, int pg, const float *Q, int ldq, al_dtype dt, const void *K,
+                                const void *K2, int dk2, const void *V, const void *V2, int dv2, size_t row, int n,
+                                float *S, int lds, float *P, int ldp, float *cmax, float *csum) {
+    const unsigned csr = al_ftz_on();
+    (dt == AL_DT_BF16 ? decode_group_bf16 : decode_group_f32)(s, pg, Q, ldq, K, K2, dk2, V, V2, dv2, row, n, S, lds,
+                                                              P, ldp, cmax, csum);
     al_ftz_restore(csr);
 }

@@ -25,6 +25,13 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
     return CLI_USAGE;
 }
 
+int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out) {
+    if (!strcmp(value, "f32")) *out = AL_DT_F32;
+    else if (!strcmp(value, "bf16")) *out = AL_DT_BF16;
+    else return cli_usage(cmd, "--kv-dtype must be f32 or bf16, got '%s'", value);
+    return 0;
+}
+
 al_arg *cli_find(al_arg *args, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(args[i].name, name) == 0) return &args[i];

@@ -39,6 +39,9 @@ al_arg *cli_find(al_arg *args, int n, const char *name);
 /* Prints "attnlab: <cmd>: <msg>" to stderr and returns 1. */
 int cli_fail(const char *cmd, const char *msg);
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --kv-dtype: "f32" or "bf16" into *out; anything else is a usage error
+ * (message printed, returns CLI_USAGE). */
+int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -317,12 +317,13 @@ static int bench_prefill(int argc, char **argv) {
 static int bench_decode(int argc, char **argv) {
     const char *cmd = "bench decode";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 7];
+    al_arg args[TRAIN_MAX_ARGS + 8];
     int n = train_flags_table(&f, args);
-    const char *model_dir = NULL;
+    const char *model_dir = NULL, *kv_dtype = "f32";
     long context = 4096, tokens = 32, triad_mb = 256, sgemm_n = 2048, iters = 3;
     int json = 0;
     args[n++] = (al_arg){"model", ARG_STRING, &model_dir, "model directory (default: a random model from the flags)"};
+    args[n++] = (al_arg){"kv-dtype", ARG_STRING, &kv_dtype, "KV cache values: f32 or bf16 (half the bytes)"};
     args[n++] = (al_arg){"decode-context", ARG_INT, &context, "cache length at which decoding is timed"};
     args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "decode steps per round (the last ones before the context is full)"};
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed rounds (best counts)"};
@@ -332,6 +333,8 @@ static int bench_decode(int argc, char **argv) {
     if (rc) return rc;
     if (context < 2 || tokens < 1 || tokens >= context || triad_mb < 1 || iters < 1 || sgemm_n < 64)
         return cli_usage(cmd, "need 0 < --tokens < --decode-context, positive --iters and --triad-mb, --sgemm-n >= 64");
+    al_dtype kv_dt;
+    if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt))) return rc;
     al_err err;
     al_config cfg;
     al_model m;
@@ -357,14 +360,13 @@ static int bench_decode(int argc, char **argv) {
         al_model_init_weights(&m, 1);
     }
     al_decoder dec;
-    if (al_decoder_create(&dec, &m, (int)context, &err)) {
+    if (al_decoder_create_kv(&dec, &m, (int)context, kv_dt, &err)) {
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
     }
+    al_decoder_fill_random(&dec, 2);
     al_rng rng;
-    al_rng_seed(&rng, 2);
-    size_t cache_floats = dec.cache_bytes / sizeof(float);
-    for (size_t i = 0; i < cache_floats; i++) dec.cache[i] = 0.5f * al_rng_normal(&rng);
+    al_rng_seed(&rng, 3);
     float *logits = malloc(sizeof(float) * (size_t)(cfg.vocab_size > 0 ? cfg.vocab_size : 1));
     if (!logits) {
         al_decoder_free(&dec);
@@ -399,7 +401,8 @@ static int bench_decode(int argc, char **argv) {
         const size_t esz = al_dtype_size(m.embed_dt);
         if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * esz - cfg.hidden_size * esz;
         const double avg_pos = (double)context - tokens / 2.0;
-        const double cache_read = avg_pos * dec.values_per_token * sizeof(float) * cfg.num_layers;
+        const size_t kv_per_pos = dec.values_per_token * al_dtype_size(kv_dt) * cfg.num_layers;
+        const double cache_read = avg_pos * (double)kv_per_pos;
         const double bytes = (double)weight_bytes + cache_read, gbs = bytes / best / 1e9;
         if (json) {
             cJSON *j = cJSON_CreateObject();
@@ -412,8 +415,8 @@ static int bench_decode(int argc, char **argv) {
             num(j, "tokens_per_s", 1 / best);
             num(j, "ms_per_token", 1e3 * best);
             num(j, "weight_bytes", (double)weight_bytes);
-            num(j, "kv_bytes_per_token_per_position",
-                                    (double)(dec.values_per_token * sizeof(float) * cfg.num_layers));
+            num(j, "kv_bytes_per_token_per_position", (double)kv_per_pos);
+            cJSON_AddStringToObject(j, "kv_dtype", al_dtype_name(kv_dt));
             num(j, "kv_bytes_read_per_token", cache_read);
             num(j, "bytes_per_token", bytes);
             num(j, "achieved_gb_per_s", gbs);
@@ -429,8 +432,8 @@ static int bench_decode(int argc, char **argv) {
                 printf("  weights: %s %s, memory-mapped (%s kernels)\n", al_config_architecture(&cfg),
                        al_dtype_name(m.embed_dt), al_wmat_kernel_name());
             printf("  %.1f tokens/s (%.3f ms/token, best of %ld rounds of %ld)\n", 1 / best, 1e3 * best, iters, tokens);
-            printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token)\n",
-                   weight_bytes / 1e6, cache_read / 1e6, dec.values_per_token * sizeof(float) * cfg.num_layers);
+            printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token, %s)\n",
+                   weight_bytes / 1e6, cache_read / 1e6, kv_per_pos, al_dtype_name(kv_dt));
             printf("  %.2f GB/s achieved -> %.1f%% of triad bandwidth\n", gbs, 100 * gbs / e.triad);
             env_text(&e);
         }

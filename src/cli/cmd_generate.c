@@ -34,7 +34,7 @@ static void put_token(int id, void *ctx) {
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
-    const char *model_dir = NULL, *prompt = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *kv_dtype = "f32";
     long count = 200, top_k = 0, seed = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int print_ids = 0;
@@ -47,6 +47,7 @@ int cmd_generate(int argc, char **argv) {
         {"top-p", ARG_DOUBLE, &top_p, "keep the smallest set with this much probability (1: all)"},
         {"seed", ARG_INT, &seed, "sampling seed"},
         {"ids", ARG_FLAG, &print_ids, "print the generated token ids instead of their text"},
+        {"kv-dtype", ARG_STRING, &kv_dtype, "KV cache values: f32 or bf16 (half the cache bytes)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
@@ -57,6 +58,8 @@ int cmd_generate(int argc, char **argv) {
     if (!model_dir || !prompt) return cli_usage(cmd, "--model DIR and --prompt TEXT are required");
     if (count < 0 || top_k < 0 || temperature < 0 || !(top_p > 0 && top_p <= 1))
         return cli_usage(cmd, "-n, --top-k and --temperature must not be negative; --top-p must be in (0, 1]");
+    al_dtype kv_dt;
+    if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt))) return rc;
     if (threads > 0) al_set_threads((int)threads);
     al_err err;
     al_model m;
@@ -78,7 +81,7 @@ int cmd_generate(int argc, char **argv) {
     al_gen_stats st;
     int first = 1;
     if (!print_ids) fputs(prompt, stdout);
-    int made = al_generate_ids(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), NULL,
+    int made = al_generate_ids(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), kv_dt, NULL,
                                print_ids ? put_id : put_token, print_ids ? (void *)&first : (void *)tk, &st, &err);
     if (made >= 0 || !print_ids) putchar('\n');
     free(ids);

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 
 int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
-                    int stop_id, int *out, void (*on_token)(int, void *), void *ctx, al_gen_stats *stats,
-                    al_err *err) {
+                    int stop_id, al_dtype kv_dt, int *out, void (*on_token)(int, void *), void *ctx,
+                    al_gen_stats *stats, al_err *err) {
     const int V = m->cfg.vocab_size, max_ctx = al_config_max_context(&m->cfg);
     if (prompt_len <= 0) return al_errf(err, "the prompt is empty (generation needs at least one token)");
     if (n < 0) return al_errf(err, "negative token count");
@@ -17,7 +17,7 @@ int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n,
         if (prompt[i] < 0 || prompt[i] >= V)
             return al_errf(err, "prompt token %d is outside the model's vocabulary of %d", prompt[i], V);
     al_decoder dec;
-    if (al_decoder_create(&dec, m, prompt_len + n > 0 ? prompt_len + n : 1, err)) return -1;
+    if (al_decoder_create_kv(&dec, m, prompt_len + n > 0 ? prompt_len + n : 1, kv_dt, err)) return -1;
     float *logits = malloc(sizeof(float) * 2 * (size_t)V), *probs = logits + V;
     if (!logits) {
         al_decoder_free(&dec);
@@ -61,7 +61,7 @@ int al_generate_bytes(const al_model *m, const uint8_t *prompt, int prompt_len, 
         return al_errf(err, "out of memory");
     }
     for (int i = 0; i < prompt_len; i++) p[i] = prompt[i];
-    int made = al_generate_ids(m, p, prompt_len, n, s, seed, -1, o, on_token, ctx, stats, err);
+    int made = al_generate_ids(m, p, prompt_len, n, s, seed, -1, AL_DT_F32, o, on_token, ctx, stats, err);
     for (int i = 0; i < made; i++) out[i] = (uint8_t)o[i];
     free(p);
     free(o);

@@ -21,9 +21,10 @@ typedef struct al_gen_stats {
 /* Feeds prompt[0..prompt_len) and samples up to n ids into out (may be
  * NULL), calling on_token for each (may be NULL). Sampling stop_id (>= 0;
  * -1: never) ends generation after it is reported (it counts as generated).
+ * kv_dt: the KV cache's values, AL_DT_F32 or AL_DT_BF16 (al_decoder).
  * Returns the number generated or -1. */
 int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
-                    int stop_id, int *out, void (*on_token)(int id, void *ctx), void *ctx, al_gen_stats *stats,
+                    int stop_id, al_dtype kv_dt, int *out, void (*on_token)(int id, void *ctx), void *ctx, al_gen_stats *stats,
                     al_err *err);
 
 /* The same with bytes as ids (and no stop token): samples exactly what

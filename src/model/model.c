@@ -715,7 +715,13 @@ void al_vit_backward(al_model *m, al_acts *a) {
 /* ---- decoding ---- */
 
 int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *err) {
+    return al_decoder_create_kv(dec, m, capacity, AL_DT_F32, err);
+}
+
+int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, al_err *err) {
     memset(dec, 0, sizeof *dec);
+    if (cache_dt != AL_DT_F32 && cache_dt != AL_DT_BF16)
+        return al_errf(err, "KV cache dtype %s: only F32 and BF16 are supported", al_dtype_name(cache_dt));
     const al_config *c = &m->cfg;
     if (capacity <= 0 || capacity > c->max_position)
         return al_errf(err, "context %d outside 1..max_position_embeddings (%d)", capacity, c->max_position);
@@ -725,7 +731,8 @@ int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *
     dec->capacity = capacity;
     dec->values_per_token = m->attn->cache_values_per_token(c);
     size_t n = (size_t)c->num_layers * capacity * dec->values_per_token;
-    dec->cache_bytes = n * sizeof(float);
+    dec->cache_dt = cache_dt;
+    dec->cache_bytes = n * al_dtype_size(cache_dt);
     dec->cache = al_alloc(dec->cache_bytes);
     dec->scratch = al_alloc(sizeof(float) * (4 * (size_t)c->hidden_size + 3 * (size_t)c->intermediate_size +
                                              m->attn->scratch_floats(c, 1, 1)));
@@ -734,6 +741,19 @@ int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *
         return al_errf(err, "out of memory for a %d-token KV cache", capacity);
     }
     return 0;
+}
+
+void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
+    al_rng rng;
+    al_rng_seed(&rng, seed);
+    const size_t n = dec->cache_bytes / al_dtype_size(dec->cache_dt);
+    const al_kv kv = {dec->cache, dec->cache_dt};
+    float buf[256];
+    for (size_t i = 0; i < n; i += 256) {
+        const size_t k = n - i < 256 ? n - i : 256;
+        for (size_t j = 0; j < k; j++) buf[j] = 0.5f * al_rng_normal(&rng);
+        al_kv_store(kv, i, buf, k);
+    }
 }
 
 void al_decoder_free(al_decoder *dec) {
@@ -755,7 +775,8 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     else al_wread(x, (al_wref){m->embed, m->embed_dt}, (size_t)token * d, (size_t)d);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
-        float *cache = dec->cache + (size_t)l * dec->capacity * dec->values_per_token;
+        const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
+        const al_kv cache = {(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt};
         al_rmsnorm_fwd(xn, &rstd, x, L->ln1, 1, d, c->rms_norm_eps);
         m->attn->decode(&L->attn, xn, y, cache, pos, attn_scratch);
         for (int i = 0; i < d; i++) x[i] += y[i];

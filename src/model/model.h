@@ -194,19 +194,28 @@ void al_vit_backward(al_model *m, al_acts *a);
 
 /* ---- KV cache and single-token decoding ----
  * The cache holds exactly num_layers x capacity x cache_values_per_token
- * floats: the design's own form and nothing else. */
+ * values: the design's own form and nothing else, in F32 (default) or BF16
+ * (half the bytes every decoded token reads; queries, scores and sums stay
+ * fp32, each cached value is rounded once when its token is appended). */
 typedef struct al_decoder {
     const al_model *m;
     int capacity;             /* tokens */
     size_t values_per_token;  /* per layer */
-    float *cache;             /* [L][capacity][values_per_token] */
+    void *cache;              /* [L][capacity][values_per_token] of cache_dt */
+    al_dtype cache_dt;        /* AL_DT_F32 or AL_DT_BF16 */
     size_t cache_bytes;
     float *scratch;           /* x, xn, y, gate, up + the design's decode scratch */
     int pos;                  /* tokens consumed so far */
 } al_decoder;
 
+/* An F32 cache (al_decoder_create_kv with AL_DT_F32). */
 int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *err);
+/* cache_dt: AL_DT_F32 or AL_DT_BF16 (others refused). */
+int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, al_err *err);
 void al_decoder_free(al_decoder *dec);
+/* Fills the whole cache with N(0, 0.25) values from seed: benchmarks time
+ * decoding at a depth without running the tokens before it. */
+void al_decoder_fill_random(al_decoder *dec, uint64_t seed);
 /* Feeds one token at position dec->pos; writes logits[V]; advances pos. */
 int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err);
 

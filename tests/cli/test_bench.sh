@@ -130,7 +130,22 @@ check_py "bad decode JSON" "$COMMON"'
 for k in ("tokens_per_s", "ms_per_token", "weight_bytes", "bytes_per_token", "achieved_gb_per_s", "bandwidth_ratio"):
     assert j[k] > 0, k
 close(j["bandwidth_ratio"], j["achieved_gb_per_s"] / j["triad_gb_per_s"])
+assert j["kv_dtype"] == "F32", j["kv_dtype"]
 ' "$OUTF" decode
+cp "$OUTF" "$WORK/decode_f32.json"
+end
+
+begin "bench decode --kv-dtype bf16: half the cache bytes per position"
+run bench decode --preset tiny --decode-context 64 --tokens 8 --iters 2 --json --kv-dtype bf16 $SMALL
+check_ok
+check_py "bad BF16 decode JSON" "$COMMON"'
+f = json.load(open(sys.argv[3]))
+assert j["kv_dtype"] == "BF16", j["kv_dtype"]
+assert j["kv_bytes_per_token_per_position"] * 2 == f["kv_bytes_per_token_per_position"], (j, f)
+close(j["bytes_per_token"], j["weight_bytes"] + j["kv_bytes_read_per_token"])
+' "$OUTF" decode "$WORK/decode_f32.json"
+run bench decode --preset tiny --decode-context 64 --tokens 8 --kv-dtype fp8 $SMALL
+check_error 2 "kv-dtype"
 end
 
 # ---- bench/torch_peer.py: same fields as attnlab's, for side-by-side comparison ----

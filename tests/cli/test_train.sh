@@ -203,6 +203,22 @@ check_ok
 check_same_file "$WORK/gen2.txt" "$OUTF"
 end
 
+begin "generate --kv-dtype bf16: half the KV cache bytes, same kind of output"
+run generate --model "$M" --prompt "the cat" -n 20 --temperature 0
+check_ok
+f32_bytes=$(sed -n 's/.*KV cache \([0-9]*\) bytes.*/\1/p' "$ERRF")
+run generate --model "$M" --prompt "the cat" -n 20 --temperature 0 --kv-dtype bf16
+check_ok
+check_stdout "^the cat"
+bf16_bytes=$(sed -n 's/.*KV cache \([0-9]*\) bytes.*/\1/p' "$ERRF")
+[ -n "$f32_bytes" ] && [ -n "$bf16_bytes" ] && [ $((bf16_bytes * 2)) -eq "$f32_bytes" ] ||
+    note "KV cache bytes: f32 '$f32_bytes', bf16 '$bf16_bytes' (want half)"
+[ "$(wc -c <"$OUTF")" -eq $((7 + 20 + 1)) ] || note "stdout is $(wc -c <"$OUTF") bytes, expected prompt + 20 + newline"
+run generate --model "$M" --prompt "the cat" -n 5 --kv-dtype f8
+check_error 2 "kv-dtype"
+check_stdout_empty
+end
+
 # info_kv NAME ATTN KVH ARGS...: tiny model, then the KV numbers of info --json
 info_kv() {
     local name=$1 attn=$2 kvh=$3 d=$WORK/info_$1

@@ -5,8 +5,9 @@
  * score function, MHA/GQA/MQA group shapes, MLA's shared-latent layout and
  * LRKV's shared part plus per-head latents, odd head sizes (vector tails),
  * lengths below, at and across the 256-position chunk boundary; on every
- * kernel level this CPU runs (core/cpu.h: AVX-512, AVX2, generic BLAS); and
- * the result must not depend on the thread count.
+ * kernel level this CPU runs (core/cpu.h: AVX-512, AVX2, generic BLAS); with
+ * F32 and BF16 caches (the reference reads the same BF16 values, so the
+ * bound stays tight); and the result must not depend on the thread count.
  */
 #include <omp.h>
 #include <string.h>
@@ -38,8 +39,9 @@ static al_decode_view view_of(int layout, int H, int G, int dk, int dv, int r) {
 }
 
 /* One case: H heads over G groups, head sizes dk/dv (+ r per head for LRKV),
- * n positions. Returns the relative error against the reference. */
-static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r, int n, int layout) {
+ * n positions, a cache of dtype dt. Returns the relative error against the
+ * reference. */
+static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r, int n, int layout, al_dtype dt) {
     al_rng rng;
     al_rng_seed(&rng, (uint64_t)(H * 1000003 + G * 1009 + dk * 31 + n + score + 7 * r));
     al_attn_shape s = {1, n, H, G, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)(dk + r))};
@@ -50,15 +52,17 @@ static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r,
     al_decode_view v = view_of(layout, H, G, dk, dv, r);
     const size_t qn = (size_t)H * (dk + v.dk2), on = (size_t)H * (dv + v.dv2);
     float *cache = malloc(sizeof(float) * v.row * n), *q = malloc(sizeof(float) * qn);
+    void *stored = malloc(al_dtype_size(dt) * v.row * n);
     float *o = malloc(sizeof(float) * on), *ref = malloc(sizeof(float) * on);
     float *work = malloc(sizeof(float) * al_attn_decode_scratch(&s, v.dv2, n));
     for (size_t i = 0; i < v.row * n; i++) cache[i] = frand(&rng);
     for (size_t i = 0; i < qn; i++) q[i] = 3.0f * frand(&rng); /* peaked softmax rows */
-    v.cache = cache;
+    v.cache = (al_kv){stored, dt};
+    al_kv_store(v.cache, 0, cache, v.row * n);
     al_attn_decode(&s, q, &v, n, o, work);
     al_attn_decode_ref(&s, q, &v, n, ref);
     double err = test_rel_err(o, ref, on);
-    free(cache), free(q), free(o), free(ref), free(work);
+    free(cache), free(stored), free(q), free(o), free(ref), free(work);
     return err;
 }
 
@@ -68,25 +72,28 @@ int main(void) {
     for (int level = AL_CPU_GENERIC; level <= (int)al_cpu_detect(); level++) {
         al_cpu_force(level);
         const char *ln = al_cpu_level_name((al_cpu_level)level);
-        for (int sc = 0; sc < AL_SCORE_COUNT; sc++)
-            for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
-                const int n = lengths[li];
-                double e;
-                e = run_case((al_score_kind)sc, 4, 4, 17, 17, 0, n, LAYOUT_KV); /* MHA, odd head size */
-                CHECK_MSG(e < 2e-5, "%s MHA score %d n %d: rel err %.3g", ln, sc, n, e);
-                e = run_case((al_score_kind)sc, 6, 2, 16, 16, 0, n, LAYOUT_KV); /* GQA */
-                CHECK_MSG(e < 2e-5, "%s GQA score %d n %d: rel err %.3g", ln, sc, n, e);
-                e = run_case((al_score_kind)sc, 5, 1, 8, 12, 0, n, LAYOUT_KV); /* MQA, dv != dk */
-                CHECK_MSG(e < 2e-5, "%s MQA score %d n %d: rel err %.3g", ln, sc, n, e);
-                e = run_case((al_score_kind)sc, 3, 1, 24, 16, 0, n, LAYOUT_MLA); /* MLA latent layout */
-                CHECK_MSG(e < 2e-5, "%s MLA score %d n %d: rel err %.3g", ln, sc, n, e);
-                e = run_case((al_score_kind)sc, 8, 1, 64, 48, 0, n, LAYOUT_MLA); /* MLA, the study's sizes */
-                CHECK_MSG(e < 2e-5, "%s MLA-64 score %d n %d: rel err %.3g", ln, sc, n, e);
-                e = run_case((al_score_kind)sc, 8, 1, 32, 32, 14, n, LAYOUT_LRKV); /* LRKV, r 14 */
-                CHECK_MSG(e < 2e-5, "%s LRKV score %d n %d: rel err %.3g", ln, sc, n, e);
-                e = run_case((al_score_kind)sc, 3, 1, 18, 18, 20, n, LAYOUT_LRKV); /* LRKV, r > one vector */
-                CHECK_MSG(e < 2e-5, "%s LRKV-odd score %d n %d: rel err %.3g", ln, sc, n, e);
-            }
+        for (int bf = 0; bf < 2; bf++)
+            for (int sc = 0; sc < AL_SCORE_COUNT; sc++)
+                for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+                    const int n = lengths[li];
+                    const al_dtype dt = bf ? AL_DT_BF16 : AL_DT_F32;
+                    const char *dn = bf ? "bf16" : "f32";
+                    double e;
+                    e = run_case((al_score_kind)sc, 4, 4, 17, 17, 0, n, LAYOUT_KV, dt); /* MHA, odd head size */
+                    CHECK_MSG(e < 2e-5, "%s %s MHA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                    e = run_case((al_score_kind)sc, 6, 2, 16, 16, 0, n, LAYOUT_KV, dt); /* GQA */
+                    CHECK_MSG(e < 2e-5, "%s %s GQA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                    e = run_case((al_score_kind)sc, 5, 1, 8, 12, 0, n, LAYOUT_KV, dt); /* MQA, dv != dk */
+                    CHECK_MSG(e < 2e-5, "%s %s MQA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                    e = run_case((al_score_kind)sc, 3, 1, 24, 16, 0, n, LAYOUT_MLA, dt); /* MLA latent layout */
+                    CHECK_MSG(e < 2e-5, "%s %s MLA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                    e = run_case((al_score_kind)sc, 8, 1, 64, 48, 0, n, LAYOUT_MLA, dt); /* MLA, the study's sizes */
+                    CHECK_MSG(e < 2e-5, "%s %s MLA-64 score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                    e = run_case((al_score_kind)sc, 8, 1, 32, 32, 14, n, LAYOUT_LRKV, dt); /* LRKV, r 14 */
+                    CHECK_MSG(e < 2e-5, "%s %s LRKV score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                    e = run_case((al_score_kind)sc, 3, 1, 18, 18, 20, n, LAYOUT_LRKV, dt); /* r > one vector */
+                    CHECK_MSG(e < 2e-5, "%s %s LRKV-odd score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                }
 
         /* the same bits with 1 and 2 threads (chunks, not threads, fix every sum) */
         for (int sc = 0; sc < AL_SCORE_COUNT; sc++) {
@@ -95,12 +102,12 @@ int main(void) {
             al_rng rng;
             al_rng_seed(&rng, 7);
             const int n = 700;
-            al_decode_view v = {NULL, 64, 0, 16, 32, 16, 0, 0, 0, 0};
+            al_decode_view v = {{NULL, AL_DT_F32}, 64, 0, 16, 32, 16, 0, 0, 0, 0};
             float *cache = malloc(sizeof(float) * 64 * n), q[64], o1[64], o2[64];
             float *work = malloc(sizeof(float) * al_attn_decode_scratch(&s, 0, n));
             for (int i = 0; i < 64 * n; i++) cache[i] = frand(&rng);
             for (int i = 0; i < 64; i++) q[i] = frand(&rng);
-            v.cache = cache;
+            v.cache.data = cache;
             omp_set_num_threads(1);
             al_attn_decode(&s, q, &v, n, o1, work);
             omp_set_num_threads(2);

@@ -148,6 +148,7 @@ static inline const al_param *tu_find_param(const al_model *m, const char *name)
 
 typedef struct tu_decode {
     double worst;                         /* max over positions of the logits' relative error */
+    double worst_bf16;                    /* the same with a BF16 cache (CHECKed below 3e-2 here) */
     size_t values_per_token, cache_bytes; /* of the decoder's cache */
     int refuses_full;                     /* a step past T fails with "full" */
 } tu_decode;
@@ -172,6 +173,18 @@ static inline tu_decode tu_decode_vs_forward(al_model *m, const int *tok, int T)
     }
     /* a full cache refuses another token instead of writing past its end */
     out.refuses_full = al_decoder_step(&dec, 1, logits, &err) == -1 && strstr(err.msg, "full") != NULL;
+    al_decoder_free(&dec);
+    /* a BF16 cache: half the bytes, each cached value rounded once (a layout
+     * or widening mistake would be off by O(1), not by bf16 rounding) */
+    CHECK(al_decoder_create_kv(&dec, m, T, AL_DT_BF16, &err) == 0);
+    CHECK_MSG(dec.cache_bytes * 2 == out.cache_bytes, "BF16 cache %zu bytes, F32 %zu", dec.cache_bytes,
+              out.cache_bytes);
+    for (int t = 0; t < T; t++) {
+        CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
+        double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
+        out.worst_bf16 = e > out.worst_bf16 ? e : out.worst_bf16;
+    }
+    CHECK_MSG(out.worst_bf16 < 3e-2, "BF16 cache decode vs forward rel err %g", out.worst_bf16);
     al_decoder_free(&dec);
     al_acts_free(&a);
     return out;
