@@ -6,6 +6,8 @@
  * is written as the bytes it stands for (al_tok_piece), special tokens are
  * not written, and sampling the tokenizer's EOS ends the text. --ids prints
  * the generated token ids instead, space-separated on one line.
+ * --weights bf16 decodes with the model's matrices rounded to BF16 once
+ * (weights.c): half the bytes read per token.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ static void put_token(int id, void *ctx) {
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
-    const char *model_dir = NULL, *prompt = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *weights = "f32";
     long count = 200, top_k = 0, seed = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int print_ids = 0;
@@ -48,15 +50,19 @@ int cmd_generate(int argc, char **argv) {
         {"seed", ARG_INT, &seed, "sampling seed"},
         {"ids", ARG_FLAG, &print_ids, "print the generated token ids instead of their text"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "--model DIR --prompt TEXT [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]",
+    int rc = cli_parse(cmd,
+                       "--model DIR --prompt TEXT [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
+                       "[--weights bf16]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!model_dir || !prompt) return cli_usage(cmd, "--model DIR and --prompt TEXT are required");
     if (count < 0 || top_k < 0 || temperature < 0 || !(top_p > 0 && top_p <= 1))
         return cli_usage(cmd, "-n, --top-k and --temperature must not be negative; --top-p must be in (0, 1]");
+    if ((rc = cli_weights_check(cmd, weights))) return rc;
     if (threads > 0) al_set_threads((int)threads);
     al_err err;
     al_model m;
@@ -64,6 +70,10 @@ int cmd_generate(int argc, char **argv) {
     if (m.cfg.task != AL_TASK_LM) {
         al_model_free(&m);
         return cli_fail(cmd, "a vision model classifies images; it does not decode tokens");
+    }
+    if ((rc = cli_weights_apply(cmd, weights, &m))) {
+        al_model_free(&m);
+        return rc;
     }
     al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
     int *ids = NULL, n_ids = 0;
