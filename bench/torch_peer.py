@@ -285,7 +285,7 @@ def bench_prefill(args):
     return common({
         "bench": "prefill", "attention": "mha", "layers": 12, "hidden": 768, "heads": 12, "kv_heads": 12,
         "tokens": T, "ms_best": 1e3 * best, "ms_mean": 1e3 * mean, "tokens_per_s": T / best,
-        "model_gflops": flops / 1e9, "model_gflops_per_s": gf, "ratio": gf / probe.gflops(),
+        "model_gflops": flops / 1e9, "model_gflops_per_s": gf, "ratio": gf / probe.gflops(), "weights": "F32",
     }, probe, args.iters, load_start, rss)
 
 

@@ -40,7 +40,9 @@ typedef struct al_param_spec {
 /* One layer's view of its weights: w[i] / g[i] follow params() order; g[] are
  * NULL when no gradients exist (inference).
  * wdt[i] is the dtype of w[i]'s data. attnlab's own models are fp32 arenas
- * (wdt all AL_DT_F32, which is 0, so a zeroed layer is one). A Hugging Face
+ * (wdt all AL_DT_F32, which is 0, so a zeroed layer is one), or for
+ * inference their BF16 copy (al_model_weights_bf16: matrices BF16 at the
+ * arena's offsets, 1-D tensors fp32). A Hugging Face
  * checkpoint's matrices stay memory-mapped in their file dtype: w[i] then
  * points at read-only BF16/F16/F32 bytes (use al_attn_w, never dereference
  * it as float unless wdt[i] is F32); its 1-D tensors (norm gains, biases)
@@ -67,6 +69,16 @@ typedef struct al_kv {
 
 /* c's values [at, at + n) = src[0, n) (BF16: rounded to nearest even) */
 void al_kv_store(al_kv c, size_t at, const float *src, size_t n);
+
+/* Whether tensor i + 1 of w (dtypes dt; NULL: all fp32, e.g. the gradients)
+ * starts right where tensor i, of numel elements, ends, in the same dtype:
+ * the arena layout (attnlab's fp32 weights, their gradients, and the BF16
+ * copy of al_model_weights_bf16, which keeps the offsets), where a design may
+ * multiply adjacent tensors as one matrix. */
+static inline int al_attn_adjacent(float *const *w, const al_dtype *dt, int i, size_t numel) {
+    const al_dtype d = dt ? dt[i] : AL_DT_F32;
+    return (!dt || dt[i + 1] == d) && (const char *)w[i + 1] == (const char *)w[i] + numel * al_dtype_size(d);
+}
 
 typedef struct al_attn_ops {
     const char *name;

@@ -47,6 +47,12 @@
  * every parallel loop owns its outputs, so results do not depend on the
  * thread count.
  *
+ * Inference with BF16 weights (al_model_weights_bf16: a copy at the arena's
+ * offsets, so the five input-side tensors stay one matrix) takes the same
+ * steps through wmat.c's products (al_matmul / al_matvec / al_matvec_t);
+ * fp32 weights make the same CBLAS calls and loops as before. Backward is
+ * fp32 only.
+ *
  * On configuration, num_key_value_heads must equal num_attention_heads: every
  * head has its own effective key/value map (which is what the head-similarity
  * analysis and any HF-side reader counting K/V maps sees), even though the
@@ -170,25 +176,26 @@ static void in_rows(const dims *m, int rows[5]) {
 }
 
 /* The model lays tensors out back to back in params() order (no padding),
- * so W_q..U_V form one [P, d] matrix, and their gradients likewise. */
-static inline int contiguous(const dims *m, float *const *base) {
+ * so W_q..U_V form one [P, d] matrix, and their gradients likewise; the BF16
+ * copy of al_model_weights_bf16 keeps the offsets, so there too (dt: the
+ * tensors' dtypes, NULL for fp32 gradients). */
+static inline int contiguous(const dims *m, float *const *base, const al_dtype *dt) {
     int rows[5];
     in_rows(m, rows);
     for (int i = 0; i < 4; i++)
-        if (base[W_Q + i + 1] != base[W_Q + i] + (size_t)rows[i] * m->d) return 0;
+        if (!al_attn_adjacent(base, dt, W_Q + i, (size_t)rows[i] * m->d)) return 0;
     return 1;
 }
 
-/* proj[N, P] = x[N, d] [W_q; W_Ks; W_Vs; U_K; U_V]^T */
+/* proj[N, P] = x[N, d] [W_q; W_Ks; W_Vs; U_K; U_V]^T (fp32: one sgemm; BF16: wmat.c) */
 static void proj_fwd(const al_attn_layer *L, const dims *m, const float *x, float *proj, int N) {
-    assert(contiguous(m, L->w));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, m->w, m->d, 1.0f, x, m->d, L->w[W_Q], m->d, 0.0f, proj,
-                m->w);
+    assert(contiguous(m, L->w, L->wdt));
+    al_matmul(proj, m->w, x, m->d, al_attn_w(L, W_Q), N, m->d, m->w, 0);
 }
 
 /* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] += dproj^T x[N, d] */
 static void proj_bwd(const al_attn_layer *L, const dims *m, const float *x, const float *dproj, float *dx, int N) {
-    assert(contiguous(m, L->w) && contiguous(m, L->g));
+    assert(contiguous(m, L->w, L->wdt) && contiguous(m, L->g, NULL) && L->wdt[W_Q] == AL_DT_F32);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, m->d, m->w, 1.0f, dproj, m->w, L->w[W_Q], m->d, 1.0f,
                 dx, m->d);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->w, m->d, N, 1.0f, dproj, m->w, x, m->d, 1.0f, L->g[W_Q],
@@ -205,10 +212,17 @@ static void rope_proj(const al_attn_layer *L, const dims *m, float *proj, int N,
 /* ---- materialised per-head keys and values (training) ----
  * K[N, H*dh]: K[n, h] = K_s[n] + B_K[h] R_K[n, h]  (R_K rotated in proj)
  * V[N, H*dh]: V[n, h] = V_s[n] + B_V[h] R_V[n, h]
- * Work items are (row block, head); each runs single-threaded sgemm. */
+ * Work items are (row block, head); each runs single-threaded sgemm. BF16
+ * up-projections (al_model_weights_bf16, inference) take build_kv_wref. */
+static void build_kv_wref(const al_attn_layer *L, const dims *m, const float *proj, float *K, float *V, int N);
+
 static void build_kv(const al_attn_layer *L, const dims *m, const float *proj, float *K, float *V, int N) {
     const int nrb = (N + RB - 1) / RB, H = m->H, dh = m->dh, r = m->r, hd = m->hd, w = m->w;
     const long items = (long)nrb * H;
+    if (L->wdt[W_KU] != AL_DT_F32 || L->wdt[W_VU] != AL_DT_F32) {
+        build_kv_wref(L, m, proj, K, V, N);
+        return;
+    }
 #pragma omp parallel for schedule(static) if ((long)N * hd * r > 65536)
     for (long it = 0; it < items; it++) {
         const int rb = (int)(it / H), h = (int)(it % H);
@@ -222,6 +236,24 @@ static void build_kv(const al_attn_layer *L, const dims *m, const float *proj, f
                     w, L->w[W_KU] + (size_t)h * dh * r, r, 1.0f, K + (size_t)n0 * hd + (size_t)h * dh, hd);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rv + h * r,
                     w, L->w[W_VU] + (size_t)h * dh * r, r, 1.0f, V + (size_t)n0 * hd + (size_t)h * dh, hd);
+    }
+}
+
+/* build_kv for up-projections in another dtype: the shared rows copied in
+ * parallel, then per head one product over all N rows through wmat.c (which
+ * parallelises inside; the matrices are small, dh x r). */
+static void build_kv_wref(const al_attn_layer *L, const dims *m, const float *proj, float *K, float *V, int N) {
+    const int H = m->H, dh = m->dh, r = m->r, hd = m->hd, w = m->w;
+#pragma omp parallel for schedule(static) if ((long)N * hd > 65536)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            memcpy(K + (size_t)n * hd + (size_t)h * dh, proj + (size_t)n * w + m->o_ks, sizeof(float) * dh);
+            memcpy(V + (size_t)n * hd + (size_t)h * dh, proj + (size_t)n * w + m->o_vs, sizeof(float) * dh);
+        }
+    for (int h = 0; h < H; h++) {
+        const size_t off = (size_t)h * dh * r;
+        al_matmul(K + (size_t)h * dh, hd, proj + m->o_rk + h * r, w, al_wref_at(al_attn_w(L, W_KU), off), N, r, dh, 1);
+        al_matmul(V + (size_t)h * dh, hd, proj + m->o_rv + h * r, w, al_wref_at(al_attn_w(L, W_VU), off), N, r, dh, 1);
     }
 }
 
@@ -249,7 +281,7 @@ static void lrkv_forward(const al_attn_layer *L, const float *x, float *y, float
     } else {
         al_attn_fwd(&s, proj, proj + m.o_ks, proj + m.o_vs, o, lse);
     }
-    al_linear_fwd(y, o, L->w[W_O], N, m.hd, m.d, 0); /* y[N, d] = o[N, H*dh] W_o^T */
+    al_matmul(y, m.d, o, m.hd, al_attn_w(L, W_O), N, m.hd, m.d, 0); /* y[N, d] = o[N, H*dh] W_o^T */
 }
 
 /* Gradients of the materialisation, given dK, dV [N, H*dh]:
@@ -315,7 +347,37 @@ static void lrkv_backward(const al_attn_layer *L, const float *x, const float *d
     proj_bwd(L, &m, x, dproj, dx, N);
 }
 
-/* ---- factored decode ----
+/* ---- factored decode ---- */
+
+/* qb[r] = B_K[h]^T q[dh], B_K[h] = B's [dh, r] row-major block at element
+ * off: fp32 as a plain loop, another dtype through wmat.c. */
+static void up_t(al_wref B, size_t off, int dh, int r, const float *q, float *qb) {
+    if (B.dt != AL_DT_F32) {
+        if (r > 0) al_matvec_t(qb, q, al_wref_at(B, off), dh, r, 0);
+        return;
+    }
+    const float *bk = (const float *)B.p + off;
+    memset(qb, 0, sizeof(float) * r);
+    for (int e = 0; e < dh; e++)
+        for (int k = 0; k < r; k++) qb[k] += bk[(size_t)e * r + k] * q[e];
+}
+
+/* o[dh] = u[:dh] + B_V[h] u[dh:], B_V[h] = B's [dh, r] block at element off. */
+static void up_add(al_wref B, size_t off, int dh, int r, const float *u, float *o) {
+    if (B.dt != AL_DT_F32) {
+        memcpy(o, u, sizeof(float) * dh);
+        if (r > 0) al_matvec(o, u + dh, al_wref_at(B, off), dh, r, 1);
+        return;
+    }
+    const float *bv = (const float *)B.p + off;
+    for (int e = 0; e < dh; e++) {
+        float a = u[e];
+        for (int k = 0; k < r; k++) a += bv[(size_t)e * r + k] * u[dh + k];
+        o[e] = a;
+    }
+}
+
+/*
  * The shared kernel of decode.c does the attention: one key/value group
  * (K_s, V_s, read once for all heads) plus each head's own rank-r part, with
  * head h's query extended by qB_h = B_K[h]^T q_h:
@@ -329,32 +391,23 @@ static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, al_kv 
     fn.G = 1;
     float *proj = scratch, *qx = proj + m.w, *u = qx + (size_t)H * qw, *o = u + (size_t)H * qw, *work = o + m.hd;
     /* proj[P] = Wfused[P, d] x[d] */
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, m.w, m.d, 1.0f, L->w[W_Q], m.d, x, 1, 0.0f, proj, 1);
+    al_matvec(proj, x, al_attn_w(L, W_Q), m.w, m.d, 0);
     rope_proj(L, &m, proj, 1, 1, pos, +1);
     al_kv_store(cache, (size_t)pos * vpt, proj + m.o_ks, vpt); /* [K_s|V_s|R_K|R_V] */
     /* qx_h = [q_h | B_K[h]^T q_h]: B_K[h] is [dh, r] row-major (k_up_proj rows h*dh..) */
     for (int h = 0; h < H; h++) {
-        const float *qh = proj + (size_t)h * dh, *bk = L->w[W_KU] + (size_t)h * dh * r;
-        float *qxh = qx + (size_t)h * qw, *qb = qxh + dh;
+        const float *qh = proj + (size_t)h * dh;
+        float *qxh = qx + (size_t)h * qw;
         memcpy(qxh, qh, sizeof(float) * dh);
-        memset(qb, 0, sizeof(float) * r);
-        for (int e = 0; e < dh; e++)
-            for (int k = 0; k < r; k++) qb[k] += bk[(size_t)e * r + k] * qh[e];
+        up_t(al_attn_w(L, W_KU), (size_t)h * dh * r, dh, r, qh, qxh + dh);
     }
     const al_decode_view view = {cache, vpt, 0, 0, (size_t)dh, 0, 2 * (size_t)dh, 2 * (size_t)dh + (size_t)H * r, r,
                                  r};
     al_attn_decode(&fn, qx, &view, pos + 1, u, work);
     /* o_h = u_h[:dh] + B_V[h] u_h[dh:] */
-    for (int h = 0; h < H; h++) {
-        const float *uh = u + (size_t)h * qw, *bv = L->w[W_VU] + (size_t)h * dh * r;
-        float *oh = o + (size_t)h * dh;
-        for (int e = 0; e < dh; e++) {
-            float a = uh[e];
-            for (int k = 0; k < r; k++) a += bv[(size_t)e * r + k] * uh[dh + k];
-            oh[e] = a;
-        }
-    }
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, m.d, m.hd, 1.0f, L->w[W_O], m.hd, o, 1, 0.0f, y, 1);
+    for (int h = 0; h < H; h++)
+        up_add(al_attn_w(L, W_VU), (size_t)h * dh * r, dh, r, u + (size_t)h * qw, o + (size_t)h * dh);
+    al_matvec(y, o, al_attn_w(L, W_O), m.d, m.hd, 0);
 }
 
 /* Head-similarity maps (attention.md 4): query rows W_q[h] [dh, d] and the
@@ -363,18 +416,15 @@ static void lrkv_decode(const al_attn_layer *L, const float *x, float *y, al_kv 
 static int lrkv_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
     const dims m = dims_of(L->cfg);
     if (!wq && !wk) return m.dh;
-    const float *q = L->w[W_Q] + (size_t)h * m.dh * m.d, *ks = L->w[W_KS];
-    const float *U = L->w[W_KD] + (size_t)h * m.r * m.d, *Bk = L->w[W_KU] + (size_t)h * m.dh * m.r;
-    for (size_t i = 0; i < (size_t)m.dh * m.d; i++) {
-        wq[i] = q[i];
-        wk[i] = ks[i];
-    }
+    const al_wref U = al_wref_at(al_attn_w(L, W_KD), (size_t)h * m.r * m.d);
+    const al_wref Bk = al_wref_at(al_attn_w(L, W_KU), (size_t)h * m.dh * m.r);
+    al_wread_f64(wq, al_attn_w(L, W_Q), (size_t)h * m.dh * m.d, (size_t)m.dh * m.d);
+    al_wread_f64(wk, al_attn_w(L, W_KS), 0, (size_t)m.dh * m.d);
     for (int a = 0; a < m.dh; a++)
         for (int t = 0; t < m.r; t++) {
-            const double b = Bk[(size_t)a * m.r + t];
-            const float *u = U + (size_t)t * m.d;
+            const double b = al_wget(Bk, (size_t)a * m.r + t);
             double *row = wk + (size_t)a * m.d;
-            for (int e = 0; e < m.d; e++) row[e] += b * u[e];
+            for (int e = 0; e < m.d; e++) row[e] += b * al_wget(U, (size_t)t * m.d + e);
         }
     return m.dh;
 }
@@ -390,8 +440,7 @@ static int lrkv_head_qk(const al_attn_layer *L, const float *saved, int B, int T
         memcpy(q + (size_t)t * m.dh, row + (size_t)h * m.dh, sizeof(float) * m.dh);
         memcpy(kt, row + m.o_ks, sizeof(float) * m.dh);
         if (m.r > 0) /* kt[dh] += B_K[h][dh, r] R_K[h][r] */
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, m.dh, m.r, 1.0f, L->w[W_KU] + (size_t)h * m.dh * m.r, m.r,
-                        row + m.o_rk + h * m.r, 1, 1.0f, kt, 1);
+            al_matvec(kt, row + m.o_rk + h * m.r, al_wref_at(al_attn_w(L, W_KU), (size_t)h * m.dh * m.r), m.dh, m.r, 1);
     }
     return m.dh;
 }

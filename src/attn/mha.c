@@ -26,7 +26,6 @@
  * train, and head_maps ignores them (an offset, not a bilinear form).
  */
 #include <assert.h>
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -110,25 +109,26 @@ static al_attn_shape shape_of(const al_config *c, int B, int T) {
     return s;
 }
 
-/* Whether [W_q; W_k; W_v] is one fp32 matrix (attnlab's arena layout). */
+/* Whether [W_q; W_k; W_v] is one matrix of one dtype (attnlab's arena
+ * layout: fp32, or its BF16 copy at the same offsets). */
 static int qkv_fused(const al_attn_layer *L) {
     const al_config *c = L->cfg;
     const size_t qn = (size_t)c->num_heads * c->head_dim * c->hidden_size;
     const size_t kn = (size_t)c->num_kv_heads * c->head_dim * c->hidden_size;
-    return L->wdt[W_Q] == AL_DT_F32 && L->wdt[W_K] == AL_DT_F32 && L->wdt[W_V] == AL_DT_F32 &&
-           L->w[W_K] == L->w[W_Q] + qn && L->w[W_V] == L->w[W_K] + kn;
+    return al_attn_adjacent(L->w, L->wdt, W_Q, qn) && al_attn_adjacent(L->w, L->wdt, W_K, kn);
 }
 
-/* qkv[N, w] = x[N, d] [W_q; W_k; W_v]^T (+ biases): one GEMM over the fused
- * arena matrix, else one product per projection into its column range;
- * decode (N = 1) takes the matrix-vector forms. */
+/* qkv[N, w] = x[N, d] [W_q; W_k; W_v]^T (+ biases): one product over the
+ * fused arena matrix (fp32: the sgemm / sgemv calls of wmat.c; BF16: its
+ * kernels), else one product per projection into its column range; decode
+ * (N = 1) takes the matrix-vector forms. */
 static void project_qkv(const al_attn_layer *L, const float *x, float *qkv, int N, int decode) {
     const al_config *c = L->cfg;
     const int d = c->hidden_size, qd = c->num_heads * c->head_dim, kvd = c->num_kv_heads * c->head_dim;
     const int w = (int)qkv_width(c);
     if (qkv_fused(L)) {
-        if (decode) cblas_sgemv(CblasRowMajor, CblasNoTrans, w, d, 1.0f, L->w[W_Q], d, x, 1, 0.0f, qkv, 1);
-        else al_linear_fwd(qkv, x, L->w[W_Q], N, d, w, 0); /* qkv[N, w] = x[N, d] Wqkv^T */
+        if (decode) al_matvec(qkv, x, al_attn_w(L, W_Q), w, d, 0);
+        else al_matmul(qkv, w, x, d, al_attn_w(L, W_Q), N, d, w, 0); /* qkv[N, w] = x[N, d] Wqkv^T */
     } else if (decode) {
         al_matvec(qkv, x, al_attn_w(L, W_Q), qd, d, 0);
         al_matvec(qkv + qd, x, al_attn_w(L, W_K), kvd, d, 0);
@@ -171,7 +171,7 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     const float *qkv = saved, *o = qkv + (size_t)N * w, *lse = o + (size_t)N * H * dh;
     float *dqkv = scratch, *d_o = dqkv + (size_t)N * w;
     /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and have no biases */
-    assert(qkv_fused(L) && !c->qkv_bias);
+    assert(qkv_fused(L) && L->wdt[W_Q] == AL_DT_F32 && !c->qkv_bias);
     memset(dqkv, 0, sizeof(float) * (size_t)N * w);
     memset(d_o, 0, sizeof(float) * (size_t)N * H * dh);
     al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);

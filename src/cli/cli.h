@@ -58,6 +58,17 @@ int cmd_tokenize(int argc, char **argv);
 int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
                 const char *out);
 
+/* --weights S of the inference commands (weights.c): f32 (default) or bf16.
+ * cli_weights_check refuses other values (usage error, before any loading);
+ * cli_weights_apply converts a loaded attnlab model to BF16 weights
+ * (al_model_weights_bf16), accepts a BF16 Hugging Face checkpoint as it is
+ * and refuses other checkpoints and vision models. Both return CLI_OK, 1
+ * (error printed) or CLI_USAGE; the caller still owns (and frees) m. */
+#define CLI_WEIGHTS_HELP "f32 (default) or bf16: matrices as BF16 (a Hugging Face checkpoint: a BF16 one only)"
+struct al_model;
+int cli_weights_check(const char *cmd, const char *weights);
+int cli_weights_apply(const char *cmd, const char *weights, struct al_model *m);
+
 /* Text -> a model's tokens (text_input.c). */
 /* The tokenizer of model_dir (al_tok_open_dir) checked against the model's
  * vocabulary: model_vocab ids, or 0 to read config.json's vocab_size. A

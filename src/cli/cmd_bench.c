@@ -224,16 +224,19 @@ static int bench_train(int argc, char **argv) {
 static int bench_prefill(int argc, char **argv) {
     const char *cmd = "bench prefill";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 5];
+    al_arg args[TRAIN_MAX_ARGS + 6];
     int n = train_flags_table(&f, args);
     long iters = 5, tokens = 512, sgemm_n = 2048, triad_mb = 256;
     int json = 0;
+    const char *weights = "f32";
     args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "prompt length (positions in one forward)"};
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed forwards (after 1 warm-up)"};
+    args[n++] = (al_arg){"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP};
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
-    int rc = cli_parse(cmd, "[--preset NAME] [model flags] [--tokens N] [--iters N] [--json]", args, n, argc, argv);
+    int rc = cli_parse(cmd, "[--preset NAME] [model flags] [--tokens N] [--iters N] [--weights bf16] [--json]", args, n,
+                       argc, argv);
     if (rc == CLI_HELP) return 0;
-    if (rc) return rc;
+    if (rc || (rc = cli_weights_check(cmd, weights))) return rc;
     if (!f.preset && !cli_find(args, n, "layers")->seen) f.preset = "gpt2";
     al_train_opts o;
     if ((rc = train_flags_resolve(cmd, &f, args, n, &o))) return rc;
@@ -252,6 +255,10 @@ static int bench_prefill(int argc, char **argv) {
         return cli_fail(cmd, err.msg);
     }
     al_model_init_weights(&m, o.seed);
+    if ((rc = cli_weights_apply(cmd, weights, &m))) {
+        al_acts_free(&a), al_model_free(&m);
+        return rc;
+    }
     int *in = malloc(sizeof(int) * tokens);
     if (!in) {
         al_acts_free(&a), al_model_free(&m);
@@ -289,11 +296,13 @@ static int bench_prefill(int argc, char **argv) {
             num(j, "model_gflops", flops / 1e9);
             num(j, "model_gflops_per_s", gflops);
             num(j, "ratio", gflops / sgemm);
+            cJSON_AddStringToObject(j, "weights", al_dtype_name(m.embed_dt));
             env_json(j, &e, (int)iters);
             json_out(j);
         } else {
-            printf("prefill: %d layers, hidden %d, %d heads (%d KV), %s attention, %ld tokens\n", cfg.num_layers,
-                   cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, al_attn_name(cfg.attention), tokens);
+            printf("prefill: %d layers, hidden %d, %d heads (%d KV), %s attention, %ld tokens, %s weights\n",
+                   cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, al_attn_name(cfg.attention), tokens,
+                   al_dtype_name(m.embed_dt));
             printf("  %.1f ms best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> %.1f%% of sgemm\n", 1e3 * best,
                    1e3 * total / iters, tokens / best, gflops, 100 * gflops / sgemm);
             env_text(&e);
@@ -313,13 +322,14 @@ static int bench_prefill(int argc, char **argv) {
  * moved per token = every weight read once (the embedding: one row, unless
  * it is also the tied head) + the cache entries read. Each round decodes the
  * last --tokens positions before --decode-context again; the best round
- * counts. */
+ * counts. --weights bf16 converts an attnlab model's matrices to BF16 first
+ * (al_model_weights_bf16), and the bytes per token count them at 2 bytes. */
 static int bench_decode(int argc, char **argv) {
     const char *cmd = "bench decode";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 8];
+    al_arg args[TRAIN_MAX_ARGS + 9];
     int n = train_flags_table(&f, args);
-    const char *model_dir = NULL, *kv_dtype = "f32";
+    const char *model_dir = NULL, *kv_dtype = "f32", *weights = "f32";
     long context = 4096, tokens = 32, triad_mb = 256, sgemm_n = 2048, iters = 3;
     int json = 0;
     args[n++] = (al_arg){"model", ARG_STRING, &model_dir, "model directory (default: a random model from the flags)"};
@@ -327,10 +337,14 @@ static int bench_decode(int argc, char **argv) {
     args[n++] = (al_arg){"decode-context", ARG_INT, &context, "cache length at which decoding is timed"};
     args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "decode steps per round (the last ones before the context is full)"};
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed rounds (best counts)"};
+    args[n++] = (al_arg){"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP};
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
-    int rc = cli_parse(cmd, "[--model DIR | --preset NAME] [--decode-context T] [--tokens N] [--json]", args, n, argc, argv);
+    int rc = cli_parse(cmd,
+                       "[--model DIR | --preset NAME] [--decode-context T] [--tokens N] [--weights bf16] "
+                       "[--kv-dtype bf16] [--json]",
+                       args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
-    if (rc) return rc;
+    if (rc || (rc = cli_weights_check(cmd, weights))) return rc;
     if (context < 2 || tokens < 1 || tokens >= context || triad_mb < 1 || iters < 1 || sgemm_n < 64)
         return cli_usage(cmd, "need 0 < --tokens < --decode-context, positive --iters and --triad-mb, --sgemm-n >= 64");
     al_dtype kv_dt;
@@ -358,6 +372,10 @@ static int bench_decode(int argc, char **argv) {
         if (cfg.max_position < context) cfg.max_position = (int)context;
         if (al_model_create(&m, &cfg, &err)) return cli_fail(cmd, err.msg);
         al_model_init_weights(&m, 1);
+    }
+    if ((rc = cli_weights_apply(cmd, weights, &m))) {
+        al_model_free(&m);
+        return rc;
     }
     al_decoder dec;
     if (al_decoder_create_kv(&dec, &m, (int)context, kv_dt, &err)) {
@@ -421,7 +439,7 @@ static int bench_decode(int argc, char **argv) {
             num(j, "bytes_per_token", bytes);
             num(j, "achieved_gb_per_s", gbs);
             num(j, "bandwidth_ratio", gbs / e.triad);
-            cJSON_AddStringToObject(j, "weights", m.mapped ? al_dtype_name(m.embed_dt) : "F32");
+            cJSON_AddStringToObject(j, "weights", al_dtype_name(m.embed_dt));
             cJSON_AddStringToObject(j, "wmat_kernel", al_wmat_kernel_name());
             env_json(j, &e, (int)iters);
             json_out(j);
@@ -431,6 +449,8 @@ static int bench_decode(int argc, char **argv) {
             if (m.mapped)
                 printf("  weights: %s %s, memory-mapped (%s kernels)\n", al_config_architecture(&cfg),
                        al_dtype_name(m.embed_dt), al_wmat_kernel_name());
+            else if (m.w16)
+                printf("  weights: BF16, converted from fp32 (%s kernels)\n", al_wmat_kernel_name());
             printf("  %.1f tokens/s (%.3f ms/token, best of %ld rounds of %ld)\n", 1 / best, 1e3 * best, iters, tokens);
             printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token, %s)\n",
                    weight_bytes / 1e6, cache_read / 1e6, kv_per_pos, al_dtype_name(kv_dt));

@@ -16,6 +16,8 @@
  * training data: it needs --data or --text, and defaults to one window of
  * min(1024, its context) tokens per pass. --verbose adds a line on memory:
  * weight bytes mapped in place and copied, activations, resident set.
+ * --weights bf16 scores an attnlab model with its matrices rounded to BF16
+ * (weights.c).
  */
 #include <cJSON.h>
 #include <math.h>
@@ -108,6 +110,7 @@ static int eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, siz
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
     const char *model_dir = NULL, *data = NULL, *text_arg = NULL, *logits_path = NULL, *images = NULL;
+    const char *weights = "f32";
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
     int json = 0, verbose = 0;
     al_arg args[] = {
@@ -121,11 +124,14 @@ int cmd_eval(int argc, char **argv) {
         {"images", ARG_STRING, &images, "vision: directory of the Fashion-MNIST IDX files (default: the training run's)"},
         {"max-images", ARG_INT, &max_images, "vision: evaluate the first N test images (0: all 10000)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP},
         {"json", ARG_FLAG, &json, "print one JSON object"},
         {"verbose", ARG_FLAG, &verbose, "also report memory: weights mapped / copied, activations, resident set"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR]",
+    int rc = cli_parse(cmd,
+                       "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR] "
+                       "[--weights bf16]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
@@ -133,12 +139,18 @@ int cmd_eval(int argc, char **argv) {
     if (data && text_arg) return cli_usage(cmd, "give --data FILE or --text STR, not both");
     if (batch <= 0 || context < 0 || max_tokens < 0 || max_images < 0 || max_images > 100000000)
         return cli_usage(cmd, "--batch must be positive, --context, --max-tokens and --max-images not negative");
+    if ((rc = cli_weights_check(cmd, weights))) return rc;
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
     al_model m;
     char *extra = NULL;
     if (al_model_load(&m, model_dir, &extra, &err)) return cli_fail(cmd, err.msg);
+    if ((rc = cli_weights_apply(cmd, weights, &m))) {
+        al_model_free(&m);
+        free(extra);
+        return rc;
+    }
     const int vit = m.cfg.task == AL_TASK_VISION;
     static const char *const text_only[] = {"data", "text", "context", "max-tokens", "logits"};
     static const char *const vision_only[] = {"images", "max-images"};
@@ -289,8 +301,9 @@ int cmd_eval(int argc, char **argv) {
             al_rss_now(&rss, &anon, &file);
             printf("memory: weights %.1f MB (%s), %.1f MB used in place from the mapped files, %.1f MB copied; "
                    "activations %.1f MB; resident %.1f MB (%.1f MB file pages, %.1f MB anonymous), peak %.1f MB\n",
-                   al_model_weight_bytes(&m) / 1e6, m.mapped ? "memory-mapped" : "fp32 arena", m.mapped_bytes / 1e6,
-                   m.copied_bytes / 1e6, act_bytes / 1e6, rss / 1e6, file / 1e6, anon / 1e6, al_peak_rss_bytes() / 1e6);
+                   al_model_weight_bytes(&m) / 1e6,
+                   m.mapped ? "memory-mapped" : m.w16 ? "BF16 copy of the fp32 arena" : "fp32 arena",
+                   m.mapped_bytes / 1e6, m.copied_bytes / 1e6, act_bytes / 1e6, rss / 1e6, file / 1e6, anon / 1e6, al_peak_rss_bytes() / 1e6);
         }
     }
     free(ids);

@@ -6,6 +6,8 @@
  * is written as the bytes it stands for (al_tok_piece), special tokens are
  * not written, and sampling the tokenizer's EOS ends the text. --ids prints
  * the generated token ids instead, space-separated on one line.
+ * --weights bf16 decodes with the model's matrices rounded to BF16 once
+ * (weights.c): half the bytes read per token.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ static void put_token(int id, void *ctx) {
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
-    const char *model_dir = NULL, *prompt = NULL, *kv_dtype = "f32";
+    const char *model_dir = NULL, *prompt = NULL, *kv_dtype = "f32", *weights = "f32";
     long count = 200, top_k = 0, seed = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int print_ids = 0;
@@ -49,9 +51,12 @@ int cmd_generate(int argc, char **argv) {
         {"ids", ARG_FLAG, &print_ids, "print the generated token ids instead of their text"},
         {"kv-dtype", ARG_STRING, &kv_dtype, "KV cache values: f32 or bf16 (half the cache bytes)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "--model DIR --prompt TEXT [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]",
+    int rc = cli_parse(cmd,
+                       "--model DIR --prompt TEXT [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
+                       "[--weights bf16] [--kv-dtype bf16]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
@@ -60,6 +65,7 @@ int cmd_generate(int argc, char **argv) {
         return cli_usage(cmd, "-n, --top-k and --temperature must not be negative; --top-p must be in (0, 1]");
     al_dtype kv_dt;
     if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt))) return rc;
+    if ((rc = cli_weights_check(cmd, weights))) return rc;
     if (threads > 0) al_set_threads((int)threads);
     al_err err;
     al_model m;
@@ -67,6 +73,10 @@ int cmd_generate(int argc, char **argv) {
     if (m.cfg.task != AL_TASK_LM) {
         al_model_free(&m);
         return cli_fail(cmd, "a vision model classifies images; it does not decode tokens");
+    }
+    if ((rc = cli_weights_apply(cmd, weights, &m))) {
+        al_model_free(&m);
+        return rc;
     }
     al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
     int *ids = NULL, n_ids = 0;

@@ -110,6 +110,39 @@ void al_model_set_views(al_model *m, const void *const *data, const al_dtype *dt
     set_views(m, m->w, data, dts, m->layers, 1);
 }
 
+int al_model_weights_bf16(al_model *m, al_err *err) {
+    if (m->w16) return 0;
+    if (m->mapped)
+        return al_errf(err, "BF16 weights are made from attnlab's fp32 models; this Hugging Face checkpoint is "
+                            "memory-mapped in its file dtype");
+    if (m->cfg.task != AL_TASK_LM) return al_errf(err, "BF16 weights are for language models (not a vision model)");
+    if (m->g) return al_errf(err, "BF16 weights are for inference: this model has gradients for training");
+    const void **data = malloc(sizeof *data * (size_t)m->n_params);
+    al_dtype *dts = malloc(sizeof *dts * (size_t)m->n_params);
+    uint16_t *w16 = al_alloc(sizeof(uint16_t) * (m->n_floats ? m->n_floats : 1));
+    if (!data || !dts || !w16) {
+        free(data), free(dts), al_free(w16);
+        return al_errf(err, "out of memory for %zu BF16 weights", m->n_floats);
+    }
+    /* the same offsets as the arena: the 1-D tensors' slots stay unused */
+    for (int i = 0; i < m->n_params; i++) {
+        const al_param *p = &m->params[i];
+        const float *src = m->w + p->offset;
+        if (p->ndim == 2) {
+            uint16_t *dst = w16 + p->offset;
+#pragma omp parallel for schedule(static) if (p->numel > 65536)
+            for (size_t j = 0; j < p->numel; j++) dst[j] = al_f32_to_bf16(src[j]);
+        }
+        data[i] = p->ndim == 2 ? (const void *)(w16 + p->offset) : (const void *)src;
+        dts[i] = p->ndim == 2 ? AL_DT_BF16 : AL_DT_F32;
+    }
+    m->w16 = w16;
+    m->dts = dts;
+    al_model_set_views(m, data, dts);
+    free(data);
+    return 0;
+}
+
 /* RoPE tables of angle 0 (cos 1, sin 0): the ViT's positions are learned
  * embeddings, and an identity rotation lets every design run unchanged. */
 static void rope_identity(al_rope_table *t) {
@@ -199,6 +232,8 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
 void al_model_free(al_model *m) {
     if (!m) return;
     al_model_unmap(m);
+    free(m->dts); /* a BF16 model's (the mapping's are freed and NULL by now) */
+    al_free(m->w16);
     al_free(m->w);
     al_free(m->g);
     free(m->params);
@@ -210,7 +245,7 @@ void al_model_free(al_model *m) {
 }
 
 void al_model_init_weights(al_model *m, uint64_t seed) {
-    if (m->mapped) return; /* read-only weights */
+    if (m->mapped || m->w16) return; /* read-only weights; BF16 copies made already */
     al_rng rng;
     al_rng_seed(&rng, seed);
     for (int i = 0; i < m->n_params; i++) {
@@ -229,6 +264,9 @@ int al_model_alloc_grads(al_model *m, al_err *err) {
         return al_errf(err, "training needs fp32 weights: this is a Hugging Face checkpoint (%s), memory-mapped in its "
                             "file dtype for inference only",
                        al_config_architecture(&m->cfg));
+    if (m->w16)
+        return al_errf(err, "training needs fp32 weights: this model holds BF16 weights for inference only "
+                            "(al_model_weights_bf16)");
     m->g = al_alloc(sizeof(float) * m->n_floats);
     if (!m->g) return al_errf(err, "out of memory for gradients");
     set_views(m, m->g, NULL, NULL, m->glayers, 0);
@@ -291,6 +329,7 @@ double al_vit_fwd_flops_per_image(const al_model *m) {
 
 int al_model_save(const al_model *m, const char *dir, const char *extra_json, al_err *err) {
     if (m->mapped) return al_errf(err, "%s: a memory-mapped Hugging Face checkpoint is not saved by attnlab", dir);
+    if (m->w16) return al_errf(err, "%s: a model with BF16 weights for inference is not saved by attnlab", dir);
     if (mkdir(dir, 0777) && errno != EEXIST) return al_errf(err, "%s: cannot create directory: %s", dir, strerror(errno));
     char path[4096];
     al_st_out_tensor *t = calloc((size_t)m->n_params, sizeof *t);
@@ -450,7 +489,7 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
 
 
 int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err) {
-    if (m->mapped) return al_acts_create_infer(a, m, B, T, NULL, 0, err);
+    if (m->mapped || m->w16) return al_acts_create_infer(a, m, B, T, NULL, 0, err);
     return acts_create(a, m, B, T, 0, NULL, 0, 1, err);
 }
 

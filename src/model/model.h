@@ -26,7 +26,9 @@
  * mapped model (hf.c): the same table and views, but the views point into
  * the memory-mapped safetensors files, matrices in their file dtype (the
  * *_dt fields beside the pointers), 1-D tensors as fp32 copies in a small w;
- * it runs forward and decode only (docs/hf-models.md).
+ * it runs forward and decode only (docs/hf-models.md). attnlab's own model
+ * can take the same form for inference: al_model_weights_bf16 points its
+ * matrix views at a BF16 copy of the arena (w16).
  */
 #ifndef AL_MODEL_H
 #define AL_MODEL_H
@@ -82,6 +84,11 @@ typedef struct al_model {
     al_dtype embed_dt, head_dt; /* of embed and lm_head (F32 for arena models) */
     size_t mapped_bytes;        /* tensor bytes used in place from the mapping */
     size_t copied_bytes;        /* tensor bytes copied to the heap (1-D tensors as fp32, misaligned matrices) */
+    /* al_model_weights_bf16: every 2-D tensor as BF16 at its arena offset
+     * (NULL: none, the views are fp32 into w). dts then holds each tensor's
+     * dtype as for a mapped model; like one, the model runs forward and
+     * decode only. */
+    uint16_t *w16;
 } al_model;
 
 /* Builds the parameter table and arenas for a validated config; weights zero. */
@@ -123,10 +130,26 @@ int al_model_open(al_model *m, const char *dir, int min_positions, char **extra_
  * matrices used in place, 1-D tensors converted to fp32. Errors name the
  * directory or file and the tensor. */
 int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err);
+/* BF16 weights for inference on attnlab's own fp32 language model: every
+ * 2-D tensor (embedding, the design's matrices, MLP, LM head) is rounded to
+ * BF16 (nearest even; NaN stays NaN) into one buffer, m->w16, at the same
+ * element offsets as the arena, and the views point there; 1-D tensors (norm
+ * gains) stay fp32 views into w. Why: decoding reads every weight once per
+ * token, so it is bound by their bytes, which this halves; the products then
+ * take wmat.c's BF16 kernels, as for a mapped BF16 checkpoint. Keeping the
+ * offsets keeps tensors that a design multiplies as one matrix adjacent
+ * (MHA's q/k/v, LRKV's five input projections). Afterwards the model is for
+ * forward and decode only: gradients and saving are refused, and
+ * al_model_weight_bytes counts the BF16 bytes (w keeps the fp32 values, so
+ * the model holds 1.5x the fp32 bytes). Refused: a mapped Hugging Face
+ * checkpoint (its matrices stay in their file dtype), a vision model, a model
+ * with gradients. A second call does nothing. */
+int al_model_weights_bf16(al_model *m, al_err *err);
 /* Closes the mapping and frees the tables of a mapped model (no-op otherwise). */
 void al_model_unmap(al_model *m);
-/* Bytes of the weights as the model holds them: matrices in their dtype,
- * mapped models' 1-D tensors as fp32 (a tied head counted once). */
+/* Bytes of the weights as the model computes with them: matrices in their
+ * dtype (BF16 after al_model_weights_bf16, though the fp32 arena stays),
+ * 1-D tensors as fp32 (a tied head counted once). */
 size_t al_model_weight_bytes(const al_model *m);
 /* Loads only the weights of an existing model from a safetensors file. */
 int al_model_load_weights(al_model *m, const char *path, al_err *err);

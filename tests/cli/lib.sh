@@ -12,6 +12,7 @@
 #   end                    print "PASS NAME" or "FAIL NAME: reasons"
 #   finish                 print "N passed, M failed" and exit 0 or 1
 #   make_text FILE LINES   deterministic English-like text (seeded bash RNG)
+#   train_tiny DATA NAME:FLAGS..  tiny models (4 steps on DATA) in $WORK/NAME
 #   st_edit SRC DST OP ..  rewrite a safetensors file with one kind of damage
 set -u
 
@@ -175,6 +176,23 @@ make_text() {
                 "${tail[RANDOM % 8]}"
         done
     } >"$file"
+}
+
+# train_tiny DATA NAME:FLAGS...: for each spec, a tiny model (2 layers,
+# hidden 32, 4 heads, context 16; 4 steps on DATA) with the extra train FLAGS
+# in $WORK/NAME, checked (exit 0, model.safetensors written) in the current case.
+train_tiny() {
+    local data=$1 spec name
+    shift
+    for spec in "$@"; do
+        name=${spec%%:*}
+        # shellcheck disable=SC2206
+        local extra=(${spec#*:})
+        run train --data "$data" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 4 --eval-every 4 \
+            --eval-tokens 128 --threads 2 --quiet "${extra[@]}" --out "$WORK/$name"
+        check_ok
+        check_exists "$WORK/$name/model.safetensors"
+    done
 }
 
 # st_edit SRC DST OP [ARG]: copies safetensors SRC to DST with one change:

@@ -16,22 +16,12 @@
 
 DATA=$WORK/data.txt
 make_text "$DATA" 400
-TINY=(--data "$DATA" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 4 --eval-every 4
-    --eval-tokens 128 --threads 2 --quiet)
-
 # ---------------------------------------------------------------- models
 
 begin "train tiny models of the five designs"
-for spec in "mha:--attention mha" "lrkv:--attention lrkv --lrkv-rank 4" "gqa:--attention gqa --kv-heads 2" \
+train_tiny "$DATA" "mha:--attention mha" "lrkv:--attention lrkv --lrkv-rank 4" "gqa:--attention gqa --kv-heads 2" \
     "mqa:--attention mqa --kv-heads 1" "mla:--attention mla --kv-lora-rank 8 --qk-rope-dim 4 --q-lora-rank 8" \
-    "h2:--attention mha --heads 2"; do
-    name=${spec%%:*}
-    # shellcheck disable=SC2206
-    extra=(${spec#*:})
-    run train "${TINY[@]}" "${extra[@]}" --out "$WORK/$name"
-    check_ok
-    check_exists "$WORK/$name/model.safetensors"
-done
+    "h2:--attention mha --heads 2"
 end
 mkdir -p "$WORK/out" "$WORK/bad"
 FIVE=(--model "$WORK/mha" --model "$WORK/lrkv" --model "$WORK/gqa" --model "$WORK/mqa" --model "$WORK/mla")

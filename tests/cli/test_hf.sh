@@ -8,7 +8,8 @@
 # sliding window). Each failure is one stderr line "attnlab: <cmd>: ...",
 # exit 1 (2 for usage errors), nothing on stdout, no crash. The good
 # checkpoints run eval, generate, info, attnmap, heads, compare, explore and
-# bench decode.
+# bench decode; --weights bf16 runs a BF16 checkpoint as stored and refuses
+# others (a usage error).
 #
 # usage: bash tests/cli/test_hf.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -93,6 +94,21 @@ begin "bench decode on an HF checkpoint"
 run bench decode --model "$WORK/qwen" --decode-context 48 --tokens 4 --triad-mb 4 --json
 check_ok
 check_stdout '"weights":"BF16"'
+end
+
+begin "--weights bf16: a BF16 checkpoint runs as stored, an F32 one is refused"
+run bench decode --model "$WORK/qwen" --decode-context 48 --tokens 4 --triad-mb 4 --json --weights bf16
+check_ok
+check_stdout '"weights":"BF16"'
+run generate --ids --model "$WORK/llama" --prompt "the" -n 4 --temperature 0 --weights bf16
+check_ok
+check_stdout "^[0-9]+( [0-9]+){3}$"
+for cmd in "generate --prompt the" "eval --data $DATA" "bench decode --decode-context 48 --tokens 4"; do
+    # shellcheck disable=SC2086
+    run $cmd --model "$WORK/ds" --weights bf16
+    check_error 2 "--weights bf16: this Hugging Face checkpoint holds F32 matrices.*only a BF16 checkpoint"
+    check_stdout_empty
+done
 end
 
 begin "eval of an HF checkpoint needs --data"

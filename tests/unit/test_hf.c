@@ -115,33 +115,6 @@ static void hf_json(const al_config *c, char *buf, size_t cap) {
                  c->tie_word_embeddings ? "true" : "false");
 }
 
-static al_config mla_cfg(int dq, int tied) {
-    al_config c = tu_config(48, 80, 2, 4, 4, 12, 32);
-    c.attention = AL_ATTN_MLA;
-    c.kv_lora_rank = 20;
-    c.q_lora_rank = dq;
-    c.qk_nope_head_dim = 8;
-    c.qk_rope_head_dim = 4;
-    c.v_head_dim = 10;
-    c.tie_word_embeddings = tied;
-    return c;
-}
-
-/* The forward logits of tok[B*T] (inference activations for a mapped model). */
-static float *logits_of(const al_model *m, const int *tok, int B, int T) {
-    al_err err;
-    al_acts a;
-    if (al_acts_create(&a, m, B, T, &err)) {
-        CHECK_MSG(0, "acts: %s", err.msg);
-        return NULL;
-    }
-    al_model_forward(m, &a, tok, NULL);
-    float *out = malloc(sizeof(float) * (size_t)B * T * m->cfg.vocab_size);
-    memcpy(out, a.logits, sizeof(float) * (size_t)B * T * m->cfg.vocab_size);
-    al_acts_free(&a);
-    return out;
-}
-
 /* Arena model c (random weights rounded to dt) vs the same weights mapped
  * from an HF checkpoint in dt: forward and decode logits, and the mapping. */
 static void check_mapped_vs_arena(const char *tag, al_config c, al_dtype dt, const char *dir) {
@@ -189,7 +162,7 @@ static void check_mapped_vs_arena(const char *tag, al_config c, al_dtype dt, con
     al_rng r;
     al_rng_seed(&r, 5);
     tu_random_tokens(tok, B * T, &r);
-    float *lo = logits_of(&own, tok, B, T), *lh = logits_of(&hf, tok, B, T);
+    float *lo = tu_logits(&own, tok, B, T), *lh = tu_logits(&hf, tok, B, T);
     if (lo && lh) {
         double e = test_rel_err(lh, lo, (size_t)B * T * V);
         CHECK_MSG(e <= 2e-6, "%s: mapped forward vs arena: %.3g", tag, e);
@@ -286,7 +259,7 @@ static void check_resident(const char *dir) {
     al_rss_now(&t1, &a1, &f1);
     int tok[16];
     for (int i = 0; i < 16; i++) tok[i] = (i * 37) % 256;
-    float *lg = logits_of(&hf, tok, 1, 16);
+    float *lg = tu_logits(&hf, tok, 1, 16);
     al_rss_now(&t2, &a2, &f2);
     printf("BF16 checkpoint of %zu bytes: resident +%.1f MB anonymous / +%.1f MB file after loading, "
            "+%.1f / +%.1f MB after a forward\n",
@@ -411,7 +384,7 @@ int main(void) {
         char tag[64];
         snprintf(tag, sizeof tag, "mla_q%d_BF16", dq);
         snprintf(sub, sizeof sub, "%s/%s", dir, tag);
-        check_mapped_vs_arena(tag, mla_cfg(dq, dq > 0), AL_DT_BF16, sub);
+        check_mapped_vs_arena(tag, tu_mla_config(dq, dq > 0), AL_DT_BF16, sub);
     }
     snprintf(sub, sizeof sub, "%s/big", dir);
     check_resident(sub);

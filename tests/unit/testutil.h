@@ -103,6 +103,20 @@ static inline al_config tu_config(int d, int f, int L, int H, int G, int dh, int
     return c;
 }
 
+/* MLA on tu_config(48, 80, 2 layers, 4 heads, 32 positions): d_c 20, d_q dq
+ * (0: no query compression), nope 8 + rope 4, v 10; tied head or not. */
+static inline al_config tu_mla_config(int dq, int tied) {
+    al_config c = tu_config(48, 80, 2, 4, 4, 12, 32);
+    c.attention = AL_ATTN_MLA;
+    c.kv_lora_rank = 20;
+    c.q_lora_rank = dq;
+    c.qk_nope_head_dim = 8;
+    c.qk_rope_head_dim = 4;
+    c.v_head_dim = 10;
+    c.tie_word_embeddings = tied;
+    return c;
+}
+
 enum {
     TU_FLAT = 0,     /* every float of m->w: 0.15 N(0,1) */
     TU_GAINS_ONE = 1 /* tensor by tensor; 1-D ones (norm gains) 1 + 0.15 N */
@@ -142,6 +156,23 @@ static inline const al_param *tu_find_param(const al_model *m, const char *name)
     for (int i = 0; i < m->n_params; i++)
         if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
     return NULL;
+}
+
+/* The forward logits of tok[B*T] (malloc'd; NULL after a failed CHECK):
+ * al_acts_create's activations (inference ones for a mapped or BF16 model). */
+static inline float *tu_logits(const al_model *m, const int *tok, int B, int T) {
+    al_err err;
+    al_acts a;
+    if (al_acts_create(&a, m, B, T, &err)) {
+        CHECK_MSG(0, "acts: %s", err.msg);
+        return NULL;
+    }
+    al_model_forward(m, &a, tok, NULL);
+    const size_t n = (size_t)B * T * m->cfg.vocab_size;
+    float *out = malloc(sizeof(float) * n);
+    memcpy(out, a.logits, sizeof(float) * n);
+    al_acts_free(&a);
+    return out;
 }
 
 /* ---- decode == forward ---- */
