@@ -212,6 +212,8 @@ direct_avx512_n(float *y, int ldy, const float *x, int ldx, const uint16_t *W, i
             for (int n = 0; n < NN; n++) s[q][n] = _mm512_setzero_ps();
         for (int i = 0; i < in; i += 16) {
             const __mmask16 m = in - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (in - i)) - 1);
+            if (!(i & 31) && r + 8 <= r1) /* the next four rows, one 64-byte line each per 32 columns */
+                for (int q = 4; q < 8; q++) _mm_prefetch((const char *)(w + (size_t)q * in + i), _MM_HINT_T0);
             const __m512 w0 = widen16(w + i, m, f16), w1 = widen16(w + (size_t)in + i, m, f16);
             const __m512 w2 = widen16(w + 2 * (size_t)in + i, m, f16), w3 = widen16(w + 3 * (size_t)in + i, m, f16);
             for (int n = 0; n < NN; n++) {
