@@ -96,20 +96,23 @@ static int info_vision(const char *model_dir, al_model *m, int json) {
 
 int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
-    const char *model_dir = NULL;
+    const char *model_dir = NULL, *kv_dtype = "f32";
     long context = 0;
     int json = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
         {"context", ARG_INT, &context,
          "context for FLOPs and cache allocation (default: max_position_embeddings; Hugging Face checkpoints: at most 4096)"},
+        {"kv-dtype", ARG_STRING, &kv_dtype, "KV cache values the bytes are counted in: f32 or bf16"},
         {"json", ARG_FLAG, &json, "print one JSON object"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
-    int rc = cli_parse(cmd, "--model DIR [--context T] [--json]", args, n, argc, argv);
+    int rc = cli_parse(cmd, "--model DIR [--context T] [--kv-dtype bf16] [--json]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
     if (!model_dir) return cli_usage(cmd, "--model DIR is required");
+    al_dtype kv_dt;
+    if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt))) return rc;
     al_err err;
     al_model m;
     if (al_model_load(&m, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
@@ -126,7 +129,7 @@ int cmd_info(int argc, char **argv) {
     int T = context > 0 ? (int)context : al_config_max_context(c);
     if (context <= 0 && c->hf != AL_HF_NONE && T > 4096) T = 4096; /* the cache is allocated: keep it modest */
     al_decoder dec;
-    if (al_decoder_create(&dec, &m, T, &err)) {
+    if (al_decoder_create_kv(&dec, &m, T, kv_dt, &err)) {
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
     }
@@ -138,7 +141,7 @@ int cmd_info(int argc, char **argv) {
      * key width qk_nope + qk_rope includes the extra RoPE part) */
     int mha_dh = c->attention == AL_ATTN_MLA ? c->v_head_dim : c->head_dim;
     size_t mha_vpt = 2 * (size_t)c->num_heads * mha_dh;
-    size_t bytes_per_token = vpt * sizeof(float) * (size_t)c->num_layers;
+    size_t bytes_per_token = vpt * al_dtype_size(kv_dt) * (size_t)c->num_layers;
     size_t formula_bytes = bytes_per_token * (size_t)T;
     double ratio = (double)vpt / (double)mha_vpt;
     double fwd = al_model_fwd_flops_per_token(&m, T);
@@ -148,7 +151,8 @@ int cmd_info(int argc, char **argv) {
                "\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"lrkv_rank\":%d,\"intermediate\":%d,\"tied\":%s,\"params\":%zu,"
                "\"params_non_embedding\":%zu,\"fwd_flops_per_token\":%.6g,\"train_flops_per_token\":%.6g,"
                "\"context\":%d,\"kv_values_per_token_per_layer\":%zu,\"kv_bytes_per_token\":%zu,"
-               "\"kv_ratio_to_mha\":%.6f,\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu,\"architecture\":\"%s\","
+               "\"kv_ratio_to_mha\":%.6f,\"kv_dtype\":\"%s\",\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu,"
+               "\"architecture\":\"%s\","
                "\"vocab\":%d,\"max_context\":%d,\"mapped\":%s,\"dtype\":\"%s\",\"weight_bytes\":%zu,"
                "\"mapped_bytes\":%zu,\"copied_bytes\":%zu,\"rss_bytes\":%ld,\"rss_file_bytes\":%ld,"
                "\"rss_anon_bytes\":%ld}\n",
@@ -156,7 +160,7 @@ int cmd_info(int argc, char **argv) {
                c->num_heads, c->num_kv_heads, c->head_dim, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim,
                c->qk_rope_head_dim, c->v_head_dim, c->lrkv_rank, c->intermediate_size,
                c->tie_word_embeddings ? "true" : "false", total, total - embed, fwd, 3 * fwd, T, vpt, bytes_per_token,
-               ratio, formula_bytes, dec.cache_bytes, al_config_architecture(c), c->vocab_size,
+               ratio, al_dtype_name(kv_dt), formula_bytes, dec.cache_bytes, al_config_architecture(c), c->vocab_size,
                al_config_max_context(c), m.mapped ? "true" : "false", weights_dtype(&m), al_model_weight_bytes(&m),
                m.mapped_bytes, m.copied_bytes, rss, rss_file, rss_anon);
     } else {
@@ -183,8 +187,9 @@ int cmd_info(int argc, char **argv) {
         cache_formula(c, formula, sizeof formula);
         printf("KV cache    %zu values per token per layer = %s: %.2f%% of MHA's 2 x %d heads x %d = %zu\n", vpt,
                formula, 100 * ratio, c->num_heads, mha_dh, mha_vpt);
-        printf("            %zu bytes per token (float32, %d layers); %zu bytes for %d tokens; allocated %zu\n",
-               bytes_per_token, c->num_layers, formula_bytes, T, dec.cache_bytes);
+        printf("            %zu bytes per token (%s, %d layers); %zu bytes for %d tokens; allocated %zu\n",
+               bytes_per_token, kv_dt == AL_DT_BF16 ? "bfloat16" : "float32", c->num_layers, formula_bytes, T,
+               dec.cache_bytes);
     }
     al_decoder_free(&dec);
     al_model_free(&m);

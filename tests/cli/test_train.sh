@@ -227,23 +227,31 @@ info_kv() {
     run train --data "$DATA" --out "$d" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 1 \
         --eval-tokens 64 --threads 2 --quiet "$@"
     check_ok
-    for ctx in "" 8; do
-        run info --model "$d" --json ${ctx:+--context $ctx}
+    for ctx in "" 8 bf16; do
+        if [ "$ctx" = bf16 ]; then
+            run info --model "$d" --json --kv-dtype bf16
+            ctx=
+            vbytes=2
+        else
+            run info --model "$d" --json ${ctx:+--context $ctx}
+            vbytes=4
+        fi
         check_ok
-        check_py "info --json $name ${ctx:+--context $ctx}" '
+        check_py "info --json $name ${ctx:+--context $ctx} ($vbytes-byte values)" '
 import json, sys
 j = json.loads(open(sys.argv[1]).read())
-attn, kvh, ctx = sys.argv[2], int(sys.argv[3]), int(sys.argv[4] or 16)
+attn, kvh, ctx, vbytes = sys.argv[2], int(sys.argv[3]), int(sys.argv[4] or 16), int(sys.argv[5])
 assert j["attention"] == attn, "attention %s" % j["attention"]
 assert j["kv_heads"] == kvh and j["heads"] == 4 and j["head_dim"] == 8, j
 assert j["context"] == ctx, "context %s" % j["context"]
+assert j["kv_dtype"] == ("BF16" if vbytes == 2 else "F32"), j["kv_dtype"]
 assert j["kv_values_per_token_per_layer"] == 2 * j["kv_heads"] * j["head_dim"], j
-assert j["kv_bytes_per_token"] == 4 * j["layers"] * j["kv_values_per_token_per_layer"], j
+assert j["kv_bytes_per_token"] == vbytes * j["layers"] * j["kv_values_per_token_per_layer"], j
 assert j["kv_bytes_formula"] == j["kv_bytes_per_token"] * ctx, j
 assert j["kv_bytes_formula"] == j["kv_bytes_allocated"], "formula %d, allocated %d" % (
     j["kv_bytes_formula"], j["kv_bytes_allocated"])
 assert abs(j["kv_ratio_to_mha"] - kvh / 4) < 1e-6, j
-' "$OUTF" "$attn" "$kvh" "$ctx"
+' "$OUTF" "$attn" "$kvh" "$ctx" "$vbytes"
     done
     end
 }
