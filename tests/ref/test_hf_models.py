@@ -7,7 +7,8 @@ q/k/v are not adjacent) for every family attnlab reads, against a float64
 PyTorch forward written from the HF modeling code of each family:
 
 1. `al_testdump --infer` (what eval/generate run): the forward's logits and
-   the KV-cache decoder's logits (one token at a time) for
+   the KV-cache decoder's logits (one token at a time, with an F32 and with
+   a BF16 cache) for
    - LlamaForCausalLM: GQA untied F32; MHA tied in 3 shards; MQA BF16;
      head_dim != hidden/heads in F16; llama3 rope_scaling with rope_theta
      500000 (all three frequency regimes) in BF16; a file whose tensors are
@@ -53,6 +54,7 @@ import reflib as R  # noqa: E402
 
 SEED = 808
 TOL = 1e-4
+TOL_BF16_CACHE = 3e-2  # decode with a BF16 KV cache (measured below 1e-2)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
 FORCED = {"AL_WMAT_KERNEL": "portable", "AL_WMAT_PANEL_ROWS": "16"}
@@ -125,6 +127,9 @@ def check_dump(chk, args, spec, cfg, weights, rng):
     chk.compare(tag + "/logits", out["logits"], ref, tol=TOL)
     chk.compare(tag + "/decode_logits", out["decode_logits"], ref, tol=TOL)
     chk.compare(tag + "/decode_vs_forward", out["decode_logits"], out["logits"], tol=TOL)
+    # a BF16 cache rounds every cached value once (about 2^-9 relative): a
+    # wrong layout or widening would be off by O(1)
+    chk.compare(tag + "/decode_bf16_cache", out["decode_bf16_cache_logits"], ref, tol=TOL_BF16_CACHE)
     mapped, copied, total, is_mapped = (int(x) for x in out["memory"])
     want = expected_memory(cfg, weights, dtype, misalign)
     if is_mapped == 1 and (mapped, copied) == want and total == mapped + copied:

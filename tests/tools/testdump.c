@@ -11,7 +11,8 @@
  * --infer runs what inference commands run, for any language model (a
  * memory-mapped Hugging Face checkpoint included): the forward over
  * inference activations ("logits" [B, T, V], "loss" [1]), the KV-cache
- * decoder fed the same tokens one at a time ("decode_logits" [B, T, V]), and
+ * decoder fed the same tokens one at a time ("decode_logits" [B, T, V]; with a
+ * BF16 cache: "decode_bf16_cache_logits"), and
  * "memory" [4]: weight bytes used in place from the mapping, bytes copied to
  * the heap, the model's weight bytes, and 1 if the model is mapped.
  */
@@ -103,7 +104,7 @@ static int dump_infer(const char *dir, const char *tok_path, const char *out_pat
     }
     const int B = (int)shape[0], T = (int)shape[1] - 1, N = B * T, V = m.cfg.vocab_size;
     int *in = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
-    float *dec_logits = malloc(sizeof(float) * (size_t)N * V);
+    float *dec_logits = malloc(sizeof(float) * (size_t)N * V), *dec16_logits = malloc(sizeof(float) * (size_t)N * V);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             in[b * T + t] = (int)tok[b * (T + 1) + t];
@@ -116,25 +117,29 @@ static int dump_infer(const char *dir, const char *tok_path, const char *out_pat
     }
     float loss = (float)al_model_forward(&m, &a, in, tg);
     int rc = 0;
-    for (int b = 0; b < B && !rc; b++) {
-        al_decoder dec;
-        rc = al_decoder_create(&dec, &m, T, &err);
-        for (int t = 0; t < T && !rc; t++)
-            rc = al_decoder_step(&dec, in[b * T + t], dec_logits + ((size_t)b * T + t) * V, &err);
-        if (dec.cache) al_decoder_free(&dec);
-    }
+    for (int kv = 0; kv < 2; kv++) /* an F32 cache, then a BF16 one */
+        for (int b = 0; b < B && !rc; b++) {
+            al_decoder dec;
+            float *dl = kv ? dec16_logits : dec_logits;
+            rc = al_decoder_create_kv(&dec, &m, T, kv ? AL_DT_BF16 : AL_DT_F32, &err);
+            for (int t = 0; t < T && !rc; t++)
+                rc = al_decoder_step(&dec, in[b * T + t], dl + ((size_t)b * T + t) * V, &err);
+            if (dec.cache) al_decoder_free(&dec);
+        }
     float memory[4] = {(float)m.mapped_bytes, (float)m.copied_bytes, (float)al_model_weight_bytes(&m), (float)m.mapped};
     al_st_out_tensor out[] = {
         {"logits", a.logits, 3, {B, T, V}},
         {"decode_logits", dec_logits, 3, {B, T, V}},
+        {"decode_bf16_cache_logits", dec16_logits, 3, {B, T, V}},
         {"loss", &loss, 1, {1}},
         {"memory", memory, 1, {4}},
     };
-    if (!rc) rc = al_st_write_f32(out_path, out, 4, NULL, 0, &err);
+    if (!rc) rc = al_st_write_f32(out_path, out, 5, NULL, 0, &err);
     if (rc) fprintf(stderr, "al_testdump: %s\n", err.msg);
     free(in);
     free(tg);
     free(dec_logits);
+    free(dec16_logits);
     free(tok);
     al_acts_free(&a);
     al_model_free(&m);
