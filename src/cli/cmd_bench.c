@@ -218,9 +218,9 @@ static int bench_train(int argc, char **argv) {
  * random weights at the flags' shape (default preset gpt2: 12 layers, hidden
  * 768), logits for every position and no loss; tokens/s and model GFLOP/s
  * (2 x matmul params + causal attention per token) against sgemm. The
- * model code has one forward, which also keeps the activations a backward
- * would need (they are in the reported RSS; writing them costs a few percent
- * of the time at this shape); no KV cache is written. */
+ * forward runs on inference activations (al_acts_create_infer: one layer's
+ * buffers shared by all layers, nothing kept for a backward), so the reported
+ * RSS is mostly the weights; no KV cache is written. */
 static int bench_prefill(int argc, char **argv) {
     const char *cmd = "bench prefill";
     train_flags f;
