@@ -104,6 +104,10 @@ typedef struct al_attn_ops {
      * value pos * cache_values_per_token of the layer's cache (al_kv_store)
      * and reads entries [0, pos] */
     void (*decode)(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch);
+    /* after forward over one sequence (B = 1) of T tokens at positions
+     * 0..T-1: writes their cache entries [0, T) from `saved`, the values
+     * decode would have appended one token at a time (a prompt's prefill) */
+    void (*cache_fill)(const al_attn_layer *L, const float *saved, int T, al_kv cache);
     /* The effective query and key maps of head h (attention.md 4), for the
      * head-similarity analysis: q_h = Wq_h x and k_h = Wk_h x at relative
      * position 0 (rotations ignored; norms only through their gains), written

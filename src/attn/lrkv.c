@@ -347,6 +347,14 @@ static void lrkv_backward(const al_attn_layer *L, const float *x, const float *d
     proj_bwd(L, &m, x, dproj, dx, N);
 }
 
+/* The forward saved proj [T, P] with its RoPE applied; a cache row is the
+ * [K_s | V_s | R_K | R_V] tail of a proj row, as lrkv_decode appends it. */
+static void lrkv_cache_fill(const al_attn_layer *L, const float *saved, int T, al_kv cache) {
+    const dims m = dims_of(L->cfg);
+    const size_t vpt = lrkv_cache(L->cfg);
+    for (int t = 0; t < T; t++) al_kv_store(cache, (size_t)t * vpt, saved + (size_t)t * m.w + m.o_ks, vpt);
+}
+
 /* ---- factored decode ---- */
 
 /* qb[r] = B_K[h]^T q[dh], B_K[h] = B's [dh, r] row-major block at element
@@ -456,6 +464,7 @@ const al_attn_ops al_attn_lrkv_ops = {
     .forward = lrkv_forward,
     .backward = lrkv_backward,
     .decode = lrkv_decode,
+    .cache_fill = lrkv_cache_fill,
     .head_maps = lrkv_head_maps,
     .head_qk = lrkv_head_qk,
 };

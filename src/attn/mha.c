@@ -199,6 +199,14 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, al_kv c
     al_matvec(y, o, al_attn_w(L, W_O), d, H * dh, 0); /* y[d] = W_o[d, H dh] o */
 }
 
+/* The forward saved qkv [T, w] with q and k rotated; a cache row is its
+ * [K groups | V groups] part, as gqa_decode appends it. */
+static void gqa_cache_fill(const al_attn_layer *L, const float *saved, int T, al_kv cache) {
+    const al_config *c = L->cfg;
+    const size_t w = qkv_width(c), vpt = gqa_cache(c), off = (size_t)c->num_heads * c->head_dim;
+    for (int t = 0; t < T; t++) al_kv_store(cache, (size_t)t * vpt, saved + (size_t)t * w + off, vpt);
+}
+
 /* Head-similarity maps (attention.md 4): query head h's rows of W_q and its
  * group's rows of W_k, both [d_h, d]; RoPE is ignored (relative position 0). */
 static int gqa_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
@@ -234,6 +242,7 @@ const al_attn_ops al_attn_gqa_ops = {
     .forward = gqa_forward,
     .backward = gqa_backward,
     .decode = gqa_decode,
+    .cache_fill = gqa_cache_fill,
     .head_maps = gqa_head_maps,
     .head_qk = gqa_head_qk,
 };

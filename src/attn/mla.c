@@ -354,6 +354,19 @@ static void mla_backward(const al_attn_layer *L, const float *x, const float *dy
  * q_pe_h] attend over the latent cache as H heads sharing one key/value group
  * (al_attn_decode, decode.c: every cache row is read once for all heads);
  * the latent outputs u_h are then lifted by W_UV,h. */
+/* The forward saved c~ [T, dc] (normalised) and k [T, H*dk] whose rows end
+ * in the rotated k_pe (the same dr values in every head): a cache row is
+ * [c~ | k_pe], as mla_decode appends it. */
+static void mla_cache_fill(const al_attn_layer *L, const float *saved, int T, al_kv cache) {
+    const mla_dims D = dims_of(L->cfg);
+    mla_saved S;
+    saved_layout(&D, 1, T, (float *)saved, &S);
+    for (int t = 0; t < T; t++) {
+        al_kv_store(cache, (size_t)t * D.vpt, S.cn + (size_t)t * D.dc, (size_t)D.dc);
+        al_kv_store(cache, (size_t)t * D.vpt + D.dc, S.k + (size_t)t * D.qw + D.dn, (size_t)D.dr);
+    }
+}
+
 static void mla_decode(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch) {
     const al_config *c = L->cfg;
     const mla_dims D = dims_of(c);
@@ -456,6 +469,7 @@ const al_attn_ops al_attn_mla_ops = {
     .forward = mla_forward,
     .backward = mla_backward,
     .decode = mla_decode,
+    .cache_fill = mla_cache_fill,
     .head_maps = mla_head_maps,
     .head_qk = mla_head_qk,
 };

@@ -1,5 +1,7 @@
 /*
- * generate.c: sampling loop over al_decoder (see generate.h).
+ * generate.c: sampling loop over al_decoder (see generate.h): the prompt is
+ * prefilled in one forward (al_decoder_prefill), then each sampled token is
+ * fed back one decode step at a time.
  */
 #include "generate.h"
 
@@ -27,7 +29,10 @@ int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n,
     al_rng_seed(&rng, seed);
     int rc = 0, made = 0;
     double t0 = al_now();
-    for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
+    /* the prompt in one batched forward; if its activations cannot be
+     * allocated (a long prompt on a large model), one token at a time */
+    if (al_decoder_prefill(&dec, prompt, prompt_len, logits, err))
+        for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
     double t1 = al_now();
     while (made < n && !rc) {
         int tok = al_sample(s, logits, probs, V, &rng);

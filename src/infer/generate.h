@@ -1,6 +1,7 @@
 /*
  * generate.h: autoregressive sampling with the design's KV cache: the prompt
- * is fed token by token (filling the cache), then each sampled token is fed
+ * fills the cache in one batched forward (al_decoder_prefill; token by token
+ * if that forward's activations do not fit), then each sampled token is fed
  * back. on_token (may be NULL) sees every generated token as it is made.
  * al_generate_ids takes and returns token ids (any vocabulary: a tokenizer's,
  * a Hugging Face checkpoint's); al_generate_bytes is the byte-level form for

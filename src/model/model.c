@@ -546,6 +546,12 @@ const float *al_acts_saved(const al_acts *a, int layer) {
     return saved_of(a, layer);
 }
 
+/* Layer l's part of a decoder's cache. */
+static al_kv decoder_layer(const al_decoder *dec, int l) {
+    const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
+    return (al_kv){(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt};
+}
+
 /* The transformer blocks, shared by both tasks: a->x_in[0] [B*T, d] (filled
  * by the caller's embedding) -> a->x_in[L] [B*T, d] (slot xslot(L)), saving
  * what blocks_bwd needs. The mask (causal or not) comes from the config
@@ -564,6 +570,7 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         float *gate = a->gate + ls * Nf, *up = a->up + ls * Nf, *hmid = a->hmid + ls * Nf;
         al_rmsnorm_fwd(xn1, a->rstd1 + ls * N, x, L->ln1, N, d, c->rms_norm_eps);
         m->attn->forward(&L->attn, xn1, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
+        if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         add_vec(x_mid, x, a->dtmp, Nd);
         al_rmsnorm_fwd(xn2, a->rstd2 + ls * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
         al_matmul(gate, f, xn2, d, (al_wref){L->gate, L->gate_dt}, N, d, f, 0);
@@ -801,6 +808,28 @@ void al_decoder_free(al_decoder *dec) {
     memset(dec, 0, sizeof *dec);
 }
 
+int al_decoder_prefill(al_decoder *dec, const int *tokens, int n, float *logits, al_err *err) {
+    const al_model *m = dec->m;
+    const al_config *c = &m->cfg;
+    const int d = c->hidden_size;
+    if (dec->pos != 0) return al_errf(err, "prefill needs an empty KV cache (it holds %d tokens)", dec->pos);
+    if (n <= 0 || n > dec->capacity)
+        return al_errf(err, "prefill of %d tokens: the KV cache holds 1..%d", n, dec->capacity);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size) return al_errf(err, "token %d outside the vocabulary", tokens[i]);
+    al_acts a;
+    if (al_acts_create_maps(&a, m, n, NULL, 0, err)) return -1;
+    a.fill = dec;
+    al_model_forward(m, &a, tokens, NULL); /* stops after the blocks: these activations have no logits */
+    float *xn = dec->scratch + d, rstd;
+    const float *last = a.x_in + xslot(&a, c->num_layers) * (size_t)n * d + (size_t)(n - 1) * d;
+    al_rmsnorm_fwd(xn, &rstd, last, m->final_norm, 1, d, c->rms_norm_eps);
+    al_matvec(logits, xn, (al_wref){m->lm_head, m->head_dt}, c->vocab_size, d, 0);
+    al_acts_free(&a);
+    dec->pos = n;
+    return 0;
+}
+
 int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     const al_model *m = dec->m;
     const al_config *c = &m->cfg;
@@ -814,10 +843,8 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     else al_wread(x, (al_wref){m->embed, m->embed_dt}, (size_t)token * d, (size_t)d);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
-        const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
-        const al_kv cache = {(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt};
         al_rmsnorm_fwd(xn, &rstd, x, L->ln1, 1, d, c->rms_norm_eps);
-        m->attn->decode(&L->attn, xn, y, cache, pos, attn_scratch);
+        m->attn->decode(&L->attn, xn, y, decoder_layer(dec, l), pos, attn_scratch);
         for (int i = 0; i < d; i++) x[i] += y[i];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);
         /* F32: the cblas_sgemv calls; BF16/F16: wmat.c's direct kernel */

@@ -172,6 +172,8 @@ typedef struct al_acts {
      * attn_saved (n_keep: the shared one, overwritten by later layers) */
     int infer, n_keep;
     int *saved_slot;
+    /* al_decoder_prefill: the decoder whose cache each layer's forward fills */
+    struct al_decoder *fill;
 } al_acts;
 
 /* Vision models: T must be 1 + patches (al_vit_acts_create passes it); logits
@@ -239,6 +241,15 @@ void al_decoder_free(al_decoder *dec);
 /* Fills the whole cache with N(0, 0.25) values from seed: benchmarks time
  * decoding at a depth without running the tokens before it. */
 void al_decoder_fill_random(al_decoder *dec, uint64_t seed);
+/* Feeds a prompt into an empty cache in one forward (batched matrix
+ * products, every weight read once instead of once per token): the cache then
+ * holds exactly what n decode steps would have appended, pos = n, and
+ * logits[V] are the last token's. Memory: one layer's activations for n
+ * tokens (no logits but the last). Fails without touching the cache if it is
+ * not empty, n is outside 1..capacity, a token is outside the vocabulary, or
+ * the activations cannot be allocated (callers may then feed the tokens one at
+ * a time). */
+int al_decoder_prefill(al_decoder *dec, const int *tokens, int n, float *logits, al_err *err);
 /* Feeds one token at position dec->pos; writes logits[V]; advances pos. */
 int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err);
 

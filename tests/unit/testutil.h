@@ -179,6 +179,7 @@ static inline float *tu_logits(const al_model *m, const int *tok, int B, int T) 
 
 typedef struct tu_decode {
     double worst;                         /* max over positions of the logits' relative error */
+    double worst_prefill;                 /* the same after prefilling the first half (CHECKed below 1e-4 here) */
     double worst_bf16;                    /* the same with a BF16 cache (CHECKed below 3e-2 here) */
     size_t values_per_token, cache_bytes; /* of the decoder's cache */
     int refuses_full;                     /* a step past T fails with "full" */
@@ -217,6 +218,28 @@ static inline tu_decode tu_decode_vs_forward(al_model *m, const int *tok, int T)
     }
     CHECK_MSG(out.worst_bf16 < 3e-2, "BF16 cache decode vs forward rel err %g", out.worst_bf16);
     al_decoder_free(&dec);
+    /* the first half of the tokens in one prefill (its logits: the last
+     * prompt token's), the rest decoded on top of the cache it filled; with
+     * an F32 and a BF16 cache */
+    const int half = T / 2 > 0 ? T / 2 : 1;
+    for (int kv = 0; kv < 2; kv++) {
+        const double bound = kv ? 3e-2 : 1e-4;
+        double worst = 0;
+        CHECK(al_decoder_create_kv(&dec, m, T, kv ? AL_DT_BF16 : AL_DT_F32, &err) == 0);
+        CHECK(al_decoder_prefill(&dec, tok, half, logits, &err) == 0 && dec.pos == half);
+        worst = test_rel_err(logits, a.logits + (size_t)(half - 1) * 256, 256);
+        for (int t = half; t < T; t++) {
+            CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
+            double e = test_rel_err(logits, a.logits + (size_t)t * 256, 256);
+            worst = e > worst ? e : worst;
+        }
+        /* a second prefill into a cache that is no longer empty is refused */
+        CHECK(al_decoder_prefill(&dec, tok, 1, logits, &err) == -1 && strstr(err.msg, "empty") != NULL);
+        CHECK_MSG(worst < bound, "%s cache: prefill %d + decode vs forward rel err %g", kv ? "BF16" : "F32", half,
+                  worst);
+        if (!kv) out.worst_prefill = worst;
+        al_decoder_free(&dec);
+    }
     al_acts_free(&a);
     return out;
 }
