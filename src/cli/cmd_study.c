@@ -544,6 +544,28 @@ static void add_figure(al_study_results *res, const char *file, const char *d0, 
 
 /* ---- figures ---- */
 
+/* The end of a line-plot figure: unless rc already failed, STEM.json (j,
+ * consumed either way) and STEM.npy, then STEM.png; the plot is freed and the
+ * figure listed for the report. Returns 0 or -1. */
+static int finish_lineplot(const study *s, al_study_results *res, al_lineplot *p, cJSON *j, int rc, const char *stem,
+                           const float *npy, int ndim, const int64_t *shape, const char *caption, al_err *err) {
+    char png[64], json[64], data[64], path[4300];
+    snprintf(png, sizeof png, "%s.png", stem);
+    snprintf(json, sizeof json, "%s.json", stem);
+    snprintf(data, sizeof data, "%s.npy", stem);
+    if (!rc) {
+        rc = write_data(s->out, stem, j, npy, ndim, shape, err);
+        j = NULL;
+    }
+    snprintf(path, sizeof path, "%s/%s", s->out, png);
+    if (!rc) rc = al_lineplot_save(p, path, err);
+    cJSON_Delete(j);
+    al_lineplot_free(p);
+    if (rc) return -1;
+    add_figure(res, png, json, data, NULL, caption);
+    return 0;
+}
+
 /* heads.png through `attnlab heads`' own code (cmd_heads.c): the first
  * seed's five models in the seed figure's order MHA, LRKV, GQA, MQA, MLA. */
 static int fig_heads(const study *s, al_study_results *res) {
@@ -849,21 +871,15 @@ static int fig_loss(const study *s, al_study_results *res, al_err *err) {
         cJSON_AddNumberToObject(j, "unigram_baseline", res->unigram.val_cross_entropy);
         cJSON_AddStringToObject(j, "npy_layout",
                                 "[design (mha gqa mqa mla lrkv), evaluation, (tokens, mean, min, max)]");
-        const int64_t shape[3] = {AL_STUDY_DESIGNS, np, 4};
-        rc = write_data(s->out, "loss_curves", j, npy, 3, shape, err);
-        j = NULL;
     }
-    char path[4300];
-    snprintf(path, sizeof path, "%s/loss_curves.png", s->out);
-    if (!rc) rc = al_lineplot_save(p, path, err);
-    cJSON_Delete(j);
-    al_lineplot_free(p);
+    const int64_t shape[3] = {AL_STUDY_DESIGNS, np, 4};
+    rc = finish_lineplot(s, res, p, j, rc, "loss_curves", npy, 3, shape,
+                         "Validation loss against training tokens for the five designs, with the unigram baseline "
+                         "(dashed).",
+                         err);
     free(npy);
     free(x);
-    if (rc) return -1;
-    add_figure(res, "loss_curves.png", "loss_curves.json", "loss_curves.npy", NULL,
-               "Validation loss against training tokens for the five designs, with the unigram baseline (dashed).");
-    return 0;
+    return rc;
 }
 
 /* kv_vs_loss.png: one labelled point per design, KV cache (% of MHA) against
@@ -912,19 +928,11 @@ static int fig_kv(const study *s, al_study_results *res, al_err *err) {
     if (!rc) {
         cJSON_AddStringToObject(j, "figure", "kv_vs_loss.png");
         cJSON_AddStringToObject(j, "npy_layout", "[design (mha gqa mqa mla lrkv), (kv_pct_of_mha, mean, min, max)]");
-        const int64_t shape[2] = {n, 4};
-        rc = write_data(s->out, "kv_vs_loss", j, npy, 2, shape, err);
-        j = NULL;
     }
-    char path[4300];
-    snprintf(path, sizeof path, "%s/kv_vs_loss.png", s->out);
-    if (!rc) rc = al_lineplot_save(p, path, err);
-    cJSON_Delete(j);
-    al_lineplot_free(p);
-    if (rc) return -1;
-    add_figure(res, "kv_vs_loss.png", "kv_vs_loss.json", "kv_vs_loss.npy", NULL,
-               "KV-cache size per token (% of MHA) against final validation loss, one point per design.");
-    return 0;
+    const int64_t shape[2] = {n, 4};
+    return finish_lineplot(s, res, p, j, rc, "kv_vs_loss", npy, 2, shape,
+                           "KV-cache size per token (% of MHA) against final validation loss, one point per design.",
+                           err);
 }
 
 /* ---- results ---- */
