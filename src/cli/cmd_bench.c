@@ -650,30 +650,33 @@ static int bench_wmat(int argc, char **argv) {
     struct {
         const char *name;
         al_wref W;
-        int portable;
-    } kinds[] = {{"F32", {Wf, AL_DT_F32}, 0}, {"BF16", {Wb, AL_DT_BF16}, 0}, {"F16", {Wh, AL_DT_F16}, 0},
-                 {"BF16 plain C", {Wb, AL_DT_BF16}, 1}, {"F16 plain C", {Wh, AL_DT_F16}, 1}};
-    double gbs[5], gfl[5];
-    const int avx = al_wmat_configure(0, 0);
-    for (int k = 0; k < 5; k++) {
-        al_wmat_configure(kinds[k].portable, 0);
+        int set; /* AL_WMAT_* */
+    } kinds[] = {{"F32", {Wf, AL_DT_F32}, AL_WMAT_BEST},          {"BF16", {Wb, AL_DT_BF16}, AL_WMAT_BEST},
+                 {"F16", {Wh, AL_DT_F16}, AL_WMAT_BEST},          {"BF16 AVX2", {Wb, AL_DT_BF16}, AL_WMAT_AVX2},
+                 {"F16 AVX2", {Wh, AL_DT_F16}, AL_WMAT_AVX2},     {"BF16 plain C", {Wb, AL_DT_BF16}, AL_WMAT_PORTABLE},
+                 {"F16 plain C", {Wh, AL_DT_F16}, AL_WMAT_PORTABLE}};
+    enum { NK = sizeof kinds / sizeof kinds[0] };
+    double gbs[NK], gfl[NK];
+    const int avx = al_wmat_configure(AL_WMAT_BEST, 0);
+    for (int k = 0; k < NK; k++) {
+        al_wmat_configure(kinds[k].set, 0);
         wmat_case c = {y, x, kinds[k].W, (int)N, (int)cols, (int)rows};
         gbs[k] = (double)nw * al_dtype_size(kinds[k].W.dt) / best_time(run_matvec, &c, (int)iters) / 1e9;
         gfl[k] = 2.0 * N * (double)nw / best_time(run_matmul, &c, (int)iters) / 1e9;
     }
-    al_wmat_configure(0, 0);
+    al_wmat_configure(AL_WMAT_BEST, 0);
     if (json) {
         printf("{\"bench\":\"wmat\",\"rows\":%ld,\"cols\":%ld,\"n\":%ld,\"threads\":%d,\"avx512\":%s", rows, cols, N,
                al_threads(), avx ? "true" : "false");
-        const char *keys[] = {"f32", "bf16", "f16", "bf16_portable", "f16_portable"};
-        for (int k = 0; k < 5; k++)
+        const char *keys[NK] = {"f32", "bf16", "f16", "bf16_avx2", "f16_avx2", "bf16_portable", "f16_portable"};
+        for (int k = 0; k < NK; k++)
             printf(",\"matvec_%s_gb_per_s\":%.3f,\"matmul_%s_gflops\":%.3f", keys[k], gbs[k], keys[k], gfl[k]);
         printf("}\n");
     } else {
-        printf("W [%ld, %ld], %d threads, %s kernels (%s)\n", rows, cols, al_threads(), avx ? "AVX-512" : "plain-C",
+        printf("W [%ld, %ld], %d threads, %s kernels (%s)\n", rows, cols, al_threads(), avx ? "AVX-512" : "AVX2",
                al_blas_kernels());
         printf("%-14s %16s %12s %22s\n", "weights", "matvec GB/s", "vs F32", "matmul GFLOP/s");
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < NK; k++)
             printf("%-14s %16.2f %11.2fx %22.2f\n", kinds[k].name, gbs[k], (gbs[k] / al_dtype_size(kinds[k].W.dt)) /
                    (gbs[0] / 4), gfl[k]);
         printf("(\"vs F32\": weights per second against sgemv's; N = %ld for the matrix-matrix product)\n", N);

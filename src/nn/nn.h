@@ -55,14 +55,16 @@ void al_wread(float *dst, al_wref W, size_t off, size_t n);
 void al_wread_f64(double *dst, al_wref W, size_t off, size_t n);
 float al_wget(al_wref W, size_t i);
 /* Kernel selection. By default the direct kernel and the widening use
- * AVX-512 when the CPU has it (F, BW, VL) and plain C otherwise; the
- * environment can force the plain-C fallback (AL_WMAT_KERNEL=portable) and
- * the panel path with panels of n rows for every product
- * (AL_WMAT_PANEL_ROWS=n). Tests call al_wmat_configure(portable, n) instead
- * (n = 0: automatic panels); it returns 1 when AVX-512 is in use. Do not
- * call it while a kernel runs. */
-int al_wmat_configure(int portable, int panel_rows);
-const char *al_wmat_kernel_name(void); /* "avx512" or "portable" */
+ * AVX-512 when the CPU has it (F, BW, VL) and AVX2 + F16C otherwise; the
+ * environment can force a set (AL_WMAT_KERNEL=portable|avx2|avx512, lowered
+ * to what the CPU has) and the panel path with panels of n rows for every
+ * product (AL_WMAT_PANEL_ROWS=n). Tests call al_wmat_configure(set, n) instead
+ * (set: AL_WMAT_BEST, AL_WMAT_PORTABLE or AL_WMAT_AVX2; n = 0: automatic
+ * panels); it returns 1 when AVX-512 is in use. Do not call it while a
+ * kernel runs. */
+enum { AL_WMAT_BEST = 0, AL_WMAT_PORTABLE = 1, AL_WMAT_AVX2 = 2 };
+int al_wmat_configure(int set, int panel_rows);
+const char *al_wmat_kernel_name(void); /* "avx512", "avx2" or "portable" */
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w ---- */
 /* y[N,d], rstd[N] (saved for backward), x[N,d], w[d] */

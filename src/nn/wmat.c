@@ -24,11 +24,13 @@
  *     N rows of x inside an OpenMP loop over panels, so the conversion costs
  *     out x in once per call, amortised over N; a small matrix (<= 8 MiB as
  *     fp32) is widened whole and multiplied by one multi-threaded sgemm.
- * The direct kernel and the widening have two implementations: AVX-512
- * (F, BW, VL; chosen at run time with __builtin_cpu_supports) and plain C
- * that the compiler vectorises for the build's baseline. They agree within
- * fp32 rounding (the sums are grouped differently); al_matmul_ref is the
- * double-precision reference the tests compare both against.
+ * The direct kernel and the widening have three implementations: AVX-512
+ * (F, BW, VL; chosen at run time with __builtin_cpu_supports), AVX2 + F16C
+ * intrinsics (the build's baseline, so always available; chosen where
+ * AVX-512 is not) and plain C that the compiler vectorises (the fallback the
+ * others are checked against). They agree within fp32 rounding (the sums are
+ * grouped differently); al_matmul_ref is the double-precision reference the
+ * tests compare all three against.
  *
  * Every reduction runs in a fixed order that does not depend on the number
  * of threads (each output element is one thread's loop), so results repeat.
@@ -45,37 +47,47 @@
 
 /* ---- configuration: kernel choice, panel size, test hooks ---- */
 
-static int cfg_ready = 0;  /* the environment has been read */
-static int use_avx512 = 0; /* the direct kernel and widening use AVX-512 */
+/* The direct kernel and the widening come in three sets: plain C (the
+ * fallback the others are checked against), AVX2 + F16C (the build's
+ * baseline, x86-64-v3, so every CPU that runs the build has it) and AVX-512. */
+enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2 };
+
+static int cfg_ready = 0;       /* the environment has been read */
+static int kernel = K_PORTABLE; /* the set in use */
 static int forced_panel_rows = 0; /* > 0: always the panel path with this many rows */
 
-/* Reads AL_WMAT_KERNEL (portable | avx512 | auto) and AL_WMAT_PANEL_ROWS once:
- * the hooks that let the reference tests run the same model through the
- * fallback kernel and the panel path. */
+static int best_kernel(void) {
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl");
+    return avx512 ? K_AVX512 : K_AVX2;
+}
+
+/* Reads AL_WMAT_KERNEL (portable | avx2 | avx512 | auto) and AL_WMAT_PANEL_ROWS
+ * once: the hooks that let the reference tests run the same model through
+ * each kernel set and the panel path. A set above what the CPU has is lowered. */
 static void wmat_init(void) {
     if (cfg_ready) return;
-    int have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
     const char *k = getenv("AL_WMAT_KERNEL");
-    use_avx512 = have && !(k && strcmp(k, "portable") == 0);
+    kernel = best_kernel();
+    if (k && strcmp(k, "portable") == 0) kernel = K_PORTABLE;
+    else if (k && strcmp(k, "avx2") == 0) kernel = K_AVX2;
     const char *p = getenv("AL_WMAT_PANEL_ROWS");
     long v = 0;
     if (p && al_parse_int(p, &v) == 0 && v > 0 && v <= 4096) forced_panel_rows = (int)v;
     cfg_ready = 1;
 }
 
-int al_wmat_configure(int portable, int panel_rows) {
+int al_wmat_configure(int set, int panel_rows) {
     wmat_init();
-    int have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
-    use_avx512 = have && !portable;
+    const int best = best_kernel();
+    kernel = set == AL_WMAT_PORTABLE ? K_PORTABLE : set == AL_WMAT_AVX2 ? K_AVX2 : best;
     forced_panel_rows = panel_rows > 0 ? panel_rows : 0;
-    return use_avx512;
+    return kernel == K_AVX512;
 }
 
 const char *al_wmat_kernel_name(void) {
     wmat_init();
-    return use_avx512 ? "avx512" : "portable";
+    return kernel == K_AVX512 ? "avx512" : kernel == K_AVX2 ? "avx2" : "portable";
 }
 
 /* ---- widening ---- */
@@ -131,6 +143,33 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void widen_avx512(fl
     }
 }
 
+/* The first n (<= 8) values from p as fp32 (the other lanes 0): AVX2 has no
+ * 16-bit masked load, so a tail goes through a zeroed copy. */
+static inline __m256 widen8(const uint16_t *p, int n, int f16) {
+    __m128i h;
+    if (n >= 8) {
+        h = _mm_loadu_si128((const __m128i *)p);
+    } else {
+        uint16_t t[8] = {0};
+        memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+        h = _mm_loadu_si128((const __m128i *)t);
+    }
+    if (f16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* lanes [0, n) of an AVX2 mask */
+static inline __m256i mask8(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* dst[n] = src[n] widened (AVX2 + F16C). */
+static void widen_avx2(float *dst, const uint16_t *src, size_t n, int f16) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(src + i, 8, f16));
+    if (i < n) _mm256_maskstore_ps(dst + i, mask8((int)(n - i)), widen8(src + i, (int)(n - i), f16));
+}
+
 /* dst[n] = elements [off, off + n) of W as fp32 (any float dtype). */
 static void widen_any(float *dst, al_wref W, size_t off, size_t n) {
     if (W.dt == AL_DT_F32) {
@@ -138,7 +177,8 @@ static void widen_any(float *dst, al_wref W, size_t off, size_t n) {
         return;
     }
     const uint16_t *src = (const uint16_t *)W.p + off;
-    if (use_avx512) widen_avx512(dst, src, n, W.dt == AL_DT_F16);
+    if (kernel == K_AVX512) widen_avx512(dst, src, n, W.dt == AL_DT_F16);
+    else if (kernel == K_AVX2) widen_avx2(dst, src, n, W.dt == AL_DT_F16);
     else widen_portable(dst, src, n, W.dt == AL_DT_F16);
 }
 
@@ -274,19 +314,96 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void direct_avx512(f
 #undef AL_DIRECT_CASE
 }
 
+/* AVX2 + F16C: the AVX-512 kernel's structure at 8 lanes (four rows of W at
+ * a time, each 8-value piece widened once for every row of x, the next four
+ * rows prefetched). */
+static inline __attribute__((always_inline)) float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
+static inline __attribute__((always_inline)) void direct_avx2_n(float *y, int ldy, const float *x, int ldx,
+                                                                const uint16_t *W, int f16, const int NN, int in,
+                                                                int r0, int r1, int accumulate) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w = W + (size_t)r * in;
+        __m256 s[4][AL_WMAT_SMALL_N];
+        for (int q = 0; q < 4; q++)
+            for (int n = 0; n < NN; n++) s[q][n] = _mm256_setzero_ps();
+        for (int i = 0; i < in; i += 8) {
+            const int len = in - i < 8 ? in - i : 8;
+            if (!(i & 31) && r + 8 <= r1)
+                for (int q = 4; q < 8; q++) _mm_prefetch((const char *)(w + (size_t)q * in + i), _MM_HINT_T0);
+            const __m256 w0 = widen8(w + i, len, f16), w1 = widen8(w + (size_t)in + i, len, f16);
+            const __m256 w2 = widen8(w + 2 * (size_t)in + i, len, f16), w3 = widen8(w + 3 * (size_t)in + i, len, f16);
+            for (int n = 0; n < NN; n++) {
+                const float *xp = x + (size_t)n * ldx + i;
+                const __m256 xv = len == 8 ? _mm256_loadu_ps(xp) : _mm256_maskload_ps(xp, mask8(len));
+                s[0][n] = _mm256_fmadd_ps(w0, xv, s[0][n]);
+                s[1][n] = _mm256_fmadd_ps(w1, xv, s[1][n]);
+                s[2][n] = _mm256_fmadd_ps(w2, xv, s[2][n]);
+                s[3][n] = _mm256_fmadd_ps(w3, xv, s[3][n]);
+            }
+        }
+        for (int q = 0; q < 4; q++)
+            for (int n = 0; n < NN; n++) {
+                const float v = hsum8(s[q][n]);
+                float *yo = y + (size_t)n * ldy + r + q;
+                *yo = accumulate ? *yo + v : v;
+            }
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w = W + (size_t)r * in;
+        __m256 s0[AL_WMAT_SMALL_N];
+        for (int n = 0; n < NN; n++) s0[n] = _mm256_setzero_ps();
+        for (int i = 0; i < in; i += 8) {
+            const int len = in - i < 8 ? in - i : 8;
+            const __m256 w0 = widen8(w + i, len, f16);
+            for (int n = 0; n < NN; n++) {
+                const float *xp = x + (size_t)n * ldx + i;
+                s0[n] = _mm256_fmadd_ps(w0, len == 8 ? _mm256_loadu_ps(xp) : _mm256_maskload_ps(xp, mask8(len)), s0[n]);
+            }
+        }
+        for (int n = 0; n < NN; n++) {
+            const float v = hsum8(s0[n]);
+            float *yo = y + (size_t)n * ldy + r;
+            *yo = accumulate ? *yo + v : v;
+        }
+    }
+}
+
+static void direct_avx2(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
+                        int r1, int accumulate) {
+    switch (N) {
+    case 1: direct_avx2_n(y, ldy, x, ldx, W, f16, 1, in, r0, r1, accumulate); break;
+    case 2: direct_avx2_n(y, ldy, x, ldx, W, f16, 2, in, r0, r1, accumulate); break;
+    case 3: direct_avx2_n(y, ldy, x, ldx, W, f16, 3, in, r0, r1, accumulate); break;
+    default: direct_avx2_n(y, ldy, x, ldx, W, f16, 4, in, r0, r1, accumulate); break;
+    }
+}
+
+/* One set's direct kernel over rows [r0, r1). */
+static void direct_rows(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
+                        int r1, int accumulate) {
+    if (kernel == K_AVX512) direct_avx512(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
+    else if (kernel == K_AVX2) direct_avx2(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
+    else direct_portable(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
+}
+
 /* The direct kernel over all rows, parallel over blocks of output rows (each
  * element is one thread's sum: the result does not depend on the threads). */
 static void direct(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const uint16_t *w = (const uint16_t *)W.p;
-    const int f16 = W.dt == AL_DT_F16, avx = use_avx512;
+    const int f16 = W.dt == AL_DT_F16;
     enum { RB = 16 };
     const int nb = (out + RB - 1) / RB;
     /* dynamic: a thread that loses its core (a busy machine) does not hold the others up */
 #pragma omp parallel for schedule(dynamic, 4) if ((long)out * in > 65536)
     for (int b = 0; b < nb; b++) {
         const int r0 = b * RB, r1 = r0 + RB < out ? r0 + RB : out;
-        if (avx) direct_avx512(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
-        else direct_portable(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
+        direct_rows(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
     }
 }
 
@@ -328,10 +445,7 @@ static void panels(float *y, int ldy, const float *x, int ldx, al_wref W, int N,
                     const int nn = N - n0 < AL_WMAT_SMALL_N ? N - n0 : AL_WMAT_SMALL_N;
                     const float *xs = x + (size_t)n0 * ldx;
                     float *ys = y + (size_t)n0 * ldy;
-                    if (use_avx512)
-                        direct_avx512(ys, ldy, xs, ldx, W.p, W.dt == AL_DT_F16, nn, in, r0, r0 + rows, accumulate);
-                    else
-                        direct_portable(ys, ldy, xs, ldx, W.p, W.dt == AL_DT_F16, nn, in, r0, r0 + rows, accumulate);
+                    direct_rows(ys, ldy, xs, ldx, W.p, W.dt == AL_DT_F16, nn, in, r0, r0 + rows, accumulate);
                 }
                 continue;
             }

@@ -19,7 +19,8 @@ PyTorch forward written from the HF modeling code of each family:
    - DeepseekV2ForCausalLM (dense MLA): q_lora_rank null F32 untied, and set,
      tied, BF16 in 2 shards;
    - again with the plain-C kernels and the fp32-panel path forced
-     (AL_WMAT_KERNEL=portable, AL_WMAT_PANEL_ROWS=16) on BF16 and F16 cases.
+     (AL_WMAT_KERNEL=portable, AL_WMAT_PANEL_ROWS=16) on BF16 and F16 cases,
+     and with the AVX2 kernels (AL_WMAT_KERNEL=avx2).
    The reference runs on the same rounded (BF16/F16) weights, so the only
    error left is float32 arithmetic: tolerance 1e-4 (max|c - ref| / max|ref|)
    for every dtype. The dump's memory figures say the matrices were used in
@@ -58,6 +59,7 @@ TOL_BF16_CACHE = 3e-2  # decode with a BF16 KV cache (measured below 1e-2)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
 FORCED = {"AL_WMAT_KERNEL": "portable", "AL_WMAT_PANEL_ROWS": "16"}
+AVX2 = {"AL_WMAT_KERNEL": "avx2"}
 
 # tag, family, config keywords, dtype, shards, misaligned, T, extra environment
 CASES = [
@@ -80,6 +82,10 @@ CASES = [
     ("qwen2_bias_tied_bf16_2shards_portable_panels", "qwen2", {"G": 2, "tied": True}, "BF16", 2, False, 14, FORCED),
     ("deepseek_v2_qlora_tied_bf16_2shards_portable_panels", "deepseek_v2", {"q_lora_rank": 12, "tied": True},
      "BF16", 2, False, 16, FORCED),
+    ("llama_mqa_bf16_avx2", "llama", {"G": 1, "vocab": 333}, "BF16", 1, False, 13, AVX2),
+    ("llama_headdim12_f16_avx2", "llama", {"G": 2, "head_dim": 12}, "F16", 1, False, 11, AVX2),
+    ("deepseek_v2_qlora_tied_bf16_2shards_avx2", "deepseek_v2", {"q_lora_rank": 12, "tied": True},
+     "BF16", 2, False, 16, AVX2),
 ]
 EVALS = ["llama_gqa_f32", "llama3_rope_bf16", "qwen2_bias_tied_bf16_2shards", "deepseek_v2_qlora_tied_bf16_2shards"]
 GENERATES = ["mistral_f32", "deepseek_v2_f32"]
@@ -236,7 +242,7 @@ def main_checks(args):
     built = {}
     for spec in CASES:
         if spec[7]:  # a forced-path variant repeats its base case's model
-            cfg, weights = built[spec[0].replace("_portable_panels", "")]
+            cfg, weights = built[spec[0].replace("_portable_panels", "").replace("_avx2", "")]
         else:
             cfg, weights = build(spec, rng)
         built[spec[0]] = (cfg, weights)

@@ -2,14 +2,14 @@
  * test_wmat.c: the products over weights in their checkpoint dtype
  * (src/nn/wmat.c) against the plain double-precision reference
  * al_matmul_ref, on random odd sizes, for F32, BF16 and F16 weights, through
- * both implementations (AVX-512 when the CPU has it, and the plain-C
- * fallback) and both paths (direct kernel, panels):
+ * the three implementations (AVX-512 when the CPU has it, AVX2 + F16C, and
+ * the plain-C fallback) and both paths (direct kernel, panels):
  *   - al_matmul for N = 1..5, 7, 33 rows, row strides wider than the rows,
  *     overwrite and accumulate;
  *   - al_matvec and al_matvec_t;
  *   - the widening of every one of the 65536 BF16 and F16 bit patterns
  *     against the scalar conversions of io.h (exact);
- *   - the AVX-512 and plain-C results agree within fp32 rounding, and a
+ *   - the AVX-512, AVX2 and plain-C results agree within fp32 rounding, and a
  *     result does not depend on the number of threads (bit for bit).
  * Tolerance: |y - ref| <= 2e-6 * sum_i |W_ri x_ni| per element (fp32
  * accumulation of `in` products, with room for the grouping).
@@ -84,8 +84,9 @@ static void check_matmul(al_dtype dt, int N, int in, int out) {
     for (size_t i = 0; i < (size_t)N * ldx; i++) x[i] = (float)rnd();
     for (size_t i = 0; i < (size_t)N * ldy; i++) y0[i] = (float)rnd();
     const al_wref w = {W, dt};
-    /* modes: {portable, panel rows}; panel 0 = automatic (direct for N <= 4) */
-    const int modes[][2] = {{0, 0}, {1, 0}, {0, 16}, {1, 48}, {0, 1}};
+    /* modes: {kernel set (AL_WMAT_*), panel rows}; panel 0 = automatic (direct for N <= 4) */
+    const int modes[][2] = {{AL_WMAT_BEST, 0},     {AL_WMAT_PORTABLE, 0}, {AL_WMAT_AVX2, 0}, {AL_WMAT_BEST, 16},
+                            {AL_WMAT_PORTABLE, 48}, {AL_WMAT_AVX2, 16},   {AL_WMAT_BEST, 1}};
     for (int acc = 0; acc <= 1; acc++) {
         memcpy(ref, y0, sizeof(float) * (size_t)N * ldy);
         al_matmul_ref(ref, ldy, x, ldx, w, N, in, out, acc);
@@ -94,7 +95,7 @@ static void check_matmul(al_dtype dt, int N, int in, int out) {
             memcpy(y, y0, sizeof(float) * (size_t)N * ldy);
             al_matmul(y, ldy, x, ldx, w, N, in, out, acc);
             double e = worst_err(y, ref, ldy, Wf, x, ldx, N, in, out, acc ? y0 : NULL);
-            CHECK_MSG(e <= 2e-6, "matmul %s N=%d in=%d out=%d acc=%d portable=%d panel=%d: err %.3g", dt_name(dt), N,
+            CHECK_MSG(e <= 2e-6, "matmul %s N=%d in=%d out=%d acc=%d set=%d panel=%d: err %.3g", dt_name(dt), N,
                       in, out, acc, modes[m][0], modes[m][1], e);
             /* the padding between rows of y is untouched */
             int pad_ok = 1;
@@ -143,22 +144,22 @@ static void check_matvec(al_dtype dt, int in, int out) {
     for (int i = 0; i < out; i++) xt[i] = (float)rnd();
     for (int r = 0; r < out; r++)
         for (int i = 0; i < in; i++) WT[(size_t)i * out + r] = Wf[(size_t)r * in + i];
-    for (int portable = 0; portable <= 1; portable++) {
-        al_wmat_configure(portable, 0);
+    for (int set = AL_WMAT_BEST; set <= AL_WMAT_AVX2; set++) {
+        al_wmat_configure(set, 0);
         for (int acc = 0; acc <= 1; acc++) {
             for (int r = 0; r < out; r++) y[r] = ref[r] = 0.5f;
             al_matmul_ref(ref, out, x, in, w, 1, in, out, acc);
             al_matvec(y, x, w, out, in, acc);
             double e = worst_err(y, ref, out, Wf, x, in, 1, in, out, acc ? y : NULL);
-            CHECK_MSG(e <= 2e-6, "matvec %s in=%d out=%d acc=%d portable=%d: err %.3g", dt_name(dt), in, out, acc,
-                      portable, e);
+            CHECK_MSG(e <= 2e-6, "matvec %s in=%d out=%d acc=%d set=%d: err %.3g", dt_name(dt), in, out, acc, set,
+                      e);
             /* transposed: y[in] = W^T xt, the reference on W^T as fp32 */
             for (int i = 0; i < in; i++) yt[i] = reft[i] = -0.25f;
             al_matmul_ref(reft, in, xt, out, al_wref_f32(WT), 1, out, in, acc);
             al_matvec_t(yt, xt, w, out, in, acc);
             e = worst_err(yt, reft, in, WT, xt, out, 1, out, in, acc ? yt : NULL);
-            CHECK_MSG(e <= 2e-6, "matvec_t %s in=%d out=%d acc=%d portable=%d: err %.3g", dt_name(dt), in, out, acc,
-                      portable, e);
+            CHECK_MSG(e <= 2e-6, "matvec_t %s in=%d out=%d acc=%d set=%d: err %.3g", dt_name(dt), in, out, acc, set,
+                      e);
         }
     }
     al_wmat_configure(0, 0);
@@ -179,8 +180,8 @@ static void check_widening(void) {
     uint16_t *all = malloc(sizeof(uint16_t) * 65536);
     float *got = malloc(sizeof(float) * 65536);
     for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
-    for (int portable = 0; portable <= 1; portable++) {
-        al_wmat_configure(portable, 0);
+    for (int set = AL_WMAT_BEST; set <= AL_WMAT_AVX2; set++) {
+        al_wmat_configure(set, 0);
         for (int f16 = 0; f16 <= 1; f16++) {
             const al_wref w = {all, f16 ? AL_DT_F16 : AL_DT_BF16};
             size_t bad = 0;
@@ -196,8 +197,8 @@ static void check_widening(void) {
                 memcpy(&b, &want, 4);
                 if (isnan(want) ? !isnan(got[i]) : a != b) bad++;
             }
-            CHECK_MSG(bad == 0, "%s widening (portable=%d): %zu of 65536 patterns differ", f16 ? "F16" : "BF16",
-                      portable, bad);
+            CHECK_MSG(bad == 0, "%s widening (set=%d): %zu of 65536 patterns differ", f16 ? "F16" : "BF16", set,
+                      bad);
         }
     }
     al_wmat_configure(0, 0);
@@ -213,13 +214,17 @@ static void check_paths_agree(void) {
         float *Wf, *x = malloc(sizeof(float) * in), ya[77], yp[77];
         void *W = make_w(dt, out, in, &Wf);
         for (int i = 0; i < in; i++) x[i] = (float)rnd();
-        int avx = al_wmat_configure(0, 0);
+        int avx = al_wmat_configure(AL_WMAT_BEST, 0);
         al_matvec(ya, x, (al_wref){W, dt}, out, in, 0);
-        al_wmat_configure(1, 0);
+        al_wmat_configure(AL_WMAT_PORTABLE, 0);
         al_matvec(yp, x, (al_wref){W, dt}, out, in, 0);
-        al_wmat_configure(0, 0);
         double e = worst_err(ya, yp, out, Wf, x, in, 1, in, out, NULL);
         CHECK_MSG(e <= 2e-6, "%s: AVX-512 (%s) and plain C differ by %.3g", dt_name(dt), avx ? "used" : "absent", e);
+        al_wmat_configure(AL_WMAT_AVX2, 0);
+        al_matvec(ya, x, (al_wref){W, dt}, out, in, 0);
+        al_wmat_configure(AL_WMAT_BEST, 0);
+        e = worst_err(ya, yp, out, Wf, x, in, 1, in, out, NULL);
+        CHECK_MSG(e <= 2e-6, "%s: AVX2 and plain C differ by %.3g", dt_name(dt), e);
         free(W);
         free(Wf);
         free(x);
