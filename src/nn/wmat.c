@@ -48,8 +48,9 @@
 /* ---- configuration: kernel choice, panel size, test hooks ---- */
 
 /* The direct kernel and the widening come in three sets: plain C (the
- * fallback the others are checked against), AVX2 + F16C (the build's
- * baseline, x86-64-v3, so every CPU that runs the build has it) and AVX-512. */
+ * fallback the others are checked against), AVX2 + F16C (the release
+ * build's baseline, x86-64-v3, so every CPU that runs it has them) and
+ * AVX-512; the best the CPU has is chosen at run time. */
 enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2 };
 
 static int cfg_ready = 0;       /* the environment has been read */
@@ -59,7 +60,8 @@ static int forced_panel_rows = 0; /* > 0: always the panel path with this many r
 static int best_kernel(void) {
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vl");
-    return avx512 ? K_AVX512 : K_AVX2;
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return avx512 ? K_AVX512 : avx2 ? K_AVX2 : K_PORTABLE;
 }
 
 /* Reads AL_WMAT_KERNEL (portable | avx2 | avx512 | auto) and AL_WMAT_PANEL_ROWS
@@ -70,7 +72,7 @@ static void wmat_init(void) {
     const char *k = getenv("AL_WMAT_KERNEL");
     kernel = best_kernel();
     if (k && strcmp(k, "portable") == 0) kernel = K_PORTABLE;
-    else if (k && strcmp(k, "avx2") == 0) kernel = K_AVX2;
+    else if (k && strcmp(k, "avx2") == 0 && kernel > K_AVX2) kernel = K_AVX2;
     const char *p = getenv("AL_WMAT_PANEL_ROWS");
     long v = 0;
     if (p && al_parse_int(p, &v) == 0 && v > 0 && v <= 4096) forced_panel_rows = (int)v;
@@ -80,7 +82,7 @@ static void wmat_init(void) {
 int al_wmat_configure(int set, int panel_rows) {
     wmat_init();
     const int best = best_kernel();
-    kernel = set == AL_WMAT_PORTABLE ? K_PORTABLE : set == AL_WMAT_AVX2 ? K_AVX2 : best;
+    kernel = set == AL_WMAT_PORTABLE ? K_PORTABLE : set == AL_WMAT_AVX2 && best > K_AVX2 ? K_AVX2 : best;
     forced_panel_rows = panel_rows > 0 ? panel_rows : 0;
     return kernel == K_AVX512;
 }
@@ -143,9 +145,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void widen_avx512(fl
     }
 }
 
+/* The AVX2 functions carry their target (like the AVX-512 ones): the
+ * sanitizer build is compiled without -march=x86-64-v3. */
+#define AL_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
 /* The first n (<= 8) values from p as fp32 (the other lanes 0): AVX2 has no
  * 16-bit masked load, so a tail goes through a zeroed copy. */
-static inline __m256 widen8(const uint16_t *p, int n, int f16) {
+AL_AVX2_TARGET static inline __m256 widen8(const uint16_t *p, int n, int f16) {
     __m128i h;
     if (n >= 8) {
         h = _mm_loadu_si128((const __m128i *)p);
@@ -159,12 +165,12 @@ static inline __m256 widen8(const uint16_t *p, int n, int f16) {
 }
 
 /* lanes [0, n) of an AVX2 mask */
-static inline __m256i mask8(int n) {
+AL_AVX2_TARGET static inline __m256i mask8(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 /* dst[n] = src[n] widened (AVX2 + F16C). */
-static void widen_avx2(float *dst, const uint16_t *src, size_t n, int f16) {
+AL_AVX2_TARGET static void widen_avx2(float *dst, const uint16_t *src, size_t n, int f16) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(src + i, 8, f16));
     if (i < n) _mm256_maskstore_ps(dst + i, mask8((int)(n - i)), widen8(src + i, (int)(n - i), f16));
@@ -317,13 +323,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void direct_avx512(f
 /* AVX2 + F16C: the AVX-512 kernel's structure at 8 lanes (four rows of W at
  * a time, each 8-value piece widened once for every row of x, the next four
  * rows prefetched). */
-static inline __attribute__((always_inline)) float hsum8(__m256 v) {
+AL_AVX2_TARGET static inline __attribute__((always_inline)) float hsum8(__m256 v) {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     a = _mm_add_ps(a, _mm_movehl_ps(a, a));
     return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
 }
 
-static inline __attribute__((always_inline)) void direct_avx2_n(float *y, int ldy, const float *x, int ldx,
+AL_AVX2_TARGET static inline __attribute__((always_inline)) void direct_avx2_n(float *y, int ldy, const float *x, int ldx,
                                                                 const uint16_t *W, int f16, const int NN, int in,
                                                                 int r0, int r1, int accumulate) {
     int r = r0;
@@ -374,7 +380,7 @@ static inline __attribute__((always_inline)) void direct_avx2_n(float *y, int ld
     }
 }
 
-static void direct_avx2(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
+AL_AVX2_TARGET static void direct_avx2(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
                         int r1, int accumulate) {
     switch (N) {
     case 1: direct_avx2_n(y, ldy, x, ldx, W, f16, 1, in, r0, r1, accumulate); break;
