@@ -91,6 +91,11 @@ begin "non-numeric integer: info --context 1.5"
 run info --model "$WORK/good" --context 1.5
 check_error 2 "context.*integer.*1\.5"
 end
+begin "unknown KV cache dtype: info --kv-dtype fp8"
+run info --model "$WORK/good" --kv-dtype fp8
+check_error 2 "kv-dtype.*fp8"
+check_stdout_empty
+end
 begin "non-numeric number: train --lr fast"
 run train --out "$WORK/x" --lr fast
 check_error 2 "lr.*number.*fast"
