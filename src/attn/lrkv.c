@@ -358,31 +358,15 @@ static void lrkv_cache_fill(const al_attn_layer *L, const float *saved, int T, a
 /* ---- factored decode ---- */
 
 /* qb[r] = B_K[h]^T q[dh], B_K[h] = B's [dh, r] row-major block at element
- * off: fp32 as a plain loop, another dtype through wmat.c. */
+ * off (any dtype, through wmat.c). */
 static void up_t(al_wref B, size_t off, int dh, int r, const float *q, float *qb) {
-    if (B.dt != AL_DT_F32) {
-        if (r > 0) al_matvec_t(qb, q, al_wref_at(B, off), dh, r, 0);
-        return;
-    }
-    const float *bk = (const float *)B.p + off;
-    memset(qb, 0, sizeof(float) * r);
-    for (int e = 0; e < dh; e++)
-        for (int k = 0; k < r; k++) qb[k] += bk[(size_t)e * r + k] * q[e];
+    if (r > 0) al_matvec_t(qb, q, al_wref_at(B, off), dh, r, 0);
 }
 
 /* o[dh] = u[:dh] + B_V[h] u[dh:], B_V[h] = B's [dh, r] block at element off. */
 static void up_add(al_wref B, size_t off, int dh, int r, const float *u, float *o) {
-    if (B.dt != AL_DT_F32) {
-        memcpy(o, u, sizeof(float) * dh);
-        if (r > 0) al_matvec(o, u + dh, al_wref_at(B, off), dh, r, 1);
-        return;
-    }
-    const float *bv = (const float *)B.p + off;
-    for (int e = 0; e < dh; e++) {
-        float a = u[e];
-        for (int k = 0; k < r; k++) a += bv[(size_t)e * r + k] * u[dh + k];
-        o[e] = a;
-    }
+    memcpy(o, u, sizeof(float) * dh);
+    if (r > 0) al_matvec(o, u + dh, al_wref_at(B, off), dh, r, 1);
 }
 
 /*
