@@ -11,8 +11,15 @@
  *   - training forward/backward over whole sequences, keeping in `saved` what
  *     its backward needs;
  *   - a decode step that reads and appends only its own cache form.
+ *   - what the rest of the program asks about it (its descriptor, the first
+ *     members of al_attn_ops): its name, its own config fields, the defaults
+ *     it derives from the shared shape, its head widths, the cache formula
+ *     in words, the Hugging Face architecture it is saved under.
  * The score function (softmax, ...) is applied by the shared kernels of
  * score.c, which every design calls with its q/k/v layout.
+ *
+ * The registry (AL_ATTN_DESIGNS below, registry.c) lists the designs; a new
+ * design is its file, one line there, and its tests.
  */
 #ifndef AL_ATTN_H
 #define AL_ATTN_H
@@ -20,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/config.h"
 #include "../core/core.h"
-#include "../model/config.h"
 #include "../nn/nn.h"
 
 enum { AL_ATTN_MAX_PARAMS = 12 };
@@ -80,10 +87,46 @@ static inline int al_attn_adjacent(float *const *w, const al_dtype *dt, int i, s
     return (!dt || dt[i + 1] == d) && (const char *)w[i + 1] == (const char *)w[i] + numel * al_dtype_size(d);
 }
 
+enum { AL_ATTN_MAX_FIELDS = 8 };
+
 typedef struct al_attn_ops {
-    const char *name;
+    /* ---- descriptor: what the program asks about the design ---- */
+    const char *name;  /* "mla": --attention, the "attention" of config.json's attnlab block */
+    const char *title; /* "MLA": figure labels and reports */
+    /* The Hugging Face architecture and model_type a language model of this
+     * design is saved under (several designs may share one: Llama for
+     * MHA/GQA/MQA), and whether a config of that architecture without an
+     * attnlab block is this design (NULL: whenever the architecture says
+     * so; else judged from the config's head counts). */
+    const char *hf_arch, *hf_model_type;
+    int (*hf_matches)(const al_config *c);
+    /* the design's own config fields (members of al_config; core/config.h) */
+    const al_config_field *fields;
+    int n_fields;
+    /* Fills what the design derives: own fields not given (given[i] for
+     * fields[i]) from the shared shape (hidden, heads, head_dim), then the
+     * shared fields the design fixes (MLA: head_dim = dn + dr; MLA and LRKV:
+     * num_kv_heads = heads). NULL: nothing to derive. */
+    void (*derive)(al_config *c, const unsigned char *given);
+    /* per-head key (query.key) and value widths, for FLOP counts and the
+     * "% of MHA" cache ratio (MHA of the same heads has 2 H dv values) */
+    void (*head_widths)(const al_config *c, int *dk, int *dv);
+    /* the cache's closed form in words ("2 x 4 KV heads x 32"), and the design
+     * in one line for `info` ("gqa attention (8 query heads, ...)") */
+    void (*cache_formula)(const al_config *c, char *buf, size_t cap);
+    void (*describe)(const al_config *c, char *buf, size_t cap);
+    /* the panel title of the head-similarity figure ("LRKV (r=14)") */
+    void (*figure_title)(const al_config *c, char *buf, size_t cap);
+    int qkv_bias; /* implements Qwen2's q/k/v biases */
+
+    /* ---- implementation ---- */
     /* design-specific shape checks beyond al_config_validate */
     int (*validate)(const al_config *c, al_err *err);
+    /* the layout a layer's weights (and, when `training`, its gradients)
+     * must have for this design's kernels (e.g. tensors adjacent in the arena
+     * so they multiply as one matrix); checked whenever a model binds its
+     * layers, so the kernels may rely on it. NULL: any layout. */
+    int (*validate_layer)(const al_attn_layer *L, int training, al_err *err);
     /* fills out[0..n) and returns n (<= AL_ATTN_MAX_PARAMS) */
     int (*params)(const al_config *c, al_param_spec *out);
     /* dimensions of the RoPE tables the design rotates with: dims[0] main,
@@ -121,12 +164,34 @@ typedef struct al_attn_ops {
     int (*head_qk)(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k);
 } al_attn_ops;
 
-/* The design for a config (MHA/GQA/MQA share one implementation). */
-const al_attn_ops *al_attn_ops_for(const al_config *c);
+/* ---- the registry (registry.c) ----
+ * X(ENUM, ops table): one line per design, in the order `--help` lists
+ * them; al_config.attention is the design's index. MHA, GQA and MQA share one
+ * implementation (mha.c) with three descriptors. */
+#define AL_ATTN_DESIGNS(X)                                                                                             \
+    X(MHA, al_attn_mha_ops)                                                                                            \
+    X(GQA, al_attn_gqa_ops)                                                                                            \
+    X(MQA, al_attn_mqa_ops)                                                                                            \
+    X(MLA, al_attn_mla_ops)                                                                                            \
+    X(LRKV, al_attn_lrkv_ops)
 
-extern const al_attn_ops al_attn_gqa_ops; /* mha.c: MHA, GQA, MQA */
-extern const al_attn_ops al_attn_lrkv_ops; /* lrkv.c: low-rank key-value attention */
-extern const al_attn_ops al_attn_mla_ops; /* mla.c: DeepSeek-V2 latent attention */
+typedef int al_attn_kind; /* a design's index in the registry (al_config.attention) */
+#define AL_ATTN_ENUM_(e, ops) AL_ATTN_##e,
+enum { AL_ATTN_DESIGNS(AL_ATTN_ENUM_) AL_ATTN_COUNT };
+#undef AL_ATTN_ENUM_
+#define AL_ATTN_EXTERN_(e, ops) extern const al_attn_ops ops;
+AL_ATTN_DESIGNS(AL_ATTN_EXTERN_)
+#undef AL_ATTN_EXTERN_
+
+/* The design of index k (NULL if there is none). */
+const al_attn_ops *al_attn_design(int k);
+/* The design for a config (NULL for an unknown index). */
+const al_attn_ops *al_attn_ops_for(const al_config *c);
+/* A design's name ("?" for an unknown index) and its index by name (-1: none). */
+const char *al_attn_name(int k);
+int al_attn_from_name(const char *s, int *k);
+/* "mha, gqa, mqa, mla or lrkv" into buf (for messages); returns buf. */
+const char *al_attn_names(char *buf, size_t cap);
 
 /* ---- shared score kernels (score.c) ----
  * Attention over B sequences of T tokens for H query heads sharing G KV heads

@@ -58,9 +58,9 @@
  * analysis and any HF-side reader counting K/V maps sees), even though the
  * cache stores only the shared part plus rank-r latents.
  */
-#include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attn.h"
@@ -187,15 +187,23 @@ static inline int contiguous(const dims *m, float *const *base, const al_dtype *
     return 1;
 }
 
+/* The five projections multiply as one matrix: adjacent in the arena (fp32
+ * or its BF16 copy), and for training their gradients too, in fp32. */
+static int lrkv_validate_layer(const al_attn_layer *L, int training, al_err *err) {
+    const dims m = dims_of(L->cfg);
+    if (!contiguous(&m, L->w, L->wdt) || (training && (!contiguous(&m, L->g, NULL) || L->wdt[W_Q] != AL_DT_F32)))
+        return al_errf(err, "lrkv needs W_q, W_Ks, W_Vs, U_K, U_V adjacent as one %smatrix (attnlab's arena)",
+                       training ? "fp32 " : "");
+    return 0;
+}
+
 /* proj[N, P] = x[N, d] [W_q; W_Ks; W_Vs; U_K; U_V]^T (fp32: one sgemm; BF16: wmat.c) */
 static void proj_fwd(const al_attn_layer *L, const dims *m, const float *x, float *proj, int N) {
-    assert(contiguous(m, L->w, L->wdt));
     al_matmul(proj, m->w, x, m->d, al_attn_w(L, W_Q), N, m->d, m->w, 0);
 }
 
 /* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] += dproj^T x[N, d] */
 static void proj_bwd(const al_attn_layer *L, const dims *m, const float *x, const float *dproj, float *dx, int N) {
-    assert(contiguous(m, L->w, L->wdt) && contiguous(m, L->g, NULL) && L->wdt[W_Q] == AL_DT_F32);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, m->d, m->w, 1.0f, dproj, m->w, L->w[W_Q], m->d, 1.0f,
                 dx, m->d);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->w, m->d, N, 1.0f, dproj, m->w, x, m->d, 1.0f, L->g[W_Q],
@@ -437,9 +445,46 @@ static int lrkv_head_qk(const al_attn_layer *L, const float *saved, int B, int T
     return m.dh;
 }
 
+/* ---- descriptor ---- */
+
+static const al_config_field lrkv_fields[] = {
+    AL_CONFIG_FIELD(lrkv_rank, AL_CF_INT, "lrkv_rank", "lrkv_rank", AL_CF_BLOCK, AL_CF_ALWAYS, AL_CF_FLAG,
+                    "LRKV: per-head residual rank r, even (default head dim / 2)"),
+};
+
+/* r defaults to half the head dim (even); every head has its own latents */
+static void lrkv_derive(al_config *c, const unsigned char *given) {
+    if (!given[0]) c->lrkv_rank = (c->head_dim / 2) / 2 * 2;
+    c->num_kv_heads = c->num_heads;
+}
+
+static void lrkv_widths(const al_config *c, int *dk, int *dv) { *dk = *dv = c->head_dim; }
+
+static void lrkv_cache_formula(const al_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "2 x (d_h %d + %d heads x r %d) (shared K/V + per-head latents)", c->head_dim, c->num_heads,
+             c->lrkv_rank);
+}
+
+static void lrkv_describe(const al_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "lrkv attention (%d heads, head dim %d, rank %d)", c->num_heads, c->head_dim, c->lrkv_rank);
+}
+
+static void lrkv_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "LRKV (r=%d)", c->lrkv_rank); }
+
 const al_attn_ops al_attn_lrkv_ops = {
     .name = "lrkv",
+    .title = "LRKV",
+    .hf_arch = "AttnlabForCausalLM",
+    .hf_model_type = "attnlab",
+    .fields = lrkv_fields,
+    .n_fields = 1,
+    .derive = lrkv_derive,
+    .head_widths = lrkv_widths,
+    .cache_formula = lrkv_cache_formula,
+    .describe = lrkv_describe,
+    .figure_title = lrkv_title,
     .validate = lrkv_validate,
+    .validate_layer = lrkv_validate_layer,
     .params = lrkv_params,
     .rope_dims = lrkv_rope_dims,
     .cache_values_per_token = lrkv_cache,

@@ -25,38 +25,68 @@
  * with biases come from Hugging Face checkpoints, which attnlab does not
  * train, and head_maps ignores them (an offset, not a bilinear form).
  */
-#include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attn.h"
 
 enum { W_Q, W_K, W_V, W_O, B_Q, B_K, B_V };
 
-/* Head shapes, and that the declared design matches the head counts. */
-static int gqa_validate(const al_config *c, al_err *err) {
+/* Head shapes shared by the three designs. */
+static int heads_validate(const al_config *c, al_err *err) {
     if (c->head_dim <= 0) return al_errf(err, "invalid config: head_dim must be positive, got %d", c->head_dim);
     if (c->head_dim % 2) return al_errf(err, "invalid config: head_dim must be even for RoPE, got %d", c->head_dim);
     if (c->num_heads % c->num_kv_heads)
         return al_errf(err, "invalid config: num_key_value_heads %d does not divide num_attention_heads %d",
                        c->num_kv_heads, c->num_heads);
-    switch (c->attention) {
-    case AL_ATTN_MHA:
-        if (c->num_kv_heads != c->num_heads)
-            return al_errf(err, "invalid config: attention 'mha' needs num_key_value_heads == num_attention_heads (%d), got %d",
-                           c->num_heads, c->num_kv_heads);
-        break;
-    case AL_ATTN_MQA:
-        if (c->num_kv_heads != 1)
-            return al_errf(err, "invalid config: attention 'mqa' needs num_key_value_heads 1, got %d", c->num_kv_heads);
-        break;
-    default:
-        if (c->num_kv_heads <= 1 || c->num_kv_heads >= c->num_heads)
-            return al_errf(err, "invalid config: attention 'gqa' needs 1 < num_key_value_heads < num_attention_heads, got %d of %d",
-                           c->num_kv_heads, c->num_heads);
-    }
     return 0;
 }
+
+/* Each design's head counts: MHA G = H, MQA G = 1, GQA in between. */
+static int mha_validate(const al_config *c, al_err *err) {
+    if (heads_validate(c, err)) return -1;
+    if (c->num_kv_heads != c->num_heads)
+        return al_errf(err, "invalid config: attention 'mha' needs num_key_value_heads == num_attention_heads (%d), got %d",
+                       c->num_heads, c->num_kv_heads);
+    return 0;
+}
+
+static int mqa_validate(const al_config *c, al_err *err) {
+    if (heads_validate(c, err)) return -1;
+    if (c->num_kv_heads != 1)
+        return al_errf(err, "invalid config: attention 'mqa' needs num_key_value_heads 1, got %d", c->num_kv_heads);
+    return 0;
+}
+
+static int gqa_validate(const al_config *c, al_err *err) {
+    if (heads_validate(c, err)) return -1;
+    if (c->num_kv_heads <= 1 || c->num_kv_heads >= c->num_heads)
+        return al_errf(err, "invalid config: attention 'gqa' needs 1 < num_key_value_heads < num_attention_heads, got %d of %d",
+                       c->num_kv_heads, c->num_heads);
+    return 0;
+}
+
+/* A Llama-family config without an attnlab block is the design its head counts say. */
+static int mha_matches(const al_config *c) { return c->num_kv_heads == c->num_heads; }
+static int mqa_matches(const al_config *c) { return c->num_kv_heads == 1 && c->num_heads != 1; }
+static int gqa_matches(const al_config *c) { return c->num_kv_heads != c->num_heads && c->num_kv_heads != 1; }
+
+static void heads_widths(const al_config *c, int *dk, int *dv) { *dk = *dv = c->head_dim; }
+
+static void heads_cache_formula(const al_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "2 x %d KV heads x %d", c->num_kv_heads, c->head_dim);
+}
+
+static void heads_describe(const al_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s attention (%d query heads, %d KV heads, head dim %d)", al_attn_name(c->attention),
+             c->num_heads, c->num_kv_heads, c->head_dim);
+}
+
+/* the panel titles of the LRKV paper's head-similarity figure */
+static void mha_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "Standard MHA"); }
+static void gqa_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "GQA"); }
+static void mqa_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "MQA"); }
 
 static int gqa_params(const al_config *c, al_param_spec *out) {
     int64_t d = c->hidden_size, qd = (int64_t)c->num_heads * c->head_dim, kvd = (int64_t)c->num_kv_heads * c->head_dim;
@@ -118,6 +148,19 @@ static int qkv_fused(const al_attn_layer *L) {
     return al_attn_adjacent(L->w, L->wdt, W_Q, qn) && al_attn_adjacent(L->w, L->wdt, W_K, kn);
 }
 
+/* Training needs the fused fp32 [W_q; W_k; W_v] (and its gradient) without
+ * biases; inference takes any layout (project_qkv). */
+static int heads_validate_layer(const al_attn_layer *L, int training, al_err *err) {
+    if (!training) return 0;
+    const al_config *c = L->cfg;
+    const size_t qn = (size_t)c->num_heads * c->head_dim * c->hidden_size;
+    const size_t kn = (size_t)c->num_kv_heads * c->head_dim * c->hidden_size;
+    if (!qkv_fused(L) || L->wdt[W_Q] != AL_DT_F32 || c->qkv_bias || !al_attn_adjacent(L->g, NULL, W_Q, qn) ||
+        !al_attn_adjacent(L->g, NULL, W_K, kn))
+        return al_errf(err, "training needs W_q, W_k, W_v as one fp32 matrix without biases (attnlab's arena)");
+    return 0;
+}
+
 /* qkv[N, w] = x[N, d] [W_q; W_k; W_v]^T (+ biases): one product over the
  * fused arena matrix (fp32: the sgemm / sgemv calls of wmat.c; BF16: its
  * kernels), else one product per projection into its column range; decode
@@ -170,8 +213,8 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     const int w = (int)qkv_width(c);
     const float *qkv = saved, *o = qkv + (size_t)N * w, *lse = o + (size_t)N * H * dh;
     float *dqkv = scratch, *d_o = dqkv + (size_t)N * w;
-    /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and have no biases */
-    assert(qkv_fused(L) && L->wdt[W_Q] == AL_DT_F32 && !c->qkv_bias);
+    /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and
+     * have no biases (heads_validate_layer) */
     memset(dqkv, 0, sizeof(float) * (size_t)N * w);
     memset(d_o, 0, sizeof(float) * (size_t)N * H * dh);
     al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);
@@ -231,18 +274,34 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
     return dh;
 }
 
-const al_attn_ops al_attn_gqa_ops = {
-    .name = "gqa",
-    .validate = gqa_validate,
-    .params = gqa_params,
-    .rope_dims = gqa_rope_dims,
-    .cache_values_per_token = gqa_cache,
-    .saved_floats = gqa_saved,
-    .scratch_floats = gqa_scratch,
-    .forward = gqa_forward,
-    .backward = gqa_backward,
-    .decode = gqa_decode,
-    .cache_fill = gqa_cache_fill,
-    .head_maps = gqa_head_maps,
-    .head_qk = gqa_head_qk,
-};
+/* One implementation, three descriptors. */
+#define HEADS_DESIGN(ops, nm, ttl, check, matches, title_fn)                                                            \
+    const al_attn_ops ops = {                                                                                          \
+        .name = nm,                                                                                                    \
+        .title = ttl,                                                                                                  \
+        .hf_arch = "LlamaForCausalLM",                                                                                 \
+        .hf_model_type = "llama",                                                                                      \
+        .hf_matches = matches,                                                                                         \
+        .head_widths = heads_widths,                                                                                   \
+        .cache_formula = heads_cache_formula,                                                                          \
+        .describe = heads_describe,                                                                                    \
+        .figure_title = title_fn,                                                                                      \
+        .qkv_bias = 1,                                                                                                 \
+        .validate = check,                                                                                             \
+        .validate_layer = heads_validate_layer,                                                                        \
+        .params = gqa_params,                                                                                          \
+        .rope_dims = gqa_rope_dims,                                                                                    \
+        .cache_values_per_token = gqa_cache,                                                                           \
+        .saved_floats = gqa_saved,                                                                                     \
+        .scratch_floats = gqa_scratch,                                                                                 \
+        .forward = gqa_forward,                                                                                        \
+        .backward = gqa_backward,                                                                                      \
+        .decode = gqa_decode,                                                                                          \
+        .cache_fill = gqa_cache_fill,                                                                                  \
+        .head_maps = gqa_head_maps,                                                                                    \
+        .head_qk = gqa_head_qk,                                                                                        \
+    }
+
+HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title);
+HEADS_DESIGN(al_attn_gqa_ops, "gqa", "GQA", gqa_validate, gqa_matches, gqa_title);
+HEADS_DESIGN(al_attn_mqa_ops, "mqa", "MQA", mqa_validate, mqa_matches, mqa_title);

@@ -46,6 +46,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attn.h"
@@ -458,8 +459,65 @@ static int mla_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
     return D.dk;
 }
 
+/* ---- descriptor ---- */
+
+/* DeepseekV2's keys; q_lora_rank 0 (no query compression) is saved as null as HF does */
+static const al_config_field mla_fields[] = {
+    AL_CONFIG_FIELD(kv_lora_rank, AL_CF_INT, "kv_lora_rank", "kv_lora_rank", AL_CF_TOP, AL_CF_ALWAYS, AL_CF_FLAG,
+                    "MLA: latent rank d_c (default hidden/4)"),
+    AL_CONFIG_FIELD(q_lora_rank, AL_CF_INT, "q_lora_rank", "q_lora_rank", AL_CF_TOP, AL_CF_ALWAYS,
+                    AL_CF_FLAG | AL_CF_NULL_IF_ZERO, "MLA: query latent rank (default 0: no query compression)"),
+    AL_CONFIG_FIELD(qk_nope_head_dim, AL_CF_INT, "qk_nope_dim", "qk_nope_head_dim", AL_CF_TOP, AL_CF_ALWAYS,
+                    AL_CF_FLAG, "MLA: per-head key dims without RoPE (default head dim)"),
+    AL_CONFIG_FIELD(qk_rope_head_dim, AL_CF_INT, "qk_rope_dim", "qk_rope_head_dim", AL_CF_TOP, AL_CF_ALWAYS,
+                    AL_CF_FLAG, "MLA: shared RoPE key dims (default head dim / 2)"),
+    AL_CONFIG_FIELD(v_head_dim, AL_CF_INT, "v_head_dim", "v_head_dim", AL_CF_TOP, AL_CF_ALWAYS, AL_CF_FLAG,
+                    "MLA: per-head value dims (default head dim)"),
+};
+enum { F_KV_LORA, F_Q_LORA, F_NOPE, F_ROPE, F_V };
+
+/* Defaults from the head dim d_h the shared shape gives (hidden / heads):
+ * dn = dv = d_h, dr = d_h / 2 (even), d_c = hidden / 4, no query latent;
+ * then the key width is dn + dr and every head has its own key and value. */
+static void mla_derive(al_config *c, const unsigned char *given) {
+    const int dh = c->head_dim;
+    if (!given[F_NOPE]) c->qk_nope_head_dim = dh;
+    if (!given[F_ROPE]) c->qk_rope_head_dim = (dh / 2 + 1) / 2 * 2;
+    if (!given[F_V]) c->v_head_dim = dh;
+    if (!given[F_KV_LORA]) c->kv_lora_rank = c->hidden_size / 4;
+    if (!given[F_Q_LORA]) c->q_lora_rank = 0;
+    c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    c->num_kv_heads = c->num_heads; /* HF DeepseekV2 writes H */
+}
+
+static void mla_widths(const al_config *c, int *dk, int *dv) {
+    *dk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    *dv = c->v_head_dim;
+}
+
+static void mla_cache_formula(const al_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "d_c %d + d_r %d (latent + shared RoPE key)", c->kv_lora_rank, c->qk_rope_head_dim);
+}
+
+static void mla_describe(const al_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "mla attention (%d heads; d_c %d, q rank %d, key dims %d + %d RoPE, value dims %d)", c->num_heads,
+             c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim);
+}
+
+static void mla_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "MLA"); }
+
 const al_attn_ops al_attn_mla_ops = {
     .name = "mla",
+    .title = "MLA",
+    .hf_arch = "DeepseekV2ForCausalLM",
+    .hf_model_type = "deepseek_v2",
+    .fields = mla_fields,
+    .n_fields = (int)(sizeof mla_fields / sizeof mla_fields[0]),
+    .derive = mla_derive,
+    .head_widths = mla_widths,
+    .cache_formula = mla_cache_formula,
+    .describe = mla_describe,
+    .figure_title = mla_title,
     .validate = mla_validate,
     .params = mla_params,
     .rope_dims = mla_rope_dims,

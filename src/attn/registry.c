@@ -1,16 +1,33 @@
 /*
- * registry.c: which implementation serves which KV design. Adding a design
- * is one line here plus its file.
+ * registry.c: the list of KV designs (AL_ATTN_DESIGNS in attn.h) and the
+ * look-ups over it. Adding a design is one line in that list plus its file.
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "attn.h"
 
-const al_attn_ops *al_attn_ops_for(const al_config *c) {
-    switch (c->attention) {
-    case AL_ATTN_MHA:
-    case AL_ATTN_GQA:
-    case AL_ATTN_MQA: return &al_attn_gqa_ops;
-    case AL_ATTN_LRKV: return &al_attn_lrkv_ops;
-    case AL_ATTN_MLA: return &al_attn_mla_ops;
-    default: return NULL;
-    }
+#define AL_ATTN_PTR_(e, ops) &ops,
+static const al_attn_ops *const designs[AL_ATTN_COUNT] = {AL_ATTN_DESIGNS(AL_ATTN_PTR_)};
+#undef AL_ATTN_PTR_
+
+const al_attn_ops *al_attn_design(int k) { return k >= 0 && k < AL_ATTN_COUNT ? designs[k] : NULL; }
+
+const al_attn_ops *al_attn_ops_for(const al_config *c) { return al_attn_design(c->attention); }
+
+const char *al_attn_name(int k) { return k >= 0 && k < AL_ATTN_COUNT ? designs[k]->name : "?"; }
+
+int al_attn_from_name(const char *s, int *k) {
+    for (int i = 0; s && i < AL_ATTN_COUNT; i++)
+        if (!strcmp(s, designs[i]->name)) return *k = i, 0;
+    return -1;
+}
+
+const char *al_attn_names(char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < AL_ATTN_COUNT && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i == 0 ? "" : i + 1 < AL_ATTN_COUNT ? ", " : " or ",
+                               designs[i]->name);
+    return buf;
 }

@@ -32,6 +32,57 @@ int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out) {
     return 0;
 }
 
+/* A switch's text: 1/true or 0/false into *out; -1 for anything else. */
+static int switch_value(const char *value, int *out) {
+    if (strcmp(value, "1") && strcmp(value, "true") && strcmp(value, "0") && strcmp(value, "false")) return -1;
+    *out = !strcmp(value, "1") || !strcmp(value, "true");
+    return 0;
+}
+
+/* An ARG_CFG flag: value parsed as its field's type into the config at a->ptr. */
+static int set_field(const char *cmd, al_arg *a, const char *value) {
+    const al_config_field *f = a->field;
+    al_config *c = a->ptr;
+    void *p = al_config_field_ptr(f, c);
+    long v;
+    double x;
+    char names[128];
+    switch (f->type) {
+    case AL_CF_INT:
+        if (al_parse_int(value, &v)) return cli_usage(cmd, "--%s needs an integer, got '%s'", a->name, value);
+        if (v > INT_MAX || v < -INT_MAX)
+            return cli_usage(cmd, "--%s is out of range (at most %d), got '%s'", a->name, INT_MAX, value);
+        *(int *)p = (int)v;
+        return CLI_OK;
+    case AL_CF_FLOAT:
+    case AL_CF_DOUBLE:
+        if (al_parse_double(value, &x)) return cli_usage(cmd, "--%s needs a number, got '%s'", a->name, value);
+        if (f->type == AL_CF_FLOAT) *(float *)p = (float)x;
+        else *(double *)p = x;
+        return CLI_OK;
+    case AL_CF_BOOL:
+        if (switch_value(value, (int *)p)) return cli_usage(cmd, "--%s is a switch (true/false), got '%s'", a->name, value);
+        return CLI_OK;
+    case AL_CF_DESIGN:
+        if (al_attn_from_name(value, &c->attention))
+            return cli_usage(cmd, "unknown attention '%s' (%s)", value, al_attn_names(names, sizeof names));
+        return CLI_OK;
+    case AL_CF_SCORE:
+        if (al_score_from_name(value, &c->score))
+            return cli_usage(cmd, "unknown score '%s' (softmax, poly, relu, sigmoid)", value);
+        return CLI_OK;
+    case AL_CF_TASK:
+        if (al_task_from_name(value, &c->task)) return cli_usage(cmd, "unknown task '%s' (lm, vision)", value);
+        return CLI_OK;
+    case AL_CF_POLY_SCALE:
+        c->poly_scale_auto = !strcmp(value, "auto");
+        if (!c->poly_scale_auto && al_parse_double(value, &c->poly_scale))
+            return cli_usage(cmd, "--%s must be a positive number or auto, got '%s'", a->name, value);
+        return CLI_OK;
+    }
+    return cli_usage(cmd, "--%s: unknown kind of setting", a->name);
+}
+
 al_arg *cli_find(al_arg *args, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(args[i].name, name) == 0) return &args[i];
@@ -63,20 +114,28 @@ int cli_set(const char *cmd, al_arg *args, int n, const char *name, const char *
         l->items[l->n++] = value;
         break;
     }
+    case ARG_CFG: {
+        int rc = set_field(cmd, a, value);
+        if (rc) return rc;
+        break;
+    }
     case ARG_FLAG:
-        if (strcmp(value, "1") && strcmp(value, "true") && strcmp(value, "0") && strcmp(value, "false"))
+        if (switch_value(value, (int *)a->ptr))
             return cli_usage(cmd, "--%s is a switch (true/false), got '%s'", name, value);
-        *(int *)a->ptr = !strcmp(value, "1") || !strcmp(value, "true");
         break;
     }
     if (mark_seen) a->seen = 1;
+    a->set = 1;
     return CLI_OK;
 }
 
 static void print_help(const char *cmd, const char *synopsis, const al_arg *args, int n) {
     printf("usage: attnlab %s %s\n\n%s\n", cmd, synopsis ? synopsis : "[flags]", "flags:");
     for (int i = 0; i < n; i++) {
-        const char *t = args[i].type == ARG_INT      ? " N"
+        const al_cf_type ft = args[i].type == ARG_CFG ? args[i].field->type : AL_CF_BOOL;
+        const char *t = args[i].type == ARG_CFG ? (ft == AL_CF_INT ? " N" : ft == AL_CF_FLOAT || ft == AL_CF_DOUBLE ? " X"
+                                                   : ft == AL_CF_BOOL ? "" : " S")
+                        : args[i].type == ARG_INT    ? " N"
                         : args[i].type == ARG_DOUBLE ? " X"
                         : args[i].type == ARG_STRING ? " S"
                         : args[i].type == ARG_LIST   ? " S..."
@@ -107,11 +166,8 @@ int cli_parse(const char *cmd, const char *synopsis, al_arg *args, int n, int ar
         }
         al_arg *arg = cli_find(args, n, name);
         if (!arg) return cli_usage(cmd, "unknown flag '%s'", a);
-        if (arg->type == ARG_FLAG && !value) {
-            *(int *)arg->ptr = 1;
-            arg->seen = 1;
-            continue;
-        }
+        const int is_switch = arg->type == ARG_FLAG || (arg->type == ARG_CFG && arg->field->type == AL_CF_BOOL);
+        if (is_switch && !value) value = "true";
         if (!value) {
             if (i + 1 >= argc) return cli_usage(cmd, "flag '--%s' needs a value", name);
             value = argv[++i];

@@ -7,9 +7,13 @@
 #define AL_CLI_H
 
 #include "core/core.h"
+#include "model/config.h"
 #include "tok/tokenizer.h"
 
-typedef enum { ARG_INT, ARG_DOUBLE, ARG_STRING, ARG_FLAG, ARG_LIST } al_arg_type;
+/* ARG_CFG: a model config field (al_config_field, model/config.h) written
+ * into the al_config that ptr points to, parsed as its row says. */
+typedef enum { ARG_INT, ARG_DOUBLE, ARG_STRING, ARG_FLAG, ARG_LIST, ARG_CFG } al_arg_type;
+struct al_config_field;
 
 /* The destination of an ARG_LIST flag: every occurrence is appended. */
 enum { AL_LIST_MAX = 32 };
@@ -21,9 +25,11 @@ typedef struct al_strlist {
 typedef struct al_arg {
     const char *name;   /* without the leading "--" */
     al_arg_type type;
-    void *ptr;          /* long*, double*, char** (points into argv or a static), int*, al_strlist* */
+    void *ptr;          /* long*, double*, char** (points into argv or a static), int*, al_strlist*, al_config* */
     const char *help;
-    int seen;
+    int seen;                            /* given on the command line */
+    int set;                             /* given anywhere: command line, preset, --config file */
+    const struct al_config_field *field; /* ARG_CFG: the field */
 } al_arg;
 
 enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
@@ -93,19 +99,21 @@ void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap)
 #include "train/train.h"
 
 typedef struct train_flags {
-    const char *config, *preset, *data, *out, *attention, *score, *poly_scale;
-    long layers, hidden, heads, kv_heads, head_dim, ffn, context, batch, steps, warmup, seed, eval_every,
-        save_every, eval_tokens, threads;
-    long kv_lora_rank, q_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim, lrkv_rank; /* MLA, LRKV; -1: default */
-    long poly_power;
-    double lr, rope_theta, weight_decay, val_fraction, min_lr_ratio, grad_clip;
-    int resume, tied, quiet;
+    const char *config, *preset, *data, *out;
+    long context, batch, steps, warmup, seed, eval_every, save_every, eval_tokens, threads;
+    double lr, weight_decay, val_fraction, min_lr_ratio, grad_clip;
+    int resume, quiet;
+    al_config model;                     /* the config fields' flags write here (ARG_CFG) */
+    char names[AL_CONFIG_MAX_FIELDS][32]; /* their flag names */
 } train_flags;
 
-enum { TRAIN_MAX_ARGS = 40 };
-/* Fills args[] (returns the count) pointing into f, with defaults. */
+enum { TRAIN_MAX_ARGS = 64 };
+/* Fills args[] (returns the count) pointing into f, with defaults: the
+ * command's own flags, then one per config field with a flag (model/config.h's
+ * table: shared fields, then every design's). */
 int train_flags_table(train_flags *f, al_arg *args);
-/* Applies preset < --config file < explicit flags, derives defaults
- * (head_dim = hidden/heads, kv_heads = heads, ffn ~ 8/3 hidden) and fills o.
+/* Applies preset < --config file < explicit flags, derives the config
+ * (al_config_resolve: head_dim = hidden/heads, kv_heads = heads, ffn ~ 8/3
+ * hidden, the design's own defaults) and fills o.
  * Returns CLI_OK, 1 (error printed) or CLI_USAGE. */
 int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o);

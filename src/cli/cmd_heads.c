@@ -65,16 +65,7 @@ static const al_sim_metrics *shown_metrics(const heads_run *r, int i) {
 }
 
 /* The panel title from the config, as the paper's figure names the designs. */
-static void default_title(const al_config *c, char *buf, size_t cap) {
-    switch (c->attention) {
-    case AL_ATTN_MHA: snprintf(buf, cap, "Standard MHA"); break;
-    case AL_ATTN_LRKV: snprintf(buf, cap, "LRKV (r=%d)", c->lrkv_rank); break;
-    case AL_ATTN_GQA: snprintf(buf, cap, "GQA"); break;
-    case AL_ATTN_MQA: snprintf(buf, cap, "MQA"); break;
-    case AL_ATTN_MLA: snprintf(buf, cap, "MLA"); break;
-    default: snprintf(buf, cap, "%s", al_attn_name(c->attention));
-    }
-}
+static void default_title(const al_config *c, char *buf, size_t cap) { al_attn_ops_for(c)->figure_title(c, buf, cap); }
 
 /* STEM from --out: the name without a figure or data extension. Returns 0, or
  * -1 when nothing names a file (empty, or a directory). */
@@ -113,25 +104,14 @@ static void add_metrics(cJSON *o, const al_sim_metrics *m, int H) {
     cJSON_AddItemToObject(o, "cumulative_variance", cJSON_CreateDoubleArray(m->cumvar, H));
 }
 
-/* The config fields that matter for heads and caches. */
+/* The config (its JSON view) and what matters for heads and caches. */
 static cJSON *config_json(const heads_model *hm) {
-    const al_config *c = &hm->cfg;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "layers", c->num_layers);
-    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(o, "heads", c->num_heads);
-    cJSON_AddNumberToObject(o, "kv_heads", c->num_kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "d_qk", hm->sim.d_qk);
-    if (c->attention == AL_ATTN_MLA) {
-        cJSON_AddNumberToObject(o, "kv_lora_rank", c->kv_lora_rank);
-        cJSON_AddNumberToObject(o, "q_lora_rank", c->q_lora_rank);
-        cJSON_AddNumberToObject(o, "qk_nope_head_dim", c->qk_nope_head_dim);
-        cJSON_AddNumberToObject(o, "qk_rope_head_dim", c->qk_rope_head_dim);
-        cJSON_AddNumberToObject(o, "v_head_dim", c->v_head_dim);
+    if (!o || al_config_view(&hm->cfg, o)) {
+        cJSON_Delete(o);
+        return NULL;
     }
-    if (c->attention == AL_ATTN_LRKV) cJSON_AddNumberToObject(o, "lrkv_rank", c->lrkv_rank);
-    cJSON_AddStringToObject(o, "score", al_score_name(c->score));
+    cJSON_AddNumberToObject(o, "d_qk", hm->sim.d_qk);
     cJSON_AddNumberToObject(o, "kv_values_per_token_per_layer", (double)hm->cache_values);
     return o;
 }

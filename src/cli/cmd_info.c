@@ -7,7 +7,9 @@
  * resident memory after loading. For a vision model: parameters, patches and
  * FLOPs per image (no cache: a ViT does not decode).
  */
+#include <cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -26,32 +28,31 @@ static const char *weights_dtype(const al_model *m) {
     return first < 0 ? "F32" : al_dtype_name((al_dtype)first);
 }
 
-/* The closed form of attention.md 3.6 for this design, in words. */
-static void cache_formula(const al_config *c, char *buf, size_t cap) {
-    switch (c->attention) {
-    case AL_ATTN_MLA:
-        snprintf(buf, cap, "d_c %d + d_r %d (latent + shared RoPE key)", c->kv_lora_rank, c->qk_rope_head_dim);
-        break;
-    case AL_ATTN_LRKV:
-        snprintf(buf, cap, "2 x (d_h %d + %d heads x r %d) (shared K/V + per-head latents)", c->head_dim, c->num_heads,
-                 c->lrkv_rank);
-        break;
-    default: snprintf(buf, cap, "2 x %d KV heads x %d", c->num_kv_heads, c->head_dim);
-    }
+/* The design in one line (shared by both tasks): the design's own words. */
+static void design_line(const al_config *c) {
+    char text[256];
+    al_attn_ops_for(c)->describe(c, text, sizeof text);
+    printf("design      %s, %s scores\n", text, al_score_name(c->score));
 }
 
-/* The design in one line (shared by both tasks). */
-static void design_line(const al_config *c) {
-    if (c->attention == AL_ATTN_MLA)
-        printf("design      mla attention (%d heads; d_c %d, q rank %d, key dims %d + %d RoPE, value dims %d), %s scores\n",
-               c->num_heads, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim,
-               al_score_name(c->score));
-    else if (c->attention == AL_ATTN_LRKV)
-        printf("design      lrkv attention (%d heads, head dim %d, rank %d), %s scores\n", c->num_heads, c->head_dim,
-               c->lrkv_rank, al_score_name(c->score));
-    else
-        printf("design      %s attention (%d query heads, %d KV heads, head dim %d), %s scores\n",
-               al_attn_name(c->attention), c->num_heads, c->num_kv_heads, c->head_dim, al_score_name(c->score));
+/* Prints one JSON object: the config's view (al_config_view) plus `extra`'s
+ * members (info's own numbers), then frees extra. Returns 0, or 1 when out
+ * of memory (message printed). */
+static int print_json(const char *cmd, const al_config *c, cJSON *extra) {
+    cJSON *root = cJSON_CreateObject();
+    int bad = !root || !extra || al_config_view(c, root);
+    while (!bad && extra->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(extra, extra->child);
+        cJSON_DeleteItemFromObjectCaseSensitive(root, item->string); /* info's number wins over the view's */
+        bad = !cJSON_AddItemToObject(root, item->string, item);
+    }
+    char *text = bad ? NULL : cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    cJSON_Delete(extra);
+    if (!text) return cli_fail(cmd, "out of memory");
+    printf("%s\n", text);
+    free(text);
+    return 0;
 }
 
 /* A vision model: its shape, parameters split by part, patches and FLOPs. */
@@ -65,19 +66,19 @@ static int info_vision(const char *model_dir, al_model *m, int json) {
         if (!strncmp(m->params[i].name, "classifier.", 11)) head += m->params[i].numel;
     }
     const double fwd = al_vit_fwd_flops_per_image(m);
+    int rc = 0;
     if (json) {
-        printf("{\"model\":\"%s\",\"task\":\"vision\",\"attention\":\"%s\",\"score\":\"%s\",\"layers\":%d,"
-               "\"hidden\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"kv_lora_rank\":%d,\"q_lora_rank\":%d,"
-               "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"lrkv_rank\":%d,"
-               "\"intermediate\":%d,\"image_size\":%d,\"patch_size\":%d,\"channels\":%d,\"num_labels\":%d,"
-               "\"patches\":%d,\"sequence\":%d,\"score_n\":%d,\"params\":%zu,\"params_embedding\":%zu,"
-               "\"params_blocks\":%zu,\"params_head\":%zu,\"fwd_flops_per_image\":%.6g,"
-               "\"train_flops_per_image\":%.6g}\n",
-               model_dir, al_attn_name(c->attention), al_score_name(c->score), c->num_layers, c->hidden_size,
-               c->num_heads, c->num_kv_heads, c->head_dim, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim,
-               c->qk_rope_head_dim, c->v_head_dim, c->lrkv_rank, c->intermediate_size, c->image_size, c->patch_size,
-               c->num_channels, c->num_labels, P, P + 1, c->score_n, total, embed, total - embed - head, head, fwd,
-               3 * fwd);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", model_dir);
+        cJSON_AddNumberToObject(j, "patches", P);
+        cJSON_AddNumberToObject(j, "sequence", P + 1);
+        cJSON_AddNumberToObject(j, "params", (double)total);
+        cJSON_AddNumberToObject(j, "params_embedding", (double)embed);
+        cJSON_AddNumberToObject(j, "params_blocks", (double)(total - embed - head));
+        cJSON_AddNumberToObject(j, "params_head", (double)head);
+        cJSON_AddNumberToObject(j, "fwd_flops_per_image", fwd);
+        cJSON_AddNumberToObject(j, "train_flops_per_image", 3 * fwd);
+        rc = print_json("info", c, j);
     } else {
         printf("model       %s\n", model_dir);
         printf("task        vision transformer: %d x %d x %d images, %d x %d patches -> %d patches + CLS, %d classes\n",
@@ -91,7 +92,7 @@ static int info_vision(const char *model_dir, al_model *m, int json) {
         printf("KV cache    none (a ViT classifies whole images; it does not decode)\n");
     }
     al_model_free(m);
-    return 0;
+    return rc;
 }
 
 int cmd_info(int argc, char **argv) {
@@ -137,32 +138,40 @@ int cmd_info(int argc, char **argv) {
     for (int i = 0; i < m.n_params; i++) total += m.params[i].numel;
     size_t embed = (size_t)c->vocab_size * c->hidden_size;
     size_t vpt = m.attn->cache_values_per_token(c);
-    /* the MHA of the same heads; its head width is MLA's value width (MLA's
-     * key width qk_nope + qk_rope includes the extra RoPE part) */
-    int mha_dh = c->attention == AL_ATTN_MLA ? c->v_head_dim : c->head_dim;
+    /* the MHA of the same heads, with the design's value width (MLA's key
+     * width qk_nope + qk_rope includes the extra RoPE part) */
+    int dk, mha_dh;
+    m.attn->head_widths(c, &dk, &mha_dh);
     size_t mha_vpt = 2 * (size_t)c->num_heads * mha_dh;
     size_t bytes_per_token = vpt * al_dtype_size(kv_dt) * (size_t)c->num_layers;
     size_t formula_bytes = bytes_per_token * (size_t)T;
     double ratio = (double)vpt / (double)mha_vpt;
     double fwd = al_model_fwd_flops_per_token(&m, T);
     if (json) {
-        printf("{\"model\":\"%s\",\"attention\":\"%s\",\"score\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,"
-               "\"kv_heads\":%d,\"head_dim\":%d,\"kv_lora_rank\":%d,\"q_lora_rank\":%d,\"qk_nope_head_dim\":%d,"
-               "\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"lrkv_rank\":%d,\"intermediate\":%d,\"tied\":%s,\"params\":%zu,"
-               "\"params_non_embedding\":%zu,\"fwd_flops_per_token\":%.6g,\"train_flops_per_token\":%.6g,"
-               "\"context\":%d,\"kv_values_per_token_per_layer\":%zu,\"kv_bytes_per_token\":%zu,"
-               "\"kv_ratio_to_mha\":%.6f,\"kv_dtype\":\"%s\",\"kv_bytes_formula\":%zu,\"kv_bytes_allocated\":%zu,"
-               "\"architecture\":\"%s\","
-               "\"vocab\":%d,\"max_context\":%d,\"mapped\":%s,\"dtype\":\"%s\",\"weight_bytes\":%zu,"
-               "\"mapped_bytes\":%zu,\"copied_bytes\":%zu,\"rss_bytes\":%ld,\"rss_file_bytes\":%ld,"
-               "\"rss_anon_bytes\":%ld}\n",
-               model_dir, al_attn_name(c->attention), al_score_name(c->score), c->num_layers, c->hidden_size,
-               c->num_heads, c->num_kv_heads, c->head_dim, c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim,
-               c->qk_rope_head_dim, c->v_head_dim, c->lrkv_rank, c->intermediate_size,
-               c->tie_word_embeddings ? "true" : "false", total, total - embed, fwd, 3 * fwd, T, vpt, bytes_per_token,
-               ratio, al_dtype_name(kv_dt), formula_bytes, dec.cache_bytes, al_config_architecture(c), c->vocab_size,
-               al_config_max_context(c), m.mapped ? "true" : "false", weights_dtype(&m), al_model_weight_bytes(&m),
-               m.mapped_bytes, m.copied_bytes, rss, rss_file, rss_anon);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", model_dir);
+        cJSON_AddNumberToObject(j, "params", (double)total);
+        cJSON_AddNumberToObject(j, "params_non_embedding", (double)(total - embed));
+        cJSON_AddNumberToObject(j, "fwd_flops_per_token", fwd);
+        cJSON_AddNumberToObject(j, "train_flops_per_token", 3 * fwd);
+        cJSON_AddNumberToObject(j, "context", T);
+        cJSON_AddNumberToObject(j, "kv_values_per_token_per_layer", (double)vpt);
+        cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)bytes_per_token);
+        cJSON_AddNumberToObject(j, "kv_ratio_to_mha", ratio);
+        cJSON_AddStringToObject(j, "kv_dtype", al_dtype_name(kv_dt));
+        cJSON_AddNumberToObject(j, "kv_bytes_formula", (double)formula_bytes);
+        cJSON_AddNumberToObject(j, "kv_bytes_allocated", (double)dec.cache_bytes);
+        cJSON_AddStringToObject(j, "architecture", al_config_architecture(c));
+        cJSON_AddNumberToObject(j, "max_context", al_config_max_context(c));
+        cJSON_AddBoolToObject(j, "mapped", m.mapped);
+        cJSON_AddStringToObject(j, "dtype", weights_dtype(&m));
+        cJSON_AddNumberToObject(j, "weight_bytes", (double)al_model_weight_bytes(&m));
+        cJSON_AddNumberToObject(j, "mapped_bytes", (double)m.mapped_bytes);
+        cJSON_AddNumberToObject(j, "copied_bytes", (double)m.copied_bytes);
+        cJSON_AddNumberToObject(j, "rss_bytes", (double)rss);
+        cJSON_AddNumberToObject(j, "rss_file_bytes", (double)rss_file);
+        cJSON_AddNumberToObject(j, "rss_anon_bytes", (double)rss_anon);
+        rc = print_json(cmd, c, j);
     } else {
         printf("model       %s\n", model_dir);
         design_line(c);
@@ -184,7 +193,7 @@ int cmd_info(int argc, char **argv) {
                rss_anon / 1e6);
         printf("FLOPs/token %.4g forward, %.4g training (context %d)\n", fwd, 3 * fwd, T);
         char formula[160];
-        cache_formula(c, formula, sizeof formula);
+        m.attn->cache_formula(c, formula, sizeof formula);
         printf("KV cache    %zu values per token per layer = %s: %.2f%% of MHA's 2 x %d heads x %d = %zu\n", vpt,
                formula, 100 * ratio, c->num_heads, mha_dh, mha_vpt);
         printf("            %zu bytes per token (%s, %d layers); %zu bytes for %d tokens; allocated %zu\n",
@@ -193,5 +202,5 @@ int cmd_info(int argc, char **argv) {
     }
     al_decoder_free(&dec);
     al_model_free(&m);
-    return 0;
+    return rc;
 }

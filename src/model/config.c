@@ -1,5 +1,6 @@
 /*
- * config.c: config.json parsing, validation and writing (cJSON).
+ * config.c: config.json parsing, validation and writing (cJSON), and the
+ * field table that drives them, the flags, comparisons and JSON views.
  *
  * Reading is strict where a wrong value would silently mis-run a model
  * (non-integer sizes, unknown attention/score names, a kv-head count that does
@@ -8,6 +9,12 @@
  * under the architecture name AttnlabViTForImageClassification with the image
  * keys of HF's ViTConfig (image_size, patch_size, num_channels) plus
  * num_labels and the pixel statistics (docs/vision.md).
+ *
+ * What a field is called and when it is written comes from the rows of
+ * AL_CONFIG_FIELDS (core/config.h) and of each design's ops->fields; what is
+ * left here by hand is the Hugging Face format itself: architectures and
+ * families, their defaults and refusals (parse_hf), DeepseekV2's dense-MoE
+ * keys.
  */
 #include "config.h"
 
@@ -16,49 +23,251 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../attn/attn.h"
 #include "../io/io.h"
 
-static const char *attn_names[AL_ATTN_COUNT] = {"mha", "gqa", "mqa", "mla", "lrkv"};
-static const char *score_names[AL_SCORE_COUNT] = {"softmax", "poly", "relu", "sigmoid"};
-static const char *task_names[AL_TASK_COUNT] = {"lm", "vision"};
 #define VIT_ARCH "AttnlabViTForImageClassification"
+#define LLAMA_ARCH "LlamaForCausalLM"
+#define DEEPSEEK_ARCH "DeepseekV2ForCausalLM"
 
 /* The Hugging Face families attnlab reads, by architecture and model_type. */
 static const struct {
     const char *arch, *model_type;
 } hf_names[AL_HF_COUNT] = {
-    {"AttnlabForCausalLM", "attnlab"},     {"LlamaForCausalLM", "llama"},         {"MistralForCausalLM", "mistral"},
-    {"Qwen2ForCausalLM", "qwen2"},         {"DeepseekV2ForCausalLM", "deepseek_v2"},
+    {"AttnlabForCausalLM", "attnlab"},     {LLAMA_ARCH, "llama"},         {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},         {DEEPSEEK_ARCH, "deepseek_v2"},
 };
+
+/* The architecture whose designs a family's configs are: Mistral's and
+ * Qwen2's attention is Llama's. */
+static const char *family_design_arch(al_hf_family f) {
+    return f == AL_HF_MISTRAL || f == AL_HF_QWEN2 ? LLAMA_ARCH : hf_names[f].arch;
+}
+
+/* ---- the field table ---- */
+
+#define AL_CONFIG_ROW_(member, type, name, key, where, when, flags, help) \
+    AL_CONFIG_FIELD(member, type, name, key, where, when, flags, help),
+static const al_config_field shared_fields[] = {AL_CONFIG_FIELDS(AL_CONFIG_ROW_)};
+#undef AL_CONFIG_ROW_
+enum { N_SHARED = (int)(sizeof shared_fields / sizeof shared_fields[0]) };
+
+int al_config_field_count(void) {
+    int n = N_SHARED;
+    for (int k = 0; k < AL_ATTN_COUNT; k++) n += al_attn_design(k)->n_fields;
+    return n;
+}
+
+const al_config_field *al_config_field_at(int i, int *design) {
+    if (design) *design = -1;
+    if (i < 0) return NULL;
+    if (i < N_SHARED) return &shared_fields[i];
+    i -= N_SHARED;
+    for (int k = 0; k < AL_ATTN_COUNT; k++) {
+        const al_attn_ops *d = al_attn_design(k);
+        if (i < d->n_fields) {
+            if (design) *design = k;
+            return &d->fields[i];
+        }
+        i -= d->n_fields;
+    }
+    return NULL;
+}
+
+int al_config_field_find(const char *name) {
+    const int n = al_config_field_count();
+    for (int i = 0; i < n; i++) {
+        const char *a = al_config_field_at(i, NULL)->name, *b = name;
+        while (*a && (*a == *b || (*a == '_' && *b == '-'))) a++, b++;
+        if (!*a && !*b) return i;
+    }
+    return -1;
+}
+
+int al_config_field_used(int i, const al_config *c) {
+    int design;
+    const al_config_field *f = al_config_field_at(i, &design);
+    return f && (design < 0 || design == c->attention) && al_config_field_applies(f, c);
+}
+
+/* The first index of design k's fields. */
+static int design_first_field(int k) {
+    int i = N_SHARED;
+    for (int j = 0; j < k; j++) i += al_attn_design(j)->n_fields;
+    return i;
+}
+
+/* Runs the design's derive with its slice of given[] (NULL: all given). */
+static void design_derive(al_config *c, const unsigned char *given) {
+    const al_attn_ops *d = al_attn_ops_for(c);
+    static const unsigned char all[AL_ATTN_MAX_FIELDS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    if (d && d->derive) d->derive(c, given ? given + design_first_field(c->attention) : all);
+}
+
+/* A field's value as a double (enums as their index), for comparisons and messages. */
+static double field_num(const al_config_field *f, const al_config *c) {
+    const void *p = al_config_field_cptr(f, c);
+    switch (f->type) {
+    case AL_CF_FLOAT: return *(const float *)p;
+    case AL_CF_DOUBLE:
+    case AL_CF_POLY_SCALE: return *(const double *)p;
+    case AL_CF_SCORE: return (double)*(const al_score_kind *)p;
+    case AL_CF_TASK: return (double)*(const al_task *)p;
+    default: return *(const int *)p;
+    }
+}
+
+/* Field f of c as a JSON value; `view`: poly_scale resolved. NULL when out of memory. */
+static cJSON *field_json(const al_config_field *f, const al_config *c, int view) {
+    switch (f->type) {
+    case AL_CF_DESIGN: return cJSON_CreateString(al_attn_name(c->attention));
+    case AL_CF_SCORE: return cJSON_CreateString(al_score_name(*(const al_score_kind *)al_config_field_cptr(f, c)));
+    case AL_CF_TASK: return cJSON_CreateString(al_task_name(*(const al_task *)al_config_field_cptr(f, c)));
+    case AL_CF_BOOL: return cJSON_CreateBool(*(const int *)al_config_field_cptr(f, c));
+    case AL_CF_POLY_SCALE:
+        if (view) return cJSON_CreateNumber(c->poly_scale_auto ? 1.0 / sqrt((double)c->score_n) : c->poly_scale);
+        return c->poly_scale_auto ? cJSON_CreateString("auto") : cJSON_CreateNumber(c->poly_scale);
+    case AL_CF_INT:
+        if ((f->flags & AL_CF_NULL_IF_ZERO) && *(const int *)al_config_field_cptr(f, c) == 0 && !view)
+            return cJSON_CreateNull();
+        return cJSON_CreateNumber(field_num(f, c));
+    default: return cJSON_CreateNumber(field_num(f, c));
+    }
+}
+
+/* Reads field f from JSON value v into c. The enumerations name their
+ * choices in the message. Returns 0 or -1. */
+static int field_from_json(const al_config_field *f, const cJSON *v, al_config *c, al_err *err) {
+    void *p = al_config_field_ptr(f, c);
+    char names[128];
+    switch (f->type) {
+    case AL_CF_INT:
+        if (cJSON_IsNull(v) && (f->flags & AL_CF_NULL_IF_ZERO)) return *(int *)p = 0, 0;
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2147483647.0)
+            return al_errf(err, "invalid config: %s must be an integer", f->key);
+        *(int *)p = (int)v->valuedouble;
+        return 0;
+    case AL_CF_FLOAT:
+    case AL_CF_DOUBLE:
+        if (!cJSON_IsNumber(v)) return al_errf(err, "invalid config: %s must be a number", f->key);
+        if (f->type == AL_CF_FLOAT) *(float *)p = (float)v->valuedouble;
+        else *(double *)p = v->valuedouble;
+        return 0;
+    case AL_CF_BOOL: *(int *)p = cJSON_IsTrue(v); return 0;
+    case AL_CF_POLY_SCALE:
+        if (cJSON_IsNumber(v)) {
+            c->poly_scale = v->valuedouble;
+            c->poly_scale_auto = 0;
+        } else if (!cJSON_IsNull(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0)) {
+            return al_errf(err, "invalid config: poly_scale must be a positive number or \"auto\"");
+        }
+        return 0;
+    case AL_CF_DESIGN:
+        if (!cJSON_IsString(v) || al_attn_from_name(v->valuestring, &c->attention))
+            return al_errf(err, "invalid config: unknown attention '%s' (expected %s)",
+                           cJSON_IsString(v) ? v->valuestring : "?", al_attn_names(names, sizeof names));
+        return 0;
+    case AL_CF_SCORE:
+        if (!cJSON_IsString(v) || al_score_from_name(v->valuestring, &c->score))
+            return al_errf(err, "invalid config: unknown score '%s' (expected softmax, poly, relu or sigmoid)",
+                           cJSON_IsString(v) ? v->valuestring : "?");
+        return 0;
+    case AL_CF_TASK:
+        if (!cJSON_IsString(v) || al_task_from_name(v->valuestring, &c->task))
+            return al_errf(err, "invalid config: unknown task '%s' (expected lm or vision)",
+                           cJSON_IsString(v) ? v->valuestring : "?");
+        return 0;
+    }
+    return al_errf(err, "invalid config: %s has an unknown type", f->key);
+}
+
+int al_config_view(const al_config *c, cJSON *obj) {
+    const int n = al_config_field_count();
+    for (int i = 0; i < n; i++) {
+        if (!al_config_field_used(i, c)) continue;
+        const al_config_field *f = al_config_field_at(i, NULL);
+        cJSON *v = field_json(f, c, 1);
+        if (!v || !cJSON_AddItemToObject(obj, f->name, v)) {
+            cJSON_Delete(v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Relative equality of two settings that went through JSON. */
+static int same_d(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
+
+int al_config_same(const al_config *a, const al_config *b, char *why, size_t cap) {
+    const int n = al_config_field_count();
+    /* the task, design and score first: they decide which other fields apply */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const al_config_field *f = al_config_field_at(i, NULL);
+            const int decides = f->type == AL_CF_TASK || f->type == AL_CF_DESIGN || f->type == AL_CF_SCORE;
+            if (decides != (pass == 0) || (f->flags & AL_CF_MEASURED) || !al_config_field_used(i, b)) continue;
+            int same;
+            if (f->type == AL_CF_POLY_SCALE)
+                same = a->poly_scale_auto == b->poly_scale_auto && (a->poly_scale_auto || same_d(a->poly_scale, b->poly_scale));
+            else if (f->type == AL_CF_DOUBLE || f->type == AL_CF_FLOAT)
+                same = same_d(field_num(f, a), field_num(f, b));
+            else
+                same = field_num(f, a) == field_num(f, b);
+            if (!same) {
+                if (f->type == AL_CF_POLY_SCALE) snprintf(why, cap, "its poly scale differs");
+                else if (f->type == AL_CF_DESIGN)
+                    snprintf(why, cap, "its attention differs (%s, planned %s)", al_attn_name(a->attention),
+                             al_attn_name(b->attention));
+                else snprintf(why, cap, "its %s differs (%g, planned %g)", f->name, field_num(f, a), field_num(f, b));
+                return 0;
+            }
+        }
+    return 1;
+}
+
+int al_config_resolve(al_config *c, const unsigned char *given, al_err *err) {
+    const int hd = al_config_field_find("head_dim"), kv = al_config_field_find("kv_heads"),
+              ffn = al_config_field_find("ffn"), design = al_config_field_find("attention");
+    if (c->num_heads <= 0) return al_errf(err, "--heads must be positive, got %d", c->num_heads);
+    if (c->hidden_size <= 0) return al_errf(err, "--hidden must be positive, got %d", c->hidden_size);
+    if (!given[hd]) {
+        if (c->hidden_size % c->num_heads)
+            return al_errf(err, "hidden size %d is not divisible by %d heads and --head-dim is not given",
+                           c->hidden_size, c->num_heads);
+        c->head_dim = c->hidden_size / c->num_heads;
+    }
+    if (!given[kv]) c->num_kv_heads = c->num_heads;
+    if (!given[ffn]) c->intermediate_size = ((c->hidden_size * 8 / 3) + 15) / 16 * 16;
+    if (!given[design]) { /* the first design whose head counts say so (MHA, GQA, MQA) */
+        c->attention = AL_ATTN_COUNT;
+        for (int k = 0; k < AL_ATTN_COUNT && c->attention == AL_ATTN_COUNT; k++) {
+            const al_attn_ops *d = al_attn_design(k);
+            if (d->hf_matches && !strcmp(d->hf_arch, LLAMA_ARCH) && d->hf_matches(c)) c->attention = k;
+        }
+        if (c->attention == AL_ATTN_COUNT) c->attention = AL_ATTN_MHA;
+    }
+    const int n = al_config_field_count();
+    for (int i = 0; i < n; i++) {
+        int owner;
+        const al_config_field *f = al_config_field_at(i, &owner);
+        if (!given[i]) continue;
+        if (owner >= 0 && owner != c->attention)
+            return al_errf(err, "--%s applies only to --attention %s", f->name, al_attn_name(owner));
+        if (f->when == AL_CF_POLY && c->score != AL_SCORE_POLY)
+            return al_errf(err, "--%s applies only to --score poly", f->name);
+    }
+    if (c->poly_power < 1) return al_errf(err, "--poly-power must be an integer >= 1, got %d", c->poly_power);
+    design_derive(c, given);
+    /* relu, sigmoid and poly auto keep the training length as N, also when evaluated at another */
+    c->score_n = c->max_position;
+    return al_config_validate(c, err);
+}
 
 const char *al_hf_family_name(al_hf_family f) { return (unsigned)f < AL_HF_COUNT ? hf_names[f].model_type : "?"; }
 
-int al_config_max_context(const al_config *c) {
-    return c->sliding_window > 0 && c->sliding_window < c->max_position ? c->sliding_window : c->max_position;
-}
 
-const char *al_attn_name(al_attn_kind k) { return (unsigned)k < AL_ATTN_COUNT ? attn_names[k] : "?"; }
-const char *al_score_name(al_score_kind k) { return (unsigned)k < AL_SCORE_COUNT ? score_names[k] : "?"; }
-const char *al_task_name(al_task t) { return (unsigned)t < AL_TASK_COUNT ? task_names[t] : "?"; }
 
-int al_task_from_name(const char *s, al_task *t) {
-    for (int i = 0; i < AL_TASK_COUNT; i++)
-        if (s && strcmp(s, task_names[i]) == 0) return *t = (al_task)i, 0;
-    return -1;
-}
 
-int al_attn_from_name(const char *s, al_attn_kind *k) {
-    for (int i = 0; i < AL_ATTN_COUNT; i++)
-        if (s && strcmp(s, attn_names[i]) == 0) return *k = (al_attn_kind)i, 0;
-    return -1;
-}
 
-int al_score_from_name(const char *s, al_score_kind *k) {
-    for (int i = 0; i < AL_SCORE_COUNT; i++)
-        if (s && strcmp(s, score_names[i]) == 0) return *k = (al_score_kind)i, 0;
-    return -1;
-}
 
 void al_config_default(al_config *c) {
     memset(c, 0, sizeof *c);
@@ -81,11 +290,6 @@ void al_config_default(al_config *c) {
     c->score_n = c->max_position;
 }
 
-int al_config_num_patches(const al_config *c) {
-    if (c->task != AL_TASK_VISION || c->patch_size <= 0) return 0;
-    const int g = c->image_size / c->patch_size;
-    return g * g;
-}
 
 void al_config_vision_derive(al_config *c, int score_n_too) {
     if (c->task != AL_TASK_VISION) return;
@@ -151,8 +355,10 @@ int al_config_validate(const al_config *c, al_err *err) {
     if ((unsigned)c->hf >= AL_HF_COUNT || (c->hf != AL_HF_NONE && c->task != AL_TASK_LM))
         return al_errf(err, "invalid config: Hugging Face families are language models");
     if (c->sliding_window < 0) return al_errf(err, "invalid config: sliding_window must be positive");
-    if (c->qkv_bias && c->attention != AL_ATTN_MHA && c->attention != AL_ATTN_GQA && c->attention != AL_ATTN_MQA)
-        return al_errf(err, "invalid config: q/k/v biases need attention mha, gqa or mqa");
+    const al_attn_ops *ops = al_attn_ops_for(c);
+    if (!ops) return al_errf(err, "invalid config: unknown attention design %d", c->attention);
+    if (c->qkv_bias && !ops->qkv_bias)
+        return al_errf(err, "invalid config: q/k/v biases are not implemented for attention '%s'", ops->name);
     if (c->rope_scaling.type == AL_ROPE_LLAMA3) {
         const al_rope_scaling *r = &c->rope_scaling;
         if (!(r->factor >= 1.0) || !isfinite(r->factor))
@@ -173,8 +379,6 @@ int al_config_validate(const al_config *c, al_err *err) {
     if (c->hidden_size > 65536 || c->intermediate_size > 262144 || c->num_layers > 1024 || c->num_heads > 1024 ||
         c->head_dim > 4096 || c->max_position > (1 << 20))
         return al_errf(err, "invalid config: sizes are beyond what attnlab supports");
-    const al_attn_ops *ops = al_attn_ops_for(c);
-    if (!ops) return al_errf(err, "invalid config: attention '%s' is not available in this build", al_attn_name(c->attention));
     if (ops->validate(c, err)) return -1;
     if ((unsigned)c->score >= AL_SCORE_COUNT) return al_errf(err, "invalid config: unknown score function");
     if (c->poly_power < 1) return al_errf(err, "invalid config: poly_power must be an integer >= 1, got %d", c->poly_power);
@@ -276,6 +480,22 @@ static int parse_hf(al_config *c, const cJSON *root, al_err *err) {
     return 0;
 }
 
+/* Reads the fields of rows [from, to) that apply to c from root (top-level
+ * keys) and block (the attnlab block, may be NULL); present[i] records which
+ * keys were there. Returns 0 or -1. */
+static int read_fields(al_config *c, int from, int to, const cJSON *root, const cJSON *block, unsigned char *present,
+                       al_err *err) {
+    for (int i = from; i < to; i++) {
+        const al_config_field *f = al_config_field_at(i, NULL);
+        if (f->where == AL_CF_UNSAVED || !al_config_field_used(i, c)) continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(f->where == AL_CF_TOP ? root : block, f->key);
+        if (!v || (cJSON_IsNull(v) && !(f->flags & AL_CF_NULL_IF_ZERO))) continue;
+        if (field_from_json(f, v, c, err)) return -1;
+        present[i] = 1;
+    }
+    return 0;
+}
+
 int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *err) {
     if (extra_out) *extra_out = NULL;
     cJSON *root = cJSON_Parse(text);
@@ -284,10 +504,12 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         return al_errf(err, "invalid config: not a JSON object");
     }
     al_config_default(c);
-    int rc = -1, have_heads = 0, have_hd = 0, have_kv = 0, tmp;
-    double num = 0;
+    int rc = -1;
+    unsigned char present[AL_CONFIG_MAX_FIELDS] = {0};
+    const int n_fields = al_config_field_count(), i_task = al_config_field_find("task"),
+              i_design = al_config_field_find("attention"), i_score = al_config_field_find("score");
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    int is_mla = 0, is_attnlab = 0, is_vit = 0, have_score_n = 0;
+    int is_vit = 0;
     al_hf_family family = AL_HF_LLAMA; /* no architectures: Llama's keys (or model_type's family) */
     if (arch) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
@@ -310,20 +532,27 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         for (int f = 1; cJSON_IsString(mt) && f < AL_HF_COUNT; f++)
             if (strcmp(mt->valuestring, hf_names[f].model_type) == 0) family = (al_hf_family)f;
     }
-    is_attnlab = family == AL_HF_NONE;
-    is_mla = family == AL_HF_DEEPSEEK_V2;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "attnlab");
+    if (al && !cJSON_IsObject(al)) {
+        al_errf(err, "invalid config: \"attnlab\" must be an object");
+        goto done;
+    }
     /* no "attnlab" block: a Hugging Face checkpoint of its family */
-    if (!al && !is_vit && !is_attnlab) c->hf = family;
+    if (!al && !is_vit && family != AL_HF_NONE) c->hf = family;
     if (al && (family == AL_HF_MISTRAL || family == AL_HF_QWEN2)) {
         al_errf(err, "invalid config: an \"attnlab\" block goes with attnlab's own architectures, not %s",
                 hf_names[family].arch);
         goto done;
     }
+    if (al) {
+        const cJSON *ver = cJSON_GetObjectItemCaseSensitive(al, "format_version");
+        if (ver && (!cJSON_IsNumber(ver) || ver->valuedouble > AL_CONFIG_FORMAT_VERSION)) {
+            al_errf(err, "invalid config: format_version %g is newer than this attnlab reads (%d)",
+                    cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, AL_CONFIG_FORMAT_VERSION);
+            goto done;
+        }
+    }
     if (c->hf != AL_HF_NONE) c->rms_norm_eps = 1e-6f; /* transformers' default for these families */
-    /* MLA's shape keys: with DeepseekV2's architecture, or a ViT whose block says mla */
-    const cJSON *al_attn = cJSON_IsObject(al) ? cJSON_GetObjectItemCaseSensitive(al, "attention") : NULL;
-    const int mla_keys = is_mla || (is_vit && cJSON_IsString(al_attn) && strcmp(al_attn->valuestring, "mla") == 0);
     if (is_vit) {
         c->task = AL_TASK_VISION;
         c->image_size = 28;
@@ -331,120 +560,81 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         c->num_channels = 1;
         c->num_labels = 10;
         c->image_std = 1.0;
-        if (get_int(root, "image_size", &c->image_size, err) < 0 || get_int(root, "patch_size", &c->patch_size, err) < 0 ||
-            get_int(root, "num_channels", &c->num_channels, err) < 0 ||
-            get_int(root, "num_labels", &c->num_labels, err) < 0 ||
-            get_num(root, "image_mean", &c->image_mean, err) < 0 || get_num(root, "image_std", &c->image_std, err) < 0)
-            goto done;
     }
-    if (!is_vit && get_int(root, "vocab_size", &c->vocab_size, err) < 0) goto done;
-    if (get_int(root, "hidden_size", &c->hidden_size, err) < 0) goto done;
-    if (get_int(root, "intermediate_size", &c->intermediate_size, err) < 0) goto done;
-    if (get_int(root, "num_hidden_layers", &c->num_layers, err) < 0) goto done;
-    if ((have_heads = get_int(root, "num_attention_heads", &c->num_heads, err)) < 0) goto done;
-    if ((have_kv = get_int(root, "num_key_value_heads", &tmp, err)) < 0) goto done;
-    if ((have_hd = get_int(root, "head_dim", &c->head_dim, err)) < 0) goto done;
-    if (!is_vit && get_int(root, "max_position_embeddings", &c->max_position, err) < 0) goto done;
-    if ((tmp = get_num(root, "rms_norm_eps", &num, err)) < 0) goto done;
-    if (tmp) c->rms_norm_eps = (float)num;
-    if ((tmp = get_num(root, "rope_theta", &num, err)) < 0) goto done;
-    if (tmp) c->rope_theta = num;
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-    c->tie_word_embeddings = !is_vit && cJSON_IsTrue(tie);
-    if (!have_heads || c->num_heads <= 0) {
+    /* the shared fields: the enumerations first (they decide which others apply) */
+    const al_task task_of_arch = c->task;
+    if (read_fields(c, i_task, i_task + 1, root, al, present, err) ||
+        read_fields(c, i_design, i_design + 1, root, al, present, err) ||
+        read_fields(c, i_score, i_score + 1, root, al, present, err))
+        goto done;
+    if (present[i_task] && c->task != task_of_arch) {
+        al_errf(err, "invalid config: task 'vision' goes with architecture " VIT_ARCH);
+        goto done;
+    }
+    c->task = task_of_arch;
+    if (read_fields(c, 0, N_SHARED, root, al, present, err)) goto done;
+    const int have_hd = present[al_config_field_find("head_dim")], have_kv = present[al_config_field_find("kv_heads")];
+    if (!present[al_config_field_find("heads")] || c->num_heads <= 0) {
         al_errf(err, "invalid config: num_attention_heads must be positive");
         goto done;
     }
-    if (have_kv) {
-        cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
-        c->num_kv_heads = (int)kv->valuedouble;
-    } else {
-        c->num_kv_heads = c->num_heads;
+    if (!have_kv) c->num_kv_heads = c->num_heads;
+    /* the design: from the block, else the one of the architecture (by head counts for Llama's) */
+    const char *design_arch = is_vit ? LLAMA_ARCH : family_design_arch(family);
+    if (!present[i_design]) {
+        c->attention = -1;
+        for (int k = 0; k < AL_ATTN_COUNT && c->attention < 0; k++) {
+            const al_attn_ops *d = al_attn_design(k);
+            if (!strcmp(d->hf_arch, design_arch) && (!d->hf_matches || d->hf_matches(c))) c->attention = k;
+        }
+        if (c->attention < 0) {
+            al_errf(err, "invalid config: %s needs \"attention\" in its attnlab block", design_arch);
+            goto done;
+        }
     }
-    if (mla_keys) {
-        if (get_int(root, "kv_lora_rank", &c->kv_lora_rank, err) < 0 ||
-            get_int(root, "q_lora_rank", &c->q_lora_rank, err) < 0 ||
-            get_int(root, "qk_nope_head_dim", &c->qk_nope_head_dim, err) < 0 ||
-            get_int(root, "qk_rope_head_dim", &c->qk_rope_head_dim, err) < 0 ||
-            get_int(root, "v_head_dim", &c->v_head_dim, err) < 0)
-            goto done;
-        if (!have_hd) c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
-    } else if (!have_hd) {
-        if (c->hidden_size <= 0 || c->hidden_size % c->num_heads) {
-            al_errf(err, "invalid config: hidden_size %d is not divisible by num_attention_heads %d and head_dim is not given",
-                    c->hidden_size, c->num_heads);
-            goto done;
-        }
-        c->head_dim = c->hidden_size / c->num_heads;
-    }
-    /* absent score_n: the length the positions were set up for, i.e. the training context */
-    c->score_n = c->max_position;
-    /* attention kind: from our block, else from the architecture and head counts */
-    c->attention = is_mla ? AL_ATTN_MLA : c->num_kv_heads == c->num_heads ? AL_ATTN_MHA : c->num_kv_heads == 1 ? AL_ATTN_MQA : AL_ATTN_GQA;
-    if (al) {
-        if (!cJSON_IsObject(al)) {
-            al_errf(err, "invalid config: \"attnlab\" must be an object");
-            goto done;
-        }
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(al, "attention");
-        if (a && (!cJSON_IsString(a) || al_attn_from_name(a->valuestring, &c->attention))) {
-            al_errf(err, "invalid config: unknown attention '%s' (expected mha, gqa, mqa, mla or lrkv)",
-                    cJSON_IsString(a) ? a->valuestring : "?");
-            goto done;
-        }
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(al, "score");
-        if (s && (!cJSON_IsString(s) || al_score_from_name(s->valuestring, &c->score))) {
-            al_errf(err, "invalid config: unknown score '%s' (expected softmax, poly, relu or sigmoid)",
-                    cJSON_IsString(s) ? s->valuestring : "?");
-            goto done;
-        }
-        if (get_int(al, "lrkv_rank", &c->lrkv_rank, err) < 0) goto done;
-        if (get_int(al, "poly_power", &c->poly_power, err) < 0) goto done;
-        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(al, "poly_scale");
-        if (cJSON_IsNumber(ps)) {
-            c->poly_scale = ps->valuedouble;
-            c->poly_scale_auto = 0;
-        } else if (ps && !cJSON_IsNull(ps) && !(cJSON_IsString(ps) && strcmp(ps->valuestring, "auto") == 0)) {
-            al_errf(err, "invalid config: poly_scale must be a positive number or \"auto\"");
-            goto done;
-        }
-        if ((have_score_n = get_int(al, "score_n", &c->score_n, err)) < 0) goto done;
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(al, "task");
-        al_task task = AL_TASK_LM;
-        if (t && (!cJSON_IsString(t) || al_task_from_name(t->valuestring, &task))) {
-            al_errf(err, "invalid config: unknown task '%s' (expected lm or vision)", cJSON_IsString(t) ? t->valuestring : "?");
-            goto done;
-        }
-        if (t && (task == AL_TASK_VISION) != is_vit) {
-            al_errf(err, "invalid config: task 'vision' goes with architecture " VIT_ARCH);
-            goto done;
-        }
-        if (extra_out) *extra_out = cJSON_PrintUnformatted(al);
-    }
-    if (is_vit) {
-        /* any design and score function; the architecture name says nothing about them */
-        al_config_vision_derive(c, !have_score_n);
-    } else if ((is_mla && c->attention != AL_ATTN_MLA) || (c->attention == AL_ATTN_MLA && !is_mla)) {
-        al_errf(err, "invalid config: attention 'mla' goes with architecture DeepseekV2ForCausalLM");
+    const al_attn_ops *design = al_attn_ops_for(c);
+    if (!is_vit && strcmp(design->hf_arch, design_arch)) {
+        /* name the design that is not Llama's: the block's, or the architecture's */
+        const al_attn_ops *named = design;
+        for (int k = 0; k < AL_ATTN_COUNT && !strcmp(named->hf_arch, LLAMA_ARCH); k++)
+            if (!strcmp(al_attn_design(k)->hf_arch, design_arch)) named = al_attn_design(k);
+        al_errf(err, "invalid config: attention '%s' goes with architecture %s", named->name, named->hf_arch);
         goto done;
     }
-    if (!is_vit && (c->attention == AL_ATTN_LRKV) != is_attnlab) {
-        al_errf(err, "invalid config: attention 'lrkv' goes with architecture AttnlabForCausalLM");
+    const int first = design_first_field(c->attention);
+    if (read_fields(c, first, first + design->n_fields, root, al, present, err)) goto done;
+    /* what the design fixes (MLA: head_dim = dn + dr) unless the file says otherwise */
+    const int head_dim = c->head_dim, kv_heads = c->num_kv_heads;
+    if (!have_hd) c->head_dim = c->hidden_size % c->num_heads ? 0 : c->hidden_size / c->num_heads;
+    design_derive(c, NULL);
+    if (have_hd) c->head_dim = head_dim;
+    if (have_kv) c->num_kv_heads = kv_heads;
+    if (c->head_dim <= 0 && !have_hd) {
+        al_errf(err, "invalid config: hidden_size %d is not divisible by num_attention_heads %d and head_dim is not given",
+                c->hidden_size, c->num_heads);
         goto done;
     }
+    /* absent score_n: the length the positions were set up for (the training context), for vision the patches */
+    const int have_score_n = present[al_config_field_find("score_n")];
+    if (!have_score_n) c->score_n = c->max_position;
+    if (is_vit) al_config_vision_derive(c, !have_score_n);
+    if (al && extra_out) *extra_out = cJSON_PrintUnformatted(al);
     if (c->hf != AL_HF_NONE && parse_hf(c, root, err)) goto done;
+    (void)n_fields;
     rc = al_config_validate(c, err);
 done:
+    if (rc && extra_out) {
+        free(*extra_out);
+        *extra_out = NULL;
+    }
     cJSON_Delete(root);
     return rc;
 }
 
 const char *al_config_architecture(const al_config *c) {
     if (c->hf != AL_HF_NONE && (unsigned)c->hf < AL_HF_COUNT) return hf_names[c->hf].arch;
-    return c->task == AL_TASK_VISION      ? VIT_ARCH
-           : c->attention == AL_ATTN_MLA    ? "DeepseekV2ForCausalLM"
-           : c->attention == AL_ATTN_LRKV ? "AttnlabForCausalLM"
-                                          : "LlamaForCausalLM";
+    const al_attn_ops *d = al_attn_ops_for(c);
+    return c->task == AL_TASK_VISION ? VIT_ARCH : d ? d->hf_arch : "?";
 }
 
 int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err) {
@@ -457,55 +647,40 @@ int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err
     return rc;
 }
 
+/* Adds the fields of c that config.json keeps at `where` to obj. */
+static int write_fields(const al_config *c, al_cf_where where, cJSON *obj) {
+    const int n = al_config_field_count();
+    for (int i = 0; i < n; i++) {
+        const al_config_field *f = al_config_field_at(i, NULL);
+        if (f->where != where || !al_config_field_used(i, c)) continue;
+        /* DeepseekV2's config has no head_dim: it is qk_nope_head_dim + qk_rope_head_dim */
+        if (!strcmp(f->key, "head_dim") && !strcmp(al_config_architecture(c), DEEPSEEK_ARCH)) continue;
+        cJSON *v = field_json(f, c, 0);
+        if (!v || !cJSON_AddItemToObject(obj, f->key, v)) {
+            cJSON_Delete(v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err) {
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString(al_config_architecture(c)));
-    const int vit = c->task == AL_TASK_VISION;
-    cJSON_AddStringToObject(root, "model_type", vit                            ? "attnlab_vit"
-                                                : c->attention == AL_ATTN_MLA  ? "deepseek_v2"
-                                                : c->attention == AL_ATTN_LRKV ? "attnlab"
-                                                                               : "llama");
-    if (vit) {
-        cJSON_AddNumberToObject(root, "image_size", c->image_size);
-        cJSON_AddNumberToObject(root, "patch_size", c->patch_size);
-        cJSON_AddNumberToObject(root, "num_channels", c->num_channels);
-        cJSON_AddNumberToObject(root, "num_labels", c->num_labels);
-        cJSON_AddNumberToObject(root, "image_mean", c->image_mean);
-        cJSON_AddNumberToObject(root, "image_std", c->image_std);
-    } else {
-        cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
-    }
-    cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
-    cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_layers);
-    cJSON_AddNumberToObject(root, "num_attention_heads", c->num_heads);
-    cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_kv_heads);
-    if (c->attention == AL_ATTN_MLA) {
-        cJSON_AddNumberToObject(root, "kv_lora_rank", c->kv_lora_rank);
-        if (c->q_lora_rank > 0) cJSON_AddNumberToObject(root, "q_lora_rank", c->q_lora_rank);
-        else cJSON_AddNullToObject(root, "q_lora_rank");
-        cJSON_AddNumberToObject(root, "qk_nope_head_dim", c->qk_nope_head_dim);
-        cJSON_AddNumberToObject(root, "qk_rope_head_dim", c->qk_rope_head_dim);
-        cJSON_AddNumberToObject(root, "v_head_dim", c->v_head_dim);
+    const char *arch_name = al_config_architecture(c);
+    cJSON_AddItemToArray(arch, cJSON_CreateString(arch_name));
+    const al_attn_ops *d = al_attn_ops_for(c);
+    cJSON_AddStringToObject(root, "model_type", c->task == AL_TASK_VISION ? "attnlab_vit" : d ? d->hf_model_type : "?");
+    int bad = write_fields(c, AL_CF_TOP, root);
+    if (!strcmp(arch_name, DEEPSEEK_ARCH)) {
         /* dense MLP in every layer, read the same by HF's native and remote DeepseekV2 code */
-        if (!vit) {
-            cJSON_AddNullToObject(root, "n_routed_experts");
-            cJSON_AddNullToObject(root, "n_shared_experts");
-            cJSON_AddNumberToObject(root, "first_k_dense_replace", c->num_layers);
-            cJSON_AddNumberToObject(root, "moe_layer_freq", 1);
-            cJSON_AddNullToObject(root, "rope_scaling");
-        }
-    } else {
-        cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+        cJSON_AddNullToObject(root, "n_routed_experts");
+        cJSON_AddNullToObject(root, "n_shared_experts");
+        cJSON_AddNumberToObject(root, "first_k_dense_replace", c->num_layers);
+        cJSON_AddNumberToObject(root, "moe_layer_freq", 1);
+        cJSON_AddNullToObject(root, "rope_scaling");
     }
     cJSON_AddStringToObject(root, "hidden_act", "silu");
-    cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
-    if (!vit) { /* a ViT has no RoPE, and its sequence length follows from the patches */
-        cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
-        cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position);
-        cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
-    }
     cJSON_AddBoolToObject(root, "attention_bias", 0);
     cJSON_AddBoolToObject(root, "mlp_bias", 0);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
@@ -514,31 +689,22 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
         cJSON_Delete(al);
         al = cJSON_CreateObject();
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "attention");
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "score");
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "lrkv_rank");
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "poly_power");
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "poly_scale");
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "score_n");
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "task");
-    if (vit) cJSON_AddStringToObject(al, "task", al_task_name(c->task));
-    cJSON_AddStringToObject(al, "attention", al_attn_name(c->attention));
-    cJSON_AddStringToObject(al, "score", al_score_name(c->score));
-    /* softmax has no parameters; the others carry what reproduces them at any length */
-    if (c->score == AL_SCORE_POLY) {
-        cJSON_AddNumberToObject(al, "poly_power", c->poly_power);
-        if (c->poly_scale_auto) cJSON_AddStringToObject(al, "poly_scale", "auto");
-        else cJSON_AddNumberToObject(al, "poly_scale", c->poly_scale);
+    /* the block's config keys are rewritten from c (any design's, in case c's design changed) */
+    const int n = al_config_field_count();
+    for (int i = 0; i < n; i++) {
+        const al_config_field *f = al_config_field_at(i, NULL);
+        if (f->where == AL_CF_BLOCK) cJSON_DeleteItemFromObjectCaseSensitive(al, f->key);
     }
-    if (c->score != AL_SCORE_SOFTMAX) cJSON_AddNumberToObject(al, "score_n", c->score_n);
-    if (c->attention == AL_ATTN_LRKV) cJSON_AddNumberToObject(al, "lrkv_rank", c->lrkv_rank);
+    cJSON_DeleteItemFromObjectCaseSensitive(al, "format_version");
+    cJSON_AddNumberToObject(al, "format_version", AL_CONFIG_FORMAT_VERSION);
+    bad |= write_fields(c, AL_CF_BLOCK, al);
     cJSON_AddItemToObject(root, "attnlab", al);
-    char *text = cJSON_Print(root);
+    char *text = bad ? NULL : cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return al_errf(err, "%s: out of memory", path);
-    size_t n = strlen(text);
-    text[n] = '\n'; /* cJSON_Print leaves room: replace the NUL, write n+1 bytes */
-    int rc = al_write_file_atomic(path, text, n + 1, err);
+    size_t len = strlen(text);
+    text[len] = '\n'; /* cJSON_Print leaves room: replace the NUL, write len+1 bytes */
+    int rc = al_write_file_atomic(path, text, len + 1, err);
     free(text);
     return rc;
 }

@@ -164,7 +164,10 @@ int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err) 
         al_model_free(m);
         return -1;
     }
-    al_model_set_views(m, m->data, m->dts);
+    if (al_model_set_views(m, m->data, m->dts, err)) {
+        al_model_free(m);
+        return -1;
+    }
     return 0;
 }
 

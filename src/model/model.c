@@ -106,8 +106,17 @@ static void set_views(al_model *m, float *base, const void *const *data, const a
     m->cls_b = cb;
 }
 
-void al_model_set_views(al_model *m, const void *const *data, const al_dtype *dts) {
+/* Asks the design whether every layer's layout suits its kernels
+ * (ops->validate_layer), for inference or, when `training`, with gradients. */
+static int check_layers(const al_model *m, int training, al_err *err) {
+    for (int l = 0; m->attn->validate_layer && l < m->cfg.num_layers; l++)
+        if (m->attn->validate_layer(&m->layers[l].attn, training, err)) return al_err_prefix(err, "layer %d", l);
+    return 0;
+}
+
+int al_model_set_views(al_model *m, const void *const *data, const al_dtype *dts, al_err *err) {
     set_views(m, m->w, data, dts, m->layers, 1);
+    return check_layers(m, 0, err);
 }
 
 int al_model_weights_bf16(al_model *m, al_err *err) {
@@ -138,9 +147,9 @@ int al_model_weights_bf16(al_model *m, al_err *err) {
     }
     m->w16 = w16;
     m->dts = dts;
-    al_model_set_views(m, data, dts);
+    int rc = al_model_set_views(m, data, dts, err);
     free(data);
-    return 0;
+    return rc;
 }
 
 /* RoPE tables of angle 0 (cos 1, sin 0): the ViT's positions are learned
@@ -226,6 +235,10 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
         rope_identity(&m->rope_aux);
     }
     if (m->w) set_views(m, m->w, NULL, NULL, m->layers, 1);
+    if (m->w && check_layers(m, 0, err)) {
+        al_model_free(m);
+        return -1;
+    }
     return 0;
 }
 
@@ -272,7 +285,7 @@ int al_model_alloc_grads(al_model *m, al_err *err) {
     set_views(m, m->g, NULL, NULL, m->glayers, 0);
     for (int l = 0; l < m->cfg.num_layers; l++)
         for (int a = 0; a < AL_ATTN_MAX_PARAMS; a++) m->layers[l].attn.g[a] = m->glayers[l].attn.w[a];
-    return 0;
+    return check_layers(m, 1, err);
 }
 
 void al_model_zero_grads(al_model *m) {
@@ -291,14 +304,12 @@ size_t al_model_matmul_params(const al_model *m) {
 
 /* Forward FLOPs per token: 2 per matmul weight, plus causal attention:
  * q.k (key width dk) and p.v (value width dv) over on average T/2 keys,
- * 2 x (dk + dv) x H x T/2. MLA's keys are qk_nope + qk_rope wide. */
+ * 2 x (dk + dv) x H x T/2, with the design's head widths (MLA's keys are
+ * qk_nope + qk_rope wide). */
 double al_model_fwd_flops_per_token(const al_model *m, int T) {
     const al_config *c = &m->cfg;
-    int dk = c->head_dim, dv = c->head_dim;
-    if (c->attention == AL_ATTN_MLA) {
-        dk = c->qk_nope_head_dim + c->qk_rope_head_dim;
-        dv = c->v_head_dim;
-    }
+    int dk, dv;
+    m->attn->head_widths(c, &dk, &dv);
     return 2.0 * (double)al_model_matmul_params(m) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
 }
 
@@ -315,11 +326,8 @@ double al_vit_fwd_flops_per_image(const al_model *m) {
         else if (!strcmp(p->name, "vit.patch_embed.weight")) patch += (double)p->numel;
         else if (!strcmp(p->name, "classifier.weight")) head += (double)p->numel;
     }
-    int dk = c->head_dim, dv = c->head_dim;
-    if (c->attention == AL_ATTN_MLA) {
-        dk = c->qk_nope_head_dim + c->qk_rope_head_dim;
-        dv = c->v_head_dim;
-    }
+    int dk, dv;
+    m->attn->head_widths(c, &dk, &dv);
     /* every query against all T keys: q.k and p.v, 2 x (dk + dv) per pair and head */
     const double attn = (double)c->num_layers * c->num_heads * 2.0 * (dk + dv) * T * T;
     return 2.0 * (block * T + patch * P + head) + attn;

@@ -97,8 +97,9 @@ int al_model_create(al_model *m, const al_config *cfg, al_err *err);
  * views are set (the mapped loader, hf.c, points them at the file). */
 int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err);
 /* Points every view at data[i] of dtype dts[i] (one per parameter, in table
- * order); the mapped loader's last step. */
-void al_model_set_views(al_model *m, const void *const *data, const al_dtype *dts);
+ * order); the mapped loader's last step. Fails when the design's kernels
+ * cannot run on that layout (ops->validate_layer). */
+int al_model_set_views(al_model *m, const void *const *data, const al_dtype *dts, al_err *err);
 void al_model_free(al_model *m);
 /* Normal(std) / ones init from a seed, in arena order (reproducible). */
 void al_model_init_weights(al_model *m, uint64_t seed);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/config.h"
 #include "../core/core.h"
 
 /* ---- matrix products (CBLAS) ---- */
@@ -85,15 +86,7 @@ typedef struct al_rope_table {
     float *cos, *sin; /* [max_pos][half] */
 } al_rope_table;
 int al_rope_table_init(al_rope_table *t, int max_pos, int dim, double theta); /* 0 ok, -1 OOM */
-/* Frequency scaling of a Hugging Face config's "rope_scaling" (none, or
- * Llama 3's: type AL_ROPE_LLAMA3 with factor, low_freq_factor,
- * high_freq_factor and original_max_position_embeddings). */
-typedef enum { AL_ROPE_DEFAULT, AL_ROPE_LLAMA3 } al_rope_type;
-typedef struct al_rope_scaling {
-    al_rope_type type;
-    double factor, low_freq_factor, high_freq_factor;
-    int original_max_position;
-} al_rope_scaling;
+/* al_rope_scaling (core/config.h): Llama 3's frequency scaling or none. */
 /* As al_rope_table_init with each inverse frequency scaled as transformers'
  * _compute_llama3_parameters does (sc NULL or AL_ROPE_DEFAULT: unscaled):
  * wavelength w = 2 pi / f; w < L / high_freq_factor: f kept; w > L /
