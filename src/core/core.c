@@ -30,8 +30,31 @@ int al_err_prefix(al_err *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    al_strfmt(err->msg, sizeof err->msg, "%s: %s", prefix, old);
     return -1;
+}
+
+int al_strfmt(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n < cap) return n < 0 ? -1 : 0;
+    if (cap >= 4) memcpy(buf + cap - 4, "...", 4); /* say that it was cut */
+    return 1;
+}
+
+char *al_sprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
 }
 
 void *al_alloc(size_t bytes) {

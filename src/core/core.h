@@ -24,6 +24,14 @@ int al_errf(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Prefixes an existing message: "what: <old message>". Returns -1. */
 int al_err_prefix(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Bounded text where a cut is acceptable (messages, labels): printf into
+ * buf[cap]; a result that does not fit ends in "..." and returns 1 (0 when
+ * it fit, -1 on a format error). */
+int al_strfmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Text that must not be cut (paths): printf into a new malloc'd string;
+ * NULL when out of memory. Free with free(). */
+char *al_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* 64-byte aligned allocation (zeroed); NULL on failure. Free with al_free. */
 void *al_alloc(size_t bytes);
 void al_free(void *p);
