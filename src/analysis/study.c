@@ -218,32 +218,20 @@ static int log_has_final(const char *dir, int step) {
 
 al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why, size_t cap) {
     char path[4200];
-    al_config cfg;
-    char *extra = NULL;
+    al_train_opts saved;
     al_err err;
     *step = 0;
     snprintf(why, cap, "not trained yet");
     snprintf(path, sizeof path, "%s/config.json", plan->out);
     if (access(path, F_OK) != 0) return AL_RUN_NEW;
-    if (al_config_load(&cfg, path, &extra, &err)) {
+    const int loaded = al_run_load_opts(plan->out, &saved, &err);
+    if (loaded == -1) {
         snprintf(why, cap, "its config.json is unreadable");
         return AL_RUN_STALE;
     }
     const int vision = plan->model.task == AL_TASK_VISION;
-    al_config want = plan->model;
-    if (!same_config(&cfg, &want, why, cap)) {
-        free(extra);
-        return AL_RUN_STALE;
-    }
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
-    free(extra);
-    char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
-    cJSON_Delete(al);
-    al_train_opts saved;
-    al_train_opts_default(&saved);
-    int bad = !tj || al_train_opts_from_json(&saved, tj, &err);
-    free(tj);
-    if (bad) {
+    if (!same_config(&saved.model, &plan->model, why, cap)) return AL_RUN_STALE;
+    if (loaded) {
         snprintf(why, cap, "its config.json has no training settings");
         return AL_RUN_STALE;
     }
@@ -445,12 +433,15 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     return rc ? al_err_prefix(err, "%s", dir) : 0;
 }
 
-/* One model of the speed benchmark: weights, gradients, moments, a batch. */
+/* One model of the speed benchmark: its run's settings, weights, gradients,
+ * moments, a batch. */
 typedef struct speed_model {
+    al_train_opts o;
     al_model m;
     al_acts a;
     float *m1, *m2;
     int *in, *tg;
+    al_lm_batch batch;
 } speed_model;
 
 static void speed_model_free(speed_model *s) {
@@ -466,10 +457,9 @@ static void speed_model_free(speed_model *s) {
  * everything a training step needs (a fixed random batch). */
 static int speed_model_open(speed_model *s, const char *dir, int batch, int context, int decode_context, al_err *err) {
     char path[4200];
-    al_config cfg;
     memset(s, 0, sizeof *s);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (al_config_load(&cfg, path, NULL, err)) return -1;
+    if (al_run_load_opts(dir, &s->o, err)) return -1;
+    al_config cfg = s->o.model;
     const int need = context > decode_context ? context : decode_context;
     if (cfg.max_position < need) cfg.max_position = need;
     if (al_model_create(&s->m, &cfg, err)) return al_err_prefix(err, "%s", dir);
@@ -489,22 +479,19 @@ static int speed_model_open(speed_model *s, const char *dir, int batch, int cont
         s->in[i] = (int)(al_rng_u64(&rng) % 256);
         s->tg[i] = (int)(al_rng_u64(&rng) % 256);
     }
+    s->batch = (al_lm_batch){.acts = &s->a, .in = s->in, .tg = s->tg};
     return 0;
 }
 
 /* Seconds of the fastest of `steps` training steps (after one warm-up), the
- * step of `attnlab bench train`: forward, backward, clipping, AdamW. */
+ * step of `attnlab bench train` and of the run's own training (al_train_step
+ * with its settings), at a tiny learning rate. */
 static double speed_train_step(speed_model *s, int steps) {
-    al_train_opts o;
-    al_train_opts_default(&o);
+    const al_step_pass pass = al_lm_step_pass(&s->batch);
     double best = INFINITY;
     for (int it = 0; it <= steps; it++) {
-        double t0 = al_now();
-        al_model_zero_grads(&s->m);
-        al_model_forward(&s->m, &s->a, s->in, s->tg);
-        al_model_backward(&s->m, &s->a);
-        double gn = al_grad_norm(&s->m);
-        al_adamw_update(&s->m, s->m1, s->m2, 1e-6, &o, it + 1, gn > 1 ? (float)(1 / gn) : 1.0f);
+        double t0 = al_now(), loss, gn;
+        al_train_step(&s->m, &pass, s->m1, s->m2, &s->o, 1e-6, it + 1, &loss, &gn); /* timed whatever the loss */
         double dt = al_now() - t0;
         if (it > 0 && dt < best) best = dt;
     }

@@ -280,7 +280,6 @@ static int lm_opts(const study *s, int design, uint64_t seed, const char *dir, a
     rc = rc ? rc : set_num(args, n, "eval-tokens", b->lm_eval_tokens);
     rc = rc ? rc : set_num(args, n, "save-every", b->lm_save_every);
     rc = rc ? rc : set_num(args, n, "seed", (double)seed);
-    rc = rc ? rc : cli_set(CMD, args, n, "quiet", "true", 1);
     rc = rc ? rc : cli_set(CMD, args, n, "out", dir, 1);
     if (!rc && s->data) rc = cli_set(CMD, args, n, "data", s->data, 1);
     return rc ? rc : train_flags_resolve(CMD, &f, args, n, o);
@@ -305,7 +304,6 @@ static int vit_opts(const study *s, int poly, uint64_t seed, const char *dir, al
     rc = rc ? rc : set_num(args, n, "save-every", b->vit_save_every);
     rc = rc ? rc : set_num(args, n, "seed", (double)seed);
     rc = rc ? rc : cli_set(CMD, args, n, "score", poly ? "poly" : "softmax", 1);
-    rc = rc ? rc : cli_set(CMD, args, n, "quiet", "true", 1);
     rc = rc ? rc : cli_set(CMD, args, n, "out", dir, 1);
     rc = rc ? rc : train_flags_resolve(CMD, &f, args, n, o);
     if (rc) return rc;
@@ -396,19 +394,7 @@ static void clear_run(const char *dir) {
 /* The options of an interrupted run, from its own config.json (as `attnlab
  * train --resume` reads them: the vision standardisation is the run's). */
 static int resume_opts(const plan_run *r, al_train_opts *o, al_err *err) {
-    char path[4300], *extra = NULL;
-    al_train_opts_default(o);
-    snprintf(path, sizeof path, "%s/config.json", r->o.out);
-    if (al_config_load(&o->model, path, &extra, err)) return -1;
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
-    free(extra);
-    char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
-    cJSON_Delete(al);
-    int rc = tj ? al_train_opts_from_json(o, tj, err) : al_errf(err, "%s: no training settings", path);
-    free(tj);
-    if (rc) return -1;
-    snprintf(o->out, sizeof o->out, "%s", r->o.out);
-    o->progress = 0;
+    if (al_run_load_opts(r->o.out, o, err)) return -1;
     o->resume = 1;
     return 0;
 }
