@@ -9,7 +9,7 @@
  * Fashion-MNIST; measures each model (src/analysis/study.c); draws heads.png,
  * attnmaps.png, poly_vs_softmax.png, loss_curves.png and kv_vs_loss.png, each
  * with STEM.json and STEM.npy beside it; writes report.md, report.json and
- * report.html (study_report.c).
+ * report.html (src/study/report.c).
  *
  * Every run's options are built exactly as `attnlab train --preset NAME`
  * builds them (train_flags_table / train_flags_resolve), with the budget's
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "analysis/attnmap.h"
-#include "analysis/study.h"
+#include "study/study.h"
 #include "attnlab.h"
 #include "cli.h"
 #include "core/blas.h"

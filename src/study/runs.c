@@ -1,6 +1,6 @@
 /*
- * study.c: budgets, run-directory states, log reading and measurements of
- * `attnlab study` (see study.h; the reports are in study_report.c).
+ * runs.c: budgets, run-directory states, log reading and measurements of
+ * `attnlab study` (see study.h; the reports are in report.c).
  *
  * A run is only ever reused when its files prove it is the run the study
  * plans: config.json holds the same model and training settings,
@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "../io/io.h"
-#include "attnmap.h"
-#include "heads.h"
+#include "../analysis/attnmap.h"
+#include "../analysis/heads.h"
 
 /* ---- budgets ----
  * Nominal step times were measured on the 2-core development machine

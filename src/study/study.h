@@ -6,7 +6,7 @@
  * effective ranks; the unigram baseline of the corpus), a Fashion-MNIST
  * subset on disk for short vision runs, the CLS token's attention of a vision
  * transformer, and the reports (report.json, report.md, report.html; in
- * study_report.c).
+ * report.c).
  *
  * The CLI (src/cli/cmd_study.c) builds every run's al_train_opts exactly as
  * `attnlab train --preset NAME` does, trains through al_train, and hands the
@@ -167,7 +167,7 @@ int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train
 int al_vit_cls_attention(const al_model *m, const al_image_set *s, int index, int layer, int head, float *row,
                          al_err *err);
 
-/* ---- results and reports (study_report.c) ---- */
+/* ---- results and reports (report.c) ---- */
 
 /* Mean, extremes and sample standard deviation (0 for one value) of n values. */
 typedef struct al_stat {

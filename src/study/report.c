@@ -1,5 +1,5 @@
 /*
- * study_report.c: the reports of `attnlab study`: report.json (every number,
+ * report.c: the reports of `attnlab study`: report.json (every number,
  * schema in docs/study.md), report.md and report.html (the same findings and
  * tables, with the figures referenced relatively so the page opens from
  * disk).
