@@ -374,7 +374,8 @@ static void show_progress(const al_train_progress *p, void *ctx) {
         fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %s | ETA %s   ", p->step, o->steps, p->loss, p->lr, rate,
                 eta);
     else if (p->step % print_every == 0 || p->step == o->steps)
-        fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %s | ETA %s\n", p->step, o->steps, p->loss, p->lr, rate, eta);
+        fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %s | ETA %s\n", p->step, o->steps, p->loss, p->lr, rate,
+                eta);
     if (p->evaluated && p->vision)
         fprintf(stderr, "%sstep %d: test loss %.4f, accuracy %.2f%% (%zu test images)\n", v->tty ? "\n" : "", p->step,
                 p->val_loss, 100.0 * p->val_accuracy, p->val_count);
