@@ -327,6 +327,7 @@ static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_
     return CLI_OK;
 }
 
+/* A duration for progress lines (cli.h), shared by train and study. */
 void cli_duration(char *buf, size_t cap, double s) {
     if (!(s >= 0) || s > 1e7) snprintf(buf, cap, "?");
     else if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
