@@ -117,3 +117,5 @@ int train_flags_table(train_flags *f, al_arg *args);
  * hidden, the design's own defaults) and fills o.
  * Returns CLI_OK, 1 (error printed) or CLI_USAGE. */
 int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o);
+/* A duration for progress lines: "42s", "3m05s", "2h10m" ("?" when unknown). */
+void cli_duration(char *buf, size_t cap, double s);

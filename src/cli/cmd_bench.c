@@ -154,16 +154,14 @@ static int bench_train(int argc, char **argv) {
         in[i] = (int)(al_rng_u64(&rng) % 256);
         tg[i] = (int)(al_rng_u64(&rng) % 256);
     }
+    al_lm_batch batch = {.acts = &a, .in = in, .tg = tg};
+    const al_step_pass pass = al_lm_step_pass(&batch);
     double best = 1e30, total = 0;
     for (long it = 0; it < iters + 2; it++) {
         if (it == 2 && (rc = env_start(cmd, &e))) break;
         if (it >= 2) al_sgemm_probe_run(&e.sg);
-        double t0 = al_now();
-        al_model_zero_grads(&m);
-        al_model_forward(&m, &a, in, tg);
-        al_model_backward(&m, &a);
-        double gn = al_grad_norm(&m);
-        al_adamw_update(&m, m1, m2, 1e-4, &o, (int)it + 1, gn > 1 ? (float)(1 / gn) : 1.0f);
+        double t0 = al_now(), loss, gn;
+        al_train_step(&m, &pass, m1, m2, &o, 1e-4, (int)it + 1, &loss, &gn); /* timed whatever the loss */
         double dt = al_now() - t0;
         if (it >= 2) {
             total += dt;

@@ -9,9 +9,11 @@
  */
 #include <cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "io/io.h"
@@ -251,7 +253,6 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     o->grad_clip = f->grad_clip;
     o->val_fraction = f->val_fraction;
     o->seed = (uint64_t)f->seed;
-    o->progress = !f->quiet;
     if (f->data) snprintf(o->data, sizeof o->data, "%s", f->data);
     if (f->out) snprintf(o->out, sizeof o->out, "%s", f->out);
     return CLI_OK;
@@ -266,30 +267,70 @@ static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_
             strcmp(nm, "quiet"))
             return cli_usage(cmd, "--%s cannot be given with --resume (the run's settings are in its config.json)", nm);
     }
-    char path[4200];
-    char *extra = NULL;
     al_err err;
-    al_train_opts_default(o);
-    snprintf(path, sizeof path, "%s/config.json", f->out);
-    if (al_config_load(&o->model, path, &extra, &err)) return cli_fail(cmd, err.msg);
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
-    free(extra);
-    cJSON *tr = cJSON_GetObjectItemCaseSensitive(al, "train");
-    char *tj = tr ? cJSON_PrintUnformatted(tr) : NULL;
-    cJSON_Delete(al);
-    if (!tj) {
-        snprintf(err.msg, sizeof err.msg, "%s: no training settings (not a run directory of attnlab train)", path);
-        return cli_fail(cmd, err.msg);
-    }
-    int rc = al_train_opts_from_json(o, tj, &err);
-    free(tj);
-    if (rc) return cli_fail(cmd, err.msg);
-    snprintf(o->out, sizeof o->out, "%s", f->out);
+    if (al_run_load_opts(f->out, o, &err)) return cli_fail(cmd, err.msg);
     if (cli_find(args, n, "steps")->seen) o->steps = (int)f->steps;
     if (f->threads > 0) al_set_threads((int)f->threads);
-    o->progress = !f->quiet;
     o->resume = 1;
     return CLI_OK;
+}
+
+/* A duration for progress lines (cli.h), shared by train and study. */
+void cli_duration(char *buf, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e7) snprintf(buf, cap, "?");
+    else if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else if (s >= 60) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, cap, "%.0fs", s);
+}
+
+/* How `train` shows a run (al_train_opts.on_step). */
+typedef struct train_view {
+    int quiet, tty; /* tty: the progress line is redrawn in place */
+} train_view;
+
+/* The progress line (in place on a terminal, else every twentieth of the
+ * run and at the last step), each evaluation, the resume note and how the
+ * run stopped; --quiet keeps the notes only. */
+static void show_progress(const al_train_progress *p, void *ctx) {
+    const train_view *v = ctx;
+    const al_train_opts *o = p->opts;
+    if (p->event == AL_TRAIN_STARTED) {
+        if (o->resume) fprintf(stderr, "attnlab: resuming %s at step %d of %d\n", o->out, p->step, o->steps);
+        return;
+    }
+    if (p->event == AL_TRAIN_STOPPED) {
+        const int stopped = p->result == AL_TRAIN_INTERRUPTED || p->result == AL_TRAIN_TERMINATED;
+        if (stopped && !p->signal_after_last) {
+            if (v->tty) fputc('\n', stderr);
+            fprintf(stderr, "attnlab: interrupted at step %d; checkpoint saved in %s (continue with --resume)\n",
+                    p->step, o->out);
+        } else if (p->result != AL_TRAIN_ERROR) {
+            if (p->step == p->start_step && p->step >= o->steps)
+                fprintf(stderr, "attnlab: %s already trained to step %d\n", o->out, p->step);
+            if (v->tty) fputc('\n', stderr);
+            if (p->signal_after_last)
+                fprintf(stderr, "attnlab: interrupted after the last step; the run in %s is complete\n", o->out);
+        }
+        return;
+    }
+    if (v->quiet) return;
+    const int print_every = o->steps >= 20 ? o->steps / 20 : 1;
+    char eta[32], rate[48];
+    cli_duration(eta, sizeof eta, p->eta_s);
+    if (p->vision) snprintf(rate, sizeof rate, "%.1f img/s", p->items_per_s);
+    else snprintf(rate, sizeof rate, "%.0f tok/s", p->tokens_per_s);
+    if (v->tty)
+        fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %s | ETA %s   ", p->step, o->steps, p->loss, p->lr, rate,
+                eta);
+    else if (p->step % print_every == 0 || p->step == o->steps)
+        fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %s | ETA %s\n", p->step, o->steps, p->loss, p->lr, rate,
+                eta);
+    if (p->evaluated && p->vision)
+        fprintf(stderr, "%sstep %d: test loss %.4f, accuracy %.2f%% (%zu test images)\n", v->tty ? "\n" : "", p->step,
+                p->val_loss, 100.0 * p->val_accuracy, p->val_count);
+    else if (p->evaluated)
+        fprintf(stderr, "%sstep %d: val loss %.4f (%.4f bits/byte)\n", v->tty ? "\n" : "", p->step, p->val_loss,
+                p->val_loss / M_LN2);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -307,6 +348,9 @@ int cmd_train(int argc, char **argv) {
     rc = f.resume ? resume_opts(cmd, &f, args, n, &o) : train_flags_resolve(cmd, &f, args, n, &o);
     if (!rc && !f.resume) rc = task_resolve(cmd, &v, args, n, &o);
     if (rc) return rc;
+    train_view view = {.quiet = f.quiet, .tty = !f.quiet && isatty(2)};
+    o.on_step = show_progress;
+    o.on_step_ctx = &view;
     al_err err;
     rc = al_train(&o, &err);
     if (rc == AL_TRAIN_ERROR) return cli_fail(cmd, err.msg);

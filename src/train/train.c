@@ -42,7 +42,6 @@ void al_train_opts_default(al_train_opts *o) {
     o->grad_clip = 1.0;
     o->val_fraction = 0.05;
     o->seed = 1337;
-    o->progress = 1;
     o->eval_images = 2000;
 }
 
@@ -101,6 +100,26 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
         }
     cJSON_Delete(j);
     return rc;
+}
+
+int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err) {
+    char path[4200], *extra = NULL;
+    al_train_opts_default(o);
+    snprintf(o->out, sizeof o->out, "%s", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (al_config_load(&o->model, path, &extra, err)) return -1;
+    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    free(extra);
+    const cJSON *train = cJSON_GetObjectItemCaseSensitive(al, "train");
+    char *text = train ? cJSON_PrintUnformatted(train) : NULL;
+    cJSON_Delete(al);
+    if (!text) {
+        al_errf(err, "%s: no training settings (not a run directory of attnlab train)", path);
+        return -2;
+    }
+    int rc = al_train_opts_from_json(o, text, err);
+    free(text);
+    return rc ? -2 : 0;
 }
 
 double al_lr_at(const al_train_opts *o, int step) {
@@ -303,11 +322,34 @@ double al_grad_norm(const al_model *m) {
     return sqrt(total);
 }
 
-static void fmt_time(char *buf, size_t cap, double s) {
-    if (!(s >= 0) || s > 1e7) snprintf(buf, cap, "?");
-    else if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-    else if (s >= 60) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
-    else snprintf(buf, cap, "%.0fs", s);
+int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, const al_train_opts *o, double lr,
+                  int t, double *loss, double *grad_norm) {
+    al_model_zero_grads(m);
+    *grad_norm = NAN;
+    *loss = pass->forward(pass->ctx, m);
+    if (!isfinite(*loss)) return AL_STEP_LOSS_NOT_FINITE;
+    pass->backward(pass->ctx, m);
+    const double gn = *grad_norm = al_grad_norm(m);
+    if (!isfinite(gn)) return AL_STEP_GRAD_NOT_FINITE;
+    const float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
+    al_adamw_update(m, m1, m2, lr, o, t, gscale);
+    return AL_STEP_OK;
+}
+
+static double lm_batch_forward(void *ctx, al_model *m) {
+    al_lm_batch *b = ctx;
+    return al_model_forward(m, b->acts, b->in, b->tg);
+}
+
+static void lm_batch_backward(void *ctx, al_model *m) { al_model_backward(m, ((al_lm_batch *)ctx)->acts); }
+
+al_step_pass al_lm_step_pass(al_lm_batch *b) {
+    return (al_step_pass){.ctx = b, .forward = lm_batch_forward, .backward = lm_batch_backward};
+}
+
+/* Hands p to the run's progress callback, if it has one. */
+static void report(const al_train_opts *o, const al_train_progress *p) {
+    if (o->on_step) o->on_step(p, o->on_step_ctx);
 }
 
 int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err *err) {
@@ -328,7 +370,6 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     if (o->resume) {
         if (load_state(m, m1, m2, &step, &rng, o->out, err)) goto done;
         if (trim_log(path, step, err)) goto done;
-        fprintf(stderr, "attnlab: resuming %s at step %d of %d\n", o->out, step, o->steps);
     } else {
         al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
@@ -353,33 +394,30 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    const int tty = o->progress && isatty(2);
-    const int print_every = o->steps >= 20 ? o->steps / 20 : 1;
+    al_train_progress p = {.event = AL_TRAIN_STARTED, .opts = o, .vision = h->vision, .step = step,
+                           .start_step = step, .result = AL_TRAIN_OK};
+    report(o, &p);
     double t_start = al_now(), ema_dt = 0;
     int start_step = step, last_saved = o->resume ? step : -1;
     char kept[96];
     result = AL_TRAIN_OK;
     while (step < o->steps) {
         double t0 = al_now();
-        double lr = al_lr_at(o, step);
-        al_model_zero_grads(m);
-        double loss = h->forward(h->ctx, m, &rng, step);
-        if (!isfinite(loss)) {
+        double lr = al_lr_at(o, step), loss, gn;
+        h->draw(h->ctx, m, &rng, step);
+        int bad = al_train_step(m, &h->pass, m1, m2, o, lr, step + 1, &loss, &gn);
+        if (bad == AL_STEP_LOSS_NOT_FINITE) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: loss is %s at step %d; %s", isnan(loss) ? "nan" : "inf", step + 1,
                     kept_msg(kept, sizeof kept, last_saved));
             break;
         }
-        h->backward(h->ctx, m);
-        double gn = al_grad_norm(m);
-        if (!isfinite(gn)) {
+        if (bad == AL_STEP_GRAD_NOT_FINITE) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: gradient norm is not finite at step %d; %s", step + 1,
                     kept_msg(kept, sizeof kept, last_saved));
             break;
         }
-        float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
-        al_adamw_update(m, m1, m2, lr, o, step + 1, gscale);
         step++;
         double dt = al_now() - t0;
         ema_dt = step == start_step + 1 ? dt : 0.9 * ema_dt + 0.1 * dt;
@@ -403,20 +441,14 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         fprintf(log, "}\n");
         fflush(log);
 
-        char eta[32], rate[48];
-        fmt_time(eta, sizeof eta, ema_dt * (o->steps - step));
-        if (h->vision) snprintf(rate, sizeof rate, "%.1f img/s", ips);
-        else snprintf(rate, sizeof rate, "%.0f tok/s", tps);
-        if (tty)
-            fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %s | ETA %s   ", step, o->steps, loss, lr, rate, eta);
-        else if (o->progress && (step % print_every == 0 || step == o->steps))
-            fprintf(stderr, "step %d/%d | loss %.4f | lr %.2e | %s | ETA %s\n", step, o->steps, loss, lr, rate, eta);
-        if (do_eval && o->progress && h->vision)
-            fprintf(stderr, "%sstep %d: test loss %.4f, accuracy %.2f%% (%zu test images)\n", tty ? "\n" : "", step,
-                    val_loss, 100.0 * val_acc, val_count);
-        else if (do_eval && o->progress)
-            fprintf(stderr, "%sstep %d: val loss %.4f (%.4f bits/byte)\n", tty ? "\n" : "", step, val_loss,
-                    val_loss / M_LN2);
+        p.event = AL_TRAIN_STEPPED;
+        p.step = step;
+        p.loss = loss, p.lr = lr, p.grad_norm = gn;
+        p.tokens_per_s = tps, p.items_per_s = ips;
+        p.eta_s = ema_dt * (o->steps - step);
+        p.evaluated = do_eval;
+        p.val_loss = val_loss, p.val_accuracy = val_acc, p.val_count = val_count;
+        report(o, &p);
 
         const int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
         int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || signalled;
@@ -428,24 +460,22 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
             last_saved = step;
         }
         if (signalled) {
-            if (tty) fputc('\n', stderr);
-            fprintf(stderr, "attnlab: interrupted at step %d; checkpoint saved in %s (continue with --resume)\n", step,
-                    o->out);
             result = signalled == SIGTERM ? AL_TRAIN_TERMINATED : AL_TRAIN_INTERRUPTED;
             break;
         }
     }
-    if (result == AL_TRAIN_OK && step == start_step && step >= o->steps)
-        fprintf(stderr, "attnlab: %s already trained to step %d\n", o->out, step);
-    if (tty && result == AL_TRAIN_OK) fputc('\n', stderr);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     /* A signal that arrived after the last step's check (e.g. during its
      * checkpoint write) must still stop the caller: the run itself is complete. */
     if (result == AL_TRAIN_OK && stop_signal) {
-        fprintf(stderr, "attnlab: interrupted after the last step; the run in %s is complete\n", o->out);
+        p.signal_after_last = 1;
         result = stop_signal == SIGTERM ? AL_TRAIN_TERMINATED : AL_TRAIN_INTERRUPTED;
     }
+    p.event = AL_TRAIN_STOPPED;
+    p.step = step;
+    p.result = result;
+    report(o, &p);
 done:
     if (log) fclose(log);
     al_free(m1);
@@ -460,17 +490,15 @@ typedef struct lm_task {
     al_corpus corpus;
     al_acts acts, eval_acts;
     int *batch_in, *batch_tg;
+    al_lm_batch batch; /* acts, batch_in, batch_tg */
 } lm_task;
 
-/* B random windows of the training split (rng: the training state's), then forward. */
-static double lm_forward(void *ctx, al_model *m, al_rng *rng, int step) {
+/* B random windows of the training split (rng: the training state's). */
+static void lm_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
     lm_task *t = ctx;
-    (void)step;
+    (void)m, (void)step;
     al_sample_batch(t->corpus.bytes, 0, t->corpus.n_train, t->o->batch, t->o->context, rng, t->batch_in, t->batch_tg);
-    return al_model_forward(m, &t->acts, t->batch_in, t->batch_tg);
 }
-
-static void lm_backward(void *ctx, al_model *m) { al_model_backward(m, &((lm_task *)ctx)->acts); }
 
 /* Loss over (at most eval_tokens of) the validation split. */
 static int lm_evaluate(void *ctx, const al_model *m, int step, int final, double *loss, double *acc, size_t *count,
@@ -506,10 +534,11 @@ int al_train(al_train_opts *o, al_err *err) {
         al_acts_create(&t.eval_acts, &m, o->batch, o->context, err))
         goto done;
     const double tokens_per_step = (double)o->batch * o->context;
+    t.batch = (al_lm_batch){.acts = &t.acts, .in = t.batch_in, .tg = t.batch_tg};
     const al_task_hooks h = {
         .ctx = &t,
-        .forward = lm_forward,
-        .backward = lm_backward,
+        .draw = lm_draw,
+        .pass = al_lm_step_pass(&t.batch),
         .evaluate = lm_evaluate,
         .tokens_per_step = tokens_per_step,
         .items_per_step = tokens_per_step,

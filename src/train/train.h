@@ -20,6 +20,10 @@
 #include "../model/model.h"
 #include "data.h"
 
+struct al_train_progress;
+/* Receives al_train's progress (al_train_opts.on_step); ctx: on_step_ctx. */
+typedef void (*al_train_progress_fn)(const struct al_train_progress *p, void *ctx);
+
 typedef struct al_train_opts {
     al_config model;
     char data[4096];       /* "" = default corpus */
@@ -31,7 +35,10 @@ typedef struct al_train_opts {
     double lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip, val_fraction;
     uint64_t seed;
     int resume;
-    int progress;          /* 1: progress line on stderr */
+    /* Progress (the library prints nothing): called when the loop starts,
+     * after every step and when it stops; NULL for none. Not saved. */
+    al_train_progress_fn on_step;
+    void *on_step_ctx;
 } al_train_opts;
 
 void al_train_opts_default(al_train_opts *o);
@@ -39,11 +46,41 @@ void al_train_opts_default(al_train_opts *o);
 char *al_train_opts_to_json(const al_train_opts *o);
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);
 
+/* The settings of the run in dir: the model config and the "train" block of
+ * its config.json, o->out = dir. Returns 0, -1 when config.json cannot be
+ * read as a model config, or -2 when it has no valid training settings (not
+ * a run directory of al_train; o->model is loaded then); err says which. */
+int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err);
+
 enum { AL_TRAIN_OK = 0, AL_TRAIN_ERROR = -1, AL_TRAIN_INTERRUPTED = 1, AL_TRAIN_TERMINATED = 2 };
 /* Runs (or resumes) training into o->out. Returns AL_TRAIN_OK, AL_TRAIN_ERROR
  * (err filled), AL_TRAIN_INTERRUPTED (SIGINT) or AL_TRAIN_TERMINATED (SIGTERM);
  * after a signal the checkpoint of the current step has been saved. */
 int al_train(al_train_opts *o, al_err *err);
+
+/* What al_train tells o->on_step. */
+typedef enum {
+    AL_TRAIN_STARTED, /* before the first step of this session: step is where it starts */
+    AL_TRAIN_STEPPED, /* after every step (evaluated: this step ran an evaluation) */
+    AL_TRAIN_STOPPED  /* the loop ended: result as al_train returns it */
+} al_train_event;
+
+typedef struct al_train_progress {
+    al_train_event event;
+    const al_train_opts *opts; /* the run: out, steps, resume (1: continued from its checkpoint) */
+    int vision;                /* images and accuracy (1) or tokens (0) */
+    int step, start_step;      /* steps done; the step this session started at */
+    /* STEPPED: the step's numbers */
+    double loss, lr, grad_norm;
+    double tokens_per_s, items_per_s; /* this step's throughput (items: images; tokens for a language model) */
+    double eta_s;                     /* seconds left at the recent pace */
+    int evaluated;
+    double val_loss, val_accuracy; /* val_accuracy: NAN for a language model */
+    size_t val_count;              /* bytes or images evaluated */
+    /* STOPPED */
+    int result;
+    int signal_after_last; /* a signal came after the last step: the run is complete though result says stopped */
+} al_train_progress;
 
 /* Learning rate at step s (0-based) of the schedule. */
 double al_lr_at(const al_train_opts *o, int step);
@@ -53,6 +90,32 @@ double al_lr_at(const al_train_opts *o, int step);
  * predictions (0 = all). */
 int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n, size_t max_tokens, double *loss,
                   size_t *count, al_err *err);
+
+/* One batch's forward and backward passes, for al_train_step: forward runs
+ * with targets and returns the mean loss; backward fills m->g. */
+typedef struct al_step_pass {
+    void *ctx;
+    double (*forward)(void *ctx, al_model *m);
+    void (*backward)(void *ctx, al_model *m);
+} al_step_pass;
+
+/* A language model's pass over one batch: tokens in[B*T] predicting tg[B*T]
+ * (B x T: a's shape). */
+typedef struct al_lm_batch {
+    al_acts *acts;
+    const int *in, *tg;
+} al_lm_batch;
+al_step_pass al_lm_step_pass(al_lm_batch *b);
+
+enum { AL_STEP_OK = 0, AL_STEP_LOSS_NOT_FINITE = 1, AL_STEP_GRAD_NOT_FINITE = 2 };
+/* One training step, the same for training, `bench train` and the study's
+ * speed benchmark: zero the gradients, forward, backward, the global gradient
+ * norm, clip it to o->grad_clip (0: off), AdamW at lr (t: 1-based step; m1,
+ * m2: the moments). *loss and *grad_norm are the step's (grad_norm NAN when
+ * the loss was not finite). A non-finite loss or norm leaves the weights
+ * unchanged and returns AL_STEP_LOSS_NOT_FINITE / AL_STEP_GRAD_NOT_FINITE. */
+int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, const al_train_opts *o, double lr,
+                  int t, double *loss, double *grad_norm);
 
 /* One AdamW update of every parameter from m->g scaled by gscale (t: 1-based
  * step for bias correction); m1, m2: moment arenas shaped like m->w. */

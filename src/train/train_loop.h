@@ -4,10 +4,10 @@
  * train_vision.c). Private to src/train/.
  *
  * The loop owns everything a run shares: the optimizer moments, resume from
- * the training state, initialisation, the schedule, gradient clipping,
- * log.jsonl, the progress line, checkpoints and SIGINT/SIGTERM. A task owns
- * its data: it draws the batch of a step, runs forward and backward on its
- * model, and evaluates.
+ * the training state, initialisation, the schedule, the training step
+ * (al_train_step: gradient clipping, AdamW), log.jsonl, progress reports,
+ * checkpoints and SIGINT/SIGTERM. A task owns its data: it draws the batch of
+ * a step, runs forward and backward on its model, and evaluates.
  */
 #ifndef AL_TRAIN_LOOP_H
 #define AL_TRAIN_LOOP_H
@@ -18,10 +18,9 @@ typedef struct al_task_hooks {
     void *ctx;
     int vision; /* log and progress wording: bytes/tokens (0) or images and accuracy (1) */
     /* Draws the batch of step `step` (0-based; from rng, which is part of the
-     * training state, or from the step number) and runs the forward pass with
-     * targets; returns the mean loss. */
-    double (*forward)(void *ctx, al_model *m, al_rng *rng, int step);
-    void (*backward)(void *ctx, al_model *m);
+     * training state, or from the step number) for pass. */
+    void (*draw)(void *ctx, const al_model *m, al_rng *rng, int step);
+    al_step_pass pass; /* forward and backward on the drawn batch */
     /* Evaluation after `step` steps (final: the run's last step): mean loss,
      * accuracy (NAN when the task has none) and how many items it covered. */
     int (*evaluate)(void *ctx, const al_model *m, int step, int final, double *loss, double *acc, size_t *count,

@@ -177,8 +177,8 @@ static void make_perm(vit_task *t, int epoch) {
     t->perm_epoch = epoch;
 }
 
-/* Step `step`'s images: positions step*B.. of the epoch sequence; then forward. */
-static double vit_forward(void *ctx, al_model *m, al_rng *rng, int step) {
+/* Step `step`'s images: positions step*B.. of the epoch sequence. */
+static void vit_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
     vit_task *t = ctx;
     const int B = t->o->batch, n = t->train.n;
     (void)rng;
@@ -189,6 +189,10 @@ static double vit_forward(void *ctx, al_model *m, al_rng *rng, int step) {
         t->idx[b] = t->perm[k % n];
     }
     al_image_batch(&t->train, t->idx, B, m->cfg.image_mean, m->cfg.image_std, t->images, t->labels);
+}
+
+static double vit_forward(void *ctx, al_model *m) {
+    vit_task *t = ctx;
     return al_vit_forward(m, &t->acts, t->images, t->labels);
 }
 
@@ -236,8 +240,8 @@ int al_train_vision(al_train_opts *o, al_err *err) {
     const al_task_hooks h = {
         .ctx = &t,
         .vision = 1,
-        .forward = vit_forward,
-        .backward = vit_backward,
+        .draw = vit_draw,
+        .pass = {.ctx = &t, .forward = vit_forward, .backward = vit_backward},
         .evaluate = vit_evaluate,
         .tokens_per_step = (double)o->batch * c->max_position,
         .items_per_step = o->batch,

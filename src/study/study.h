@@ -1,20 +1,26 @@
 /*
- * study.h: the library side of `attnlab study` (docs/study.md): the budgets,
- * deciding whether a run directory is complete, partial or stale (resume),
- * reading a run's log.jsonl, the measurements made on a trained model
- * (validation loss, KV-cache size, decode speed at a long context, head
- * effective ranks; the unigram baseline of the corpus), a Fashion-MNIST
- * subset on disk for short vision runs, the CLS token's attention of a vision
- * transformer, and the reports (report.json, report.md, report.html; in
- * study_report.c).
+ * study.h: `attnlab study` as a library module (docs/study.md): the budgets,
+ * the typed plan (every run an al_train_opts plus what the study needs to
+ * know about it), running it (train or resume each run, measure it, the
+ * side-by-side speed benchmark, the figures of src/analysis/study_figures.h,
+ * the reports), deciding whether a run directory is complete, partial or
+ * stale (resume), reading a run's log.jsonl, the measurements made on a
+ * trained model (validation loss, KV-cache size, decode speed at a long
+ * context, head effective ranks; the unigram baseline of the corpus), and a
+ * Fashion-MNIST subset on disk for short vision runs.
  *
- * The CLI (src/cli/cmd_study.c) builds every run's al_train_opts exactly as
- * `attnlab train --preset NAME` does, trains through al_train, and hands the
- * collected numbers to al_study_write_reports. Nothing here prints.
+ * Files: plan.c (budgets, the plan), study.c (running it), runs.c (run
+ * directories, logs, measurements), report.c (report.json, report.md,
+ * report.html).
+ *
+ * The caller makes the plan (al_study_plan_init), fills every run's
+ * al_train_opts, and runs it (al_study_run_plan); progress, the heads figure
+ * and stop requests go through al_study_hooks. Nothing here prints.
  */
 #ifndef AL_STUDY_H
 #define AL_STUDY_H
 
+#include "../analysis/study_figures.h"
 #include "../core/core.h"
 #include "../model/model.h"
 #include "../train/data.h"
@@ -56,14 +62,126 @@ enum { AL_STUDY_DESIGNS = 5 };
 const char *al_study_design(int i);
 const char *al_study_design_title(int i);
 
-/* ---- run directories ---- */
+/* ---- the plan ---- */
 
+/* What a run's directory holds compared with its plan (al_study_run_state). */
 typedef enum {
     AL_RUN_NEW = 0,  /* nothing usable: train from scratch */
     AL_RUN_PARTIAL,  /* same settings, stopped at *step < steps: resume */
     AL_RUN_COMPLETE, /* trained to the last step, final checkpoint and log line present */
     AL_RUN_STALE     /* different settings or inconsistent files: train again from scratch */
 } al_run_state;
+
+/* One planned training run: what al_train gets, and what the study needs to
+ * know about it. */
+typedef struct al_plan_run {
+    al_train_opts opts; /* model and training settings, filled by the caller; opts.out: dir */
+    int vision;         /* 0: a language model, 1: a vision transformer */
+    int design;         /* language models: index into al_study_design (-1 for ViTs) */
+    int poly;           /* ViTs: 1 with the poly score, 0 with softmax */
+    uint64_t seed;
+    char name[64];      /* "mha-seed1337", "vit-poly-seed1337" */
+    char dir[4200];     /* OUT/runs/NAME */
+    /* what the run directory holds (al_study_run_plan fills these) */
+    al_run_state state;
+    int step; /* the saved step */
+    char why[256];
+} al_plan_run;
+
+enum { AL_STUDY_MAX_SEEDS = 16 };
+
+/* What `attnlab study` asks for. */
+typedef struct al_study_settings {
+    const al_study_budget *budget;
+    const char *out;    /* the study directory */
+    const char *data;   /* the language models' text (NULL: the default corpus) */
+    const char *images; /* the Fashion-MNIST files (NULL: the Debian package's) */
+    int no_vision;      /* leave the vision transformers out */
+    uint64_t first_seed;
+    int n_seeds;  /* 1..AL_STUDY_MAX_SEEDS (0: the budget's) */
+    int max_runs; /* train at most this many runs, then stop (0: all) */
+} al_study_settings;
+
+typedef struct al_study_plan {
+    const al_study_budget *budget;
+    char out[4000];
+    const char *data;  /* as given (NULL: the default corpus) */
+    al_corpus corpus;  /* the language models' text: validation loss, unigram baseline, attention maps */
+    int vision;        /* the vision pair is planned (its images were found) */
+    int no_vision;     /* it was left out on request */
+    char images[4200]; /* the directory the ViTs train from (a subset under out, or the source) */
+    uint64_t seeds[AL_STUDY_MAX_SEEDS];
+    int n_seeds, max_runs;
+    al_plan_run *runs; /* seed-major: the five designs, then the softmax and poly ViTs */
+    int n_runs;
+    double t0; /* al_now() when planned: the report's wall time */
+} al_study_plan;
+
+/* Creates the study directory and its runs/, loads the corpus, writes the
+ * Fashion-MNIST subset the budget trains on (vision is left out when the
+ * files are missing) and lists the runs with their names, seeds and
+ * directories. The caller then fills every run's opts (model and schedule;
+ * opts.out = dir) before al_study_run_plan. */
+int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err);
+void al_study_plan_free(al_study_plan *p);
+
+/* ---- running ---- */
+
+/* What the study tells its caller (al_study_hooks.on_progress). */
+typedef enum {
+    AL_STUDY_PLANNED,     /* every run's state is known; eta_s: the nominal time of the whole study */
+    AL_STUDY_RUN_BEGIN,   /* run `run` is trained (state NEW, or STALE: why), resumed (PARTIAL) or skipped (COMPLETE) */
+    AL_STUDY_RUN_STEP,    /* a training step of run `run`: train */
+    AL_STUDY_RUN_MEASURE, /* run `run` is trained; measuring it */
+    AL_STUDY_SPEED,       /* the side-by-side speed benchmark begins */
+    AL_STUDY_FIGURES,     /* the figures begin */
+    AL_STUDY_HALTED       /* the study stops before its end: halt says why */
+} al_study_event;
+
+typedef enum {
+    AL_STUDY_HALT_MAX_RUNS,     /* max_runs runs were trained (trained) */
+    AL_STUDY_HALT_BEFORE_RUN,   /* a stop request before run `run` */
+    AL_STUDY_HALT_IN_RUN,       /* a signal while run `run` trained: its checkpoint is saved */
+    AL_STUDY_HALT_BEFORE_REPORT /* a stop request after the runs */
+} al_study_halt;
+
+typedef struct al_study_progress {
+    al_study_event event;
+    const al_study_plan *plan;
+    int run;                        /* index into plan->runs, -1 for none */
+    const al_train_progress *train; /* RUN_STEP: the training loop's report */
+    double eta_s;                   /* seconds left in the whole study (see docs/study.md) */
+    al_study_halt halt;             /* HALTED */
+    int trained;                    /* runs trained so far in this invocation */
+} al_study_progress;
+
+typedef struct al_study_hooks {
+    void *ctx;
+    /* Progress; may be NULL. */
+    void (*on_progress)(void *ctx, const al_study_progress *p);
+    /* Draws heads.png (and heads.json/.npy/.csv beside it) for the n model
+     * directories into path; returns 0 or -1 (err filled). NULL: no heads
+     * figure. */
+    int (*draw_heads)(void *ctx, const char *const *dirs, int n, const char *path, al_err *err);
+    /* A pending stop request (SIGINT, SIGTERM) or 0, asked between runs,
+     * measurements and figures; NULL: none. */
+    int (*stop_requested)(void *ctx);
+} al_study_hooks;
+
+struct al_study_results;
+
+enum { AL_STUDY_DONE = 0, AL_STUDY_ERROR = -1, AL_STUDY_INTERRUPTED = 1, AL_STUDY_TERMINATED = 2, AL_STUDY_PAUSED = 3 };
+/* Runs the plan: each run is skipped when complete, resumed when partial,
+ * else trained from scratch, then measured (measure.json caches it); then
+ * the speed benchmark, the figures and the reports. Returns AL_STUDY_DONE
+ * with *results (free with al_study_results_free), AL_STUDY_ERROR (err),
+ * AL_STUDY_INTERRUPTED / AL_STUDY_TERMINATED (SIGINT / SIGTERM: a training
+ * run was stopped with its checkpoint, or stop_requested said so) or
+ * AL_STUDY_PAUSED (max_runs). Nothing is left half written. */
+int al_study_run_plan(al_study_plan *p, const al_study_hooks *h, struct al_study_results **results, al_err *err);
+void al_study_results_free(struct al_study_results *r);
+
+/* ---- run directories ---- */
 
 /* What plan->out holds compared with the run `plan` describes: the model
  * config and training settings in config.json, the step in
@@ -161,20 +279,7 @@ int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m);
  * there with the right sizes are kept. */
 int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train, int n_test, al_err *err);
 
-/* The CLS token's attention weights in (layer, head) of a vision
- * transformer for image `index` of the set: row[1 + P] (row[0] is the CLS
- * token's weight on itself, row[1..P] the patches in raster order). */
-int al_vit_cls_attention(const al_model *m, const al_image_set *s, int index, int layer, int head, float *row,
-                         al_err *err);
-
-/* ---- results and reports (study_report.c) ---- */
-
-/* Mean, extremes and sample standard deviation (0 for one value) of n values. */
-typedef struct al_stat {
-    double mean, min, max, std;
-    int n;
-} al_stat;
-al_stat al_stat_of(const double *v, int n);
+/* ---- results and reports (report.c) ---- */
 
 typedef struct al_study_lm_run {
     int design; /* index into al_study_design */
@@ -197,12 +302,7 @@ typedef struct al_study_vit_run {
     al_run_log log;
 } al_study_vit_run;
 
-/* One figure of the report and its data files. */
-typedef struct al_study_figure {
-    char file[64];
-    char data[3][64]; /* "" when unused */
-    char caption[512];
-} al_study_figure;
+enum { AL_STUDY_MAX_FIGURES = 8 };
 
 typedef struct al_study_results {
     const al_study_budget *budget;
@@ -215,7 +315,7 @@ typedef struct al_study_results {
     size_t corpus_bytes, train_bytes, val_bytes;
     al_unigram unigram;
     int n_seeds;
-    uint64_t seeds[16];
+    uint64_t seeds[AL_STUDY_MAX_SEEDS];
     al_train_opts lm_opts; /* the settings of the first language-model run (shape of mha) */
     al_study_lm_run *lm;   /* [n_seeds * AL_STUDY_DESIGNS], seed-major */
     int n_lm;
@@ -225,10 +325,8 @@ typedef struct al_study_results {
     int n_vit;
     char vision_note[512]; /* why vision is missing, or "" */
     char images_path[4096];
-    /* the poly-vs-softmax figure: CLS attention ranges of the two models shown */
-    double cls_min[2], cls_max[2];
-    int cls_layer, cls_head, cls_image, cls_label;
-    al_study_figure figures[8];
+    al_cls_figure cls; /* the poly-vs-softmax figure: CLS attention ranges of the two models shown */
+    al_study_figure figures[AL_STUDY_MAX_FIGURES];
     int n_figures;
 } al_study_results;
 

@@ -1,6 +1,6 @@
 /*
- * study.c: budgets, run-directory states, log reading and measurements of
- * `attnlab study` (see study.h; the reports are in study_report.c).
+ * runs.c: run-directory states, log reading and measurements of `attnlab
+ * study` (see study.h).
  *
  * A run is only ever reused when its files prove it is the run the study
  * plans: config.json holds the same model and training settings,
@@ -19,61 +19,8 @@
 #include <unistd.h>
 
 #include "../io/io.h"
-#include "attnmap.h"
-#include "heads.h"
-
-/* ---- budgets ----
- * Nominal step times were measured on the 2-core development machine
- * (OpenBLAS SkylakeX kernels); they only feed the ETA until the first run
- * has been timed. */
-/* clang-format off */
-static const al_study_budget budgets[] = {
-    {.name = "tiny", .summary = "seconds: for the tests (models barely trained)", .seeds = 1,
-     .lm_context = 32, .lm_batch = 2, .lm_steps = 4, .lm_warmup = 1, .lm_eval_every = 2, .lm_eval_tokens = 256,
-     .lm_save_every = 0, .lm_lr = 2e-3, .lm_final_eval_tokens = 512,
-     .decode_context = 64, .decode_tokens = 4, .speed_rounds = 1, .speed_steps = 1, .attnmap_tokens = 64,
-     .vit_layers = 1, .vit_hidden = 16, .vit_heads = 2, .vit_batch = 8, .vit_steps = 4, .vit_warmup = 1,
-     .vit_eval_every = 2, .vit_eval_images = 32, .vit_save_every = 0, .vit_train_images = 64,
-     .vit_test_images = 64, .vit_lr = 2e-3,
-     .lm_step_s = 0.05, .vit_step_s = 0.02, .lm_measure_s = 0.5, .vit_measure_s = 0.2, .figures_s = 2},
-    {.name = "quick", .summary = "about 6 minutes on 2 idle cores, 307k training bytes per language model", .seeds = 1,
-     .lm_context = 256, .lm_batch = 4, .lm_steps = 300, .lm_warmup = 30, .lm_eval_every = 50,
-     .lm_eval_tokens = 8192, .lm_save_every = 100, .lm_lr = 2e-3, .lm_final_eval_tokens = 32768,
-     .decode_context = 2048, .decode_tokens = 64, .speed_rounds = 2, .speed_steps = 2, .attnmap_tokens = 1024,
-     .vit_layers = 2, .vit_hidden = 64, .vit_heads = 4, .vit_batch = 32, .vit_steps = 600, .vit_warmup = 50,
-     .vit_eval_every = 150, .vit_eval_images = 500, .vit_save_every = 300, .vit_train_images = 10000,
-     .vit_test_images = 2000, .vit_lr = 2e-3,
-     .lm_step_s = 0.15, .vit_step_s = 0.08, .lm_measure_s = 8, .vit_measure_s = 1, .figures_s = 10},
-    {.name = "standard", .summary = "about 40 minutes on 2 idle cores, 737k training bytes per language model",
-     .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 360, .lm_warmup = 30, .lm_eval_every = 60,
-     .lm_eval_tokens = 16384, .lm_save_every = 120, .lm_lr = 2e-3, .lm_final_eval_tokens = 65536,
-     .decode_context = 4096, .decode_tokens = 64, .speed_rounds = 3, .speed_steps = 2, .attnmap_tokens = 1024,
-     .vit_layers = 2, .vit_hidden = 64, .vit_heads = 4, .vit_batch = 32, .vit_steps = 1000, .vit_warmup = 80,
-     .vit_eval_every = 250, .vit_eval_images = 1000, .vit_save_every = 500, .vit_train_images = 0,
-     .vit_test_images = 0, .vit_lr = 2e-3,
-     .lm_step_s = 0.3, .vit_step_s = 0.08, .lm_measure_s = 15, .vit_measure_s = 22, .figures_s = 15},
-    {.name = "full", .summary = "the presets' own schedule, 3.1M training bytes per language model: many hours",
-     .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 1500, .lm_warmup = 100, .lm_eval_every = 100,
-     .lm_eval_tokens = 65536, .lm_save_every = 250, .lm_lr = 2e-3, .lm_final_eval_tokens = 0,
-     .decode_context = 4096, .decode_tokens = 128, .speed_rounds = 3, .speed_steps = 3, .attnmap_tokens = 2048,
-     .vit_layers = 4, .vit_hidden = 128, .vit_heads = 4, .vit_batch = 64, .vit_steps = 2000, .vit_warmup = 150,
-     .vit_eval_every = 250, .vit_eval_images = 2000, .vit_save_every = 250, .vit_train_images = 0,
-     .vit_test_images = 0, .vit_lr = 1e-3,
-     .lm_step_s = 0.3, .vit_step_s = 1.0, .lm_measure_s = 40, .vit_measure_s = 90, .figures_s = 20},
-};
-/* clang-format on */
-
-const al_study_budget *al_study_budget_find(const char *name) {
-    for (size_t i = 0; name && i < sizeof budgets / sizeof budgets[0]; i++)
-        if (!strcmp(budgets[i].name, name)) return &budgets[i];
-    return NULL;
-}
-
-static const char *const designs[AL_STUDY_DESIGNS] = {"mha", "gqa", "mqa", "mla", "lrkv"};
-static const char *const design_titles[AL_STUDY_DESIGNS] = {"MHA", "GQA", "MQA", "MLA", "LRKV"};
-
-const char *al_study_design(int i) { return i >= 0 && i < AL_STUDY_DESIGNS ? designs[i] : "?"; }
-const char *al_study_design_title(int i) { return i >= 0 && i < AL_STUDY_DESIGNS ? design_titles[i] : "?"; }
+#include "../analysis/attnmap.h"
+#include "../analysis/heads.h"
 
 /* ---- run directories ---- */
 
@@ -218,32 +165,20 @@ static int log_has_final(const char *dir, int step) {
 
 al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why, size_t cap) {
     char path[4200];
-    al_config cfg;
-    char *extra = NULL;
+    al_train_opts saved;
     al_err err;
     *step = 0;
     snprintf(why, cap, "not trained yet");
     snprintf(path, sizeof path, "%s/config.json", plan->out);
     if (access(path, F_OK) != 0) return AL_RUN_NEW;
-    if (al_config_load(&cfg, path, &extra, &err)) {
+    const int loaded = al_run_load_opts(plan->out, &saved, &err);
+    if (loaded == -1) {
         snprintf(why, cap, "its config.json is unreadable");
         return AL_RUN_STALE;
     }
     const int vision = plan->model.task == AL_TASK_VISION;
-    al_config want = plan->model;
-    if (!same_config(&cfg, &want, why, cap)) {
-        free(extra);
-        return AL_RUN_STALE;
-    }
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
-    free(extra);
-    char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
-    cJSON_Delete(al);
-    al_train_opts saved;
-    al_train_opts_default(&saved);
-    int bad = !tj || al_train_opts_from_json(&saved, tj, &err);
-    free(tj);
-    if (bad) {
+    if (!same_config(&saved.model, &plan->model, why, cap)) return AL_RUN_STALE;
+    if (loaded) {
         snprintf(why, cap, "its config.json has no training settings");
         return AL_RUN_STALE;
     }
@@ -445,12 +380,15 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     return rc ? al_err_prefix(err, "%s", dir) : 0;
 }
 
-/* One model of the speed benchmark: weights, gradients, moments, a batch. */
+/* One model of the speed benchmark: its run's settings, weights, gradients,
+ * moments, a batch. */
 typedef struct speed_model {
+    al_train_opts o;
     al_model m;
     al_acts a;
     float *m1, *m2;
     int *in, *tg;
+    al_lm_batch batch;
 } speed_model;
 
 static void speed_model_free(speed_model *s) {
@@ -466,10 +404,9 @@ static void speed_model_free(speed_model *s) {
  * everything a training step needs (a fixed random batch). */
 static int speed_model_open(speed_model *s, const char *dir, int batch, int context, int decode_context, al_err *err) {
     char path[4200];
-    al_config cfg;
     memset(s, 0, sizeof *s);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (al_config_load(&cfg, path, NULL, err)) return -1;
+    if (al_run_load_opts(dir, &s->o, err)) return -1;
+    al_config cfg = s->o.model;
     const int need = context > decode_context ? context : decode_context;
     if (cfg.max_position < need) cfg.max_position = need;
     if (al_model_create(&s->m, &cfg, err)) return al_err_prefix(err, "%s", dir);
@@ -489,22 +426,19 @@ static int speed_model_open(speed_model *s, const char *dir, int batch, int cont
         s->in[i] = (int)(al_rng_u64(&rng) % 256);
         s->tg[i] = (int)(al_rng_u64(&rng) % 256);
     }
+    s->batch = (al_lm_batch){.acts = &s->a, .in = s->in, .tg = s->tg};
     return 0;
 }
 
 /* Seconds of the fastest of `steps` training steps (after one warm-up), the
- * step of `attnlab bench train`: forward, backward, clipping, AdamW. */
+ * step of `attnlab bench train` and of the run's own training (al_train_step
+ * with its settings), at a tiny learning rate. */
 static double speed_train_step(speed_model *s, int steps) {
-    al_train_opts o;
-    al_train_opts_default(&o);
+    const al_step_pass pass = al_lm_step_pass(&s->batch);
     double best = INFINITY;
     for (int it = 0; it <= steps; it++) {
-        double t0 = al_now();
-        al_model_zero_grads(&s->m);
-        al_model_forward(&s->m, &s->a, s->in, s->tg);
-        al_model_backward(&s->m, &s->a);
-        double gn = al_grad_norm(&s->m);
-        al_adamw_update(&s->m, s->m1, s->m2, 1e-6, &o, it + 1, gn > 1 ? (float)(1 / gn) : 1.0f);
+        double t0 = al_now(), loss, gn;
+        al_train_step(&s->m, &pass, s->m1, s->m2, &s->o, 1e-6, it + 1, &loss, &gn); /* timed whatever the loss */
         double dt = al_now() - t0;
         if (it > 0 && dt < best) best = dt;
     }
@@ -702,28 +636,4 @@ int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train
         if (rc) return -1;
     }
     return 0;
-}
-
-/* ---- vision attention ---- */
-
-int al_vit_cls_attention(const al_model *m, const al_image_set *s, int index, int layer, int head, float *row,
-                         al_err *err) {
-    if (m->cfg.task != AL_TASK_VISION) return al_errf(err, "not a vision model");
-    if (index < 0 || index >= s->n) return al_errf(err, "image %d does not exist (the set has %d)", index, s->n);
-    al_acts a;
-    if (al_vit_acts_create(&a, m, 1, err)) return -1;
-    const size_t per = (size_t)s->C * s->S * s->S;
-    const int T = a.T;
-    float *img = malloc(sizeof(float) * per), *P = malloc(sizeof(float) * (size_t)T * T);
-    int label, rc = img && P ? 0 : al_errf(err, "out of memory");
-    if (!rc) {
-        al_image_batch(s, &index, 1, m->cfg.image_mean, m->cfg.image_std, img, &label);
-        al_vit_forward(m, &a, img, NULL);
-        rc = al_attnmap_weights(m, &a, layer, head, P, err);
-    }
-    if (!rc) memcpy(row, P, sizeof(float) * (size_t)T); /* query 0: the CLS token */
-    free(img);
-    free(P);
-    al_acts_free(&a);
-    return rc;
 }

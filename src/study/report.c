@@ -1,5 +1,5 @@
 /*
- * study_report.c: the reports of `attnlab study`: report.json (every number,
+ * report.c: the reports of `attnlab study`: report.json (every number,
  * schema in docs/study.md), report.md and report.html (the same findings and
  * tables, with the figures referenced relatively so the page opens from
  * disk).
@@ -25,23 +25,6 @@
 
 #define NOISE_PCT 2.0 /* one seed: loss differences below this are not resolved */
 enum { MAX_FINDINGS = 16 };
-
-al_stat al_stat_of(const double *v, int n) {
-    al_stat s = {NAN, NAN, NAN, NAN, n};
-    if (n <= 0) return s;
-    double sum = 0;
-    s.min = s.max = v[0];
-    for (int i = 0; i < n; i++) {
-        sum += v[i];
-        s.min = fmin(s.min, v[i]);
-        s.max = fmax(s.max, v[i]);
-    }
-    s.mean = sum / n;
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (v[i] - s.mean) * (v[i] - s.mean);
-    s.std = n > 1 ? sqrt(ss / (n - 1)) : 0;
-    return s;
-}
 
 /* ---- a growing text buffer ---- */
 
@@ -432,13 +415,13 @@ static void vit_findings(const al_study_results *r, const vit_stats *v, findings
                 "Vision (Fashion-MNIST, %d test images, a %d-layer ViT of %.0fk parameters): test accuracy %s %% with "
                 "softmax and %s %% with %s; %s. The polynomial-attention paper reports the two as comparable.",
                 N, v[0].first->cfg.num_layers, v[0].first->m.params / 1e3, a0, a1, v[1].first->title + 15, rule);
-    if (isfinite(r->cls_min[0]))
+    if (isfinite(r->cls.min[0]))
         add_finding(
             f,
             "CLS-token attention (layer %d, head %d, test image %d): softmax weights %.3g..%.3g, all positive and "
             "summing to 1; (1/14)x^3 weights %.3g..%.3g, signed and unnormalised. The paper's figure shows about "
             "0.025..0.2 and -0.02..0.02.",
-            r->cls_layer, r->cls_head, r->cls_image, r->cls_min[0], r->cls_max[0], r->cls_min[1], r->cls_max[1]);
+            r->cls.layer, r->cls.head, r->cls.image, r->cls.min[0], r->cls.max[0], r->cls.min[1], r->cls.max[1]);
 }
 
 /* ---- report.json ---- */
@@ -654,16 +637,16 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         }
         cJSON_AddItemToArray(vr, o);
     }
-    if (r->n_vit && isfinite(r->cls_min[0])) {
+    if (r->n_vit && isfinite(r->cls.min[0])) {
         cJSON *ca = cJSON_AddObjectToObject(vj, "cls_attention");
-        cJSON_AddNumberToObject(ca, "layer", r->cls_layer);
-        cJSON_AddNumberToObject(ca, "head", r->cls_head);
-        cJSON_AddNumberToObject(ca, "image", r->cls_image);
-        cJSON_AddNumberToObject(ca, "label", r->cls_label);
+        cJSON_AddNumberToObject(ca, "layer", r->cls.layer);
+        cJSON_AddNumberToObject(ca, "head", r->cls.head);
+        cJSON_AddNumberToObject(ca, "image", r->cls.image);
+        cJSON_AddNumberToObject(ca, "label", r->cls.label);
         for (int k = 0; k < 2; k++) {
             cJSON *o = cJSON_AddObjectToObject(ca, k ? "poly" : "softmax");
-            cJSON_AddNumberToObject(o, "min", r->cls_min[k]);
-            cJSON_AddNumberToObject(o, "max", r->cls_max[k]);
+            cJSON_AddNumberToObject(o, "min", r->cls.min[k]);
+            cJSON_AddNumberToObject(o, "max", r->cls.max[k]);
         }
     }
     cJSON *fig = cJSON_AddArrayToObject(root, "figures");

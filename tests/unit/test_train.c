@@ -1,0 +1,146 @@
+/*
+ * test_train.c: the training API the CLI and the study share: al_train's
+ * progress reports (al_train_opts.on_step) for a fresh, a resumed and a
+ * finished run; the run-options loader (al_run_load_opts) and its two
+ * failures; al_train_step's clipping with the run's grad_clip and its
+ * refusal of a non-finite loss.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/blas.h"
+#include "io/io.h"
+#include "model/model.h"
+#include "test.h"
+#include "testutil.h"
+#include "train/train.h"
+
+/* What the progress callback saw. */
+typedef struct seen {
+    int started, start_step, stepped, evaluated, stopped, result, last_step, steps_in_order;
+} seen;
+
+static void record(const al_train_progress *p, void *ctx) {
+    seen *s = ctx;
+    if (p->event == AL_TRAIN_STARTED) {
+        s->started++;
+        s->start_step = s->last_step = p->step;
+    } else if (p->event == AL_TRAIN_STEPPED) {
+        s->steps_in_order &= p->step == s->last_step + 1 && isfinite(p->loss) && p->tokens_per_s > 0;
+        s->last_step = p->step;
+        s->stepped++;
+        s->evaluated += p->evaluated && isfinite(p->val_loss);
+    } else {
+        s->stopped++;
+        s->result = p->result;
+        s->last_step = p->step;
+    }
+}
+
+/* Trains (resume: continues) the tiny run in dir to `steps`; what on_step saw. */
+static seen train_to(const char *dir, const char *data, int steps, int resume) {
+    seen s = {.steps_in_order = 1};
+    al_train_opts o;
+    al_err err;
+    if (resume) {
+        CHECK_MSG(al_run_load_opts(dir, &o, &err) == 0, "%s", err.msg);
+        o.resume = 1;
+    } else {
+        al_train_opts_default(&o);
+        o.model = tu_config(32, 64, 1, 4, 4, 8, 16);
+        o.batch = 2, o.context = 16, o.warmup = 1, o.eval_every = 3, o.save_every = 0, o.eval_tokens = 64;
+        snprintf(o.data, sizeof o.data, "%s", data);
+        snprintf(o.out, sizeof o.out, "%s", dir);
+    }
+    o.steps = steps;
+    o.on_step = record;
+    o.on_step_ctx = &s;
+    CHECK_MSG(al_train(&o, &err) == AL_TRAIN_OK, "%s", err.msg);
+    return s;
+}
+
+static void test_progress_and_loader(const char *dir) {
+    char data[600], run[600];
+    snprintf(data, sizeof data, "%s/text.txt", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    char text[4000];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = "the quick brown fox jumps over the lazy dog. "[i % 45];
+    al_err err;
+    CHECK(al_write_file_atomic(data, text, sizeof text, &err) == 0);
+
+    seen s = train_to(run, data, 6, 0);
+    CHECK(s.started == 1 && s.start_step == 0 && s.stepped == 6 && s.steps_in_order);
+    CHECK_MSG(s.evaluated == 2, "%d evaluations (steps 3 and 6)", s.evaluated);
+    CHECK(s.stopped == 1 && s.result == AL_TRAIN_OK && s.last_step == 6);
+
+    al_train_opts o;
+    CHECK(al_run_load_opts(run, &o, &err) == 0);
+    CHECK(o.steps == 6 && o.batch == 2 && o.eval_every == 3 && o.model.hidden_size == 32 && !strcmp(o.out, run));
+
+    s = train_to(run, data, 8, 1); /* resume: two more steps */
+    CHECK(s.started == 1 && s.start_step == 6 && s.stepped == 2 && s.steps_in_order && s.last_step == 8);
+    s = train_to(run, data, 8, 1); /* finished: nothing to do */
+    CHECK(s.started == 1 && s.start_step == 8 && s.stepped == 0 && s.stopped == 1 && s.result == AL_TRAIN_OK);
+
+    char missing[700];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    CHECK(al_run_load_opts(missing, &o, &err) == -1);
+    al_model m;
+    al_config c = tu_config(32, 64, 1, 4, 4, 8, 16);
+    CHECK(al_model_create(&m, &c, &err) == 0);
+    CHECK(al_model_save(&m, dir, NULL, &err) == 0); /* a model directory, not a run */
+    al_model_free(&m);
+    CHECK(al_run_load_opts(dir, &o, &err) == -2 && strstr(err.msg, "no training settings"));
+}
+
+/* al_train_step clips to o->grad_clip: the same bits as the update by hand. */
+static void test_step(void) {
+    al_config c = tu_config(32, 64, 2, 4, 2, 8, 16);
+    al_model m, ref;
+    al_acts a;
+    al_err err;
+    CHECK(al_model_create(&m, &c, &err) == 0 && al_model_alloc_grads(&m, &err) == 0);
+    CHECK(al_model_create(&ref, &c, &err) == 0 && al_model_alloc_grads(&ref, &err) == 0);
+    CHECK(al_acts_create(&a, &m, 2, 16, &err) == 0);
+    al_model_init_weights(&m, 3);
+    al_model_init_weights(&ref, 3);
+    int in[32], tg[32];
+    for (int i = 0; i < 32; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    float *mom = calloc(4 * m.n_floats, sizeof(float));
+    al_train_opts o;
+    al_train_opts_default(&o);
+    o.grad_clip = 0.25;
+    al_lm_batch batch = {.acts = &a, .in = in, .tg = tg};
+    const al_step_pass pass = al_lm_step_pass(&batch);
+    double loss, gn;
+    CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e-3, 1, &loss, &gn) == AL_STEP_OK);
+    double ref_loss = tu_loss_and_grads(&ref, &a, in, tg), ref_gn = al_grad_norm(&ref);
+    CHECK(loss == ref_loss && gn == ref_gn && gn > o.grad_clip);
+    al_adamw_update(&ref, mom + 2 * m.n_floats, mom + 3 * m.n_floats, 1e-3, &o, 1, (float)(o.grad_clip / ref_gn));
+    CHECK(memcmp(m.w, ref.w, sizeof(float) * m.n_floats) == 0);
+
+    /* a non-finite loss leaves the weights alone */
+    memcpy(ref.w, m.w, sizeof(float) * m.n_floats);
+    m.w[tu_find_param(&m, "model.embed_tokens.weight")->offset + (size_t)in[0] * 32] = NAN;
+    ref.w[tu_find_param(&ref, "model.embed_tokens.weight")->offset + (size_t)in[0] * 32] = NAN;
+    CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e-3, 2, &loss, &gn) == AL_STEP_LOSS_NOT_FINITE);
+    CHECK(!isfinite(loss) && isnan(gn) && memcmp(m.w, ref.w, sizeof(float) * m.n_floats) == 0);
+    free(mom);
+    al_acts_free(&a);
+    al_model_free(&m);
+    al_model_free(&ref);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    al_blas_fix_kernels(argv);
+    char dir[] = "/tmp/al_test_train_XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    test_progress_and_loader(dir);
+    test_step();
+    if (tu_remove_dir(dir)) return 1;
+    return TEST_EXIT();
+}
