@@ -436,36 +436,15 @@ static cJSON *stat_json(const al_stat *s) {
     return o;
 }
 
+/* The config's JSON view (al_config_view: one key per field that applies),
+ * plus the patches of a vision model. NULL when out of memory. */
 static cJSON *config_json(const al_config *c) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "task", al_task_name(c->task));
-    cJSON_AddStringToObject(o, "attention", al_attn_name(c->attention));
-    cJSON_AddStringToObject(o, "score", al_score_name(c->score));
-    cJSON_AddNumberToObject(o, "layers", c->num_layers);
-    cJSON_AddNumberToObject(o, "hidden", c->hidden_size);
-    cJSON_AddNumberToObject(o, "heads", c->num_heads);
-    cJSON_AddNumberToObject(o, "kv_heads", c->num_kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "ffn", c->intermediate_size);
-    if (c->attention == AL_ATTN_MLA) {
-        cJSON_AddNumberToObject(o, "kv_lora_rank", c->kv_lora_rank);
-        cJSON_AddNumberToObject(o, "q_lora_rank", c->q_lora_rank);
-        cJSON_AddNumberToObject(o, "qk_nope_dim", c->qk_nope_head_dim);
-        cJSON_AddNumberToObject(o, "qk_rope_dim", c->qk_rope_head_dim);
-        cJSON_AddNumberToObject(o, "v_head_dim", c->v_head_dim);
+    if (!o || al_config_view(c, o)) {
+        cJSON_Delete(o);
+        return NULL;
     }
-    if (c->attention == AL_ATTN_LRKV) cJSON_AddNumberToObject(o, "lrkv_rank", c->lrkv_rank);
-    if (c->score == AL_SCORE_POLY) {
-        cJSON_AddNumberToObject(o, "poly_power", c->poly_power);
-        cJSON_AddNumberToObject(o, "poly_scale", c->poly_scale_auto ? 1.0 / sqrt((double)c->score_n) : c->poly_scale);
-    }
-    if (c->task == AL_TASK_VISION) {
-        cJSON_AddNumberToObject(o, "image_size", c->image_size);
-        cJSON_AddNumberToObject(o, "patch_size", c->patch_size);
-        cJSON_AddNumberToObject(o, "patches", al_config_num_patches(c));
-    } else {
-        cJSON_AddNumberToObject(o, "context", c->max_position);
-    }
+    if (c->task == AL_TASK_VISION) cJSON_AddNumberToObject(o, "patches", al_config_num_patches(c));
     return o;
 }
 

@@ -56,47 +56,6 @@ int al_train_state_step(const char *path, int *step, al_err *err) {
 /* Relative equality of two settings that went through JSON. */
 static int same_d(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
 
-/* The model fields that make two configs the same model; names the first
- * difference in why. */
-static int same_config(const al_config *a, const al_config *b, char *why, size_t cap) {
-#define F(f)                                                                                                           \
-    do {                                                                                                               \
-        if (a->f != b->f) {                                                                                            \
-            snprintf(why, cap, "its %s differs (%g, planned %g)", #f, (double)a->f, (double)b->f);                     \
-            return 0;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
-    F(task);
-    F(attention);
-    F(score);
-    F(num_layers);
-    F(hidden_size);
-    F(intermediate_size);
-    F(num_heads);
-    F(num_kv_heads);
-    F(head_dim);
-    F(max_position);
-    F(tie_word_embeddings);
-    F(kv_lora_rank);
-    F(q_lora_rank);
-    F(qk_nope_head_dim);
-    F(qk_rope_head_dim);
-    F(v_head_dim);
-    F(lrkv_rank);
-    F(poly_power);
-    F(poly_scale_auto);
-    F(score_n);
-    F(image_size);
-    F(patch_size);
-    F(num_channels);
-    F(num_labels);
-#undef F
-    if (!a->poly_scale_auto && !same_d(a->poly_scale, b->poly_scale)) {
-        snprintf(why, cap, "its poly scale differs");
-        return 0;
-    }
-    return 1;
-}
 
 /* The training settings that decide the numbers. */
 static int same_train(const al_train_opts *a, const al_train_opts *b, int vision, char *why, size_t cap) {
@@ -177,7 +136,7 @@ al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why,
         return AL_RUN_STALE;
     }
     const int vision = plan->model.task == AL_TASK_VISION;
-    if (!same_config(&saved.model, &plan->model, why, cap)) return AL_RUN_STALE;
+    if (!al_config_same(&saved.model, &plan->model, why, cap)) return AL_RUN_STALE;
     if (loaded) {
         snprintf(why, cap, "its config.json has no training settings");
         return AL_RUN_STALE;
@@ -365,7 +324,8 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     out->kv_bytes_per_token = out->kv_values * sizeof(float) * (size_t)cfg.num_layers;
     /* the MHA of the same heads; MLA's head width is its value width (its key
      * width includes the extra RoPE part), as `attnlab info` counts it */
-    const int mha_dh = cfg.attention == AL_ATTN_MLA ? cfg.v_head_dim : cfg.head_dim;
+    int dk, mha_dh;
+    m.attn->head_widths(&cfg, &dk, &mha_dh);
     out->kv_pct_of_mha = 100.0 * (double)out->kv_values / (2.0 * cfg.num_heads * mha_dh);
     al_acts a;
     int rc = al_acts_create(&a, &m, 4, T, err);
