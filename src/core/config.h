@@ -58,6 +58,10 @@ typedef struct al_config {
     int kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
     /* LRKV's own field (src/attn/lrkv.c): per-head low-rank residual rank r */
     int lrkv_rank;
+    /* integer fields of designs added later: a new design names the slots it
+     * uses in its own field rows (AL_CONFIG_FIELD(design_param[0], ...)), so
+     * it needs no change here */
+    int design_param[4];
     /* score function parameters (attention.md 2): poly weight c s^p with
      * p = poly_power and c = poly_scale, or 1/sqrt(score_n) when
      * poly_scale_auto; relu and sigmoid divide by / shift by log of score_n.
