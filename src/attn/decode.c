@@ -42,7 +42,6 @@
 #include "attn.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
-#include "../io/io.h"
 
 enum { DKB = 256 }; /* positions per chunk (a multiple of every vector width) */
 

@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/io.h"
 #include "nn.h"
 
 /* ---- configuration: kernel choice, panel size, test hooks ---- */
