@@ -154,12 +154,10 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
     float *S = scratch, *part = S + (size_t)nch * H * DKB, *cmax = part + (size_t)nch * H * ldo,
           *csum = cmax + (size_t)nch * H;
     const size_t row = v->row;
-    group_fn group = group_generic;
-    switch (al_cpu_level_now()) {
-    case AL_CPU_AVX512: group = al_attn_decode_group_avx512; break;
-    case AL_CPU_AVX2: group = al_attn_decode_group_avx2; break;
-    default: break;
-    }
+    const al_cpu_level level = al_cpu_level_now();
+    const group_fn group = level >= AL_CPU_AVX512 ? al_attn_decode_group_avx512
+                           : level >= AL_CPU_AVX2 ? al_attn_decode_group_avx2
+                                                  : group_generic;
 #pragma omp parallel for schedule(static) if (items > 1 && (long)n * H * (ldq + ldo) > 65536)
     for (long it = 0; it < items; it++) {
         const int ch = (int)(it / G), g = (int)(it % G), j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;

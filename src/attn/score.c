@@ -434,20 +434,18 @@ float *al_attn_workspace(size_t floats) {
 }
 
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
-    switch (al_cpu_level_now()) {
-    case AL_CPU_AVX512: al_attn_fwd_avx512(s, q, k, v, o, lse); break;
-    case AL_CPU_AVX2: al_attn_fwd_avx2(s, q, k, v, o, lse); break;
-    default: attn_fwd_generic(s, q, k, v, o, lse);
-    }
+    const al_cpu_level l = al_cpu_level_now();
+    if (l >= AL_CPU_AVX512) al_attn_fwd_avx512(s, q, k, v, o, lse);
+    else if (l >= AL_CPU_AVX2) al_attn_fwd_avx2(s, q, k, v, o, lse);
+    else attn_fwd_generic(s, q, k, v, o, lse);
 }
 
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv) {
-    switch (al_cpu_level_now()) {
-    case AL_CPU_AVX512: al_attn_bwd_avx512(s, q, k, v, o, lse, dout, dq, dk, dv); break;
-    case AL_CPU_AVX2: al_attn_bwd_avx2(s, q, k, v, o, lse, dout, dq, dk, dv); break;
-    default: attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv);
-    }
+    const al_cpu_level l = al_cpu_level_now();
+    if (l >= AL_CPU_AVX512) al_attn_bwd_avx512(s, q, k, v, o, lse, dout, dq, dk, dv);
+    else if (l >= AL_CPU_AVX2) al_attn_bwd_avx2(s, q, k, v, o, lse, dout, dq, dk, dv);
+    else attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv);
 }
 
 /* ---- plain references: one head at a time, full T x T weights, doubles ---- */

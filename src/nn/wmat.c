@@ -43,52 +43,43 @@
 #include <string.h>
 
 #include "nn.h"
+#include "../core/cpu.h"
 
-/* ---- configuration: kernel choice, panel size, test hooks ---- */
+/* ---- configuration: kernel set, panel size ---- */
 
-/* The direct kernel and the widening come in three sets: plain C (the
- * fallback the others are checked against), AVX2 + F16C (the release
- * build's baseline, x86-64-v3, so every CPU that runs it has them) and
- * AVX-512; the best the CPU has is chosen at run time. */
+/* The direct kernel and the widening come in three sets, chosen per call
+ * from core/cpu.h's set in use (ATTNLAB_CPU and al_cpu_force lower it, as
+ * for every kernel family): plain C (generic), AVX2 + F16C, AVX-512 (for
+ * avx512 and the sets above it). */
 enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2 };
 
-static int cfg_ready = 0;       /* the environment has been read */
-static int kernel = K_PORTABLE; /* the set in use */
+static int panel_cfg_ready = 0;    /* AL_WMAT_PANEL_ROWS has been read */
 static int forced_panel_rows = 0; /* > 0: always the panel path with this many rows */
 
-static int best_kernel(void) {
-    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vl");
-    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return avx512 ? K_AVX512 : avx2 ? K_AVX2 : K_PORTABLE;
+/* The kernel set of this call. */
+static int kernel_now(void) {
+    const al_cpu_level l = al_cpu_level_now();
+    return l >= AL_CPU_AVX512 ? K_AVX512 : l >= AL_CPU_AVX2 ? K_AVX2 : K_PORTABLE;
 }
 
-/* Reads AL_WMAT_KERNEL (portable | avx2 | avx512 | auto) and AL_WMAT_PANEL_ROWS
- * once: the hooks that let the reference tests run the same model through
- * each kernel set and the panel path. A set above what the CPU has is lowered. */
+/* Reads AL_WMAT_PANEL_ROWS once: the hook that lets the reference tests
+ * run a model through the panel path with small panels. */
 static void wmat_init(void) {
-    if (cfg_ready) return;
-    const char *k = getenv("AL_WMAT_KERNEL");
-    kernel = best_kernel();
-    if (k && strcmp(k, "portable") == 0) kernel = K_PORTABLE;
-    else if (k && strcmp(k, "avx2") == 0 && kernel > K_AVX2) kernel = K_AVX2;
+    if (panel_cfg_ready) return;
     const char *p = getenv("AL_WMAT_PANEL_ROWS");
     long v = 0;
     if (p && al_parse_int(p, &v) == 0 && v > 0 && v <= 4096) forced_panel_rows = (int)v;
-    cfg_ready = 1;
+    panel_cfg_ready = 1;
 }
 
-int al_wmat_configure(int set, int panel_rows) {
+void al_wmat_panel_rows(int rows) {
     wmat_init();
-    const int best = best_kernel();
-    kernel = set == AL_WMAT_PORTABLE ? K_PORTABLE : set == AL_WMAT_AVX2 && best > K_AVX2 ? K_AVX2 : best;
-    forced_panel_rows = panel_rows > 0 ? panel_rows : 0;
-    return kernel == K_AVX512;
+    forced_panel_rows = rows > 0 ? rows : 0;
 }
 
 const char *al_wmat_kernel_name(void) {
-    wmat_init();
-    return kernel == K_AVX512 ? "avx512" : kernel == K_AVX2 ? "avx2" : "portable";
+    static const al_cpu_level names[] = {AL_CPU_GENERIC, AL_CPU_AVX2, AL_CPU_AVX512};
+    return al_cpu_level_name(names[kernel_now()]);
 }
 
 /* ---- widening ---- */
@@ -176,20 +167,19 @@ AL_AVX2_TARGET static void widen_avx2(float *dst, const uint16_t *src, size_t n,
 }
 
 /* dst[n] = elements [off, off + n) of W as fp32 (any float dtype). */
-static void widen_any(float *dst, al_wref W, size_t off, size_t n) {
+static void widen_any(int k, float *dst, al_wref W, size_t off, size_t n) {
     if (W.dt == AL_DT_F32) {
         memcpy(dst, (const float *)W.p + off, n * sizeof(float));
         return;
     }
     const uint16_t *src = (const uint16_t *)W.p + off;
-    if (kernel == K_AVX512) widen_avx512(dst, src, n, W.dt == AL_DT_F16);
-    else if (kernel == K_AVX2) widen_avx2(dst, src, n, W.dt == AL_DT_F16);
+    if (k == K_AVX512) widen_avx512(dst, src, n, W.dt == AL_DT_F16);
+    else if (k == K_AVX2) widen_avx2(dst, src, n, W.dt == AL_DT_F16);
     else widen_portable(dst, src, n, W.dt == AL_DT_F16);
 }
 
 void al_wread(float *dst, al_wref W, size_t off, size_t n) {
-    wmat_init();
-    widen_any(dst, W, off, n);
+    widen_any(kernel_now(), dst, W, off, n);
 }
 
 void al_wread_f64(double *dst, al_wref W, size_t off, size_t n) {
@@ -390,16 +380,16 @@ AL_AVX2_TARGET static void direct_avx2(float *y, int ldy, const float *x, int ld
 }
 
 /* One set's direct kernel over rows [r0, r1). */
-static void direct_rows(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
+static void direct_rows(int k, float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
                         int r1, int accumulate) {
-    if (kernel == K_AVX512) direct_avx512(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
-    else if (kernel == K_AVX2) direct_avx2(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
+    if (k == K_AVX512) direct_avx512(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
+    else if (k == K_AVX2) direct_avx2(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
     else direct_portable(y, ldy, x, ldx, W, f16, N, in, r0, r1, accumulate);
 }
 
 /* The direct kernel over all rows, parallel over blocks of output rows (each
  * element is one thread's sum: the result does not depend on the threads). */
-static void direct(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
+static void direct(int k, float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const uint16_t *w = (const uint16_t *)W.p;
     const int f16 = W.dt == AL_DT_F16;
     enum { RB = 16 };
@@ -408,7 +398,7 @@ static void direct(float *y, int ldy, const float *x, int ldx, al_wref W, int N,
 #pragma omp parallel for schedule(dynamic, 4) if ((long)out * in > 65536)
     for (int b = 0; b < nb; b++) {
         const int r0 = b * RB, r1 = r0 + RB < out ? r0 + RB : out;
-        direct_rows(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
+        direct_rows(k, y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
     }
 }
 
@@ -423,14 +413,14 @@ static int panel_rows(int in) {
     return p & ~15;
 }
 
-static void panels(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
+static void panels(int k, float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const float beta = accumulate ? 1.0f : 0.0f;
     /* a small matrix: widen it whole (in parallel) and let OpenBLAS thread one sgemm */
     if (!forced_panel_rows && (size_t)out * in <= ((size_t)8 << 20) / sizeof(float)) {
         float *Wf = al_alloc(sizeof(float) * (size_t)out * in);
         if (Wf) {
 #pragma omp parallel for schedule(static) if ((long)out * in > 65536)
-            for (int r = 0; r < out; r++) widen_any(Wf + (size_t)r * in, W, (size_t)r * in, (size_t)in);
+            for (int r = 0; r < out; r++) widen_any(k, Wf + (size_t)r * in, W, (size_t)r * in, (size_t)in);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, ldx, Wf, in, beta, y, ldy);
             al_free(Wf);
             return;
@@ -450,11 +440,11 @@ static void panels(float *y, int ldy, const float *x, int ldx, al_wref W, int N,
                     const int nn = N - n0 < AL_WMAT_SMALL_N ? N - n0 : AL_WMAT_SMALL_N;
                     const float *xs = x + (size_t)n0 * ldx;
                     float *ys = y + (size_t)n0 * ldy;
-                    direct_rows(ys, ldy, xs, ldx, W.p, W.dt == AL_DT_F16, nn, in, r0, r0 + rows, accumulate);
+                    direct_rows(k, ys, ldy, xs, ldx, W.p, W.dt == AL_DT_F16, nn, in, r0, r0 + rows, accumulate);
                 }
                 continue;
             }
-            widen_any(buf, W, (size_t)r0 * in, (size_t)rows * in);
+            widen_any(k, buf, W, (size_t)r0 * in, (size_t)rows * in);
             /* y[N, r0 .. r0+rows) = x[N, in] . panel[rows, in]^T (single-threaded inside the region) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, in, 1.0f, x, ldx, buf, in, beta, y + r0,
                         ldy);
@@ -477,8 +467,9 @@ void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int
         for (int n = 0; n < N && !accumulate; n++) memset(y + (size_t)n * ldy, 0, sizeof(float) * (size_t)out);
         return;
     }
-    if (N <= AL_WMAT_SMALL_N && !forced_panel_rows) direct(y, ldy, x, ldx, W, N, in, out, accumulate);
-    else panels(y, ldy, x, ldx, W, N, in, out, accumulate);
+    const int k = kernel_now();
+    if (N <= AL_WMAT_SMALL_N && !forced_panel_rows) direct(k, y, ldy, x, ldx, W, N, in, out, accumulate);
+    else panels(k, y, ldy, x, ldx, W, N, in, out, accumulate);
 }
 
 void al_matvec(float *y, const float *x, al_wref W, int out, int in, int accumulate) {
@@ -488,12 +479,11 @@ void al_matvec(float *y, const float *x, al_wref W, int out, int in, int accumul
                     accumulate ? 1.0f : 0.0f, y, 1);
         return;
     }
-    wmat_init();
     if (in <= 0) {
         if (!accumulate) memset(y, 0, sizeof(float) * (size_t)out);
         return;
     }
-    direct(y, out, x, in, W, 1, in, out, accumulate);
+    direct(kernel_now(), y, out, x, in, W, 1, in, out, accumulate);
 }
 
 void al_matvec_t(float *y, const float *x, al_wref W, int out, int in, int accumulate) {
@@ -503,18 +493,17 @@ void al_matvec_t(float *y, const float *x, al_wref W, int out, int in, int accum
                     accumulate ? 1.0f : 0.0f, y, 1);
         return;
     }
-    wmat_init();
     /* y[j] = sum_r x[r] W[r, j]: column blocks in parallel, rows in order
      * inside each (widened 256 at a time), so every sum has one fixed order */
     enum { CB = 256 };
-    const int nb = (in + CB - 1) / CB;
+    const int nb = (in + CB - 1) / CB, k = kernel_now();
 #pragma omp parallel for schedule(static) if ((long)out * in > 65536)
     for (int b = 0; b < nb; b++) {
         const int j0 = b * CB, len = in - j0 < CB ? in - j0 : CB;
         float acc[CB], wb[CB];
         for (int j = 0; j < len; j++) acc[j] = accumulate ? y[j0 + j] : 0.0f;
         for (int r = 0; r < out; r++) {
-            widen_any(wb, W, (size_t)r * in + j0, (size_t)len);
+            widen_any(k, wb, W, (size_t)r * in + j0, (size_t)len);
             const float xr = x[r];
             for (int j = 0; j < len; j++) acc[j] += xr * wb[j];
         }
