@@ -47,6 +47,8 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -232,7 +234,7 @@ static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float
 #pragma omp parallel
     {
         const unsigned csr = al_ftz_on();
-        float *S = malloc(sizeof(float) * QB * KB);
+        _Alignas(64) float S[QB * KB]; /* one tile of scores: 32 KB of the thread's stack */
         float mrow[QB], lrow[QB];
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < items; it++) {
@@ -289,99 +291,102 @@ static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float
                     for (int c = 0; c < dv; c++) orow[c] *= inv;
                 }
         }
-        free(S);
         al_ftz_restore(csr);
     }
 }
 
 /* generic set: q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
- *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated */
+ *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated.
+ * part: NULL, or (heads sharing a KV head only) B*H*T*(dk + dv) floats for
+ * each query head's own dk | dv, so that every head is an item of its own;
+ * without it an item is a whole KV group, its heads in order (fewer items
+ * for the threads, same sums within fp32 rounding, no memory). */
 static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
-                 const float *lse, const float *dout, float *dq, float *dk, float *dv) {
+                             const float *lse, const float *dout, float *dq, float *dk, float *dv, float *part) {
     const int B = s->B, T = s->T, H = s->H, G = s->G, per_group = H / G, nqb = (T + QB - 1) / QB;
     const int DK = s->dk, DV = s->dv;
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
-    /* part[B, H, T, dk + dv]: each query head's own dk | dv when heads share a KV head */
-    const int shared = per_group > 1;
+    /* items: (sequence, KV group, chunk of hpc heads); one head per chunk when partials are kept */
+    const int shared = per_group > 1 && part, nch = shared ? per_group : 1, hpc = per_group / nch;
     const size_t pw = (size_t)DK + DV;
-    float *part = shared ? calloc((size_t)B * H * T * pw, sizeof(float)) : NULL;
-    const int items = B * H;
+    const int items = B * G * nch;
 #pragma omp parallel
     {
         const unsigned csr = al_ftz_on();
-        float *P = malloc(sizeof(float) * QB * KB);
-        float *dS = malloc(sizeof(float) * QB * KB);
+        _Alignas(64) float P[QB * KB], dS[QB * KB]; /* one tile of weights and of their gradients: 64 KB of stack */
         float Drow[QB];
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; it++) {
-            const int b = it / H, h = it % H, g = h / per_group;
+            const int b = it / (G * nch), g = (it / nch) % G, ch = it % nch;
             const float *k_p = k + (size_t)b * T * s->ldk + (size_t)g * DK;
             const float *v_p = v + (size_t)b * T * s->ldv + (size_t)g * DV;
-            float *dk_p, *dv_p;
-            int lddk, lddv;
-            if (shared) {
-                dk_p = part + ((size_t)b * H + h) * T * pw;
-                dv_p = dk_p + DK;
-                lddk = lddv = (int)pw;
-            } else {
-                dk_p = dk + (size_t)b * T * s->ldk + (size_t)g * DK;
-                dv_p = dv + (size_t)b * T * s->ldv + (size_t)g * DV;
-                lddk = s->ldk;
-                lddv = s->ldv;
-            }
-            for (int qb = 0; qb < nqb; qb++) {
-                const int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0;
-                const int kend = s->bidirectional ? T : i1;
-                const size_t row0 = (size_t)(b * T + i0);
-                const float *q_p = q + row0 * s->ldq + (size_t)h * DK;
-                const float *do_p = dout + row0 * s->ldo + (size_t)h * DV;
-                float *dq_p = dq + row0 * s->ldq + (size_t)h * DK;
-                const float *lse_p = softmax ? lse + ((size_t)b * H + h) * T + i0 : NULL;
-                if (softmax) /* D_i = dO_i . O_i = sum_j p_ij dP_ij */
-                    for (int r = 0; r < m; r++) {
-                        const float *a = do_p + (size_t)r * s->ldo, *c = o + (row0 + r) * s->ldo + (size_t)h * DV;
-                        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-                        for (int e = 0; e < DV; e++) acc += a[e] * c[e];
-                        Drow[r] = acc;
-                    }
-                for (int j0 = 0; j0 < kend; j0 += KB) {
-                    const int kb = j0 + KB < kend ? KB : kend - j0;
-                    const float *kt = k_p + (size_t)j0 * s->ldk, *vt = v_p + (size_t)j0 * s->ldv;
-                    /* S[m, kb] = scale Q_blk K_tile^T ;  dP[m, kb] = dO_blk[m, dv] . V_tile[kb, dv]^T */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DK, s->scale, q_p, s->ldq, kt, s->ldk,
-                                0.0f, P, kb);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DV, 1.0f, do_p, s->ldo, vt, s->ldv,
-                                0.0f, dS, kb);
-                    /* P <- weights, dS <- dL/ds (gradient wrt the scaled score) */
-                    for (int r = 0; r < m; r++) {
-                        float *p = P + (size_t)r * kb, *ds = dS + (size_t)r * kb;
-                        const int nv = visible(s, i0 + r, j0, kb);
-                        if (softmax) {
-                            const float l = lse_p[r], D = Drow[r];
-                            for (int j = 0; j < nv; j++) {
-                                p[j] = al_expf(p[j] - l);
-                                ds[j] = p[j] * (ds[j] - D);
-                            }
-                        } else {
-                            map_bwd(&f, p, ds, nv);
+            for (int hh = 0; hh < hpc; hh++) {
+                const int h = g * per_group + ch * hpc + hh;
+                float *dk_p, *dv_p;
+                int lddk, lddv;
+                if (shared) { /* this head's own partials, zeroed here (the products add into them) */
+                    dk_p = part + ((size_t)b * H + h) * T * pw;
+                    dv_p = dk_p + DK;
+                    lddk = lddv = (int)pw;
+                    memset(dk_p, 0, sizeof(float) * T * pw);
+                } else {
+                    dk_p = dk + (size_t)b * T * s->ldk + (size_t)g * DK;
+                    dv_p = dv + (size_t)b * T * s->ldv + (size_t)g * DV;
+                    lddk = s->ldk;
+                    lddv = s->ldv;
+                }
+                for (int qb = 0; qb < nqb; qb++) {
+                    const int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0;
+                    const int kend = s->bidirectional ? T : i1;
+                    const size_t row0 = (size_t)(b * T + i0);
+                    const float *q_p = q + row0 * s->ldq + (size_t)h * DK;
+                    const float *do_p = dout + row0 * s->ldo + (size_t)h * DV;
+                    float *dq_p = dq + row0 * s->ldq + (size_t)h * DK;
+                    const float *lse_p = softmax ? lse + ((size_t)b * H + h) * T + i0 : NULL;
+                    if (softmax) /* D_i = dO_i . O_i = sum_j p_ij dP_ij */
+                        for (int r = 0; r < m; r++) {
+                            const float *a = do_p + (size_t)r * s->ldo, *c = o + (row0 + r) * s->ldo + (size_t)h * DV;
+                            float acc = 0.0f;
+    #pragma omp simd reduction(+ : acc)
+                            for (int e = 0; e < DV; e++) acc += a[e] * c[e];
+                            Drow[r] = acc;
                         }
-                        for (int j = nv; j < kb; j++) p[j] = ds[j] = 0.0f;
+                    for (int j0 = 0; j0 < kend; j0 += KB) {
+                        const int kb = j0 + KB < kend ? KB : kend - j0;
+                        const float *kt = k_p + (size_t)j0 * s->ldk, *vt = v_p + (size_t)j0 * s->ldv;
+                        /* S[m, kb] = scale Q_blk K_tile^T ;  dP[m, kb] = dO_blk[m, dv] . V_tile[kb, dv]^T */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DK, s->scale, q_p, s->ldq, kt, s->ldk,
+                                    0.0f, P, kb);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DV, 1.0f, do_p, s->ldo, vt, s->ldv,
+                                    0.0f, dS, kb);
+                        /* P <- weights, dS <- dL/ds (gradient wrt the scaled score) */
+                        for (int r = 0; r < m; r++) {
+                            float *p = P + (size_t)r * kb, *ds = dS + (size_t)r * kb;
+                            const int nv = visible(s, i0 + r, j0, kb);
+                            if (softmax) {
+                                const float l = lse_p[r], D = Drow[r];
+                                for (int j = 0; j < nv; j++) {
+                                    p[j] = al_expf(p[j] - l);
+                                    ds[j] = p[j] * (ds[j] - D);
+                                }
+                            } else {
+                                map_bwd(&f, p, ds, nv);
+                            }
+                            for (int j = nv; j < kb; j++) p[j] = ds[j] = 0.0f;
+                        }
+                        /* dQ_blk[m, dk] += scale dS . K_tile ; dK_tile[kb, dk] += scale dS^T . Q_blk ;
+                         * dV_tile[kb, dv] += P^T . dO_blk */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, DK, kb, s->scale, dS, kb, kt, s->ldk,
+                                    1.0f, dq_p, s->ldq);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DK, m, s->scale, dS, kb, q_p, s->ldq,
+                                    1.0f, dk_p + (size_t)j0 * lddk, lddk);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DV, m, 1.0f, P, kb, do_p, s->ldo, 1.0f,
+                                    dv_p + (size_t)j0 * lddv, lddv);
                     }
-                    /* dQ_blk[m, dk] += scale dS . K_tile ; dK_tile[kb, dk] += scale dS^T . Q_blk ;
-                     * dV_tile[kb, dv] += P^T . dO_blk */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, DK, kb, s->scale, dS, kb, kt, s->ldk,
-                                1.0f, dq_p, s->ldq);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DK, m, s->scale, dS, kb, q_p, s->ldq,
-                                1.0f, dk_p + (size_t)j0 * lddk, lddk);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DV, m, 1.0f, P, kb, do_p, s->ldo, 1.0f,
-                                dv_p + (size_t)j0 * lddv, lddv);
                 }
             }
         }
-        free(P);
-        free(dS);
         if (shared) {
             /* dk, dv of KV head g += its heads' partials, in head order */
 #pragma omp for schedule(static)
@@ -405,47 +410,124 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
         }
         al_ftz_restore(csr);
     }
-    free(part);
 }
+
+/* ---- the kernels' workspace: one arena per calling thread ----
+ * The register-blocked sets pack K/V tiles and keep per-thread tiles in a
+ * workspace of O(T) per head (score_kern.h); the generic set needs one only
+ * for the per-head partial sums of a shared KV head. Each thread that calls
+ * the kernels owns one arena, grown to the largest call so far (with room
+ * for a somewhat larger one) and kept, since allocating per call cost page
+ * faults (~6 % of a forward). Its owner plans it up front with
+ * al_attn_reserve (failure: one line in al_err) and frees it with
+ * al_attn_release; a thread's arena is also freed when the thread exits. A
+ * call the arena is too small for grows it; if memory runs out there, the
+ * call takes the path that needs none (the generic set, whole KV groups per
+ * item): slower, the same results within fp32 rounding. The kernels never
+ * fail, print or exit. */
+
+typedef struct arena {
+    float *buf;
+    size_t cap; /* floats */
+} arena;
+static _Thread_local arena my_arena;
+static pthread_key_t arena_key; /* its destructor frees a thread's arena when the thread exits */
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static int arena_key_ok;
+static int test_no_workspace;
+
+static void arena_key_make(void) { arena_key_ok = pthread_key_create(&arena_key, free) == 0; }
+
+/* Points the thread's exit destructor at its current buffer. */
+static void arena_track(void) {
+    pthread_once(&arena_once, arena_key_make);
+    if (arena_key_ok) pthread_setspecific(arena_key, my_arena.buf);
+}
+
+/* The calling thread's arena, grown to at least `floats` floats (64-byte
+ * aligned); NULL if memory ran out (the arena is then empty). */
+static float *arena_get(size_t floats) {
+    arena *a = &my_arena;
+    if (test_no_workspace) return NULL;
+    if (a->buf && floats <= a->cap) return a->buf;
+    const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
+    free(a->buf); /* first: the old and new arenas never add up */
+    a->buf = n >= floats && n <= SIZE_MAX / sizeof(float) ? aligned_alloc(64, n * sizeof(float)) : NULL;
+    a->cap = a->buf ? n : 0;
+    arena_track();
+    return a->buf;
+}
+
+void al_attn_release(void) {
+    free(my_arena.buf);
+    my_arena.buf = NULL;
+    my_arena.cap = 0;
+    arena_track();
+}
+
+size_t al_attn_workspace_bytes(void) { return my_arena.cap * sizeof(float); }
+
+void al_attn_test_no_workspace(int on) { test_no_workspace = on; }
 
 /* ---- the public entry points: the kernel set core/cpu.h selects ---- */
 
-static _Thread_local float *ws_buf;
-static _Thread_local size_t ws_cap;
+/* A register-blocked set (score_kern.h) and the workspace of each call. */
+typedef struct fast_set {
+    size_t (*fwd_floats)(const al_attn_shape *s, int nthr);
+    void (*fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
+                float *ws, int nthr);
+    size_t (*bwd_floats)(const al_attn_shape *s, int nthr);
+    void (*bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr);
+} fast_set;
 
-size_t al_attn_workspace_bytes(void) { return ws_cap * sizeof(float); }
+#define FAST_SET(sfx) {al_attn_fwd_floats_##sfx, al_attn_fwd_##sfx, al_attn_bwd_floats_##sfx, al_attn_bwd_##sfx}
+static const fast_set set_avx2 = FAST_SET(avx2), set_avx512 = FAST_SET(avx512);
+#undef FAST_SET
 
-float *al_attn_workspace(size_t floats) {
-    float *buf = ws_buf;
-    size_t cap = ws_cap;
-    if (floats > cap) {
-        free(buf);
-        const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
-        buf = aligned_alloc(64, n * sizeof(float));
-        if (!buf) {
-            fprintf(stderr, "attnlab: attention workspace: out of memory (%zu MB)\n", n * sizeof(float) >> 20);
-            exit(1);
-        }
-        cap = n;
-        ws_buf = buf;
-        ws_cap = cap;
+/* The register-blocked set of the CPU set in use; NULL: the generic set. */
+static const fast_set *fast_set_now(void) {
+    const al_cpu_level l = al_cpu_level_now();
+    return l >= AL_CPU_AVX512 ? &set_avx512 : l >= AL_CPU_AVX2 ? &set_avx2 : NULL;
+}
+
+/* Floats of the generic backward's per-head partials (0: no KV head is shared). */
+static size_t generic_part_floats(const al_attn_shape *s) {
+    return s->H > s->G ? (size_t)s->B * s->H * s->T * ((size_t)s->dk + s->dv) : 0;
+}
+
+int al_attn_reserve(const al_attn_shape *s, al_err *err) {
+    const fast_set *fs = fast_set_now();
+    const int nthr = omp_get_max_threads();
+    size_t need = generic_part_floats(s);
+    if (fs) {
+        const size_t f = fs->fwd_floats(s, nthr), b = fs->bwd_floats(s, nthr);
+        need = f > b ? f : b;
     }
-    return buf;
+    if (need && !arena_get(need))
+        return al_errf(err, "attention workspace: out of memory (%zu MB)", need * sizeof(float) >> 20);
+    return 0;
 }
 
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
-    const al_cpu_level l = al_cpu_level_now();
-    if (l >= AL_CPU_AVX512) al_attn_fwd_avx512(s, q, k, v, o, lse);
-    else if (l >= AL_CPU_AVX2) al_attn_fwd_avx2(s, q, k, v, o, lse);
+    const fast_set *fs = fast_set_now();
+    const int nthr = omp_get_max_threads();
+    float *ws = fs ? arena_get(fs->fwd_floats(s, nthr)) : NULL;
+    if (ws) fs->fwd(s, q, k, v, o, lse, ws, nthr);
     else attn_fwd_generic(s, q, k, v, o, lse);
 }
 
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv) {
-    const al_cpu_level l = al_cpu_level_now();
-    if (l >= AL_CPU_AVX512) al_attn_bwd_avx512(s, q, k, v, o, lse, dout, dq, dk, dv);
-    else if (l >= AL_CPU_AVX2) al_attn_bwd_avx2(s, q, k, v, o, lse, dout, dq, dk, dv);
-    else attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv);
+    const fast_set *fs = fast_set_now();
+    const int nthr = omp_get_max_threads();
+    float *ws = fs ? arena_get(fs->bwd_floats(s, nthr)) : NULL;
+    if (ws) {
+        fs->bwd(s, q, k, v, o, lse, dout, dq, dk, dv, ws, nthr);
+        return;
+    }
+    const size_t np = generic_part_floats(s);
+    attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv, np ? arena_get(np) : NULL);
 }
 
 /* ---- plain references: one head at a time, full T x T weights, doubles ---- */

@@ -614,7 +614,8 @@ static int fig_attnmaps(const study *s, al_study_results *res, al_err *err) {
         rc = al_attnmap_weights(&m, &a, layers[i / 2], heads[i % 2], Pi, err);
         if (rc) break;
         al_head_stats hs;
-        al_head_stats_of(Pi, T, 10, 0, &hs);
+        rc = al_head_stats_of(Pi, T, 10, 0, &hs, err);
+        if (rc) break;
         cJSON *o = cJSON_CreateObject();
         char title[64];
         snprintf(title, sizeof title, "Layer %d Head %d", layers[i / 2], heads[i % 2]);
