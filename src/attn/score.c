@@ -471,7 +471,8 @@ void al_attn_test_no_workspace(int on) { test_no_workspace = on; }
 
 /* ---- the public entry points: the kernel set core/cpu.h selects ---- */
 
-/* A register-blocked set (score_kern.h) and the workspace of each call. */
+/* A register-blocked set (score_kern.h), the workspace of each call, and
+ * the core/cpu.h set it needs (whose name it reports). */
 typedef struct fast_set {
     size_t (*fwd_floats)(const al_attn_shape *s, int nthr);
     void (*fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
@@ -479,16 +480,23 @@ typedef struct fast_set {
     size_t (*bwd_floats)(const al_attn_shape *s, int nthr);
     void (*bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                 const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr);
+    al_cpu_level needs;
 } fast_set;
 
-#define FAST_SET(sfx) {al_attn_fwd_floats_##sfx, al_attn_fwd_##sfx, al_attn_bwd_floats_##sfx, al_attn_bwd_##sfx}
-static const fast_set set_avx2 = FAST_SET(avx2), set_avx512 = FAST_SET(avx512);
+#define FAST_SET(sfx, level) \
+    {al_attn_fwd_floats_##sfx, al_attn_fwd_##sfx, al_attn_bwd_floats_##sfx, al_attn_bwd_##sfx, level}
+static const fast_set set_avx2 = FAST_SET(avx2, AL_CPU_AVX2), set_avx512 = FAST_SET(avx512, AL_CPU_AVX512);
 #undef FAST_SET
 
 /* The register-blocked set of the CPU set in use; NULL: the generic set. */
 static const fast_set *fast_set_now(void) {
     const al_cpu_level l = al_cpu_level_now();
     return l >= AL_CPU_AVX512 ? &set_avx512 : l >= AL_CPU_AVX2 ? &set_avx2 : NULL;
+}
+
+const char *al_attn_kernel_name(void) {
+    const fast_set *fs = fast_set_now();
+    return al_cpu_level_name(fs ? fs->needs : AL_CPU_GENERIC);
 }
 
 /* Floats of the generic backward's per-head partials (0: no KV head is shared). */

@@ -78,7 +78,7 @@ static void num(cJSON *o, const char *name, double v) {
 
 static void env_json(cJSON *o, const bench_env *e, int iters) {
     num(o, "threads", al_threads());
-    cJSON_AddStringToObject(o, "kernels", al_cpu_level_name(al_cpu_level_now()));
+    cJSON_AddStringToObject(o, "kernels", al_attn_kernel_name());
     cJSON_AddStringToObject(o, "blas_kernels", al_blas_kernels());
     num(o, "iters", iters);
     num(o, "sgemm_n", (double)e->sgemm_n);
@@ -95,7 +95,7 @@ static void env_text(const bench_env *e) {
            "triad %.1f GB/s (%ld MB arrays)\n",
            al_sgemm_probe_gflops(&e->sg), e->sgemm_n, e->triad, e->triad_mb);
     printf("  peak RSS %.1f MB; kernels: attention %s, OpenBLAS %s; load average %.2f -> %.2f on %d threads\n",
-           e->rss / 1048576.0, al_cpu_level_name(al_cpu_level_now()), al_blas_kernels(), e->load_start, e->load_end,
+           e->rss / 1048576.0, al_attn_kernel_name(), al_blas_kernels(), e->load_start, e->load_end,
            al_threads());
 }
 
