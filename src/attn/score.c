@@ -387,27 +387,7 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
                 }
             }
         }
-        if (shared) {
-            /* dk, dv of KV head g += its heads' partials, in head order */
-#pragma omp for schedule(static)
-            for (long rt = 0; rt < (long)B * T * G; rt++) {
-                const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
-                float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
-                float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * DV;
-                const float *p0 = part + (((size_t)b * H + (size_t)g * per_group) * T + t) * pw;
-                const size_t hstride = (size_t)T * pw;
-                for (int e = 0; e < DK; e++) {
-                    float acc = p0[e];
-                    for (int j = 1; j < per_group; j++) acc += p0[j * hstride + e];
-                    dkr[e] += acc;
-                }
-                for (int e = 0; e < DV; e++) {
-                    float acc = p0[DK + e];
-                    for (int j = 1; j < per_group; j++) acc += p0[j * hstride + DK + e];
-                    dvr[e] += acc;
-                }
-            }
-        }
+        if (shared) al_attn_add_partials(s, part, per_group, dk, dv); /* in head order */
         al_ftz_restore(csr);
     }
 }
@@ -564,47 +544,66 @@ static double ref_df(const al_attn_shape *s, double x) {
     }
 }
 
-/* Sc[T, T] = scaled scores of head h of sequence b; W[T, T] = its weights
- * (0 where masked); lse[B, H, T] if non-NULL (0 for the elementwise functions) */
-static void ref_weights(const al_attn_shape *s, const float *q, const float *k, int b, int h, double *Sc, double *W,
-                        float *lse) {
-    const int T = s->T, g = h / (s->H / s->G);
-    for (int i = 0; i < T; i++) {
-        const int n = s->bidirectional ? T : i + 1;
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < T; j++) {
-            double acc = 0;
-            for (int c = 0; c < s->dk; c++)
-                acc += (double)q[(size_t)(b * T + i) * s->ldq + h * s->dk + c] * k[(size_t)(b * T + j) * s->ldk + g * s->dk + c];
-            Sc[(size_t)i * T + j] = acc * s->scale;
-            if (j < n && Sc[(size_t)i * T + j] > mx) mx = Sc[(size_t)i * T + j];
-        }
-        if (s->score == AL_SCORE_SOFTMAX) {
-            for (int j = 0; j < n; j++) sum += exp(Sc[(size_t)i * T + j] - mx);
-            for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j < n ? exp(Sc[(size_t)i * T + j] - mx) / sum : 0.0;
-        } else {
-            for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j < n ? ref_f(s, Sc[(size_t)i * T + j]) : 0.0;
-        }
-        if (lse) lse[((size_t)b * s->H + h) * T + i] = s->score == AL_SCORE_SOFTMAX ? (float)(mx + log(sum)) : 0.0f;
+/* The references keep no T x T matrix, nor any memory of their own: a
+ * query row's scores are recomputed where they are used (its softmax max
+ * and normaliser first), in double, and outputs accumulate in double, OB
+ * values at a time. */
+enum { OB = 64 };
+
+/* One (query row, key) pair of head h of sequence b: b, h, i, its KV head g
+ * and the row's visible keys n. */
+typedef struct ref_row {
+    int b, h, g, i, n;
+    double mx, sum; /* softmax: the row's largest scaled score and sum of exp(s - mx) */
+} ref_row;
+
+/* scale q_i . k_j of the row's head, in double */
+static double ref_score(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j) {
+    const size_t qi = (size_t)(r->b * s->T + r->i) * s->ldq + (size_t)r->h * s->dk;
+    const size_t kj = (size_t)(r->b * s->T + j) * s->ldk + (size_t)r->g * s->dk;
+    double acc = 0;
+    for (int c = 0; c < s->dk; c++) acc += (double)q[qi + c] * k[kj + c];
+    return acc * s->scale;
+}
+
+/* Row i of head h of sequence b, with its softmax max and normaliser. */
+static ref_row ref_row_of(const al_attn_shape *s, const float *q, const float *k, int b, int h, int i) {
+    ref_row r = {b, h, h / (s->H / s->G), i, s->bidirectional ? s->T : i + 1, -INFINITY, 0};
+    if (s->score != AL_SCORE_SOFTMAX) return r;
+    for (int j = 0; j < r.n; j++) {
+        const double x = ref_score(s, q, k, &r, j);
+        r.mx = x > r.mx ? x : r.mx;
     }
+    for (int j = 0; j < r.n; j++) r.sum += exp(ref_score(s, q, k, &r, j) - r.mx);
+    return r;
+}
+
+/* The weight of visible key j (j < r->n) for the row; *sc gets its score. */
+static double ref_weight(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j,
+                         double *sc) {
+    *sc = ref_score(s, q, k, r, j);
+    return s->score == AL_SCORE_SOFTMAX ? exp(*sc - r->mx) / r->sum : ref_f(s, *sc);
 }
 
 void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
     const int T = s->T;
-    double *Sc = malloc(sizeof(double) * (size_t)T * T), *W = malloc(sizeof(double) * (size_t)T * T);
     for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->H; h++) {
-            int g = h / (s->H / s->G);
-            ref_weights(s, q, k, b, h, Sc, W, lse);
-            for (int i = 0; i < T; i++)
-                for (int c = 0; c < s->dv; c++) {
-                    double acc = 0;
-                    for (int j = 0; j < T; j++) acc += W[(size_t)i * T + j] * v[(size_t)(b * T + j) * s->ldv + g * s->dv + c];
-                    o[(size_t)(b * T + i) * s->ldo + h * s->dv + c] = (float)acc;
+        for (int h = 0; h < s->H; h++)
+            for (int i = 0; i < T; i++) {
+                const ref_row r = ref_row_of(s, q, k, b, h, i);
+                if (lse) lse[((size_t)b * s->H + h) * T + i] = s->score == AL_SCORE_SOFTMAX ? (float)(r.mx + log(r.sum)) : 0.0f;
+                for (int c0 = 0; c0 < s->dv; c0 += OB) {
+                    const int nc = s->dv - c0 < OB ? s->dv - c0 : OB;
+                    double acc[OB] = {0};
+                    for (int j = 0; j < r.n; j++) {
+                        double sc;
+                        const double w = ref_weight(s, q, k, &r, j, &sc);
+                        const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv + c0;
+                        for (int c = 0; c < nc; c++) acc[c] += w * vj[c];
+                    }
+                    for (int c = 0; c < nc; c++) o[(size_t)(b * T + i) * s->ldo + (size_t)h * s->dv + c0 + c] = (float)acc[c];
                 }
-        }
-    free(Sc);
-    free(W);
+            }
 }
 
 void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
@@ -612,43 +611,36 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
     (void)o;
     (void)lse;
     const int T = s->T;
-    double *Sc = malloc(sizeof(double) * (size_t)T * T), *W = malloc(sizeof(double) * (size_t)T * T);
-    double *dW = malloc(sizeof(double) * (size_t)T * T);
     for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->H; h++) {
-            int g = h / (s->H / s->G);
-            ref_weights(s, q, k, b, h, Sc, W, NULL);
-            const float *dO = dout + (size_t)b * T * s->ldo + h * s->dv;
-            /* dW = dO V^T ; dS = softmax: W * (dW - rowsum(W * dW)), others: f'(S) * dW ; 0 where masked */
+        for (int h = 0; h < s->H; h++)
             for (int i = 0; i < T; i++) {
-                const int n = s->bidirectional ? T : i + 1;
+                const ref_row r = ref_row_of(s, q, k, b, h, i);
+                const float *dOi = dout + (size_t)(b * T + i) * s->ldo + (size_t)h * s->dv;
+                const float *qi = q + (size_t)(b * T + i) * s->ldq + (size_t)h * s->dk;
+                /* dw_j = dO_i . v_j ; ds_j = softmax: w_j (dw_j - sum_j w_j dw_j), others: f'(s_j) dw_j */
                 double dot = 0;
-                for (int j = 0; j < T; j++) {
-                    double acc = 0;
-                    for (int c = 0; c < s->dv; c++)
-                        acc += (double)dO[(size_t)i * s->ldo + c] * v[(size_t)(b * T + j) * s->ldv + g * s->dv + c];
-                    dW[(size_t)i * T + j] = acc;
-                    dot += acc * W[(size_t)i * T + j];
+                for (int j = 0; j < r.n && s->score == AL_SCORE_SOFTMAX; j++) {
+                    double sc, dw = 0;
+                    const double w = ref_weight(s, q, k, &r, j, &sc);
+                    const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
+                    for (int c = 0; c < s->dv; c++) dw += (double)dOi[c] * vj[c];
+                    dot += dw * w;
                 }
-                for (int j = 0; j < T; j++) {
-                    double *d = &dW[(size_t)i * T + j];
-                    if (j >= n) *d = 0.0;
-                    else if (s->score == AL_SCORE_SOFTMAX) *d = W[(size_t)i * T + j] * (*d - dot);
-                    else *d = ref_df(s, Sc[(size_t)i * T + j]) * *d;
+                for (int j = 0; j < r.n; j++) {
+                    double sc, dw = 0;
+                    const double w = ref_weight(s, q, k, &r, j, &sc);
+                    const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
+                    for (int c = 0; c < s->dv; c++) dw += (double)dOi[c] * vj[c];
+                    const double ds = (s->score == AL_SCORE_SOFTMAX ? w * (dw - dot) : ref_df(s, sc) * dw) * s->scale;
+                    const float *kj = k + (size_t)(b * T + j) * s->ldk + (size_t)r.g * s->dk;
+                    float *dqi = dq + (size_t)(b * T + i) * s->ldq + (size_t)h * s->dk;
+                    float *dkj = dk + (size_t)(b * T + j) * s->ldk + (size_t)r.g * s->dk;
+                    float *dvj = dv + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
+                    for (int c = 0; c < s->dk; c++) {
+                        dqi[c] += (float)(ds * kj[c]);
+                        dkj[c] += (float)(ds * qi[c]);
+                    }
+                    for (int c = 0; c < s->dv; c++) dvj[c] += (float)(w * dOi[c]);
                 }
             }
-            for (int i = 0; i < T; i++)
-                for (int j = 0; j < T; j++) {
-                    double ds = dW[(size_t)i * T + j] * s->scale, w = W[(size_t)i * T + j];
-                    for (int c = 0; c < s->dk; c++) {
-                        dq[(size_t)(b * T + i) * s->ldq + h * s->dk + c] += (float)(ds * k[(size_t)(b * T + j) * s->ldk + g * s->dk + c]);
-                        dk[(size_t)(b * T + j) * s->ldk + g * s->dk + c] += (float)(ds * q[(size_t)(b * T + i) * s->ldq + h * s->dk + c]);
-                    }
-                    for (int c = 0; c < s->dv; c++)
-                        dv[(size_t)(b * T + j) * s->ldv + g * s->dv + c] += (float)(w * dO[(size_t)i * s->ldo + c]);
-                }
-        }
-    free(Sc);
-    free(W);
-    free(dW);
 }

@@ -45,6 +45,28 @@ static inline unsigned al_ftz_on(void) {
 
 static inline void al_ftz_restore(unsigned csr) { _mm_setcsr(csr); }
 
+/* dk, dv of every KV head += the n partial dk | dv blocks its work items
+ * wrote (part[B][G][n][T][dk + dv]), added in block order, so the sums do
+ * not depend on the thread count. A work-shared loop over the rows (omp
+ * for): call it inside a parallel region, after the loop that wrote part. */
+static inline void al_attn_add_partials(const al_attn_shape *s, const float *part, int n, float *dk, float *dv) {
+    const int T = s->T, G = s->G, DK = s->dk;
+    const size_t pw = (size_t)DK + s->dv, stride = (size_t)T * pw;
+#pragma omp for schedule(static)
+    for (long rt = 0; rt < (long)s->B * T * G; rt++) {
+        const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
+        float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
+        float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * s->dv;
+        const float *p0 = part + (((size_t)b * G + g) * n * T + t) * pw;
+        for (size_t e = 0; e < pw; e++) {
+            float acc = p0[e];
+            for (int c = 1; c < n; c++) acc += p0[c * stride + e];
+            if (e < (size_t)DK) dkr[e] += acc;
+            else dvr[e - DK] += acc;
+        }
+    }
+}
+
 /* The register-blocked sets' entry points (score_kern.h, built as _avx512
  * and _avx2), same contracts as al_attn_fwd / al_attn_bwd (attn.h) plus
  * their workspace: ws holds al_attn_{fwd,bwd}_floats_*(s, nthr) floats

@@ -651,23 +651,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 }
             }
         }
-        if (shared) {
-            /* dk, dv of KV head g += its chunks' partials, in chunk order */
-#pragma omp for schedule(static)
-            for (long rt = 0; rt < (long)B * T * G; rt++) {
-                const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
-                float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
-                float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * DV;
-                const float *p0 = part + (((size_t)b * G + g) * nch * T + t) * pw;
-                const size_t cstride = (size_t)T * pw;
-                for (size_t e = 0; e < pw; e++) {
-                    float acc = p0[e];
-                    for (int c = 1; c < nch; c++) acc += p0[c * cstride + e];
-                    if (e < (size_t)DK) dkr[e] += acc;
-                    else dvr[e - DK] += acc;
-                }
-            }
-        }
+        if (shared) al_attn_add_partials(s, part, nch, dk, dv); /* in chunk order */
         al_ftz_restore(csr);
     }
 }
