@@ -359,17 +359,6 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int round_kw(int n) { return (n + KW - 1) / KW * KW; }
 
-/* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T]
- *
- * Packs first (all threads): kt = K^T tiles times scale (softmax: times
- * scale log2 e, so it runs in base 2), vp = V tiles row-major. Then work
- * item (query block qb, sequence b, KV head g, chunk of its heads): for each
- * key tile up to the block's last row (causal) or T, for each head of the
- * chunk, for each row group of RG rows: S = Q_rows K_tile^T, the rows'
- * online-softmax update (or f(S)), O_rows = alpha O_rows + P V_tile straight
- * into o. Row groups skip key tiles (and key vectors) that all of their rows
- * are masked from, so the diagonal tiles cost about half. Items run largest
- * query block first (dynamic schedule) for causal balance. */
 /* The forward's work split and workspace: items are (query block, sequence,
  * KV group, chunk of hpc of its heads); the workspace is kt | vp | per
  * thread: S[RG][KT], m[hpc][QBK], l[hpc][QBK] (vectors). */
@@ -399,6 +388,17 @@ static fwd_plan fwd_plan_of(const al_attn_shape *s, int nthr) {
 
 size_t KSFX(al_attn_fwd_floats)(const al_attn_shape *s, int nthr) { return fwd_plan_of(s, nthr).floats; }
 
+/* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T]
+ *
+ * Packs first (all threads): kt = K^T tiles times scale (softmax: times
+ * scale log2 e, so it runs in base 2), vp = V tiles row-major. Then work
+ * item (query block qb, sequence b, KV head g, chunk of its heads): for each
+ * key tile up to the block's last row (causal) or T, for each head of the
+ * chunk, for each row group of RG rows: S = Q_rows K_tile^T, the rows'
+ * online-softmax update (or f(S)), O_rows = alpha O_rows + P V_tile straight
+ * into o. Row groups skip key tiles (and key vectors) that all of their rows
+ * are masked from, so the diagonal tiles cost about half. Items run largest
+ * query block first (dynamic schedule) for causal balance. */
 void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
                        float *ws, int nthr) {
     const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
@@ -487,21 +487,6 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
     }
 }
 
-/* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
- *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
- *
- * Packs first (all threads): kt = K^T tiles times scale (log2 e for
- * softmax), vt = V^T tiles, kp = K tiles row-major (for dq += dS K), and
- * D_i = dO_i . O_i (softmax). Work item (sequence b, KV head g, chunk of its
- * heads) packs its heads' Q and dO rows, then runs key tile outer: the tile's
- * dK, dV accumulate in the thread's buffers over every head of the chunk and
- * every query block that sees the tile, in a fixed order; per row group:
- * S = Q K^T, dP = dO V^T, P and dS (row_bwd), dq_rows += dS K; per query
- * block: dV_tile += P^T dO, dK_tile += dS^T Q (keys as rows, reading P and dS
- * through transposed strides, causal rows only). A chunk that is a whole KV
- * group adds its tile straight into dk, dv; several chunks per group (too
- * few groups to keep the threads busy, e.g. MQA) write partials that a last
- * loop adds in chunk order, so results never depend on the thread count. */
 /* The backward's work split and workspace: items are (sequence, KV group,
  * chunk of hpc of its heads); the workspace is kt | vt | kp | D[B][H][T]
  * (softmax) | part[B][G][nch][T][dk + dv] (several chunks per group only) |
@@ -533,6 +518,21 @@ static bwd_plan bwd_plan_of(const al_attn_shape *s, int nthr) {
 
 size_t KSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bwd_plan_of(s, nthr).floats; }
 
+/* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
+ *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
+ *
+ * Packs first (all threads): kt = K^T tiles times scale (log2 e for
+ * softmax), vt = V^T tiles, kp = K tiles row-major (for dq += dS K), and
+ * D_i = dO_i . O_i (softmax). Work item (sequence b, KV head g, chunk of its
+ * heads) packs its heads' Q and dO rows, then runs key tile outer: the tile's
+ * dK, dV accumulate in the thread's buffers over every head of the chunk and
+ * every query block that sees the tile, in a fixed order; per row group:
+ * S = Q K^T, dP = dO V^T, P and dS (row_bwd), dq_rows += dS K; per query
+ * block: dV_tile += P^T dO, dK_tile += dS^T Q (keys as rows, reading P and dS
+ * through transposed strides, causal rows only). A chunk that is a whole KV
+ * group adds its tile straight into dk, dv; several chunks per group (too
+ * few groups to keep the threads busy, e.g. MQA) write partials that a last
+ * loop adds in chunk order, so results never depend on the thread count. */
 void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                        const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
     const int B = s->B, T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
