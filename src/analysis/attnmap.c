@@ -41,12 +41,13 @@ static double topk_sum(const float *row, int n, int k, float *buf) {
     return s;
 }
 
-void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out) {
+int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out, al_err *err) {
     memset(out, 0, sizeof *out);
     out->topk = topk;
     out->min_weight = INFINITY;
     out->max_weight = -INFINITY;
     float *buf = malloc(sizeof(float) * (size_t)(topk > 0 ? topk : 1));
+    if (!buf) return al_errf(err, "head statistics: out of memory for the top-%d values", topk);
     int rows = 0;
     for (int i = 0; i < T; i++) {
         const float *row = P + (size_t)i * T;
@@ -81,6 +82,7 @@ void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_hea
         out->topk_mass /= rows;
         out->row_sum /= rows;
     }
+    return 0;
 }
 
 int al_attnmap_weights(const al_model *m, const al_acts *a, int layer, int head, float *P, al_err *err) {

@@ -30,8 +30,9 @@ typedef struct al_head_stats {
 } al_head_stats;
 
 /* Statistics of P[T, T]; rows with no mass are skipped. Softmax-free weights
- * may be negative: entropy, distance and top-k use |p|. */
-void al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out);
+ * may be negative: entropy, distance and top-k use |p|. Returns 0, or -1
+ * with one line in err if the top-k buffer cannot be had. */
+int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out, al_err *err);
 
 /* Loads the model in `dir` with RoPE tables long enough for T tokens (its
  * trained context is returned in *trained_ctx), and runs one forward over

@@ -109,7 +109,7 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
         rc = al_attnmap_weights(&m, &a, layers[i / 2], heads[i % 2], Pi, err);
         if (rc) break;
         al_head_stats hs;
-        al_head_stats_of(Pi, T, 10, 0, &hs);
+        if ((rc = al_head_stats_of(Pi, T, 10, 0, &hs, err))) break;
         cJSON *o = cJSON_CreateObject();
         char name[64];
         snprintf(name, sizeof name, "Layer %d Head %d", layers[i / 2], heads[i % 2]);

@@ -225,6 +225,9 @@ typedef struct al_attn_shape {
 void al_attn_set_score(al_attn_shape *s, const al_config *c);
 
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
+/* The kernel set al_attn_fwd / al_attn_bwd run now: "avx512" (also on the
+ * CPU sets above it, core/cpu.h), "avx2" or "generic". */
+const char *al_attn_kernel_name(void);
 /* dq, dk, dv ACCUMULATE; do[B*T, ldo] (the gradient of o). */
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv);
@@ -261,10 +264,22 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
 size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n);
 /* Plain reference (double accumulation), for tests. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o);
-/* Bytes of workspace the kernels keep for the calling thread between calls
- * (packed K/V tiles and per-thread tiles of the largest call so far: O(T)
- * per head, never T x T); 0 before the first fast-kernel call. */
+/* The workspace of al_attn_fwd / al_attn_bwd: one arena per calling
+ * thread (packed K/V tiles and per-thread tiles, O(T) per head, never
+ * T x T), grown to the largest call and kept between calls. Its owner may
+ * plan it up front: al_attn_reserve makes it hold what forward and backward
+ * of shape s need with the kernel set and thread count in use (0, or -1
+ * with one line in err if memory runs out); al_attn_release frees the
+ * calling thread's arena (a thread's arena is also freed when it exits). A
+ * call the arena cannot be grown for runs the slower path that needs none,
+ * with the same results within fp32 rounding: the kernels never fail.
+ * al_attn_workspace_bytes: the bytes the calling thread's arena holds now.
+ * al_attn_test_no_workspace(1) makes every call take that path (tests);
+ * 0 restores it. Do not flip it while a kernel runs. */
+int al_attn_reserve(const al_attn_shape *s, al_err *err);
+void al_attn_release(void);
 size_t al_attn_workspace_bytes(void);
+void al_attn_test_no_workspace(int on);
 
 /* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
 void al_expf_inplace(float *x, int n);

@@ -42,7 +42,6 @@
 #include "attn.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
-#include "../io/io.h"
 
 enum { DKB = 256 }; /* positions per chunk (a multiple of every vector width) */
 
@@ -155,12 +154,10 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
     float *S = scratch, *part = S + (size_t)nch * H * DKB, *cmax = part + (size_t)nch * H * ldo,
           *csum = cmax + (size_t)nch * H;
     const size_t row = v->row;
-    group_fn group = group_generic;
-    switch (al_cpu_level_now()) {
-    case AL_CPU_AVX512: group = al_attn_decode_group_avx512; break;
-    case AL_CPU_AVX2: group = al_attn_decode_group_avx2; break;
-    default: break;
-    }
+    const al_cpu_level level = al_cpu_level_now();
+    const group_fn group = level >= AL_CPU_AVX512 ? al_attn_decode_group_avx512
+                           : level >= AL_CPU_AVX2 ? al_attn_decode_group_avx2
+                                                  : group_generic;
 #pragma omp parallel for schedule(static) if (items > 1 && (long)n * H * (ldq + ldo) > 65536)
     for (long it = 0; it < items; it++) {
         const int ch = (int)(it / G), g = (int)(it % G), j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;
@@ -188,40 +185,52 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
     }
 }
 
-/* The plain version: each head's whole row of weights in double. */
+/* Score s_j of head h (query qh) against position j, as the reference
+ * computes it: a double dot product over the key's shared and own parts,
+ * scaled, rounded to float. */
+static float ref_score(const al_attn_shape *s, const al_decode_view *v, const float *qh, int h, int j) {
+    const int pg = s->H / s->G, dk = s->dk, dk2 = v->dk2;
+    const size_t g = (size_t)(h / pg), r = (size_t)j * v->row;
+    const size_t k = r + v->k_off + g * v->k_group, k2 = r + v->k2_off + (size_t)h * dk2;
+    double acc = 0;
+    for (int e = 0; e < dk; e++) acc += (double)qh[e] * kv_get(v->cache.data, v->cache.dt, k + e);
+    for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * kv_get(v->cache.data, v->cache.dt, k2 + e);
+    return (float)(acc * s->scale);
+}
+
+/* The plain version, with no memory of its own: each weight is recomputed
+ * where it is used (softmax: the row's max and sum in double first), and
+ * the output accumulates in double, OB values of a head at a time. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o) {
+    enum { OB = 64 };
     const int H = s->H, pg = s->H / s->G, dk = s->dk, dv = s->dv, dk2 = v->dk2, dv2 = v->dv2;
     const void *c = v->cache.data;
     const al_dtype dt = v->cache.dt;
-    float *w = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    if (!w) abort(); /* tests only */
+    const int softmax = s->score == AL_SCORE_SOFTMAX;
     for (int h = 0; h < H; h++) {
         const size_t g = (size_t)(h / pg);
         const float *qh = q + (size_t)h * (dk + dk2);
-        for (int j = 0; j < n; j++) {
-            const size_t r = (size_t)j * v->row, k = r + v->k_off + g * v->k_group, k2 = r + v->k2_off + (size_t)h * dk2;
-            double acc = 0;
-            for (int e = 0; e < dk; e++) acc += (double)qh[e] * kv_get(c, dt, k + e);
-            for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * kv_get(c, dt, k2 + e);
-            w[j] = (float)(acc * s->scale);
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; softmax && j < n; j++) {
+            const float w = ref_score(s, v, qh, h, j);
+            mx = w > mx ? w : mx;
         }
-        if (s->score == AL_SCORE_SOFTMAX) {
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < n; j++) mx = w[j] > mx ? w[j] : mx;
-            for (int j = 0; j < n; j++) sum += exp(w[j] - mx);
-            for (int j = 0; j < n; j++) w[j] = (float)(exp(w[j] - mx) / sum);
-        } else {
-            al_score_row(s, w, n);
-        }
-        for (int e = 0; e < dv + dv2; e++) {
-            double acc = 0;
+        for (int j = 0; softmax && j < n; j++) sum += exp(ref_score(s, v, qh, h, j) - mx);
+        for (int e0 = 0; e0 < dv + dv2; e0 += OB) {
+            const int ne = dv + dv2 - e0 < OB ? dv + dv2 - e0 : OB;
+            double acc[OB] = {0};
             for (int j = 0; j < n; j++) {
+                float w = ref_score(s, v, qh, h, j);
+                if (softmax) w = (float)(exp(w - mx) / sum);
+                else al_score_row(s, &w, 1); /* elementwise: one entry on its own */
                 const size_t r = (size_t)j * v->row;
-                acc += (double)w[j] * kv_get(c, dt, e < dv ? r + v->v_off + g * v->v_group + e
-                                                           : r + v->v2_off + (size_t)h * dv2 + (e - dv));
+                for (int i = 0; i < ne; i++) {
+                    const int e = e0 + i;
+                    acc[i] += (double)w * kv_get(c, dt, e < dv ? r + v->v_off + g * v->v_group + e
+                                                               : r + v->v2_off + (size_t)h * dv2 + (e - dv));
+                }
             }
-            o[(size_t)h * (dv + dv2) + e] = (float)acc;
+            for (int i = 0; i < ne; i++) o[(size_t)h * (dv + dv2) + e0 + i] = (float)acc[i];
         }
     }
-    free(w);
 }

@@ -47,6 +47,8 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -232,7 +234,7 @@ static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float
 #pragma omp parallel
     {
         const unsigned csr = al_ftz_on();
-        float *S = malloc(sizeof(float) * QB * KB);
+        _Alignas(64) float S[QB * KB]; /* one tile of scores: 32 KB of the thread's stack */
         float mrow[QB], lrow[QB];
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < items; it++) {
@@ -289,165 +291,231 @@ static void attn_fwd_generic(const al_attn_shape *s, const float *q, const float
                     for (int c = 0; c < dv; c++) orow[c] *= inv;
                 }
         }
-        free(S);
         al_ftz_restore(csr);
     }
 }
 
 /* generic set: q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
- *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated */
+ *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated.
+ * part: NULL, or (heads sharing a KV head only) B*H*T*(dk + dv) floats for
+ * each query head's own dk | dv, so that every head is an item of its own;
+ * without it an item is a whole KV group, its heads in order (fewer items
+ * for the threads, same sums within fp32 rounding, no memory). */
 static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
-                 const float *lse, const float *dout, float *dq, float *dk, float *dv) {
+                             const float *lse, const float *dout, float *dq, float *dk, float *dv, float *part) {
     const int B = s->B, T = s->T, H = s->H, G = s->G, per_group = H / G, nqb = (T + QB - 1) / QB;
     const int DK = s->dk, DV = s->dv;
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
-    /* part[B, H, T, dk + dv]: each query head's own dk | dv when heads share a KV head */
-    const int shared = per_group > 1;
+    /* items: (sequence, KV group, chunk of hpc heads); one head per chunk when partials are kept */
+    const int shared = per_group > 1 && part, nch = shared ? per_group : 1, hpc = per_group / nch;
     const size_t pw = (size_t)DK + DV;
-    float *part = shared ? calloc((size_t)B * H * T * pw, sizeof(float)) : NULL;
-    const int items = B * H;
+    const int items = B * G * nch;
 #pragma omp parallel
     {
         const unsigned csr = al_ftz_on();
-        float *P = malloc(sizeof(float) * QB * KB);
-        float *dS = malloc(sizeof(float) * QB * KB);
+        _Alignas(64) float P[QB * KB], dS[QB * KB]; /* one tile of weights and of their gradients: 64 KB of stack */
         float Drow[QB];
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; it++) {
-            const int b = it / H, h = it % H, g = h / per_group;
+            const int b = it / (G * nch), g = (it / nch) % G, ch = it % nch;
             const float *k_p = k + (size_t)b * T * s->ldk + (size_t)g * DK;
             const float *v_p = v + (size_t)b * T * s->ldv + (size_t)g * DV;
-            float *dk_p, *dv_p;
-            int lddk, lddv;
-            if (shared) {
-                dk_p = part + ((size_t)b * H + h) * T * pw;
-                dv_p = dk_p + DK;
-                lddk = lddv = (int)pw;
-            } else {
-                dk_p = dk + (size_t)b * T * s->ldk + (size_t)g * DK;
-                dv_p = dv + (size_t)b * T * s->ldv + (size_t)g * DV;
-                lddk = s->ldk;
-                lddv = s->ldv;
-            }
-            for (int qb = 0; qb < nqb; qb++) {
-                const int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0;
-                const int kend = s->bidirectional ? T : i1;
-                const size_t row0 = (size_t)(b * T + i0);
-                const float *q_p = q + row0 * s->ldq + (size_t)h * DK;
-                const float *do_p = dout + row0 * s->ldo + (size_t)h * DV;
-                float *dq_p = dq + row0 * s->ldq + (size_t)h * DK;
-                const float *lse_p = softmax ? lse + ((size_t)b * H + h) * T + i0 : NULL;
-                if (softmax) /* D_i = dO_i . O_i = sum_j p_ij dP_ij */
-                    for (int r = 0; r < m; r++) {
-                        const float *a = do_p + (size_t)r * s->ldo, *c = o + (row0 + r) * s->ldo + (size_t)h * DV;
-                        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-                        for (int e = 0; e < DV; e++) acc += a[e] * c[e];
-                        Drow[r] = acc;
-                    }
-                for (int j0 = 0; j0 < kend; j0 += KB) {
-                    const int kb = j0 + KB < kend ? KB : kend - j0;
-                    const float *kt = k_p + (size_t)j0 * s->ldk, *vt = v_p + (size_t)j0 * s->ldv;
-                    /* S[m, kb] = scale Q_blk K_tile^T ;  dP[m, kb] = dO_blk[m, dv] . V_tile[kb, dv]^T */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DK, s->scale, q_p, s->ldq, kt, s->ldk,
-                                0.0f, P, kb);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DV, 1.0f, do_p, s->ldo, vt, s->ldv,
-                                0.0f, dS, kb);
-                    /* P <- weights, dS <- dL/ds (gradient wrt the scaled score) */
-                    for (int r = 0; r < m; r++) {
-                        float *p = P + (size_t)r * kb, *ds = dS + (size_t)r * kb;
-                        const int nv = visible(s, i0 + r, j0, kb);
-                        if (softmax) {
-                            const float l = lse_p[r], D = Drow[r];
-                            for (int j = 0; j < nv; j++) {
-                                p[j] = al_expf(p[j] - l);
-                                ds[j] = p[j] * (ds[j] - D);
-                            }
-                        } else {
-                            map_bwd(&f, p, ds, nv);
+            for (int hh = 0; hh < hpc; hh++) {
+                const int h = g * per_group + ch * hpc + hh;
+                float *dk_p, *dv_p;
+                int lddk, lddv;
+                if (shared) { /* this head's own partials, zeroed here (the products add into them) */
+                    dk_p = part + ((size_t)b * H + h) * T * pw;
+                    dv_p = dk_p + DK;
+                    lddk = lddv = (int)pw;
+                    memset(dk_p, 0, sizeof(float) * T * pw);
+                } else {
+                    dk_p = dk + (size_t)b * T * s->ldk + (size_t)g * DK;
+                    dv_p = dv + (size_t)b * T * s->ldv + (size_t)g * DV;
+                    lddk = s->ldk;
+                    lddv = s->ldv;
+                }
+                for (int qb = 0; qb < nqb; qb++) {
+                    const int i0 = qb * QB, i1 = i0 + QB < T ? i0 + QB : T, m = i1 - i0;
+                    const int kend = s->bidirectional ? T : i1;
+                    const size_t row0 = (size_t)(b * T + i0);
+                    const float *q_p = q + row0 * s->ldq + (size_t)h * DK;
+                    const float *do_p = dout + row0 * s->ldo + (size_t)h * DV;
+                    float *dq_p = dq + row0 * s->ldq + (size_t)h * DK;
+                    const float *lse_p = softmax ? lse + ((size_t)b * H + h) * T + i0 : NULL;
+                    if (softmax) /* D_i = dO_i . O_i = sum_j p_ij dP_ij */
+                        for (int r = 0; r < m; r++) {
+                            const float *a = do_p + (size_t)r * s->ldo, *c = o + (row0 + r) * s->ldo + (size_t)h * DV;
+                            float acc = 0.0f;
+    #pragma omp simd reduction(+ : acc)
+                            for (int e = 0; e < DV; e++) acc += a[e] * c[e];
+                            Drow[r] = acc;
                         }
-                        for (int j = nv; j < kb; j++) p[j] = ds[j] = 0.0f;
+                    for (int j0 = 0; j0 < kend; j0 += KB) {
+                        const int kb = j0 + KB < kend ? KB : kend - j0;
+                        const float *kt = k_p + (size_t)j0 * s->ldk, *vt = v_p + (size_t)j0 * s->ldv;
+                        /* S[m, kb] = scale Q_blk K_tile^T ;  dP[m, kb] = dO_blk[m, dv] . V_tile[kb, dv]^T */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DK, s->scale, q_p, s->ldq, kt, s->ldk,
+                                    0.0f, P, kb);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kb, DV, 1.0f, do_p, s->ldo, vt, s->ldv,
+                                    0.0f, dS, kb);
+                        /* P <- weights, dS <- dL/ds (gradient wrt the scaled score) */
+                        for (int r = 0; r < m; r++) {
+                            float *p = P + (size_t)r * kb, *ds = dS + (size_t)r * kb;
+                            const int nv = visible(s, i0 + r, j0, kb);
+                            if (softmax) {
+                                const float l = lse_p[r], D = Drow[r];
+                                for (int j = 0; j < nv; j++) {
+                                    p[j] = al_expf(p[j] - l);
+                                    ds[j] = p[j] * (ds[j] - D);
+                                }
+                            } else {
+                                map_bwd(&f, p, ds, nv);
+                            }
+                            for (int j = nv; j < kb; j++) p[j] = ds[j] = 0.0f;
+                        }
+                        /* dQ_blk[m, dk] += scale dS . K_tile ; dK_tile[kb, dk] += scale dS^T . Q_blk ;
+                         * dV_tile[kb, dv] += P^T . dO_blk */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, DK, kb, s->scale, dS, kb, kt, s->ldk,
+                                    1.0f, dq_p, s->ldq);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DK, m, s->scale, dS, kb, q_p, s->ldq,
+                                    1.0f, dk_p + (size_t)j0 * lddk, lddk);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DV, m, 1.0f, P, kb, do_p, s->ldo, 1.0f,
+                                    dv_p + (size_t)j0 * lddv, lddv);
                     }
-                    /* dQ_blk[m, dk] += scale dS . K_tile ; dK_tile[kb, dk] += scale dS^T . Q_blk ;
-                     * dV_tile[kb, dv] += P^T . dO_blk */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, DK, kb, s->scale, dS, kb, kt, s->ldk,
-                                1.0f, dq_p, s->ldq);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DK, m, s->scale, dS, kb, q_p, s->ldq,
-                                1.0f, dk_p + (size_t)j0 * lddk, lddk);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, DV, m, 1.0f, P, kb, do_p, s->ldo, 1.0f,
-                                dv_p + (size_t)j0 * lddv, lddv);
                 }
             }
         }
-        free(P);
-        free(dS);
-        if (shared) {
-            /* dk, dv of KV head g += its heads' partials, in head order */
-#pragma omp for schedule(static)
-            for (long rt = 0; rt < (long)B * T * G; rt++) {
-                const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
-                float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
-                float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * DV;
-                const float *p0 = part + (((size_t)b * H + (size_t)g * per_group) * T + t) * pw;
-                const size_t hstride = (size_t)T * pw;
-                for (int e = 0; e < DK; e++) {
-                    float acc = p0[e];
-                    for (int j = 1; j < per_group; j++) acc += p0[j * hstride + e];
-                    dkr[e] += acc;
-                }
-                for (int e = 0; e < DV; e++) {
-                    float acc = p0[DK + e];
-                    for (int j = 1; j < per_group; j++) acc += p0[j * hstride + DK + e];
-                    dvr[e] += acc;
-                }
-            }
-        }
+        if (shared) al_attn_add_partials(s, part, per_group, dk, dv); /* in head order */
         al_ftz_restore(csr);
     }
-    free(part);
 }
+
+/* ---- the kernels' workspace: one arena per calling thread ----
+ * The register-blocked sets pack K/V tiles and keep per-thread tiles in a
+ * workspace of O(T) per head (score_kern.h); the generic set needs one only
+ * for the per-head partial sums of a shared KV head. Each thread that calls
+ * the kernels owns one arena, grown to the largest call so far (with room
+ * for a somewhat larger one) and kept, since allocating per call cost page
+ * faults (~6 % of a forward). Its owner plans it up front with
+ * al_attn_reserve (failure: one line in al_err) and frees it with
+ * al_attn_release; a thread's arena is also freed when the thread exits. A
+ * call the arena is too small for grows it; if memory runs out there, the
+ * call takes the path that needs none (the generic set, whole KV groups per
+ * item): slower, the same results within fp32 rounding. The kernels never
+ * fail, print or exit. */
+
+typedef struct arena {
+    float *buf;
+    size_t cap; /* floats */
+} arena;
+static _Thread_local arena my_arena;
+static pthread_key_t arena_key; /* its destructor frees a thread's arena when the thread exits */
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static int arena_key_ok;
+static int test_no_workspace;
+
+static void arena_key_make(void) { arena_key_ok = pthread_key_create(&arena_key, free) == 0; }
+
+/* Points the thread's exit destructor at its current buffer. */
+static void arena_track(void) {
+    pthread_once(&arena_once, arena_key_make);
+    if (arena_key_ok) pthread_setspecific(arena_key, my_arena.buf);
+}
+
+/* The calling thread's arena, grown to at least `floats` floats (64-byte
+ * aligned); NULL if memory ran out (the arena is then empty). */
+static float *arena_get(size_t floats) {
+    arena *a = &my_arena;
+    if (test_no_workspace) return NULL;
+    if (a->buf && floats <= a->cap) return a->buf;
+    const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
+    free(a->buf); /* first: the old and new arenas never add up */
+    a->buf = n >= floats && n <= SIZE_MAX / sizeof(float) ? aligned_alloc(64, n * sizeof(float)) : NULL;
+    a->cap = a->buf ? n : 0;
+    arena_track();
+    return a->buf;
+}
+
+void al_attn_release(void) {
+    free(my_arena.buf);
+    my_arena.buf = NULL;
+    my_arena.cap = 0;
+    arena_track();
+}
+
+size_t al_attn_workspace_bytes(void) { return my_arena.cap * sizeof(float); }
+
+void al_attn_test_no_workspace(int on) { test_no_workspace = on; }
 
 /* ---- the public entry points: the kernel set core/cpu.h selects ---- */
 
-static _Thread_local float *ws_buf;
-static _Thread_local size_t ws_cap;
+/* A register-blocked set (score_kern.h), the workspace of each call, and
+ * the core/cpu.h set it needs (whose name it reports). */
+typedef struct fast_set {
+    size_t (*fwd_floats)(const al_attn_shape *s, int nthr);
+    void (*fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
+                float *ws, int nthr);
+    size_t (*bwd_floats)(const al_attn_shape *s, int nthr);
+    void (*bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr);
+    al_cpu_level needs;
+} fast_set;
 
-size_t al_attn_workspace_bytes(void) { return ws_cap * sizeof(float); }
+#define FAST_SET(sfx, level) \
+    {al_attn_fwd_floats_##sfx, al_attn_fwd_##sfx, al_attn_bwd_floats_##sfx, al_attn_bwd_##sfx, level}
+static const fast_set set_avx2 = FAST_SET(avx2, AL_CPU_AVX2), set_avx512 = FAST_SET(avx512, AL_CPU_AVX512);
+#undef FAST_SET
 
-float *al_attn_workspace(size_t floats) {
-    float *buf = ws_buf;
-    size_t cap = ws_cap;
-    if (floats > cap) {
-        free(buf);
-        const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
-        buf = aligned_alloc(64, n * sizeof(float));
-        if (!buf) {
-            fprintf(stderr, "attnlab: attention workspace: out of memory (%zu MB)\n", n * sizeof(float) >> 20);
-            exit(1);
-        }
-        cap = n;
-        ws_buf = buf;
-        ws_cap = cap;
+/* The register-blocked set of the CPU set in use; NULL: the generic set. */
+static const fast_set *fast_set_now(void) {
+    const al_cpu_level l = al_cpu_level_now();
+    return l >= AL_CPU_AVX512 ? &set_avx512 : l >= AL_CPU_AVX2 ? &set_avx2 : NULL;
+}
+
+const char *al_attn_kernel_name(void) {
+    const fast_set *fs = fast_set_now();
+    return al_cpu_level_name(fs ? fs->needs : AL_CPU_GENERIC);
+}
+
+/* Floats of the generic backward's per-head partials (0: no KV head is shared). */
+static size_t generic_part_floats(const al_attn_shape *s) {
+    return s->H > s->G ? (size_t)s->B * s->H * s->T * ((size_t)s->dk + s->dv) : 0;
+}
+
+int al_attn_reserve(const al_attn_shape *s, al_err *err) {
+    const fast_set *fs = fast_set_now();
+    const int nthr = omp_get_max_threads();
+    size_t need = generic_part_floats(s);
+    if (fs) {
+        const size_t f = fs->fwd_floats(s, nthr), b = fs->bwd_floats(s, nthr);
+        need = f > b ? f : b;
     }
-    return buf;
+    if (need && !arena_get(need))
+        return al_errf(err, "attention workspace: out of memory (%zu MB)", need * sizeof(float) >> 20);
+    return 0;
 }
 
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
-    switch (al_cpu_level_now()) {
-    case AL_CPU_AVX512: al_attn_fwd_avx512(s, q, k, v, o, lse); break;
-    case AL_CPU_AVX2: al_attn_fwd_avx2(s, q, k, v, o, lse); break;
-    default: attn_fwd_generic(s, q, k, v, o, lse);
-    }
+    const fast_set *fs = fast_set_now();
+    const int nthr = omp_get_max_threads();
+    float *ws = fs ? arena_get(fs->fwd_floats(s, nthr)) : NULL;
+    if (ws) fs->fwd(s, q, k, v, o, lse, ws, nthr);
+    else attn_fwd_generic(s, q, k, v, o, lse);
 }
 
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv) {
-    switch (al_cpu_level_now()) {
-    case AL_CPU_AVX512: al_attn_bwd_avx512(s, q, k, v, o, lse, dout, dq, dk, dv); break;
-    case AL_CPU_AVX2: al_attn_bwd_avx2(s, q, k, v, o, lse, dout, dq, dk, dv); break;
-    default: attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv);
+    const fast_set *fs = fast_set_now();
+    const int nthr = omp_get_max_threads();
+    float *ws = fs ? arena_get(fs->bwd_floats(s, nthr)) : NULL;
+    if (ws) {
+        fs->bwd(s, q, k, v, o, lse, dout, dq, dk, dv, ws, nthr);
+        return;
     }
+    const size_t np = generic_part_floats(s);
+    attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv, np ? arena_get(np) : NULL);
 }
 
 /* ---- plain references: one head at a time, full T x T weights, doubles ---- */
@@ -476,47 +544,66 @@ static double ref_df(const al_attn_shape *s, double x) {
     }
 }
 
-/* Sc[T, T] = scaled scores of head h of sequence b; W[T, T] = its weights
- * (0 where masked); lse[B, H, T] if non-NULL (0 for the elementwise functions) */
-static void ref_weights(const al_attn_shape *s, const float *q, const float *k, int b, int h, double *Sc, double *W,
-                        float *lse) {
-    const int T = s->T, g = h / (s->H / s->G);
-    for (int i = 0; i < T; i++) {
-        const int n = s->bidirectional ? T : i + 1;
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < T; j++) {
-            double acc = 0;
-            for (int c = 0; c < s->dk; c++)
-                acc += (double)q[(size_t)(b * T + i) * s->ldq + h * s->dk + c] * k[(size_t)(b * T + j) * s->ldk + g * s->dk + c];
-            Sc[(size_t)i * T + j] = acc * s->scale;
-            if (j < n && Sc[(size_t)i * T + j] > mx) mx = Sc[(size_t)i * T + j];
-        }
-        if (s->score == AL_SCORE_SOFTMAX) {
-            for (int j = 0; j < n; j++) sum += exp(Sc[(size_t)i * T + j] - mx);
-            for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j < n ? exp(Sc[(size_t)i * T + j] - mx) / sum : 0.0;
-        } else {
-            for (int j = 0; j < T; j++) W[(size_t)i * T + j] = j < n ? ref_f(s, Sc[(size_t)i * T + j]) : 0.0;
-        }
-        if (lse) lse[((size_t)b * s->H + h) * T + i] = s->score == AL_SCORE_SOFTMAX ? (float)(mx + log(sum)) : 0.0f;
+/* The references keep no T x T matrix, nor any memory of their own: a
+ * query row's scores are recomputed where they are used (its softmax max
+ * and normaliser first), in double, and outputs accumulate in double, OB
+ * values at a time. */
+enum { OB = 64 };
+
+/* One (query row, key) pair of head h of sequence b: b, h, i, its KV head g
+ * and the row's visible keys n. */
+typedef struct ref_row {
+    int b, h, g, i, n;
+    double mx, sum; /* softmax: the row's largest scaled score and sum of exp(s - mx) */
+} ref_row;
+
+/* scale q_i . k_j of the row's head, in double */
+static double ref_score(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j) {
+    const size_t qi = (size_t)(r->b * s->T + r->i) * s->ldq + (size_t)r->h * s->dk;
+    const size_t kj = (size_t)(r->b * s->T + j) * s->ldk + (size_t)r->g * s->dk;
+    double acc = 0;
+    for (int c = 0; c < s->dk; c++) acc += (double)q[qi + c] * k[kj + c];
+    return acc * s->scale;
+}
+
+/* Row i of head h of sequence b, with its softmax max and normaliser. */
+static ref_row ref_row_of(const al_attn_shape *s, const float *q, const float *k, int b, int h, int i) {
+    ref_row r = {b, h, h / (s->H / s->G), i, s->bidirectional ? s->T : i + 1, -INFINITY, 0};
+    if (s->score != AL_SCORE_SOFTMAX) return r;
+    for (int j = 0; j < r.n; j++) {
+        const double x = ref_score(s, q, k, &r, j);
+        r.mx = x > r.mx ? x : r.mx;
     }
+    for (int j = 0; j < r.n; j++) r.sum += exp(ref_score(s, q, k, &r, j) - r.mx);
+    return r;
+}
+
+/* The weight of visible key j (j < r->n) for the row; *sc gets its score. */
+static double ref_weight(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j,
+                         double *sc) {
+    *sc = ref_score(s, q, k, r, j);
+    return s->score == AL_SCORE_SOFTMAX ? exp(*sc - r->mx) / r->sum : ref_f(s, *sc);
 }
 
 void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
     const int T = s->T;
-    double *Sc = malloc(sizeof(double) * (size_t)T * T), *W = malloc(sizeof(double) * (size_t)T * T);
     for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->H; h++) {
-            int g = h / (s->H / s->G);
-            ref_weights(s, q, k, b, h, Sc, W, lse);
-            for (int i = 0; i < T; i++)
-                for (int c = 0; c < s->dv; c++) {
-                    double acc = 0;
-                    for (int j = 0; j < T; j++) acc += W[(size_t)i * T + j] * v[(size_t)(b * T + j) * s->ldv + g * s->dv + c];
-                    o[(size_t)(b * T + i) * s->ldo + h * s->dv + c] = (float)acc;
+        for (int h = 0; h < s->H; h++)
+            for (int i = 0; i < T; i++) {
+                const ref_row r = ref_row_of(s, q, k, b, h, i);
+                if (lse) lse[((size_t)b * s->H + h) * T + i] = s->score == AL_SCORE_SOFTMAX ? (float)(r.mx + log(r.sum)) : 0.0f;
+                for (int c0 = 0; c0 < s->dv; c0 += OB) {
+                    const int nc = s->dv - c0 < OB ? s->dv - c0 : OB;
+                    double acc[OB] = {0};
+                    for (int j = 0; j < r.n; j++) {
+                        double sc;
+                        const double w = ref_weight(s, q, k, &r, j, &sc);
+                        const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv + c0;
+                        for (int c = 0; c < nc; c++) acc[c] += w * vj[c];
+                    }
+                    for (int c = 0; c < nc; c++) o[(size_t)(b * T + i) * s->ldo + (size_t)h * s->dv + c0 + c] = (float)acc[c];
                 }
-        }
-    free(Sc);
-    free(W);
+            }
 }
 
 void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
@@ -524,43 +611,36 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
     (void)o;
     (void)lse;
     const int T = s->T;
-    double *Sc = malloc(sizeof(double) * (size_t)T * T), *W = malloc(sizeof(double) * (size_t)T * T);
-    double *dW = malloc(sizeof(double) * (size_t)T * T);
     for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->H; h++) {
-            int g = h / (s->H / s->G);
-            ref_weights(s, q, k, b, h, Sc, W, NULL);
-            const float *dO = dout + (size_t)b * T * s->ldo + h * s->dv;
-            /* dW = dO V^T ; dS = softmax: W * (dW - rowsum(W * dW)), others: f'(S) * dW ; 0 where masked */
+        for (int h = 0; h < s->H; h++)
             for (int i = 0; i < T; i++) {
-                const int n = s->bidirectional ? T : i + 1;
+                const ref_row r = ref_row_of(s, q, k, b, h, i);
+                const float *dOi = dout + (size_t)(b * T + i) * s->ldo + (size_t)h * s->dv;
+                const float *qi = q + (size_t)(b * T + i) * s->ldq + (size_t)h * s->dk;
+                /* dw_j = dO_i . v_j ; ds_j = softmax: w_j (dw_j - sum_j w_j dw_j), others: f'(s_j) dw_j */
                 double dot = 0;
-                for (int j = 0; j < T; j++) {
-                    double acc = 0;
-                    for (int c = 0; c < s->dv; c++)
-                        acc += (double)dO[(size_t)i * s->ldo + c] * v[(size_t)(b * T + j) * s->ldv + g * s->dv + c];
-                    dW[(size_t)i * T + j] = acc;
-                    dot += acc * W[(size_t)i * T + j];
+                for (int j = 0; j < r.n && s->score == AL_SCORE_SOFTMAX; j++) {
+                    double sc, dw = 0;
+                    const double w = ref_weight(s, q, k, &r, j, &sc);
+                    const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
+                    for (int c = 0; c < s->dv; c++) dw += (double)dOi[c] * vj[c];
+                    dot += dw * w;
                 }
-                for (int j = 0; j < T; j++) {
-                    double *d = &dW[(size_t)i * T + j];
-                    if (j >= n) *d = 0.0;
-                    else if (s->score == AL_SCORE_SOFTMAX) *d = W[(size_t)i * T + j] * (*d - dot);
-                    else *d = ref_df(s, Sc[(size_t)i * T + j]) * *d;
+                for (int j = 0; j < r.n; j++) {
+                    double sc, dw = 0;
+                    const double w = ref_weight(s, q, k, &r, j, &sc);
+                    const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
+                    for (int c = 0; c < s->dv; c++) dw += (double)dOi[c] * vj[c];
+                    const double ds = (s->score == AL_SCORE_SOFTMAX ? w * (dw - dot) : ref_df(s, sc) * dw) * s->scale;
+                    const float *kj = k + (size_t)(b * T + j) * s->ldk + (size_t)r.g * s->dk;
+                    float *dqi = dq + (size_t)(b * T + i) * s->ldq + (size_t)h * s->dk;
+                    float *dkj = dk + (size_t)(b * T + j) * s->ldk + (size_t)r.g * s->dk;
+                    float *dvj = dv + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
+                    for (int c = 0; c < s->dk; c++) {
+                        dqi[c] += (float)(ds * kj[c]);
+                        dkj[c] += (float)(ds * qi[c]);
+                    }
+                    for (int c = 0; c < s->dv; c++) dvj[c] += (float)(w * dOi[c]);
                 }
             }
-            for (int i = 0; i < T; i++)
-                for (int j = 0; j < T; j++) {
-                    double ds = dW[(size_t)i * T + j] * s->scale, w = W[(size_t)i * T + j];
-                    for (int c = 0; c < s->dk; c++) {
-                        dq[(size_t)(b * T + i) * s->ldq + h * s->dk + c] += (float)(ds * k[(size_t)(b * T + j) * s->ldk + g * s->dk + c]);
-                        dk[(size_t)(b * T + j) * s->ldk + g * s->dk + c] += (float)(ds * q[(size_t)(b * T + i) * s->ldq + h * s->dk + c]);
-                    }
-                    for (int c = 0; c < s->dv; c++)
-                        dv[(size_t)(b * T + j) * s->ldv + g * s->dv + c] += (float)(w * dO[(size_t)i * s->ldo + c]);
-                }
-        }
-    free(Sc);
-    free(W);
-    free(dW);
 }

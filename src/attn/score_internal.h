@@ -2,7 +2,8 @@
  * score_internal.h: what score.c shares with the SIMD kernel files
  * (score_avx512.c, score_avx2.c, both built from score_kern.h): the score
  * function with its constants resolved, and the kernel entry points that
- * al_attn_fwd / al_attn_bwd dispatch to (core/cpu.h picks the level).
+ * al_attn_fwd / al_attn_bwd dispatch to (core/cpu.h picks the set), with
+ * the workspace each needs.
  */
 #ifndef AL_SCORE_INTERNAL_H
 #define AL_SCORE_INTERNAL_H
@@ -44,20 +45,42 @@ static inline unsigned al_ftz_on(void) {
 
 static inline void al_ftz_restore(unsigned csr) { _mm_setcsr(csr); }
 
-/* A 64-byte aligned buffer of at least `floats` floats, private to the
- * calling thread and reused by its next call (it only grows): the kernels'
- * packed tiles and per-thread scratch, O(T) per head. Allocating them per
- * call costs page faults (mmap'd blocks) that showed up as ~6 % of a
- * forward. Exits with a one-line message if memory runs out. */
-float *al_attn_workspace(size_t floats);
+/* dk, dv of every KV head += the n partial dk | dv blocks its work items
+ * wrote (part[B][G][n][T][dk + dv]), added in block order, so the sums do
+ * not depend on the thread count. A work-shared loop over the rows (omp
+ * for): call it inside a parallel region, after the loop that wrote part. */
+static inline void al_attn_add_partials(const al_attn_shape *s, const float *part, int n, float *dk, float *dv) {
+    const int T = s->T, G = s->G, DK = s->dk;
+    const size_t pw = (size_t)DK + s->dv, stride = (size_t)T * pw;
+#pragma omp for schedule(static)
+    for (long rt = 0; rt < (long)s->B * T * G; rt++) {
+        const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
+        float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
+        float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * s->dv;
+        const float *p0 = part + (((size_t)b * G + g) * n * T + t) * pw;
+        for (size_t e = 0; e < pw; e++) {
+            float acc = p0[e];
+            for (int c = 1; c < n; c++) acc += p0[c * stride + e];
+            if (e < (size_t)DK) dkr[e] += acc;
+            else dvr[e - DK] += acc;
+        }
+    }
+}
 
-/* Same contracts as al_attn_fwd / al_attn_bwd (attn.h). */
-void al_attn_fwd_avx512(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
-void al_attn_bwd_avx512(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
-                        const float *lse, const float *dout, float *dq, float *dk, float *dv);
-void al_attn_fwd_avx2(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
-void al_attn_bwd_avx2(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
-                      const float *lse, const float *dout, float *dq, float *dk, float *dv);
+/* The register-blocked sets' entry points (score_kern.h, built as _avx512
+ * and _avx2), same contracts as al_attn_fwd / al_attn_bwd (attn.h) plus
+ * their workspace: ws holds al_attn_{fwd,bwd}_floats_*(s, nthr) floats
+ * (64-byte aligned) and the call runs nthr threads. */
+#define AL_ATTN_SET_DECL(sfx)                                                                                    \
+    size_t al_attn_fwd_floats_##sfx(const al_attn_shape *s, int nthr);                                          \
+    void al_attn_fwd_##sfx(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o,     \
+                           float *lse, float *ws, int nthr);                                                     \
+    size_t al_attn_bwd_floats_##sfx(const al_attn_shape *s, int nthr);                                          \
+    void al_attn_bwd_##sfx(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o, \
+                           const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr);
+AL_ATTN_SET_DECL(avx512)
+AL_ATTN_SET_DECL(avx2)
+#undef AL_ATTN_SET_DECL
 
 /* One decode work item (decode.c): the heads of one KV group against up to a
  * chunk of cached positions, the cache in F32 or BF16 (contract in

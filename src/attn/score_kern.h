@@ -1,21 +1,16 @@
 /*
  * score_kern.h: the register-blocked attention kernels (forward and
  * backward, all four score functions, causal or bidirectional), written once
- * over a small vector vocabulary and compiled twice: score_avx512.c (16-wide
- * __m512, 4 vectors per micro-kernel row) and score_avx2.c (8-wide __m256, 2
- * vectors per row). The including file defines, before including this:
- *   vf, vmask          the float vector and lane-mask types
- *   KW, KCB            floats per vector; vectors per micro-kernel row
+ * over the vector vocabulary of core/vec.h and compiled twice: score_avx512.c
+ * (16-wide __m512, 4 vectors per micro-kernel row) and score_avx2.c (8-wide
+ * __m256, 2 vectors per row). The including file sets the vector width,
+ * includes core/vec.h under its target pragma, and defines
+ *   KW, KCB            floats per vector (AL_VW); vectors per micro-kernel row
  *   KSFX(name)         name##_avx512 / name##_avx2 (the exported entry points)
- *   V_ZERO V_SET1 V_LOAD V_LOADM V_STORE V_STOREM V_ADD V_SUB V_MUL V_DIV
- *   V_FMA(a,b,c)=a*b+c V_MAX V_MIN V_SEL(m,a,b)=m?a:b V_MASK(n) (first n
- *   lanes) V_HMAX V_HSUM V_ROUND (to nearest)
- *   V_CMP_POS(x) (x > 0 or NaN) V_ANY_GT(a,b) (some lane a > b) V_LDEXP(p,n) (p 2^n)
- *   V_EXP2_RANGE(x) (the clamp V_LDEXP needs, or nothing)
- * and a target pragma so every function below is compiled for its ISA.
  *
- * Data layout (see docs/kernels.md), all in the calling thread's workspace
- * (al_attn_workspace: O(T), reused across calls):
+ * Data layout (see docs/kernels.md), all in the workspace the caller passes
+ * (ws, KSFX(al_attn_fwd_floats) / KSFX(al_attn_bwd_floats) floats for nthr
+ * threads: O(T); score.c keeps it in the calling thread's arena):
  *   kt  [B][G][ntile][dk][KT]  K^T of each key tile of KT = 64 keys, times
  *       `scale` (softmax: times scale log2 e, so it runs in base 2),
  *       zero-padded past T: packed once per call by all threads, then read
@@ -364,6 +359,35 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int round_kw(int n) { return (n + KW - 1) / KW * KW; }
 
+/* The forward's work split and workspace: items are (query block, sequence,
+ * KV group, chunk of hpc of its heads); the workspace is kt | vp | per
+ * thread: S[RG][KT], m[hpc][QBK], l[hpc][QBK] (vectors). */
+typedef struct fwd_plan {
+    int ntile, nqb, nch, hpc;
+    long ntiles_all, per_qb, items;
+    size_t n_kt, n_vp, per_thr, floats;
+} fwd_plan;
+
+static fwd_plan fwd_plan_of(const al_attn_shape *s, int nthr) {
+    fwd_plan p;
+    const int pg = s->H / s->G;
+    p.ntile = (s->T + KT - 1) / KT, p.nqb = (s->T + QBK - 1) / QBK;
+    /* heads of a group per item: all (one packed K/V tile read by all of them)
+     * unless that leaves too few items to spread over threads */
+    p.nch = 1;
+    while (p.nch < pg && (long)s->B * s->G * p.nch * p.nqb < 16) p.nch++;
+    p.hpc = (pg + p.nch - 1) / p.nch;
+    p.nch = (pg + p.hpc - 1) / p.hpc;
+    p.ntiles_all = (long)s->B * s->G * p.ntile;
+    p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
+    p.n_kt = (size_t)p.ntiles_all * s->dk * KT, p.n_vp = (size_t)p.ntiles_all * KT * s->dv;
+    p.per_thr = up16((size_t)RG * KT) + up16((size_t)p.hpc * QBK) + (size_t)p.hpc * QBK * KW;
+    p.floats = up16(p.n_kt) + up16(p.n_vp) + (size_t)nthr * p.per_thr;
+    return p;
+}
+
+size_t KSFX(al_attn_fwd_floats)(const al_attn_shape *s, int nthr) { return fwd_plan_of(s, nthr).floats; }
+
 /* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T]
  *
  * Packs first (all threads): kt = K^T tiles times scale (softmax: times
@@ -375,27 +399,19 @@ static inline int round_kw(int n) { return (n + KW - 1) / KW * KW; }
  * into o. Row groups skip key tiles (and key vectors) that all of their rows
  * are masked from, so the diagonal tiles cost about half. Items run largest
  * query block first (dynamic schedule) for causal balance. */
-void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
-    const int B = s->B, T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
+                       float *ws, int nthr) {
+    const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
     const int causal = !s->bidirectional;
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
     const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
-    const int ntile = (T + KT - 1) / KT, nqb = (T + QBK - 1) / QBK;
-    /* heads of a group per item: all (one packed K/V tile read by all of them)
-     * unless that leaves too few items to spread over threads */
-    int nch = 1;
-    while (nch < pg && (long)B * G * nch * nqb < 16) nch++;
-    const int hpc = (pg + nch - 1) / nch;
-    nch = (pg + hpc - 1) / hpc;
-    const long ntiles_all = (long)B * G * ntile;
-    const long per_qb = (long)B * G * nch, items = per_qb * nqb;
-    /* workspace: kt | vp | per thread: S[RG][KT], m[hpc][QBK], l[hpc][QBK] (vectors) */
-    const int nthr = omp_get_max_threads();
-    const size_t per_thr = up16((size_t)RG * KT) + up16((size_t)hpc * QBK) + (size_t)hpc * QBK * KW;
-    float *cur = al_attn_workspace(up16((size_t)ntiles_all * DK * KT) + up16((size_t)ntiles_all * KT * DV) +
-                                   (size_t)nthr * per_thr);
-    float *kt = take(&cur, (size_t)ntiles_all * DK * KT), *vp = take(&cur, (size_t)ntiles_all * KT * DV);
+    const fwd_plan pl = fwd_plan_of(s, nthr);
+    const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc;
+    const long ntiles_all = pl.ntiles_all, per_qb = pl.per_qb, items = pl.items;
+    const size_t per_thr = pl.per_thr;
+    float *cur = ws;
+    float *kt = take(&cur, pl.n_kt), *vp = take(&cur, pl.n_vp);
     float *const thr_base = cur;
 #pragma omp parallel num_threads(nthr)
     {
@@ -471,6 +487,37 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
     }
 }
 
+/* The backward's work split and workspace: items are (sequence, KV group,
+ * chunk of hpc of its heads); the workspace is kt | vt | kp | D[B][H][T]
+ * (softmax) | part[B][G][nch][T][dk + dv] (several chunks per group only) |
+ * per thread: S, dP [RG][KT], P, dS [QB][KT], dK [KT][dk], dV [KT][dv], the
+ * item's Q [hpc][T][dk] and dO [hpc][T][dv]. */
+typedef struct bwd_plan {
+    int ntile, nqb, nch, hpc;
+    long ntiles_all, items;
+    size_t n_kt, n_vt, n_d, n_part, per_thr, floats;
+} bwd_plan;
+
+static bwd_plan bwd_plan_of(const al_attn_shape *s, int nthr) {
+    bwd_plan p;
+    const int B = s->B, T = s->T, G = s->G, DK = s->dk, DV = s->dv, pg = s->H / G;
+    p.ntile = (T + KT - 1) / KT, p.nqb = (T + QBK - 1) / QBK;
+    p.nch = 1;
+    while (p.nch < pg && (long)B * G * p.nch < 8) p.nch++;
+    p.hpc = (pg + p.nch - 1) / p.nch;
+    p.nch = (pg + p.hpc - 1) / p.hpc;
+    p.ntiles_all = (long)B * G * p.ntile, p.items = (long)B * G * p.nch;
+    p.n_kt = (size_t)p.ntiles_all * DK * KT, p.n_vt = (size_t)p.ntiles_all * DV * KT;
+    p.n_d = s->score == AL_SCORE_SOFTMAX ? (size_t)B * s->H * T : 0;
+    p.n_part = p.nch > 1 ? (size_t)B * G * p.nch * T * ((size_t)DK + DV) : 0;
+    p.per_thr = 2 * up16((size_t)RG * KT) + 2 * up16((size_t)QBK * KT) + up16((size_t)KT * DK) +
+                up16((size_t)KT * DV) + up16((size_t)p.hpc * T * DK) + up16((size_t)p.hpc * T * DV);
+    p.floats = 2 * up16(p.n_kt) + up16(p.n_vt) + up16(p.n_d) + up16(p.n_part) + (size_t)nthr * p.per_thr;
+    return p;
+}
+
+size_t KSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bwd_plan_of(s, nthr).floats; }
+
 /* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
  *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
  *
@@ -487,31 +534,20 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
  * few groups to keep the threads busy, e.g. MQA) write partials that a last
  * loop adds in chunk order, so results never depend on the thread count. */
 void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
-                       const float *lse, const float *dout, float *dq, float *dk, float *dv) {
+                       const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
     const int B = s->B, T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
     const int causal = !s->bidirectional;
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
     const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
-    const int ntile = (T + KT - 1) / KT, nqb = (T + QBK - 1) / QBK;
-    int nch = 1;
-    while (nch < pg && (long)B * G * nch < 8) nch++;
-    const int hpc = (pg + nch - 1) / nch;
-    nch = (pg + hpc - 1) / hpc;
+    const bwd_plan pl = bwd_plan_of(s, nthr);
+    const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc;
     const int shared = nch > 1;
-    const size_t pw = (size_t)DK + DV;
-    const long ntiles_all = (long)B * G * ntile;
-    const long items = (long)B * G * nch;
-    /* workspace: kt | vt | kp | D[B][H][T] | part[B][G][nch][T][dk + dv] (GQA chunks only) | per thread:
-     * S, dP [RG][KT], P, dS [QB][KT], dK [KT][dk], dV [KT][dv], the item's Q [hpc][T][dk] and dO [hpc][T][dv] */
-    const int nthr = omp_get_max_threads();
-    const size_t n_kt = (size_t)ntiles_all * DK * KT, n_vt = (size_t)ntiles_all * DV * KT;
-    const size_t n_d = softmax ? (size_t)B * H * T : 0, n_part = shared ? (size_t)B * G * nch * T * pw : 0;
-    const size_t per_thr = 2 * up16((size_t)RG * KT) + 2 * up16((size_t)QBK * KT) + up16((size_t)KT * DK) +
-                           up16((size_t)KT * DV) + up16((size_t)hpc * T * DK) + up16((size_t)hpc * T * DV);
-    float *cur = al_attn_workspace(2 * up16(n_kt) + up16(n_vt) + up16(n_d) + up16(n_part) + (size_t)nthr * per_thr);
-    float *kt = take(&cur, n_kt), *vt = take(&cur, n_vt), *kp = take(&cur, n_kt);
-    float *Dall = take(&cur, n_d), *part = take(&cur, n_part);
+    const size_t pw = (size_t)DK + DV, per_thr = pl.per_thr;
+    const long ntiles_all = pl.ntiles_all, items = pl.items;
+    float *cur = ws;
+    float *kt = take(&cur, pl.n_kt), *vt = take(&cur, pl.n_vt), *kp = take(&cur, pl.n_kt);
+    float *Dall = take(&cur, pl.n_d), *part = take(&cur, pl.n_part);
     float *const thr_base = cur;
 #pragma omp parallel num_threads(nthr)
     {
@@ -615,23 +651,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 }
             }
         }
-        if (shared) {
-            /* dk, dv of KV head g += its chunks' partials, in chunk order */
-#pragma omp for schedule(static)
-            for (long rt = 0; rt < (long)B * T * G; rt++) {
-                const int g = (int)(rt % G), t = (int)((rt / G) % T), b = (int)(rt / ((long)G * T));
-                float *dkr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * DK;
-                float *dvr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * DV;
-                const float *p0 = part + (((size_t)b * G + g) * nch * T + t) * pw;
-                const size_t cstride = (size_t)T * pw;
-                for (size_t e = 0; e < pw; e++) {
-                    float acc = p0[e];
-                    for (int c = 1; c < nch; c++) acc += p0[c * cstride + e];
-                    if (e < (size_t)DK) dkr[e] += acc;
-                    else dvr[e - DK] += acc;
-                }
-            }
-        }
+        if (shared) al_attn_add_partials(s, part, nch, dk, dv); /* in chunk order */
         al_ftz_restore(csr);
     }
 }

@@ -194,11 +194,11 @@ int cmd_attnmap(int argc, char **argv) {
         for (int j = 0; j < nh && !failed; j++) {
             int idx = i * nh + j;
             float *Pi = P + (size_t)idx * T * T;
-            if (al_attnmap_weights(&m, &a, layers[i], heads[j], Pi, &err)) {
+            if (al_attnmap_weights(&m, &a, layers[i], heads[j], Pi, &err) ||
+                al_head_stats_of(Pi, T, (int)topk, vision, &st[idx], &err)) {
                 failed = cli_fail(cmd, err.msg);
                 break;
             }
-            al_head_stats_of(Pi, T, (int)topk, vision, &st[idx]);
             printf("%-6d %-5d %10.4f %9.3f %10.2f %9.4f %9.4f\n", layers[i], heads[j], st[idx].sink_mass,
                    st[idx].entropy, st[idx].mean_distance, st[idx].topk_mass, st[idx].row_sum);
         }

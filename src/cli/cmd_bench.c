@@ -78,7 +78,7 @@ static void num(cJSON *o, const char *name, double v) {
 
 static void env_json(cJSON *o, const bench_env *e, int iters) {
     num(o, "threads", al_threads());
-    cJSON_AddStringToObject(o, "kernels", al_cpu_level_name(al_cpu_level_now()));
+    cJSON_AddStringToObject(o, "kernels", al_attn_kernel_name());
     cJSON_AddStringToObject(o, "blas_kernels", al_blas_kernels());
     num(o, "iters", iters);
     num(o, "sgemm_n", (double)e->sgemm_n);
@@ -95,7 +95,7 @@ static void env_text(const bench_env *e) {
            "triad %.1f GB/s (%ld MB arrays)\n",
            al_sgemm_probe_gflops(&e->sg), e->sgemm_n, e->triad, e->triad_mb);
     printf("  peak RSS %.1f MB; kernels: attention %s, OpenBLAS %s; load average %.2f -> %.2f on %d threads\n",
-           e->rss / 1048576.0, al_cpu_level_name(al_cpu_level_now()), al_blas_kernels(), e->load_start, e->load_end,
+           e->rss / 1048576.0, al_attn_kernel_name(), al_blas_kernels(), e->load_start, e->load_end,
            al_threads());
 }
 
@@ -648,21 +648,21 @@ static int bench_wmat(int argc, char **argv) {
     struct {
         const char *name;
         al_wref W;
-        int set; /* AL_WMAT_* */
-    } kinds[] = {{"F32", {Wf, AL_DT_F32}, AL_WMAT_BEST},          {"BF16", {Wb, AL_DT_BF16}, AL_WMAT_BEST},
-                 {"F16", {Wh, AL_DT_F16}, AL_WMAT_BEST},          {"BF16 AVX2", {Wb, AL_DT_BF16}, AL_WMAT_AVX2},
-                 {"F16 AVX2", {Wh, AL_DT_F16}, AL_WMAT_AVX2},     {"BF16 plain C", {Wb, AL_DT_BF16}, AL_WMAT_PORTABLE},
-                 {"F16 plain C", {Wh, AL_DT_F16}, AL_WMAT_PORTABLE}};
+        int set; /* the core/cpu.h set forced (lowered to what the CPU has), -1: the one in use */
+    } kinds[] = {{"F32", {Wf, AL_DT_F32}, -1},          {"BF16", {Wb, AL_DT_BF16}, -1},
+                 {"F16", {Wh, AL_DT_F16}, -1},          {"BF16 AVX2", {Wb, AL_DT_BF16}, AL_CPU_AVX2},
+                 {"F16 AVX2", {Wh, AL_DT_F16}, AL_CPU_AVX2},     {"BF16 plain C", {Wb, AL_DT_BF16}, AL_CPU_GENERIC},
+                 {"F16 plain C", {Wh, AL_DT_F16}, AL_CPU_GENERIC}};
     enum { NK = sizeof kinds / sizeof kinds[0] };
     double gbs[NK], gfl[NK];
-    const int avx = al_wmat_configure(AL_WMAT_BEST, 0);
+    const int avx = !strcmp(al_wmat_kernel_name(), "avx512");
     for (int k = 0; k < NK; k++) {
-        al_wmat_configure(kinds[k].set, 0);
+        al_cpu_force(kinds[k].set);
         wmat_case c = {y, x, kinds[k].W, (int)N, (int)cols, (int)rows};
         gbs[k] = (double)nw * al_dtype_size(kinds[k].W.dt) / best_time(run_matvec, &c, (int)iters) / 1e9;
         gfl[k] = 2.0 * N * (double)nw / best_time(run_matmul, &c, (int)iters) / 1e9;
     }
-    al_wmat_configure(AL_WMAT_BEST, 0);
+    al_cpu_force(-1);
     if (json) {
         printf("{\"bench\":\"wmat\",\"rows\":%ld,\"cols\":%ld,\"n\":%ld,\"threads\":%d,\"avx512\":%s", rows, cols, N,
                al_threads(), avx ? "true" : "false");

@@ -127,14 +127,14 @@ int cmd_compare(int argc, char **argv) {
             break;
         }
         layers[i] = layer < 0 ? m.cfg.num_layers - 1 : (int)layer;
-        if (al_attnmap_weights(&m, &a, layers[i], (int)head, P + (size_t)i * T * T, &err)) {
+        if (al_attnmap_weights(&m, &a, layers[i], (int)head, P + (size_t)i * T * T, &err) ||
+            al_head_stats_of(P + (size_t)i * T * T, T, 10, vision, &st[i], &err)) {
             char msg[4600];
             snprintf(msg, sizeof msg, "%s: %s", models.items[i], err.msg);
             failed = cli_fail(cmd, msg);
         } else {
             if (titles.n) snprintf(names[i], sizeof names[i], "%s", titles.items[i]);
             else al_score_title(&m.cfg, names[i], sizeof names[i]);
-            al_head_stats_of(P + (size_t)i * T * T, T, 10, vision, &st[i]);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "model", models.items[i]);
             cJSON_AddStringToObject(o, "title", names[i]);

@@ -140,11 +140,11 @@ int cmd_explore(int argc, char **argv) {
     }
     for (int l = 0; l < L && !failed; l++)
         for (int h = 0; h < H && !failed; h++) {
-            if (al_attnmap_weights(&m, &a, l, h, P, &err) || al_explore_add_head(&w, P, &err)) {
+            if (al_attnmap_weights(&m, &a, l, h, P, &err) || al_explore_add_head(&w, P, &err) ||
+                al_head_stats_of(P, T, (int)topk, !causal, &st[l * H + h], &err)) {
                 failed = cli_fail(cmd, err.msg);
                 break;
             }
-            al_head_stats_of(P, T, (int)topk, !causal, &st[l * H + h]);
         }
     if (!failed) {
         char title[4400], score_title[128];

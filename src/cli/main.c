@@ -7,6 +7,7 @@
 #include "attnlab.h"
 #include "cli.h"
 #include "core/blas.h"
+#include "core/cpu.h"
 
 static const struct {
     const char *name;
@@ -48,6 +49,8 @@ int main(int argc, char **argv) {
         printf("attnlab %s\n", AL_VERSION);
         return 0;
     }
+    al_err err;
+    if (al_cpu_init(&err)) fprintf(stderr, "attnlab: %s\n", err.msg); /* a bad ATTNLAB_CPU: warn, then run */
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "attnlab: unknown command '%s' (see 'attnlab --help')\n", argv[1]);

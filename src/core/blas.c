@@ -4,6 +4,7 @@
  * reported as one of them has been mis-detected.
  */
 #include "blas.h"
+#include "cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +24,8 @@ void al_blas_fix_kernels(char **argv) {
     int generic = 0;
     for (int i = 0; generic_cores[i]; i++) generic |= core && strcasecmp(core, generic_cores[i]) == 0;
     if (!generic) return;
-    __builtin_cpu_init();
-    const char *want = NULL;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq"))
-        want = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        want = "Haswell";
+    const al_cpu_level top = al_cpu_detect();
+    const char *want = top >= AL_CPU_AVX512 ? "SkylakeX" : top >= AL_CPU_AVX2 ? "Haswell" : NULL;
     if (!want) return;
     setenv("OPENBLAS_CORETYPE", want, 1);
     setenv("ATTNLAB_BLAS_REEXEC", "1", 1); /* never loop */

@@ -132,24 +132,3 @@ int al_parse_double(const char *s, double *out) {
     *out = v;
     return 0;
 }
-
-size_t al_dtype_size(al_dtype dt) {
-    switch (dt) {
-    case AL_DT_F32: case AL_DT_I32: return 4;
-    case AL_DT_F16: case AL_DT_BF16: return 2;
-    case AL_DT_F64: case AL_DT_I64: return 8;
-    }
-    return 0;
-}
-
-const char *al_dtype_name(al_dtype dt) {
-    switch (dt) {
-    case AL_DT_F32: return "F32";
-    case AL_DT_F16: return "F16";
-    case AL_DT_BF16: return "BF16";
-    case AL_DT_F64: return "F64";
-    case AL_DT_I32: return "I32";
-    case AL_DT_I64: return "I64";
-    }
-    return "?";
-}

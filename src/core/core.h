@@ -1,6 +1,7 @@
 /*
  * core.h: the small shared vocabulary of attnlab: errors, aligned memory, a
- * reproducible RNG, clocks and thread counts.
+ * reproducible RNG, clocks and thread counts (and, through dtype.h, element
+ * types and their conversions).
  *
  * Errors: every library function that can fail takes an `al_err *` and returns
  * 0 on success or -1 on failure, having written one line (no trailing newline)
@@ -12,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "dtype.h"
 
 #define AL_ERR_LEN 512
 typedef struct al_err {
@@ -49,14 +52,6 @@ float al_rng_normal(al_rng *r);            /* standard normal (Box-Muller) */
 double al_now(void);                       /* monotonic seconds */
 int al_threads(void);                      /* worker threads (default: cores) */
 void al_set_threads(int n);
-
-/* Element types of tensors in files (safetensors names F32, F16, BF16, F64,
- * I32, I64) and of matrices the inference kernels read (F32, F16, BF16). */
-typedef enum { AL_DT_F32, AL_DT_F16, AL_DT_BF16, AL_DT_F64, AL_DT_I32, AL_DT_I64 } al_dtype;
-/* Bytes per element (0 for an unknown value). */
-size_t al_dtype_size(al_dtype dt);
-/* "F32", "BF16", ...: the safetensors spelling ("?" if unknown). */
-const char *al_dtype_name(al_dtype dt);
 
 /* Safe string -> number parsing for flags and configs: whole string must parse. */
 int al_parse_int(const char *s, long *out);

@@ -39,7 +39,7 @@ void al_afile_abort(al_afile *a);               /* remove temp; safe after commi
  *  "__metadata__": {"k": "v"}}, then the byte buffer. Offsets are relative to
  * the start of the buffer. */
 enum { AL_ST_MAX_DIMS = 8 };
-/* al_dtype (core.h) names the element types. */
+/* al_dtype (core/dtype.h) names the element types. */
 
 typedef struct al_st_tensor {
     char *name;
@@ -118,12 +118,6 @@ const char *al_ckpt_file_name(const al_ckpt *c, const al_ckpt_entry *e);
 int al_npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape, al_err *err);
 /* Reads a float32 ('<f4') C-order NPY; *data malloc'd. ndim <= AL_ST_MAX_DIMS. */
 int al_npy_read_f32(const char *path, float **data, int *ndim, int64_t *shape, al_err *err);
-
-/* fp16/bf16 conversions (scalar; exact round-to-nearest-even for f32->16). */
-float al_f16_to_f32(uint16_t h);
-float al_bf16_to_f32(uint16_t b);
-uint16_t al_f32_to_bf16(float f);
-uint16_t al_f32_to_f16(float f);
 
 /* ---- IDX (the MNIST / Fashion-MNIST format) ----
  * Big-endian: two zero bytes, a type byte (only 0x08, unsigned bytes, is

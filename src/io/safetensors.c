@@ -1,7 +1,7 @@
 /*
  * safetensors.c: reading and writing the safetensors format (the format
- * attnlab checkpoints and Hugging Face weights use), plus the f16/bf16 scalar
- * conversions it needs.
+ * attnlab checkpoints and Hugging Face weights use); dtypes and their
+ * conversions come from core/dtype.h.
  *
  * The reader loads the whole file (al_st_open) or maps it read-only
  * (al_st_open_map, for Hugging Face checkpoints whose matrices are used in
@@ -34,85 +34,7 @@
  * corrupt length field, not a real model. */
 #define AL_ST_MAX_HEADER 100000000ULL
 
-/* ---- scalar conversions ---- */
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Exact widening; subnormal halves are renormalised into f32's range. */
-float al_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    int e = (h >> 10) & 0x1F;
-    uint32_t m = h & 0x3FF;
-    if (e == 31) return bits_f32(sign | 0x7F800000u | (m << 13));  /* inf / nan */
-    if (e == 0) {
-        if (m == 0) return bits_f32(sign);
-        e = 1;
-        while (!(m & 0x400)) {
-            m <<= 1;
-            e--;
-        }
-        m &= 0x3FF;
-    }
-    return bits_f32(sign | ((uint32_t)(e + 112) << 23) | (m << 13));
-}
-
-float al_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
-
-/* Round to nearest, ties to even; NaNs stay NaN (forced quiet). */
-uint16_t al_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040);
-    u += 0x7FFFu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
-/* Round to nearest, ties to even, with overflow to inf, gradual underflow to
- * f16 subnormals and NaNs kept NaN (forced quiet). */
-uint16_t al_f32_to_f16(float f) {
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return sign | 0x7E00 | (uint16_t)((a >> 13) & 0x3FF);
-    if (a >= 0x477FF000u) return sign | 0x7C00;  /* >= 65520 rounds to inf */
-    uint32_t m, shift;
-    if (a >= 0x38800000u) {  /* normal f16: rebias exponent, drop 13 bits */
-        m = a - 0x38000000u;
-        shift = 13;
-    } else {
-        if (a <= 0x33000000u) return sign;  /* <= 2^-25: rounds to zero */
-        m = (a & 0x7FFFFF) | 0x800000;      /* subnormal f16: units of 2^-24 */
-        shift = 126 - (a >> 23);
-    }
-    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) h++;  /* carry may bump exponent: still right */
-    return sign | (uint16_t)h;
-}
-
 /* ---- reader ---- */
-
-static const struct {
-    const char *name;
-    al_dtype dt;
-    size_t size;
-} dtypes[] = {
-    {"F32", AL_DT_F32, 4}, {"F16", AL_DT_F16, 2}, {"BF16", AL_DT_BF16, 2},
-    {"F64", AL_DT_F64, 8}, {"I32", AL_DT_I32, 4}, {"I64", AL_DT_I64, 8},
-};
-enum { N_DTYPES = sizeof dtypes / sizeof dtypes[0] };
-
-static size_t dtype_size(al_dtype dt) { return al_dtype_size(dt); }
-
-static const char *dtype_name(al_dtype dt) { return al_dtype_name(dt); }
 
 /* JSON numbers are doubles: accept only exact non-negative integers up to 2^53. */
 static int json_uint(const cJSON *v, uint64_t *out) {
@@ -134,11 +56,8 @@ static int parse_entry(const char *path, const cJSON *e, al_st_tensor *t, al_err
     if (!sh) return al_errf(err, "%s: tensor '%s' is missing 'shape'", path, nm);
     if (!off) return al_errf(err, "%s: tensor '%s' is missing 'data_offsets'", path, nm);
     if (!cJSON_IsString(dt)) return al_errf(err, "%s: dtype of tensor '%s' is not a string", path, nm);
-    int k = 0;
-    while (k < N_DTYPES && strcmp(dtypes[k].name, dt->valuestring) != 0) k++;
-    if (k == N_DTYPES)
+    if (al_dtype_from_name(dt->valuestring, &t->dtype))
         return al_errf(err, "%s: unsupported dtype '%.32s' for tensor '%s'", path, dt->valuestring, nm);
-    t->dtype = dtypes[k].dt;
 
     if (!cJSON_IsArray(sh)) return al_errf(err, "%s: shape of tensor '%s' is not an array", path, nm);
     int nd = cJSON_GetArraySize(sh);
@@ -165,10 +84,10 @@ static int parse_entry(const char *path, const cJSON *e, al_st_tensor *t, al_err
         return al_errf(err, "%s: data_offsets of tensor '%s' must be two non-negative integers", path, nm);
     if (en < b) return al_errf(err, "%s: data_offsets of tensor '%s' are out of order [%" PRIu64 ", %" PRIu64 "]",
                                path, nm, b, en);
-    size_t esz = dtypes[k].size;
+    size_t esz = al_dtype_size(t->dtype);
     if (count > UINT64_MAX / esz || count * esz != en - b)
         return al_errf(err, "%s: tensor '%s' spans %" PRIu64 " bytes but its shape and dtype %s need %" PRIu64,
-                       path, nm, en - b, dtypes[k].name, count > UINT64_MAX / esz ? UINT64_MAX : count * esz);
+                       path, nm, en - b, al_dtype_name(t->dtype), count > UINT64_MAX / esz ? UINT64_MAX : count * esz);
     t->offset = (size_t)b;
     t->nbytes = (size_t)(en - b);
     return 0;
@@ -336,7 +255,7 @@ int al_st_read_f32(const al_st_file *f, const char *name, float *dst, int ndim, 
                        fmt_shape(b, sizeof b, ndim, shape));
     }
     const char *src = f->data + t->offset;
-    size_t n = t->nbytes / dtype_size(t->dtype);
+    size_t n = t->nbytes / al_dtype_size(t->dtype);
     switch (t->dtype) {
     case AL_DT_F32:
         if (t->nbytes) memcpy(dst, src, t->nbytes);
@@ -357,7 +276,7 @@ int al_st_read_f32(const al_st_file *f, const char *name, float *dst, int ndim, 
         }
         break;
     default:
-        return al_errf(err, "tensor '%s' has dtype %s, expected a floating-point dtype", name, dtype_name(t->dtype));
+        return al_errf(err, "tensor '%s' has dtype %s, expected a floating-point dtype", name, al_dtype_name(t->dtype));
     }
     return 0;
 }

@@ -55,17 +55,16 @@ void al_matmul_ref(float *y, int ldy, const float *x, int ldx, al_wref W, int N,
 void al_wread(float *dst, al_wref W, size_t off, size_t n);
 void al_wread_f64(double *dst, al_wref W, size_t off, size_t n);
 float al_wget(al_wref W, size_t i);
-/* Kernel selection. By default the direct kernel and the widening use
- * AVX-512 when the CPU has it (F, BW, VL) and AVX2 + F16C otherwise; the
- * environment can force a set (AL_WMAT_KERNEL=portable|avx2|avx512, lowered
- * to what the CPU has) and the panel path with panels of n rows for every
- * product (AL_WMAT_PANEL_ROWS=n). Tests call al_wmat_configure(set, n) instead
- * (set: AL_WMAT_BEST, AL_WMAT_PORTABLE or AL_WMAT_AVX2; n = 0: automatic
- * panels); it returns 1 when AVX-512 is in use. Do not call it while a
- * kernel runs. */
-enum { AL_WMAT_BEST = 0, AL_WMAT_PORTABLE = 1, AL_WMAT_AVX2 = 2 };
-int al_wmat_configure(int set, int panel_rows);
-const char *al_wmat_kernel_name(void); /* "avx512", "avx2" or "portable" */
+/* Kernel selection: the direct kernel and the widening use the set of
+ * core/cpu.h in use (AVX-512 for avx512 and above, AVX2 + F16C, or plain C
+ * for generic), which ATTNLAB_CPU or al_cpu_force lower for every kernel
+ * family at once. AL_WMAT_PANEL_ROWS=n (environment) or al_wmat_panel_rows(n)
+ * (tests) sends every product with 16-bit weights through the panel path
+ * with panels of n rows (n <= 0: automatic). Do not call it while a kernel
+ * runs. al_wmat_kernel_name: the set the products use now ("avx512",
+ * "avx2" or "generic"). */
+void al_wmat_panel_rows(int rows);
+const char *al_wmat_kernel_name(void);
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w ---- */
 /* y[N,d], rstd[N] (saved for backward), x[N,d], w[d] */

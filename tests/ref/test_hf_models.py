@@ -19,8 +19,8 @@ PyTorch forward written from the HF modeling code of each family:
    - DeepseekV2ForCausalLM (dense MLA): q_lora_rank null F32 untied, and set,
      tied, BF16 in 2 shards;
    - again with the plain-C kernels and the fp32-panel path forced
-     (AL_WMAT_KERNEL=portable, AL_WMAT_PANEL_ROWS=16) on BF16 and F16 cases,
-     and with the AVX2 kernels (AL_WMAT_KERNEL=avx2).
+     (ATTNLAB_CPU=generic, AL_WMAT_PANEL_ROWS=16) on BF16 and F16 cases,
+     and with the AVX2 kernels (ATTNLAB_CPU=avx2).
    The reference runs on the same rounded (BF16/F16) weights, so the only
    error left is float32 arithmetic: tolerance 1e-4 (max|c - ref| / max|ref|)
    for every dtype. The dump's memory figures say the matrices were used in
@@ -58,8 +58,8 @@ TOL = 1e-4
 TOL_BF16_CACHE = 3e-2  # decode with a BF16 KV cache (measured below 1e-2)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
-FORCED = {"AL_WMAT_KERNEL": "portable", "AL_WMAT_PANEL_ROWS": "16"}
-AVX2 = {"AL_WMAT_KERNEL": "avx2"}
+FORCED = {"ATTNLAB_CPU": "generic", "AL_WMAT_PANEL_ROWS": "16"}
+AVX2 = {"ATTNLAB_CPU": "avx2"}
 
 # tag, family, config keywords, dtype, shards, misaligned, T, extra environment
 CASES = [

@@ -87,7 +87,7 @@ static void check_design(al_score_kind score, int G, int bidirectional) {
             CHECK(masked == 0);
             if (layer == 1 && h == 1) {
                 al_head_stats st;
-                al_head_stats_of(P, T, 5, bidirectional, &st);
+                CHECK(al_head_stats_of(P, T, 5, bidirectional, &st, NULL) == 0);
                 double sink = 0;
                 int rows = 0;
                 for (int i = 0; i < T; i++) { /* rows without any weight (relu) are skipped */

@@ -16,6 +16,8 @@
  *    never goes above what the CPU has;
  *  - memory is O(T): the workspace the fast kernels keep grows 8x (not 64x)
  *    from T = 512 to T = 4096;
+ *  - without a workspace (memory ran out) every set still computes the
+ *    reference; al_attn_reserve plans the arena and al_attn_release frees it;
  *  - sharp attention (most weights below 2^-126, subnormal unless flushed)
  *    costs no more than ordinary attention, within a generous factor, and
  *    the caller's MXCSR (FTZ/DAZ) is what it was after every call.
@@ -264,12 +266,14 @@ static void check_sharp_and_mxcsr(void) {
 static void check_dispatch(void) {
     const al_cpu_level top = al_cpu_detect();
     CHECK(al_cpu_force(AL_CPU_GENERIC) == AL_CPU_GENERIC && al_cpu_level_now() == AL_CPU_GENERIC);
-    CHECK(al_cpu_force(AL_CPU_AVX512) == top); /* never above what the CPU has */
+    CHECK(al_cpu_force(AL_CPU_COUNT - 1) == top); /* never above what the CPU has */
     al_cpu_force(-1);
     CHECK(al_cpu_level_now() <= top);
     CHECK(!strcmp(al_cpu_level_name(AL_CPU_AVX2), "avx2") && !strcmp(al_cpu_level_name(AL_CPU_GENERIC), "generic") &&
           !strcmp(al_cpu_level_name(AL_CPU_AVX512), "avx512"));
-    fprintf(stderr, "kernel sets: this CPU runs up to %s; tested every set up to it\n", al_cpu_level_name(top));
+    char sets[160];
+    al_cpu_describe(sets, sizeof sets);
+    fprintf(stderr, "kernel sets: this CPU %s; tested every set it runs\n", sets);
 }
 
 /* first, while the workspace is still small: its size is linear in T */
@@ -292,6 +296,39 @@ static void check_workspace_linear(void) {
     if (al_cpu_detect() == AL_CPU_GENERIC) return; /* the generic set keeps no workspace */
     CHECK_MSG(bytes[0] > 0 && bytes[1] <= 9 * bytes[0] && bytes[1] < (size_t)64 * 4096 * 2 * 32,
               "workspace %zu bytes at T=512, %zu at T=4096: not O(T)", bytes[0], bytes[1]);
+}
+
+/* Without a workspace (al_attn_test_no_workspace: what a call gets when
+ * memory runs out) every set still computes the reference: the fast sets
+ * run the generic one, which then takes whole KV groups per item. And the
+ * arena is the owner's: al_attn_reserve plans it (a call of that shape
+ * then grows nothing), al_attn_release frees it. */
+static void check_no_workspace(al_rng *r) {
+    al_attn_test_no_workspace(1);
+    for (int bidir = 0; bidir < 2; bidir++) {
+        check_case(&FNS[0], bidir, 2, 70, 6, 2, 24, 20, 1, r); /* GQA softmax */
+        check_case(&FNS[4], bidir, 1, 130, 3, 1, 16, 8, 0, r); /* MQA relu */
+        check_case(&FNS[2], bidir, 2, 33, 2, 2, 8, 8, 2, r);   /* MHA poly */
+    }
+    al_attn_test_no_workspace(0);
+    al_attn_release();
+    CHECK(al_attn_workspace_bytes() == 0);
+    al_attn_shape s = {2, 200, 6, 2, 24, 24, 6 * 24, 2 * 24, 2 * 24, 6 * 24, 0.2f};
+    al_err err;
+    al_cpu_force((int)al_cpu_detect()); /* the set run_do runs below, whatever ATTNLAB_CPU says */
+    CHECK(al_attn_reserve(&s, &err) == 0);
+    const size_t planned = al_attn_workspace_bytes();
+    CHECK_MSG(planned > 0, "al_attn_reserve planned no workspace for a GQA shape");
+    inputs in;
+    inputs_make(&in, &s, r, 1.0f);
+    run x;
+    run_do(&x, &in, (int)al_cpu_detect());
+    CHECK_MSG(al_attn_workspace_bytes() == planned, "a call of the reserved shape grew the arena: %zu -> %zu bytes",
+              planned, al_attn_workspace_bytes());
+    run_free(&x);
+    inputs_free(&in);
+    al_attn_release();
+    CHECK(al_attn_workspace_bytes() == 0);
 }
 
 int main(int argc, char **argv) {
@@ -317,6 +354,7 @@ int main(int argc, char **argv) {
         const int pad = (int)(al_rng_u64(&r) % 4), bidir = (int)(al_rng_u64(&r) % 2);
         check_case(&FNS[n % NFNS], bidir, B, T, H, G, dk, dv, pad, &r);
     }
+    check_no_workspace(&r);
     check_softmax_stress(0);
     check_softmax_stress(1);
     check_sharp_and_mxcsr();

@@ -3,12 +3,13 @@
  * (src/nn/wmat.c) against the plain double-precision reference
  * al_matmul_ref, on random odd sizes, for F32, BF16 and F16 weights, through
  * the three implementations (AVX-512 when the CPU has it, AVX2 + F16C, and
- * the plain-C fallback) and both paths (direct kernel, panels):
+ * the plain-C fallback: core/cpu.h's sets avx512, avx2 and generic, forced
+ * with al_cpu_force) and both paths (direct kernel, panels):
  *   - al_matmul for N = 1..5, 7, 33 rows, row strides wider than the rows,
  *     overwrite and accumulate;
  *   - al_matvec and al_matvec_t;
  *   - the widening of every one of the 65536 BF16 and F16 bit patterns
- *     against the scalar conversions of io.h (exact);
+ *     against the scalar conversions of core/dtype.h (exact);
  *   - the AVX-512, AVX2 and plain-C results agree within fp32 rounding, and a
  *     result does not depend on the number of threads (bit for bit).
  * Tolerance: |y - ref| <= 2e-6 * sum_i |W_ri x_ni| per element (fp32
@@ -21,9 +22,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/io.h"
+#include "core/cpu.h"
 #include "nn/nn.h"
 #include "test.h"
+
+/* The kernel sets a check runs through: the one in use (the best this CPU
+ * runs), plain C (generic) and AVX2 (core/cpu.h; lowered to what the CPU
+ * has). */
+enum { SET_BEST = -1 };
+static const int SETS[] = {SET_BEST, AL_CPU_GENERIC, AL_CPU_AVX2};
+enum { NSETS = sizeof SETS / sizeof SETS[0] };
+
+/* Forces kernel set `set` and panels of `panel_rows` rows (0: automatic) for
+ * the next products; returns whether they use AVX-512. */
+static int use_set(int set, int panel_rows) {
+    al_cpu_force(set);
+    al_wmat_panel_rows(panel_rows);
+    return !strcmp(al_wmat_kernel_name(), "avx512");
+}
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 static double rnd(void) { /* [-1, 1) */
@@ -84,14 +100,14 @@ static void check_matmul(al_dtype dt, int N, int in, int out) {
     for (size_t i = 0; i < (size_t)N * ldx; i++) x[i] = (float)rnd();
     for (size_t i = 0; i < (size_t)N * ldy; i++) y0[i] = (float)rnd();
     const al_wref w = {W, dt};
-    /* modes: {kernel set (AL_WMAT_*), panel rows}; panel 0 = automatic (direct for N <= 4) */
-    const int modes[][2] = {{AL_WMAT_BEST, 0},     {AL_WMAT_PORTABLE, 0}, {AL_WMAT_AVX2, 0}, {AL_WMAT_BEST, 16},
-                            {AL_WMAT_PORTABLE, 48}, {AL_WMAT_AVX2, 16},   {AL_WMAT_BEST, 1}};
+    /* modes: {kernel set (SETS), panel rows}; panel 0 = automatic (direct for N <= 4) */
+    const int modes[][2] = {{SET_BEST, 0},       {AL_CPU_GENERIC, 0}, {AL_CPU_AVX2, 0}, {SET_BEST, 16},
+                            {AL_CPU_GENERIC, 48}, {AL_CPU_AVX2, 16},   {SET_BEST, 1}};
     for (int acc = 0; acc <= 1; acc++) {
         memcpy(ref, y0, sizeof(float) * (size_t)N * ldy);
         al_matmul_ref(ref, ldy, x, ldx, w, N, in, out, acc);
         for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-            al_wmat_configure(modes[m][0], modes[m][1]);
+            use_set(modes[m][0], modes[m][1]);
             memcpy(y, y0, sizeof(float) * (size_t)N * ldy);
             al_matmul(y, ldy, x, ldx, w, N, in, out, acc);
             double e = worst_err(y, ref, ldy, Wf, x, ldx, N, in, out, acc ? y0 : NULL);
@@ -109,7 +125,7 @@ static void check_matmul(al_dtype dt, int N, int in, int out) {
      * N <= 4, forced panels (single-threaded sgemm per panel) otherwise; the
      * whole-matrix path threads one sgemm and is as thread-stable as
      * OpenBLAS is for fp32 */
-    al_wmat_configure(0, dt == AL_DT_F32 || N <= AL_WMAT_SMALL_N ? 0 : 16);
+    use_set(SET_BEST, dt == AL_DT_F32 || N <= AL_WMAT_SMALL_N ? 0 : 16);
     memcpy(y, y0, sizeof(float) * (size_t)N * ldy);
     int th = omp_get_max_threads();
     omp_set_num_threads(1);
@@ -119,7 +135,7 @@ static void check_matmul(al_dtype dt, int N, int in, int out) {
     memcpy(ref, y0, sizeof(float) * (size_t)N * ldy);
     al_matmul(ref, ldy, x, ldx, w, N, in, out, 1);
     omp_set_num_threads(th);
-    al_wmat_configure(0, 0);
+    use_set(SET_BEST, 0);
     CHECK_MSG(dt == AL_DT_F32 || memcmp(y, ref, sizeof(float) * (size_t)N * ldy) == 0,
               "matmul %s N=%d in=%d out=%d: 1 vs 2 threads differ", dt_name(dt), N, in, out);
     free(W);
@@ -144,8 +160,9 @@ static void check_matvec(al_dtype dt, int in, int out) {
     for (int i = 0; i < out; i++) xt[i] = (float)rnd();
     for (int r = 0; r < out; r++)
         for (int i = 0; i < in; i++) WT[(size_t)i * out + r] = Wf[(size_t)r * in + i];
-    for (int set = AL_WMAT_BEST; set <= AL_WMAT_AVX2; set++) {
-        al_wmat_configure(set, 0);
+    for (int si = 0; si < NSETS; si++) {
+        const int set = SETS[si];
+        use_set(set, 0);
         for (int acc = 0; acc <= 1; acc++) {
             for (int r = 0; r < out; r++) y[r] = ref[r] = 0.5f;
             al_matmul_ref(ref, out, x, in, w, 1, in, out, acc);
@@ -162,7 +179,7 @@ static void check_matvec(al_dtype dt, int in, int out) {
                       e);
         }
     }
-    al_wmat_configure(0, 0);
+    use_set(SET_BEST, 0);
     free(W);
     free(Wf);
     free(x);
@@ -174,14 +191,15 @@ static void check_matvec(al_dtype dt, int in, int out) {
     free(WT);
 }
 
-/* Every 16-bit pattern widened by both implementations equals io.h's scalar
+/* Every 16-bit pattern widened by both implementations equals core/dtype.h's scalar
  * conversion (NaNs: still NaN), through al_wread at odd offsets and lengths. */
 static void check_widening(void) {
     uint16_t *all = malloc(sizeof(uint16_t) * 65536);
     float *got = malloc(sizeof(float) * 65536);
     for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
-    for (int set = AL_WMAT_BEST; set <= AL_WMAT_AVX2; set++) {
-        al_wmat_configure(set, 0);
+    for (int si = 0; si < NSETS; si++) {
+        const int set = SETS[si];
+        use_set(set, 0);
         for (int f16 = 0; f16 <= 1; f16++) {
             const al_wref w = {all, f16 ? AL_DT_F16 : AL_DT_BF16};
             size_t bad = 0;
@@ -201,7 +219,7 @@ static void check_widening(void) {
                       bad);
         }
     }
-    al_wmat_configure(0, 0);
+    use_set(SET_BEST, 0);
     free(all);
     free(got);
 }
@@ -214,15 +232,15 @@ static void check_paths_agree(void) {
         float *Wf, *x = malloc(sizeof(float) * in), ya[77], yp[77];
         void *W = make_w(dt, out, in, &Wf);
         for (int i = 0; i < in; i++) x[i] = (float)rnd();
-        int avx = al_wmat_configure(AL_WMAT_BEST, 0);
+        int avx = use_set(SET_BEST, 0);
         al_matvec(ya, x, (al_wref){W, dt}, out, in, 0);
-        al_wmat_configure(AL_WMAT_PORTABLE, 0);
+        use_set(AL_CPU_GENERIC, 0);
         al_matvec(yp, x, (al_wref){W, dt}, out, in, 0);
         double e = worst_err(ya, yp, out, Wf, x, in, 1, in, out, NULL);
         CHECK_MSG(e <= 2e-6, "%s: AVX-512 (%s) and plain C differ by %.3g", dt_name(dt), avx ? "used" : "absent", e);
-        al_wmat_configure(AL_WMAT_AVX2, 0);
+        use_set(AL_CPU_AVX2, 0);
         al_matvec(ya, x, (al_wref){W, dt}, out, in, 0);
-        al_wmat_configure(AL_WMAT_BEST, 0);
+        use_set(SET_BEST, 0);
         e = worst_err(ya, yp, out, Wf, x, in, 1, in, out, NULL);
         CHECK_MSG(e <= 2e-6, "%s: AVX2 and plain C differ by %.3g", dt_name(dt), e);
         free(W);
@@ -232,7 +250,10 @@ static void check_paths_agree(void) {
 }
 
 int main(void) {
-    printf("wmat kernels: %s available\n", al_wmat_configure(0, 0) ? "AVX-512" : "no AVX-512 (plain C twice)");
+    char sets[160];
+    al_cpu_describe(sets, sizeof sets);
+    printf("wmat kernels: %s available (kernel sets: this CPU %s)\n",
+           use_set(SET_BEST, 0) ? "AVX-512" : "no AVX-512 (AVX2 twice)", sets);
     check_widening();
     const al_dtype dts[] = {AL_DT_F32, AL_DT_BF16, AL_DT_F16};
     const int Ns[] = {1, 2, 3, 4, 5, 7, 33};

@@ -1,0 +1,101 @@
+/*
+ * wmat_kern.h: the SIMD kernels of the products over 16-bit weights
+ * (wmat.c), written once over core/vec.h's vocabulary and compiled twice:
+ * wmat_avx512.c (16 lanes) and wmat_avx2.c (8 lanes, F16C for F16). The
+ * including file opens its target pragma, includes core/vec.h at its width
+ * and defines WSFX(name) (name##_avx512 / name##_avx2, the exported entry
+ * points, declared in wmat_internal.h).
+ *
+ * The direct kernel: y[n, r] (+)= sum_i W[r, i] x[n, i] for rows r in
+ * [r0, r1) and N <= AL_WMAT_SMALL_N rows of x. Four rows of W at a time:
+ * AL_VW weights of each widened once and used by every row of x, whose
+ * AL_VW values are loaded once for the four rows (four independent streams
+ * of W keep the memory system busy: about twice the bandwidth of one row at
+ * a time on a Xeon), the next four rows prefetched; leftover rows one at a
+ * time. Specialised per N and per F16/BF16 (constants at each call site).
+ */
+#ifndef WSFX
+#error "wmat_kern.h is included by wmat_avx512.c / wmat_avx2.c only"
+#endif
+
+static inline __attribute__((always_inline)) void direct_n(float *y, int ldy, const float *x, int ldx,
+                                                           const uint16_t *W, const int F16, const int NN, int in,
+                                                           int r0, int r1, int accumulate) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w = W + (size_t)r * in;
+        vf s[4][AL_WMAT_SMALL_N];
+        for (int q = 0; q < 4; q++)
+            for (int n = 0; n < NN; n++) s[q][n] = V_ZERO();
+        for (int i = 0; i < in; i += AL_VW) {
+            const int len = in - i;
+            if (!(i & 31) && r + 8 <= r1) /* the next four rows, one 64-byte line each per 32 columns */
+                for (int q = 4; q < 8; q++) _mm_prefetch((const char *)(w + (size_t)q * in + i), _MM_HINT_T0);
+            const vf w0 = v_load16(w + i, len, F16), w1 = v_load16(w + (size_t)in + i, len, F16);
+            const vf w2 = v_load16(w + 2 * (size_t)in + i, len, F16), w3 = v_load16(w + 3 * (size_t)in + i, len, F16);
+            for (int n = 0; n < NN; n++) {
+                const vf xv = v_loadn(x + (size_t)n * ldx + i, len);
+                s[0][n] = V_FMA(w0, xv, s[0][n]);
+                s[1][n] = V_FMA(w1, xv, s[1][n]);
+                s[2][n] = V_FMA(w2, xv, s[2][n]);
+                s[3][n] = V_FMA(w3, xv, s[3][n]);
+            }
+        }
+        for (int q = 0; q < 4; q++)
+            for (int n = 0; n < NN; n++) {
+                const float v = V_HSUM(s[q][n]);
+                float *yo = y + (size_t)n * ldy + r + q;
+                *yo = accumulate ? *yo + v : v;
+            }
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w = W + (size_t)r * in;
+        vf s0[AL_WMAT_SMALL_N];
+        for (int n = 0; n < NN; n++) s0[n] = V_ZERO();
+        for (int i = 0; i < in; i += AL_VW) {
+            const int len = in - i;
+            const vf w0 = v_load16(w + i, len, F16);
+            for (int n = 0; n < NN; n++) s0[n] = V_FMA(w0, v_loadn(x + (size_t)n * ldx + i, len), s0[n]);
+        }
+        for (int n = 0; n < NN; n++) {
+            const float v = V_HSUM(s0[n]);
+            float *yo = y + (size_t)n * ldy + r;
+            *yo = accumulate ? *yo + v : v;
+        }
+    }
+}
+
+void WSFX(al_wmat_direct)(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in,
+                          int r0, int r1, int accumulate) {
+#define DIRECT_CASE(NN, F)                                                                                         \
+    direct_n(y, ldy, x, ldx, W, F, NN, in, r0, r1, accumulate);                                                    \
+    break;
+    if (f16) {
+        switch (N) {
+        case 1: DIRECT_CASE(1, 1)
+        case 2: DIRECT_CASE(2, 1)
+        case 3: DIRECT_CASE(3, 1)
+        default: DIRECT_CASE(4, 1)
+        }
+    } else {
+        switch (N) {
+        case 1: DIRECT_CASE(1, 0)
+        case 2: DIRECT_CASE(2, 0)
+        case 3: DIRECT_CASE(3, 0)
+        default: DIRECT_CASE(4, 0)
+        }
+    }
+#undef DIRECT_CASE
+}
+
+/* dst[n] = src[n] widened, AL_VW values at a time (the tail masked). */
+static inline __attribute__((always_inline)) void widen_n(float *dst, const uint16_t *src, size_t n, const int F16) {
+    size_t i = 0;
+    for (; i + AL_VW <= n; i += AL_VW) V_STORE(dst + i, v_load16(src + i, AL_VW, F16));
+    if (i < n) V_STOREM(dst + i, V_MASK((int)(n - i)), v_load16(src + i, (int)(n - i), F16));
+}
+
+void WSFX(al_wmat_widen)(float *dst, const uint16_t *src, size_t n, int f16) {
+    if (f16) widen_n(dst, src, n, 1);
+    else widen_n(dst, src, n, 0);
+}
