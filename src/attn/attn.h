@@ -108,6 +108,8 @@ typedef struct al_attn_ops {
      * shared fields the design fixes (MLA: head_dim = dn + dr; MLA and LRKV:
      * num_kv_heads = heads). NULL: nothing to derive. */
     void (*derive)(al_config *c, const unsigned char *given);
+    /* The next four are optional (NULL: the al_attn_* wrappers below fall
+     * back to head_dim, the value count, the name and the title). */
     /* per-head key (query.key) and value widths, for FLOP counts and the
      * "% of MHA" cache ratio (MHA of the same heads has 2 H dv values) */
     void (*head_widths)(const al_config *c, int *dk, int *dv);
@@ -190,6 +192,14 @@ const al_attn_ops *al_attn_ops_for(const al_config *c);
 /* A design's name ("?" for an unknown index) and its index by name (-1: none). */
 const char *al_attn_name(int k);
 int al_attn_from_name(const char *s, int *k);
+/* The descriptor's questions for c's design, with the fallbacks of its
+ * optional entries: head widths (head_dim, head_dim), the cache formula
+ * ("N values"), the one-line description ("NAME attention (H heads, head
+ * dim D)") and the figure title (the design's title). */
+void al_attn_head_widths(const al_config *c, int *dk, int *dv);
+void al_attn_cache_formula(const al_config *c, char *buf, size_t cap);
+void al_attn_describe(const al_config *c, char *buf, size_t cap);
+void al_attn_figure_title(const al_config *c, char *buf, size_t cap);
 /* "mha, gqa, mqa, mla or lrkv" into buf (for messages); returns buf. */
 const char *al_attn_names(char *buf, size_t cap);
 

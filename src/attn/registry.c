@@ -31,3 +31,27 @@ const char *al_attn_names(char *buf, size_t cap) {
                                designs[i]->name);
     return buf;
 }
+
+void al_attn_head_widths(const al_config *c, int *dk, int *dv) {
+    const al_attn_ops *d = al_attn_ops_for(c);
+    if (d && d->head_widths) d->head_widths(c, dk, dv);
+    else *dk = *dv = c->head_dim;
+}
+
+void al_attn_cache_formula(const al_config *c, char *buf, size_t cap) {
+    const al_attn_ops *d = al_attn_ops_for(c);
+    if (d && d->cache_formula) d->cache_formula(c, buf, cap);
+    else snprintf(buf, cap, "%zu values", d ? d->cache_values_per_token(c) : (size_t)0);
+}
+
+void al_attn_describe(const al_config *c, char *buf, size_t cap) {
+    const al_attn_ops *d = al_attn_ops_for(c);
+    if (d && d->describe) d->describe(c, buf, cap);
+    else snprintf(buf, cap, "%s attention (%d heads, head dim %d)", al_attn_name(c->attention), c->num_heads, c->head_dim);
+}
+
+void al_attn_figure_title(const al_config *c, char *buf, size_t cap) {
+    const al_attn_ops *d = al_attn_ops_for(c);
+    if (d && d->figure_title) d->figure_title(c, buf, cap);
+    else snprintf(buf, cap, "%s", d ? d->title : "?");
+}

@@ -65,7 +65,7 @@ static const al_sim_metrics *shown_metrics(const heads_run *r, int i) {
 }
 
 /* The panel title from the config, as the paper's figure names the designs. */
-static void default_title(const al_config *c, char *buf, size_t cap) { al_attn_ops_for(c)->figure_title(c, buf, cap); }
+static void default_title(const al_config *c, char *buf, size_t cap) { al_attn_figure_title(c, buf, cap); }
 
 /* STEM from --out: the name without a figure or data extension. Returns 0, or
  * -1 when nothing names a file (empty, or a directory). */

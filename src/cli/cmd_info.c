@@ -31,7 +31,7 @@ static const char *weights_dtype(const al_model *m) {
 /* The design in one line (shared by both tasks): the design's own words. */
 static void design_line(const al_config *c) {
     char text[256];
-    al_attn_ops_for(c)->describe(c, text, sizeof text);
+    al_attn_describe(c, text, sizeof text);
     printf("design      %s, %s scores\n", text, al_score_name(c->score));
 }
 
@@ -141,7 +141,7 @@ int cmd_info(int argc, char **argv) {
     /* the MHA of the same heads, with the design's value width (MLA's key
      * width qk_nope + qk_rope includes the extra RoPE part) */
     int dk, mha_dh;
-    m.attn->head_widths(c, &dk, &mha_dh);
+    al_attn_head_widths(c, &dk, &mha_dh);
     size_t mha_vpt = 2 * (size_t)c->num_heads * mha_dh;
     size_t bytes_per_token = vpt * al_dtype_size(kv_dt) * (size_t)c->num_layers;
     size_t formula_bytes = bytes_per_token * (size_t)T;
@@ -193,7 +193,7 @@ int cmd_info(int argc, char **argv) {
                rss_anon / 1e6);
         printf("FLOPs/token %.4g forward, %.4g training (context %d)\n", fwd, 3 * fwd, T);
         char formula[160];
-        m.attn->cache_formula(c, formula, sizeof formula);
+        al_attn_cache_formula(c, formula, sizeof formula);
         printf("KV cache    %zu values per token per layer = %s: %.2f%% of MHA's 2 x %d heads x %d = %zu\n", vpt,
                formula, 100 * ratio, c->num_heads, mha_dh, mha_vpt);
         printf("            %zu bytes per token (%s, %d layers); %zu bytes for %d tokens; allocated %zu\n",

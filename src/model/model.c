@@ -309,7 +309,7 @@ size_t al_model_matmul_params(const al_model *m) {
 double al_model_fwd_flops_per_token(const al_model *m, int T) {
     const al_config *c = &m->cfg;
     int dk, dv;
-    m->attn->head_widths(c, &dk, &dv);
+    al_attn_head_widths(c, &dk, &dv);
     return 2.0 * (double)al_model_matmul_params(m) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
 }
 
@@ -327,7 +327,7 @@ double al_vit_fwd_flops_per_image(const al_model *m) {
         else if (!strcmp(p->name, "classifier.weight")) head += (double)p->numel;
     }
     int dk, dv;
-    m->attn->head_widths(c, &dk, &dv);
+    al_attn_head_widths(c, &dk, &dv);
     /* every query against all T keys: q.k and p.v, 2 x (dk + dv) per pair and head */
     const double attn = (double)c->num_layers * c->num_heads * 2.0 * (dk + dv) * T * T;
     return 2.0 * (block * T + patch * P + head) + attn;

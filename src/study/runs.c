@@ -325,7 +325,7 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     /* the MHA of the same heads; MLA's head width is its value width (its key
      * width includes the extra RoPE part), as `attnlab info` counts it */
     int dk, mha_dh;
-    m.attn->head_widths(&cfg, &dk, &mha_dh);
+    al_attn_head_widths(&cfg, &dk, &mha_dh);
     out->kv_pct_of_mha = 100.0 * (double)out->kv_values / (2.0 * cfg.num_heads * mha_dh);
     al_acts a;
     int rc = al_acts_create(&a, &m, 4, T, err);
