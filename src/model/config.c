@@ -250,10 +250,14 @@ int al_config_resolve(al_config *c, const unsigned char *given, al_err *err) {
         int owner;
         const al_config_field *f = al_config_field_at(i, &owner);
         if (!given[i]) continue;
+        char flag[64]; /* the flag's spelling: '-' for '_' */
+        al_strfmt(flag, sizeof flag, "%s", f->name);
+        for (char *q = flag; *q; q++)
+            if (*q == '_') *q = '-';
         if (owner >= 0 && owner != c->attention)
-            return al_errf(err, "--%s applies only to --attention %s", f->name, al_attn_name(owner));
+            return al_errf(err, "--%s applies only to --attention %s", flag, al_attn_name(owner));
         if (f->when == AL_CF_POLY && c->score != AL_SCORE_POLY)
-            return al_errf(err, "--%s applies only to --score poly", f->name);
+            return al_errf(err, "--%s applies only to --score poly", flag);
     }
     if (c->poly_power < 1) return al_errf(err, "--poly-power must be an integer >= 1, got %d", c->poly_power);
     design_derive(c, given);
