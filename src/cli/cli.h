@@ -42,8 +42,10 @@ int cli_parse(const char *cmd, const char *synopsis, al_arg *args, int n, int ar
 int cli_set(const char *cmd, al_arg *args, int n, const char *name, const char *value, int mark_seen);
 al_arg *cli_find(al_arg *args, int n, const char *name);
 
-/* Prints "attnlab: <cmd>: <msg>" to stderr and returns 1. */
+/* Prints "attnlab: <cmd>: <msg>" to stderr and returns 1; cli_failf formats
+ * the message (printf-style, any length). */
 int cli_fail(const char *cmd, const char *msg);
+int cli_failf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* --kv-dtype: "f32" or "bf16" into *out; anything else is a usage error
  * (message printed, returns CLI_USAGE). */
