@@ -92,8 +92,9 @@ int read_tokens(const al_tokenizer *t, const char *path, int max_tokens, int **t
  * out of memory. Free with cli_free_labels. */
 char **cli_token_labels(const al_tokenizer *t, const int *tokens, int T);
 void cli_free_labels(char **labels, int T);
-/* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png */
-void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap);
+/* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png.
+ * Both malloc'd (free them); -1 when out of memory. */
+int stem_of(const char *out, char **stem, char **figure);
 
 #endif
 
