@@ -117,12 +117,10 @@ int al_attnmap_prepare(const char *dir, const int *tokens, int T, al_model *m, a
 
 int al_attnmap_prepare_layers(const char *dir, const int *tokens, int T, const int *layers, int n_layers, al_model *m,
                               al_acts *a, int *trained_ctx, al_err *err) {
-    char path[4200];
     al_config cfg;
     memset(a, 0, sizeof *a);
     memset(m, 0, sizeof *m);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (al_config_load(&cfg, path, NULL, err)) return -1;
+    if (al_config_load_dir(&cfg, dir, NULL, err)) return -1;
     *trained_ctx = cfg.max_position;
     /* longer RoPE tables than the model was trained with; the weights do not change */
     if (al_model_open(m, dir, T, NULL, err)) return -1;
@@ -197,13 +195,13 @@ void al_score_title(const al_config *c, char *buf, size_t cap) {
         double coef = c->poly_scale_auto ? 1.0 / sqrt((double)c->score_n) : c->poly_scale;
         double inv = 1.0 / coef;
         if (fabs(inv - floor(inv + 0.5)) < 1e-6)
-            snprintf(buf, cap, "Attention with (1/%.0f)x^%d", inv, c->poly_power);
+            al_strfmt(buf, cap, "Attention with (1/%.0f)x^%d", inv, c->poly_power);
         else
-            snprintf(buf, cap, "Attention with %.3gx^%d", coef, c->poly_power);
+            al_strfmt(buf, cap, "Attention with %.3gx^%d", coef, c->poly_power);
         break;
     }
-    case AL_SCORE_RELU: snprintf(buf, cap, "Attention with ReLU(x)/%d", c->score_n); break;
-    case AL_SCORE_SIGMOID: snprintf(buf, cap, "Attention with sigmoid(x - log %d)", c->score_n); break;
-    default: snprintf(buf, cap, "Attention with softmax");
+    case AL_SCORE_RELU: al_strfmt(buf, cap, "Attention with ReLU(x)/%d", c->score_n); break;
+    case AL_SCORE_SIGMOID: al_strfmt(buf, cap, "Attention with sigmoid(x - log %d)", c->score_n); break;
+    default: al_strfmt(buf, cap, "Attention with softmax");
     }
 }

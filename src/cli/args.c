@@ -10,18 +10,27 @@
 
 #include "cli.h"
 
-int cli_fail(const char *cmd, const char *msg) {
-    fprintf(stderr, "attnlab: %s: %s\n", cmd, msg);
+int cli_fail(const char *cmd, const char *msg) { return cli_failf(cmd, "%s", msg); }
+
+/* The messages are printed as they are formatted: no buffer, so no length
+ * limit (paths of any length are named whole). */
+int cli_failf(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "attnlab: %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
     return 1;
 }
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    fprintf(stderr, "attnlab: %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'attnlab %s --help')\n", cmd);
     va_end(ap);
-    fprintf(stderr, "attnlab: %s: %s (see 'attnlab %s --help')\n", cmd, buf, cmd);
     return CLI_USAGE;
 }
 
@@ -140,7 +149,7 @@ static void print_help(const char *cmd, const char *synopsis, const al_arg *args
                         : args[i].type == ARG_STRING ? " S"
                         : args[i].type == ARG_LIST   ? " S..."
                                                      : "";
-        char left[64];
+        char left[64]; /* flag names are short constants (a config field's at most 31 bytes) */
         snprintf(left, sizeof left, "%s%s%s", strlen(args[i].name) == 1 ? "-" : "--", args[i].name, t);
         printf("  %-22s %s\n", left, args[i].help);
     }
@@ -160,7 +169,10 @@ int cli_parse(const char *cmd, const char *synopsis, al_arg *args, int n, int ar
         const char *eq = strchr(name, '=');
         const char *value = NULL;
         if (eq) {
-            snprintf(buf, sizeof buf, "%.*s", (int)(eq - name), name);
+            const size_t k = (size_t)(eq - name);
+            if (k >= sizeof buf) return cli_usage(cmd, "unknown flag '%s'", a); /* no flag's name is that long */
+            memcpy(buf, name, k);
+            buf[k] = 0;
             name = buf;
             value = eq + 1;
         }

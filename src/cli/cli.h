@@ -42,8 +42,10 @@ int cli_parse(const char *cmd, const char *synopsis, al_arg *args, int n, int ar
 int cli_set(const char *cmd, al_arg *args, int n, const char *name, const char *value, int mark_seen);
 al_arg *cli_find(al_arg *args, int n, const char *name);
 
-/* Prints "attnlab: <cmd>: <msg>" to stderr and returns 1. */
+/* Prints "attnlab: <cmd>: <msg>" to stderr and returns 1; cli_failf formats
+ * the message (printf-style, any length). */
 int cli_fail(const char *cmd, const char *msg);
+int cli_failf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* --kv-dtype: "f32" or "bf16" into *out; anything else is a usage error
  * (message printed, returns CLI_USAGE). */
@@ -90,8 +92,9 @@ int read_tokens(const al_tokenizer *t, const char *path, int max_tokens, int **t
  * out of memory. Free with cli_free_labels. */
 char **cli_token_labels(const al_tokenizer *t, const int *tokens, int T);
 void cli_free_labels(char **labels, int T);
-/* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png */
-void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap);
+/* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png.
+ * Both malloc'd (free them); -1 when out of memory. */
+int stem_of(const char *out, char **stem, char **figure);
 
 #endif
 

@@ -40,15 +40,16 @@ static int parse_list(const char *s, int n_max, int *out, int cap) {
 
 /* FILE.png -> stem FILE, figure FILE.png; a name without an extension is a
  * stem and gets a PNG */
-void stem_of(const char *out, char *stem, size_t cap, char *figure, size_t fcap) {
-    snprintf(stem, cap, "%s", out);
-    char *dot = strrchr(stem, '.'), *slash = strrchr(stem, '/');
-    if (dot && (!slash || dot > slash)) {
-        *dot = 0;
-        snprintf(figure, fcap, "%s", out);
-    } else {
-        snprintf(figure, fcap, "%s.png", out);
-    }
+int stem_of(const char *out, char **stem, char **figure) {
+    const char *dot = strrchr(out, '.'), *slash = strrchr(out, '/');
+    const int ext = dot && (!slash || dot > slash);
+    *stem = ext ? strndup(out, (size_t)(dot - out)) : strdup(out);
+    *figure = ext ? strdup(out) : al_sprintf("%s.png", out);
+    if (*stem && *figure) return 0;
+    free(*stem);
+    free(*figure);
+    *stem = *figure = NULL;
+    return -1;
 }
 
 /* The grid figure: rows = layers, columns = heads; x = query, y = key as in
@@ -129,22 +130,17 @@ int cmd_attnmap(int argc, char **argv) {
 
     al_err err;
     al_config cfg;
-    char path[4200], stem[4096], figure[4200], msg[8600];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    if (al_config_load(&cfg, path, NULL, &err)) return cli_fail(cmd, err.msg);
+    char *path = NULL, *stem = NULL, *figure = NULL;
+    if (al_config_load_dir(&cfg, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
     int layers[64], heads[64];
     int nl = parse_list(layers_s, cfg.num_layers, layers, 64), nh = parse_list(heads_s, cfg.num_heads, heads, 64);
     if (nl <= 0 || nh <= 0) return cli_usage(cmd, "--layer and --head take N, a comma list or 'all'");
     for (int i = 0; i < nl; i++)
-        if (layers[i] >= cfg.num_layers) {
-            snprintf(msg, sizeof msg, "layer %d out of range (the model has layers 0..%d)", layers[i], cfg.num_layers - 1);
-            return cli_fail(cmd, msg);
-        }
+        if (layers[i] >= cfg.num_layers)
+            return cli_failf(cmd, "layer %d out of range (the model has layers 0..%d)", layers[i], cfg.num_layers - 1);
     for (int i = 0; i < nh; i++)
-        if (heads[i] >= cfg.num_heads) {
-            snprintf(msg, sizeof msg, "head %d out of range (the model has heads 0..%d)", heads[i], cfg.num_heads - 1);
-            return cli_fail(cmd, msg);
-        }
+        if (heads[i] >= cfg.num_heads)
+            return cli_failf(cmd, "head %d out of range (the model has heads 0..%d)", heads[i], cfg.num_heads - 1);
     int T, trained, *tok = NULL, *tok_ids = NULL, vision = cfg.task == AL_TASK_VISION, label = -1;
     al_tokenizer *tk = NULL;
     char **labels = NULL;
@@ -153,11 +149,10 @@ int cmd_attnmap(int argc, char **argv) {
     al_acts a;
     int npairs = nl * nh, failed = 0;
     float *P = NULL;
-    if (vision != (image >= 0)) {
-        snprintf(msg, sizeof msg, "%s is a %s model: give it %s", model_dir, vision ? "vision" : "language",
-                 vision ? "--image N" : "--text FILE");
-        return cli_fail(cmd, msg);
-    }
+    al_head_stats *st = NULL;
+    if (vision != (image >= 0))
+        return cli_failf(cmd, "%s is a %s model: give it %s", model_dir, vision ? "vision" : "language",
+                         vision ? "--image N" : "--text FILE");
     if (vision && cfg.image_size * cfg.image_size > (int)(sizeof pixels / sizeof pixels[0]))
         return cli_fail(cmd, "images larger than 64 x 64 are not supported by attnmap");
     if (vision) {
@@ -179,12 +174,12 @@ int cmd_attnmap(int argc, char **argv) {
     }
     if (rc) return cli_fail(cmd, err.msg);
     P = malloc(sizeof(float) * (size_t)npairs * T * T);
-    if (!P) {
+    st = calloc((size_t)npairs, sizeof *st);
+    if (!P || !st) {
         failed = cli_fail(cmd, "out of memory for the attention maps");
         goto done;
     }
 
-    al_head_stats *st = calloc((size_t)npairs, sizeof *st);
     if (vision)
         printf("test image %ld (class %d): CLS + %d patches\n", image, label, T - 1);
     else
@@ -202,10 +197,10 @@ int cmd_attnmap(int argc, char **argv) {
             printf("%-6d %-5d %10.4f %9.3f %10.2f %9.4f %9.4f\n", layers[i], heads[j], st[idx].sink_mass,
                    st[idx].entropy, st[idx].mean_distance, st[idx].topk_mass, st[idx].row_sum);
         }
+    if (!failed && (stem_of(out, &stem, &figure) || !(path = al_sprintf("%s.npy", stem))))
+        failed = cli_fail(cmd, "out of memory");
     if (!failed) {
-        stem_of(out, stem, sizeof stem, figure, sizeof figure);
         int64_t shape[3] = {npairs, T, T};
-        snprintf(path, sizeof path, "%s.npy", stem);
         if (al_npy_write_f32(path, P, 3, shape, &err)) failed = cli_fail(cmd, err.msg);
     }
     if (!failed) {
@@ -218,8 +213,16 @@ int cmd_attnmap(int argc, char **argv) {
             tokens_json = cJSON_PrintUnformatted(o);
             cJSON_Delete(o);
         }
-        size_t cap = 4096 + (size_t)npairs * 512 + (tokens_json ? strlen(tokens_json) : 0), off = 0;
+        /* room for every field: the fixed text, 512 bytes a pair, and the strings */
+        size_t cap = 4096 + (size_t)npairs * 512 + (tokens_json ? strlen(tokens_json) : 0) + strlen(model_dir) +
+                     (vision ? 0 : strlen(text)) + strlen(scale) + strlen(figure) + strlen(stem),
+               off = 0;
         char *j = malloc(cap);
+        if (!j) {
+            free(tokens_json);
+            failed = cli_fail(cmd, "out of memory");
+            goto done;
+        }
         off += (size_t)snprintf(j + off, cap - off,
                                 "{\"command\":\"attnmap\",\"model\":\"%s\",\"text\":\"%s\",\"image\":%ld,\"tokens\":%d,"
                                 "\"trained_context\":%d,\"attention\":\"%s\",\"score\":\"%s\",\"scale\":\"%s\","
@@ -243,8 +246,9 @@ int cmd_attnmap(int argc, char **argv) {
             off += (size_t)snprintf(j + off, cap - off, "],%.*s}\n", (int)strlen(tokens_json) - 2, tokens_json + 1);
         else
             off += (size_t)snprintf(j + off, cap - off, "]}\n");
-        snprintf(path, sizeof path, "%s.json", stem);
-        if (al_write_file_atomic(path, j, off, &err)) failed = cli_fail(cmd, err.msg);
+        free(path);
+        if (!(path = al_sprintf("%s.json", stem))) failed = cli_fail(cmd, "out of memory");
+        else if (al_write_file_atomic(path, j, off, &err)) failed = cli_fail(cmd, err.msg);
         free(j);
         free(tokens_json);
     }
@@ -252,17 +256,20 @@ int cmd_attnmap(int argc, char **argv) {
         char title[4400];
         const char *base = strrchr(model_dir, '/');
         base = base && base[1] ? base + 1 : model_dir;
-        snprintf(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(cfg.attention),
-                 al_score_name(cfg.score), T);
-        if (vision) snprintf(title, sizeof title, "%s: CLS attention over the patches, test image %ld", base, image);
+        al_strfmt(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(cfg.attention),
+                  al_score_name(cfg.score), T);
+        if (vision) al_strfmt(title, sizeof title, "%s: CLS attention over the patches, test image %ld", base, image);
         if (draw_grid(figure, P, T, layers, nl, heads, nh, !strcmp(scale, "log"), title, vision ? pixels : NULL,
                       cfg.image_size, &err))
             failed = cli_fail(cmd, err.msg);
         else
             printf("wrote %s, %s.npy, %s.json\n", figure, stem, stem);
     }
-    free(st);
 done:
+    free(st);
+    free(path);
+    free(stem);
+    free(figure);
     free(P);
     free(tok_ids);
     cli_free_labels(labels, T);

@@ -83,13 +83,9 @@ int cmd_compare(int argc, char **argv) {
         return cli_fail(cmd, err.msg);
     if (vision) { /* T = 1 + patches, the same for every model compared */
         al_config c;
-        char path[4200];
-        snprintf(path, sizeof path, "%s/config.json", models.items[0]);
-        if (al_config_load(&c, path, NULL, &err)) return cli_fail(cmd, err.msg);
-        if (c.task != AL_TASK_VISION || c.image_size > 64) {
-            snprintf(err.msg, sizeof err.msg, "%s is not a vision model (--image needs one)", models.items[0]);
-            return cli_fail(cmd, err.msg);
-        }
+        if (al_config_load_dir(&c, models.items[0], NULL, &err)) return cli_fail(cmd, err.msg);
+        if (c.task != AL_TASK_VISION || c.image_size > 64)
+            return cli_failf(cmd, "%s is not a vision model (--image needs one)", models.items[0]);
         side = c.image_size;
         T = 1 + (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
     }
@@ -107,9 +103,7 @@ int cmd_compare(int argc, char **argv) {
         int prc = 0, want = (int)layer;
         if (!vision && layer < 0) { /* the last layer: only it is kept by the forward */
             al_config c;
-            char path[4200];
-            snprintf(path, sizeof path, "%s/config.json", models.items[i]);
-            prc = al_config_load(&c, path, NULL, &err);
+            prc = al_config_load_dir(&c, models.items[i], NULL, &err);
             want = prc ? 0 : c.num_layers - 1;
         }
         if (!prc)
@@ -119,8 +113,7 @@ int cmd_compare(int argc, char **argv) {
         if (!prc && vision && a.T != T) {
             al_acts_free(&a);
             al_model_free(&m);
-            snprintf(err.msg, sizeof err.msg, "%s has %d patches, the first model %d", models.items[i], a.T - 1, T - 1);
-            prc = -1;
+            prc = al_errf(&err, "%s has %d patches, the first model %d", models.items[i], a.T - 1, T - 1);
         }
         if (prc) {
             failed = cli_fail(cmd, err.msg);
@@ -129,11 +122,9 @@ int cmd_compare(int argc, char **argv) {
         layers[i] = layer < 0 ? m.cfg.num_layers - 1 : (int)layer;
         if (al_attnmap_weights(&m, &a, layers[i], (int)head, P + (size_t)i * T * T, &err) ||
             al_head_stats_of(P + (size_t)i * T * T, T, 10, vision, &st[i], &err)) {
-            char msg[4600];
-            snprintf(msg, sizeof msg, "%s: %s", models.items[i], err.msg);
-            failed = cli_fail(cmd, msg);
+            failed = cli_failf(cmd, "%s: %s", models.items[i], err.msg);
         } else {
-            if (titles.n) snprintf(names[i], sizeof names[i], "%s", titles.items[i]);
+            if (titles.n) al_strfmt(names[i], sizeof names[i], "%s", titles.items[i]);
             else al_score_title(&m.cfg, names[i], sizeof names[i]);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "model", models.items[i]);
@@ -156,12 +147,13 @@ int cmd_compare(int argc, char **argv) {
         al_acts_free(&a);
         al_model_free(&m);
     }
-    char stem[4096], figure[4200], path[4200];
-    stem_of(out, stem, sizeof stem, figure, sizeof figure);
+    char *stem = NULL, *figure = NULL, *npy = NULL, *json = NULL;
+    if (!failed && (stem_of(out, &stem, &figure) || !(npy = al_sprintf("%s.npy", stem)) ||
+                    !(json = al_sprintf("%s.json", stem))))
+        failed = cli_fail(cmd, "out of memory");
     if (!failed) {
         int64_t shape[3] = {nm, T, T};
-        snprintf(path, sizeof path, "%s.npy", stem);
-        if (al_npy_write_f32(path, P, 3, shape, &err)) failed = cli_fail(cmd, err.msg);
+        if (al_npy_write_f32(npy, P, 3, shape, &err)) failed = cli_fail(cmd, err.msg);
     }
     if (!failed) {
         cJSON_AddStringToObject(root, "command", "compare");
@@ -173,12 +165,10 @@ int cmd_compare(int argc, char **argv) {
         }
         cJSON_AddNumberToObject(root, "tokens", T);
         cJSON_AddStringToObject(root, "figure", figure);
-        snprintf(path, sizeof path, "%s.npy", stem);
-        cJSON_AddStringToObject(root, "npy", path);
+        cJSON_AddStringToObject(root, "npy", npy);
         cJSON_AddStringToObject(root, "npy_layout", "[model, query, key]");
         char *js = cJSON_Print(root);
-        snprintf(path, sizeof path, "%s.json", stem);
-        if (!js || al_write_file_atomic(path, js, strlen(js), &err)) failed = cli_fail(cmd, js ? err.msg : "out of memory");
+        if (!js || al_write_file_atomic(json, js, strlen(js), &err)) failed = cli_fail(cmd, js ? err.msg : "out of memory");
         free(js);
     }
     if (!failed) {
@@ -226,6 +216,10 @@ int cmd_compare(int argc, char **argv) {
         al_figure_free(f);
     }
     cJSON_Delete(root);
+    free(stem);
+    free(figure);
+    free(npy);
+    free(json);
     free(st);
     free(layers);
     free(names);

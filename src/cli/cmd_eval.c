@@ -193,15 +193,12 @@ int cmd_eval(int argc, char **argv) {
     cJSON_Delete(al);
     int T = context ? (int)context : o.context;
     if (T > m.cfg.max_position || T > al_config_max_context(&m.cfg)) {
-        if (T <= m.cfg.max_position) {
-            snprintf(err.msg, sizeof err.msg, "context %d exceeds the sliding_window %d, which attnlab does not implement",
-                     T, m.cfg.sliding_window);
-            al_model_free(&m);
-            return cli_fail(cmd, err.msg);
-        }
-        snprintf(err.msg, sizeof err.msg, "context %d exceeds the model's max_position_embeddings %d", T, m.cfg.max_position);
+        const int window = m.cfg.sliding_window, max_position = m.cfg.max_position;
         al_model_free(&m);
-        return cli_fail(cmd, err.msg);
+        if (T <= max_position)
+            return cli_failf(cmd, "context %d exceeds the sliding_window %d, which attnlab does not implement", T,
+                             window);
+        return cli_failf(cmd, "context %d exceeds the model's max_position_embeddings %d", T, max_position);
     }
 
     al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
@@ -226,10 +223,7 @@ int cmd_eval(int argc, char **argv) {
         } else {
             corpus.bytes = (uint8_t *)text;
             corpus.n = nbytes;
-            if (nbytes < 2) {
-                snprintf(err.msg, sizeof err.msg, "%s: data file is empty (needs at least 2 bytes)", data);
-                failed = cli_fail(cmd, err.msg);
-            }
+            if (nbytes < 2) failed = cli_failf(cmd, "%s: data file is empty (needs at least 2 bytes)", data);
         }
         bytes = corpus.bytes;
         what = data;
@@ -245,11 +239,8 @@ int cmd_eval(int argc, char **argv) {
         al_err_prefix(&err, "%s", what);
         failed = cli_fail(cmd, err.msg);
     }
-    if (!failed && n_ids < 2) {
-        snprintf(err.msg, sizeof err.msg, "%s: the text makes %d token%s (needs at least 2)", what, n_ids,
-                 n_ids == 1 ? "" : "s");
-        failed = cli_fail(cmd, err.msg);
-    }
+    if (!failed && n_ids < 2)
+        failed = cli_failf(cmd, "%s: the text makes %d token%s (needs at least 2)", what, n_ids, n_ids == 1 ? "" : "s");
     al_acts a;
     double loss = NAN;
     size_t count = 0, text_bytes = 0, first_bytes = 0, act_bytes = 0;

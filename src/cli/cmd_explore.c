@@ -75,14 +75,10 @@ int cmd_explore(int argc, char **argv) {
 
     al_err err;
     al_config cfg;
-    char path[4200], msg[AL_ERR_LEN + 4400];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    if (al_config_load(&cfg, path, NULL, &err)) return cli_fail(cmd, err.msg);
-    if (cfg.task != AL_TASK_LM) {
-        snprintf(msg, sizeof msg, "%s is a %s model; explore reads text, so it needs a language model", model_dir,
-                 al_task_name(cfg.task));
-        return cli_fail(cmd, msg);
-    }
+    if (al_config_load_dir(&cfg, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
+    if (cfg.task != AL_TASK_LM)
+        return cli_failf(cmd, "%s is a %s model; explore reads text, so it needs a language model", model_dir,
+                         al_task_name(cfg.task));
     int T, trained, *tok = NULL;
     char **labels = NULL;
     al_tokenizer *tk = cli_tokenizer(model_dir, cfg.vocab_size, &err);
@@ -105,11 +101,10 @@ int cmd_explore(int argc, char **argv) {
             while (fit > 2 && (double)nh * (double)al_explore_bytes_per_head(fit, !bidir) > EXPLORE_MAX_BYTES) fit--;
             char size[32];
             human_size(bytes, size, sizeof size);
-            snprintf(msg, sizeof msg, "%d layers x %d heads over %d tokens make a %s page, more than a browser "
-                     "loads; use --max-tokens %d or less", cfg.num_layers, cfg.num_heads, T, size, fit);
             free(tok);
             cli_free_labels(labels, T);
-            return cli_fail(cmd, msg);
+            return cli_failf(cmd, "%d layers x %d heads over %d tokens make a %s page, more than a browser loads; "
+                             "use --max-tokens %d or less", cfg.num_layers, cfg.num_heads, T, size, fit);
         }
     }
     al_model m;
@@ -130,8 +125,7 @@ int cmd_explore(int argc, char **argv) {
         goto done;
     }
     if (al_head_sim_compute(&m, &sim, &err)) {
-        snprintf(msg, sizeof msg, "%s: %s", model_dir, err.msg);
-        failed = cli_fail(cmd, msg);
+        failed = cli_failf(cmd, "%s: %s", model_dir, err.msg);
         goto done;
     }
     if (al_explore_open(&w, out, T, causal, &err)) {
@@ -150,8 +144,8 @@ int cmd_explore(int argc, char **argv) {
         char title[4400], score_title[128];
         const char *base = strrchr(model_dir, '/');
         base = base && base[1] ? base + 1 : model_dir;
-        snprintf(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(m.cfg.attention),
-                 al_score_name(m.cfg.score), T);
+        al_strfmt(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(m.cfg.attention),
+                  al_score_name(m.cfg.score), T);
         al_score_title(&m.cfg, score_title, sizeof score_title);
         al_explore_info info = {
             .title = title, .model = model_dir, .text = text, .attention = al_attn_name(m.cfg.attention),

@@ -38,7 +38,8 @@ enum { HEADS_MAX_MODELS = 64 };
 /* One model's analysis, kept after its weights are freed. */
 typedef struct heads_model {
     const char *dir;
-    char title[160];
+    const char *title;       /* the --title given, or design_title */
+    char design_title[160];  /* the design's own words (al_attn_ops.figure_title) */
     al_config cfg;
     size_t cache_values; /* KV cache per token per layer (attention.md 3.6) */
     al_head_sim sim;
@@ -49,8 +50,8 @@ typedef struct heads_run {
     heads_model *m;
     int n;
     int layer;
-    char stem[4096];
-    char figure[4200]; /* --out if it names a .png/.svg/.pdf, else STEM.png */
+    char *stem;   /* malloc'd, like figure */
+    char *figure; /* --out if it names a .png/.svg/.pdf, else STEM.png */
 } heads_run;
 
 /* The matrix of model i that the figure and the NPY show: [H, H]. */
@@ -67,12 +68,12 @@ static const al_sim_metrics *shown_metrics(const heads_run *r, int i) {
 /* The panel title from the config, as the paper's figure names the designs. */
 static void default_title(const al_config *c, char *buf, size_t cap) { al_attn_figure_title(c, buf, cap); }
 
-/* STEM from --out: the name without a figure or data extension. Returns 0, or
- * -1 when nothing names a file (empty, or a directory). */
-static int out_stem(const char *out, char *stem, size_t cap) {
+/* The length of STEM in --out: the name without a figure or data extension.
+ * 0 when nothing names a file (empty, or a directory). */
+static size_t out_stem_len(const char *out) {
     static const char *const exts[] = {".png", ".svg", ".pdf", ".json", ".csv", ".npy"};
     size_t n = strlen(out);
-    if (n == 0 || n >= cap) return -1;
+    if (n == 0) return 0;
     for (size_t e = 0; e < sizeof exts / sizeof exts[0]; e++) {
         size_t k = strlen(exts[e]);
         if (n > k && strcasecmp(out + n - k, exts[e]) == 0) {
@@ -80,12 +81,10 @@ static int out_stem(const char *out, char *stem, size_t cap) {
             break;
         }
     }
-    memcpy(stem, out, n);
-    stem[n] = 0;
-    if (stem[n - 1] == '/' || !strcmp(stem + (n >= 2 ? n - 2 : 0), "/.") || !strcmp(stem, ".") ||
-        !strcmp(stem, ".."))
-        return -1;
-    return 0;
+    if (out[n - 1] == '/' || (n >= 2 && !strncmp(out + n - 2, "/.", 2)) || (n == 1 && out[0] == '.') ||
+        (n == 2 && !strncmp(out, "..", 2)))
+        return 0;
+    return n;
 }
 
 /* ---- JSON ---- */
@@ -255,10 +254,8 @@ static int draw_heads_figure(const heads_run *r, al_err *err) {
  * renamed into place only once it succeeded (any failure removes what this
  * call wrote). */
 static int write_outputs(const heads_run *r, al_err *err) {
-    char path_json[4200], path_csv[4200], path_npy[4200];
-    snprintf(path_json, sizeof path_json, "%s.json", r->stem);
-    snprintf(path_csv, sizeof path_csv, "%s.csv", r->stem);
-    snprintf(path_npy, sizeof path_npy, "%s.npy", r->stem);
+    char *path_json = al_sprintf("%s.json", r->stem), *path_csv = al_sprintf("%s.csv", r->stem),
+         *path_npy = al_sprintf("%s.npy", r->stem);
     const int H = r->m[0].sim.H;
     size_t csv_len = 0;
     char *json = report_json(r), *csv = report_csv(r, &csv_len);
@@ -266,7 +263,7 @@ static int write_outputs(const heads_run *r, al_err *err) {
     int rc = -1;
     al_afile fj = {0}, fc = {0};
     int open_j = 0, open_c = 0;
-    if (!json || !csv || !npy) {
+    if (!json || !csv || !npy || !path_json || !path_csv || !path_npy) {
         al_errf(err, "out of memory");
         goto done;
     }
@@ -300,6 +297,9 @@ done:
     free(json);
     free(csv);
     free(npy);
+    free(path_json);
+    free(path_csv);
+    free(path_npy);
     return rc;
 }
 
@@ -329,6 +329,8 @@ static void print_table(const heads_run *r) {
 static void free_run(heads_run *r) {
     for (int i = 0; i < r->n; i++) al_head_sim_free(&r->m[i].sim);
     free(r->m);
+    free(r->stem);
+    free(r->figure);
 }
 
 int cmd_heads(int argc, char **argv) {
@@ -392,13 +394,8 @@ int heads_write(const char *cmd, const char *const *dirs, const char *const *tit
                 const char *out) {
     const int n_titles = titles ? n_dirs : 0;
     heads_run run = {0};
-    if (out_stem(out, run.stem, sizeof run.stem)) return cli_usage(cmd, "--out needs a file name, got '%s'", out);
-    {
-        size_t k = strlen(out);
-        int is_fig = k > 4 && (!strcasecmp(out + k - 4, ".png") || !strcasecmp(out + k - 4, ".svg") ||
-                               !strcasecmp(out + k - 4, ".pdf"));
-        snprintf(run.figure, sizeof run.figure, is_fig ? "%s" : "%s.png", is_fig ? out : run.stem);
-    }
+    const size_t n_stem = out_stem_len(out);
+    if (!n_stem) return cli_usage(cmd, "--out needs a file name, got '%s'", out);
     run.layer = -1;
     if (strcmp(layer, "mean")) {
         long v;
@@ -406,12 +403,21 @@ int heads_write(const char *cmd, const char *const *dirs, const char *const *tit
             return cli_usage(cmd, "--layer needs a layer index (0, 1, ...) or 'mean', got '%s'", layer);
         run.layer = (int)v;
     }
+    {
+        size_t k = strlen(out);
+        int is_fig = k > 4 && (!strcasecmp(out + k - 4, ".png") || !strcasecmp(out + k - 4, ".svg") ||
+                               !strcasecmp(out + k - 4, ".pdf"));
+        run.stem = strndup(out, n_stem);
+        run.figure = !run.stem ? NULL : is_fig ? strdup(out) : al_sprintf("%s.png", run.stem);
+    }
 
     /* one model in memory at a time: load, check, analyse, keep the numbers */
     run.m = calloc((size_t)n_dirs, sizeof *run.m);
-    if (!run.m) return cli_fail(cmd, "out of memory");
+    if (!run.m || !run.figure) {
+        free_run(&run);
+        return cli_fail(cmd, "out of memory");
+    }
     al_err err;
-    char msg[AL_ERR_LEN + 256];
     for (int i = 0; i < n_dirs; i++) {
         heads_model *hm = &run.m[i];
         al_model m;
@@ -422,28 +428,21 @@ int heads_write(const char *cmd, const char *const *dirs, const char *const *tit
         hm->dir = dirs[i];
         hm->cfg = m.cfg;
         hm->cache_values = m.attn->cache_values_per_token(&m.cfg);
-        if (n_titles)
-            snprintf(hm->title, sizeof hm->title, "%s", titles[i]);
-        else
-            default_title(&m.cfg, hm->title, sizeof hm->title);
-        const char *why = NULL;
-        if (i > 0 && m.cfg.num_heads != run.m[0].cfg.num_heads) {
-            snprintf(msg, sizeof msg, "models have different head counts (%s: %d, %s: %d); the matrices must share one shape",
-                     dirs[0], run.m[0].cfg.num_heads, dirs[i], m.cfg.num_heads);
-            why = msg;
-        } else if (run.layer >= m.cfg.num_layers) {
-            snprintf(msg, sizeof msg, "layer %d does not exist in %s (layers 0..%d)", run.layer, dirs[i],
-                     m.cfg.num_layers - 1);
-            why = msg;
-        } else if (al_head_sim_compute(&m, &hm->sim, &err)) {
-            snprintf(msg, sizeof msg, "%s: %s", dirs[i], err.msg);
-            why = msg;
-        }
+        if (!n_titles) default_title(&m.cfg, hm->design_title, sizeof hm->design_title);
+        hm->title = n_titles ? titles[i] : hm->design_title;
+        int bad = 0;
+        if (i > 0 && m.cfg.num_heads != run.m[0].cfg.num_heads)
+            bad = cli_failf(cmd, "models have different head counts (%s: %d, %s: %d); the matrices must share one shape",
+                            dirs[0], run.m[0].cfg.num_heads, dirs[i], m.cfg.num_heads);
+        else if (run.layer >= m.cfg.num_layers)
+            bad = cli_failf(cmd, "layer %d does not exist in %s (layers 0..%d)", run.layer, dirs[i], m.cfg.num_layers - 1);
+        else if (al_head_sim_compute(&m, &hm->sim, &err))
+            bad = cli_failf(cmd, "%s: %s", dirs[i], err.msg);
         al_model_free(&m);
-        if (why) {
+        if (bad) {
             run.n = i; /* hm->sim is empty on every failure path */
             free_run(&run);
-            return cli_fail(cmd, why);
+            return 1;
         }
         run.n = i + 1;
     }

@@ -15,15 +15,16 @@
 #include "io/io.h"
 
 /* config.json's vocab_size in dir, 0 when there is no config.json, -1 when it
- * has none that reads as a positive integer. */
+ * has none that reads as a positive integer; -2 when out of memory. */
 static int config_vocab(const char *dir) {
-    char path[4200], *text;
+    char *path = al_sprintf("%s/config.json", dir), *text;
     size_t len;
     struct stat st;
     al_err err;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (stat(path, &st)) return 0;
-    if (al_read_file(path, &text, &len, &err)) return -1;
+    if (!path) return -2;
+    int rc = stat(path, &st) ? 0 : al_read_file(path, &text, &len, &err) ? -1 : 1;
+    free(path);
+    if (rc < 1) return rc;
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
@@ -36,6 +37,11 @@ al_tokenizer *cli_tokenizer(const char *model_dir, int model_vocab, al_err *err)
     al_tokenizer *t = al_tok_open_dir(model_dir, err);
     if (!t) return NULL;
     int V = model_vocab > 0 ? model_vocab : config_vocab(model_dir);
+    if (V == -2) {
+        al_tok_free(t);
+        al_errf(err, "out of memory");
+        return NULL;
+    }
     if (al_tok_is_bytes(t)) {
         if (V == 0) {
             al_errf(err, "%s has neither tokenizer.json nor config.json (not a model directory)", model_dir);

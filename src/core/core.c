@@ -12,11 +12,37 @@
 #include <string.h>
 #include <time.h>
 
+static int utf8_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+
+/* An error message into msg[cap]. One that does not fit keeps its start and
+ * its end around "..." (a long path is cut in its middle, and the reason at
+ * the end of the line stays); without memory for the whole text, its start. */
+static void err_vformat(char *msg, size_t cap, const char *fmt, va_list ap) {
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *full = n >= 0 && (size_t)n >= cap && cap >= 8 ? malloc((size_t)n + 1) : NULL;
+    if (!full) {
+        al_vstrfmt(msg, cap, fmt, again);
+        va_end(again);
+        return;
+    }
+    vsnprintf(full, (size_t)n + 1, fmt, again);
+    va_end(again);
+    size_t head = (cap - 4) / 2, from = (size_t)n - (cap - 4 - head); /* whole characters only */
+    while (head > 0 && utf8_continuation(full[head])) head--;
+    while (from < (size_t)n && utf8_continuation(full[from])) from++;
+    memcpy(msg, full, head);
+    memcpy(msg + head, "...", 3);
+    memcpy(msg + head + 3, full + from, (size_t)n - from + 1);
+    free(full);
+}
+
 int al_errf(al_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        err_vformat(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
     }
     return -1;
@@ -27,21 +53,30 @@ int al_err_prefix(al_err *err, const char *fmt, ...) {
     char prefix[AL_ERR_LEN], old[AL_ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    err_vformat(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    al_strfmt(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    al_errf(err, "%s: %s", prefix, old);
     return -1;
+}
+
+int al_vstrfmt(char *buf, size_t cap, const char *fmt, va_list ap) {
+    int n = vsnprintf(buf, cap, fmt, ap);
+    if (n < 0 || (size_t)n < cap) return n < 0 ? -1 : 0;
+    if (cap < 4) return 1;
+    /* say that it was cut, after a whole UTF-8 character */
+    size_t k = cap - 4;
+    while (k > 0 && utf8_continuation(buf[k])) k--;
+    memcpy(buf + k, "...", 4);
+    return 1;
 }
 
 int al_strfmt(char *buf, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, cap, fmt, ap);
+    int rc = al_vstrfmt(buf, cap, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n < cap) return n < 0 ? -1 : 0;
-    if (cap >= 4) memcpy(buf + cap - 4, "...", 4); /* say that it was cut */
-    return 1;
+    return rc;
 }
 
 char *al_sprintf(const char *fmt, ...) {

@@ -10,6 +10,7 @@
 #ifndef AL_CORE_H
 #define AL_CORE_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,15 +23,20 @@ typedef struct al_err {
 } al_err;
 
 /* Writes a printf-style message into err (if err is non-NULL); returns -1 so
- * callers can write `return al_errf(err, "...")`. */
+ * callers can write `return al_errf(err, "...")`. A message longer than
+ * AL_ERR_LEN - 1 bytes keeps its start and its end around "..." (a long
+ * path loses its middle, the reason at the end stays). */
 int al_errf(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prefixes an existing message: "what: <old message>". Returns -1. */
+/* Prefixes an existing message: "what: <old message>" (cut as al_errf
+ * cuts). Returns -1. */
 int al_err_prefix(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Bounded text where a cut is acceptable (messages, labels): printf into
- * buf[cap]; a result that does not fit ends in "..." and returns 1 (0 when
- * it fit, -1 on a format error). */
+ * buf[cap]; a result that does not fit is cut after a whole UTF-8 character,
+ * ends in "..." and returns 1 (0 when it fit, -1 on a format error).
+ * al_vstrfmt is the same with a va_list. */
 int al_strfmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int al_vstrfmt(char *buf, size_t cap, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 /* Text that must not be cut (paths): printf into a new malloc'd string;
  * NULL when out of memory. Free with free(). */
 char *al_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

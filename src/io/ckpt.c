@@ -35,10 +35,11 @@ static int open_shard(al_ckpt *c, const char *name, al_err *err) {
     if (!*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
         return al_errf(err, "%s/model.safetensors.index.json: shard name '%.200s' is not a file name in the directory",
                        c->dir, name);
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    int i = c->n_files;
-    if (al_st_open_map(&c->files[i], path, err)) return -1;
+    char *path = al_sprintf("%s/%s", c->dir, name);
+    if (!path) return al_errf(err, "out of memory");
+    int i = c->n_files, rc = al_st_open_map(&c->files[i], path, err);
+    free(path);
+    if (rc) return -1;
     if (!(c->file_names[i] = strdup(name))) {
         al_st_close(&c->files[i]);
         return al_errf(err, "out of memory");
@@ -94,12 +95,10 @@ static int open_index(al_ckpt *c, const char *path, al_err *err) {
 int al_ckpt_open(al_ckpt *c, const char *dir, al_err *err) {
     memset(c, 0, sizeof *c);
     if (!(c->dir = strdup(dir))) return al_errf(err, "out of memory");
-    char single[4400], index[4400];
     struct stat st;
-    snprintf(single, sizeof single, "%s/model.safetensors", dir);
-    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
-    int rc = 0;
-    if (stat(single, &st) == 0 || stat(index, &st) != 0) {
+    char *single = al_sprintf("%s/model.safetensors", dir), *index = al_sprintf("%s/model.safetensors.index.json", dir);
+    int rc = single && index ? 0 : al_errf(err, "out of memory");
+    if (!rc && (stat(single, &st) == 0 || stat(index, &st) != 0)) {
         /* one file (if it is missing too, opening it names the problem) */
         c->files = calloc(1, sizeof *c->files);
         c->file_names = calloc(1, sizeof *c->file_names);
@@ -110,22 +109,18 @@ int al_ckpt_open(al_ckpt *c, const char *dir, al_err *err) {
             rc = al_errf(err, "out of memory");
         for (int t = 0; !rc && t < c->files[0].n_tensors; t++)
             c->entries[c->n_entries++] = (al_ckpt_entry){c->files[0].tensors[t].name, 0, &c->files[0].tensors[t]};
-    } else {
+    } else if (!rc) {
         c->sharded = 1;
         rc = open_index(c, index, err);
     }
-    if (rc) {
-        al_ckpt_close(c);
-        return -1;
-    }
-    qsort(c->entries, (size_t)c->n_entries, sizeof *c->entries, cmp_entry);
-    for (int i = 1; i < c->n_entries; i++)
-        if (strcmp(c->entries[i - 1].name, c->entries[i].name) == 0) {
-            al_errf(err, "%s: tensor '%.200s' is listed twice", index, c->entries[i].name);
-            al_ckpt_close(c);
-            return -1;
-        }
-    return 0;
+    if (!rc) qsort(c->entries, (size_t)c->n_entries, sizeof *c->entries, cmp_entry);
+    for (int i = 1; i < c->n_entries && !rc; i++)
+        if (strcmp(c->entries[i - 1].name, c->entries[i].name) == 0)
+            rc = al_errf(err, "%s: tensor '%.200s' is listed twice", index, c->entries[i].name);
+    free(single);
+    free(index);
+    if (rc) al_ckpt_close(c);
+    return rc;
 }
 
 void al_ckpt_close(al_ckpt *c) {

@@ -71,6 +71,11 @@ int al_st_open(al_st_file *f, const char *path, al_err *err);
 int al_st_open_map(al_st_file *f, const char *path, al_err *err);
 void al_st_close(al_st_file *f);  /* frees or unmaps */
 const al_st_tensor *al_st_find(const al_st_file *f, const char *name);
+/* A shape as "[a, b, c]" for messages; a buffer of AL_ST_SHAPE_STR_LEN holds
+ * any shape of up to AL_ST_MAX_DIMS dims ("[", 20 digits and ", " a dim,
+ * "]"; a smaller one ends in "..."). Returns buf. */
+enum { AL_ST_SHAPE_STR_LEN = 3 + 22 * AL_ST_MAX_DIMS };
+const char *al_st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
 /* Copies tensor `name` into dst as float32, converting from F32/F16/BF16/F64.
  * Fails if missing, or if its shape differs from shape[0..ndim). */
 int al_st_read_f32(const al_st_file *f, const char *name, float *dst, int ndim,

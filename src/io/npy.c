@@ -27,6 +27,8 @@
 int al_npy_write_f32(const char *path, const float *data, int ndim, const int64_t *shape, al_err *err) {
     if (ndim < 0 || ndim > AL_ST_MAX_DIMS)
         return al_errf(err, "%s: %d dims, at most %d supported", path, ndim, AL_ST_MAX_DIMS);
+    /* at most 51 + 22 x AL_ST_MAX_DIMS + 5 bytes of dict, NPY_GROWTH_DIGITS
+     * spaces, 64 of padding and '\n': under 320 */
     char hdr[512];
     size_t count = 1;
     int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");

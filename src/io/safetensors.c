@@ -234,12 +234,11 @@ const al_st_tensor *al_st_find(const al_st_file *f, const char *name) {
     return NULL;
 }
 
-/* Formats "[a, b, c]" into buf for shape-mismatch messages. */
-static const char *fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
+const char *al_st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    int cut = al_strfmt(buf, cap, "[");
+    for (int i = 0; i < ndim && !cut; i++)
+        cut = al_strfmt(buf + strlen(buf), cap - strlen(buf), "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (!cut) al_strfmt(buf + strlen(buf), cap - strlen(buf), "]");
     return buf;
 }
 
@@ -250,9 +249,9 @@ int al_st_read_f32(const al_st_file *f, const char *name, float *dst, int ndim, 
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
-        char a[160], b[160];
-        return al_errf(err, "tensor '%s' has shape %s, expected %s", name, fmt_shape(a, sizeof a, t->ndim, t->shape),
-                       fmt_shape(b, sizeof b, ndim, shape));
+        char a[AL_ST_SHAPE_STR_LEN], b[AL_ST_SHAPE_STR_LEN];
+        return al_errf(err, "tensor '%s' has shape %s, expected %s", name,
+                       al_st_shape_str(a, sizeof a, t->ndim, t->shape), al_st_shape_str(b, sizeof b, ndim, shape));
     }
     const char *src = f->data + t->offset;
     size_t n = t->nbytes / al_dtype_size(t->dtype);

@@ -213,11 +213,11 @@ int al_config_same(const al_config *a, const al_config *b, char *why, size_t cap
             else
                 same = field_num(f, a) == field_num(f, b);
             if (!same) {
-                if (f->type == AL_CF_POLY_SCALE) snprintf(why, cap, "its poly scale differs");
+                if (f->type == AL_CF_POLY_SCALE) al_strfmt(why, cap, "its poly scale differs");
                 else if (f->type == AL_CF_DESIGN)
-                    snprintf(why, cap, "its attention differs (%s, planned %s)", al_attn_name(a->attention),
-                             al_attn_name(b->attention));
-                else snprintf(why, cap, "its %s differs (%g, planned %g)", f->name, field_num(f, a), field_num(f, b));
+                    al_strfmt(why, cap, "its attention differs (%s, planned %s)", al_attn_name(a->attention),
+                              al_attn_name(b->attention));
+                else al_strfmt(why, cap, "its %s differs (%g, planned %g)", f->name, field_num(f, a), field_num(f, b));
                 return 0;
             }
         }
@@ -648,6 +648,14 @@ int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err
     int rc = al_config_parse(c, text, extra_out, err);
     free(text);
     if (rc) al_err_prefix(err, "%s", path);
+    return rc;
+}
+
+int al_config_load_dir(al_config *c, const char *dir, char **extra_out, al_err *err) {
+    char *path = al_sprintf("%s/config.json", dir);
+    if (!path) return al_errf(err, "out of memory");
+    int rc = al_config_load(c, path, extra_out, err);
+    free(path);
     return rc;
 }
 

@@ -47,6 +47,8 @@ const char *al_config_architecture(const al_config *c);
  * into the "attnlab" block on save (training settings); on load the block's
  * text is returned in *extra_out if non-NULL (malloc'd, may be NULL). */
 int al_config_load(al_config *c, const char *path, char **extra_out, al_err *err);
+/* The same for DIR/config.json (a path of any length). */
+int al_config_load_dir(al_config *c, const char *dir, char **extra_out, al_err *err);
 int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err);
 /* Parses config.json text (used by load; exposed for tests). */
 int al_config_parse(al_config *c, const char *json_text, char **extra_out, al_err *err);

@@ -33,14 +33,6 @@
 #include "../io/io.h"
 #include "model.h"
 
-/* "[a, b]" for messages. */
-static const char *shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-    return buf;
-}
-
 /* Names the table does not hold but a checkpoint may carry harmlessly. */
 static int ignorable(const al_model *m, const char *name) {
     if (m->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) return 1;
@@ -64,9 +56,7 @@ static float elem_f32(const void *p, al_dtype dt, size_t i) {
 }
 
 int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err) {
-    char cfg_path[4400];
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
-    if (al_model_build(m, c, 0, err)) return al_err_prefix(err, "%s", cfg_path);
+    if (al_model_build(m, c, 0, err)) return al_err_prefix(err, "%s/config.json", dir);
     m->mapped = 1;
     m->ckpt = calloc(1, sizeof *m->ckpt);
     m->data = calloc((size_t)m->n_params, sizeof *m->data);
@@ -90,7 +80,7 @@ int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err) 
     const al_ckpt *ck = m->ckpt;
     int rc = 0;
     size_t woff = 0;
-    char a[160], b[160], where[4600];
+    char a[AL_ST_SHAPE_STR_LEN], b[AL_ST_SHAPE_STR_LEN];
     for (int i = 0; i < m->n_params && !rc; i++) {
         const al_param *p = &m->params[i];
         const al_ckpt_entry *e = al_ckpt_find(ck, p->name);
@@ -100,19 +90,19 @@ int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err) 
             break;
         }
         const al_st_tensor *t = e->t;
-        snprintf(where, sizeof where, "%s/%s", dir, al_ckpt_file_name(ck, e));
+        const char *file = al_ckpt_file_name(ck, e); /* errors name DIR/FILE */
         int same = t->ndim == p->ndim;
         for (int k = 0; same && k < p->ndim; k++) same = t->shape[k] == p->shape[k];
         if (!same) {
-            rc = al_errf(err, "%s: tensor '%s' has shape %s, expected %s from config.json", where, p->name,
-                         shape_str(a, sizeof a, t->ndim, t->shape), shape_str(b, sizeof b, p->ndim, p->shape));
+            rc = al_errf(err, "%s/%s: tensor '%s' has shape %s, expected %s from config.json", dir, file, p->name,
+                         al_st_shape_str(a, sizeof a, t->ndim, t->shape), al_st_shape_str(b, sizeof b, p->ndim, p->shape));
             break;
         }
         const void *bytes = al_ckpt_data(ck, e);
         if (p->ndim == 1) { /* gains and biases: fp32 copies */
             if (t->dtype != AL_DT_F32 && t->dtype != AL_DT_F16 && t->dtype != AL_DT_BF16 && t->dtype != AL_DT_F64) {
-                rc = al_errf(err, "%s: tensor '%s' has dtype %s, expected a floating-point dtype", where, p->name,
-                             al_dtype_name(t->dtype));
+                rc = al_errf(err, "%s/%s: tensor '%s' has dtype %s, expected a floating-point dtype", dir, file,
+                             p->name, al_dtype_name(t->dtype));
                 break;
             }
             float *dst = m->w + woff;
@@ -124,7 +114,7 @@ int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err) 
             continue;
         }
         if (t->dtype != AL_DT_F32 && t->dtype != AL_DT_F16 && t->dtype != AL_DT_BF16) {
-            rc = al_errf(err, "%s: tensor '%s' has dtype %s, expected F32, BF16 or F16", where, p->name,
+            rc = al_errf(err, "%s/%s: tensor '%s' has dtype %s, expected F32, BF16 or F16", dir, file, p->name,
                          al_dtype_name(t->dtype));
             break;
         }

@@ -185,7 +185,10 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
         return al_errf(err, "out of memory");
     }
     float std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers);
-    char name[96];
+    /* al_param.name[96] holds every name: num_layers <= 1024 (validated
+     * above) and a design's tensor name is under 64 bytes, so the longest,
+     * "model.layers.1023.self_attn.<63>", is 91 bytes */
+    char name[sizeof m->params[0].name];
     if (vit) {
         /* ViT input side: patch embedding (a Conv2d of stride p, as a matrix), CLS token, positions */
         const int64_t pp = (int64_t)c->num_channels * c->patch_size * c->patch_size;
@@ -197,20 +200,20 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
         add_param(m, cap, "model.embed_tokens.weight", 2, V, d, AL_INIT_NORMAL, 0.02f, 1);
     }
     for (int l = 0; l < c->num_layers; l++) {
-        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        al_strfmt(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
         add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
         for (int a = 0; a < na; a++) {
-            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", l, specs[a].name);
+            al_strfmt(name, sizeof name, "model.layers.%d.self_attn.%s", l, specs[a].name);
             add_param(m, cap, name, specs[a].ndim, specs[a].shape[0], specs[a].shape[1], specs[a].init, specs[a].std,
                       specs[a].decay);
         }
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        al_strfmt(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
         add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+        al_strfmt(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
         add_param(m, cap, name, 2, f, d, AL_INIT_NORMAL, 0.02f, 1);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
+        al_strfmt(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
         add_param(m, cap, name, 2, f, d, AL_INIT_NORMAL, 0.02f, 1);
-        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+        al_strfmt(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
         add_param(m, cap, name, 2, d, f, AL_INIT_NORMAL, std_out, 1);
     }
     add_param(m, cap, "model.norm.weight", 1, d, 1, AL_INIT_ONES, 0, 0);
@@ -339,10 +342,10 @@ int al_model_save(const al_model *m, const char *dir, const char *extra_json, al
     if (m->mapped) return al_errf(err, "%s: a memory-mapped Hugging Face checkpoint is not saved by attnlab", dir);
     if (m->w16) return al_errf(err, "%s: a model with BF16 weights for inference is not saved by attnlab", dir);
     if (mkdir(dir, 0777) && errno != EEXIST) return al_errf(err, "%s: cannot create directory: %s", dir, strerror(errno));
-    char path[4096];
     al_st_out_tensor *t = calloc((size_t)m->n_params, sizeof *t);
-    if (!t) return al_errf(err, "out of memory");
-    for (int i = 0; i < m->n_params; i++) {
+    char *weights = al_sprintf("%s/model.safetensors", dir), *config = al_sprintf("%s/config.json", dir);
+    int rc = t && weights && config ? 0 : al_errf(err, "out of memory");
+    for (int i = 0; i < m->n_params && !rc; i++) {
         t[i].name = m->params[i].name;
         t[i].data = m->w + m->params[i].offset;
         t[i].ndim = m->params[i].ndim;
@@ -350,12 +353,12 @@ int al_model_save(const al_model *m, const char *dir, const char *extra_json, al
         t[i].shape[1] = m->params[i].shape[1];
     }
     const char *meta[] = {"format", "pt"};
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int rc = al_st_write_f32(path, t, m->n_params, meta, 1, err);
+    if (!rc) rc = al_st_write_f32(weights, t, m->n_params, meta, 1, err);
+    if (!rc) rc = al_config_save(&m->cfg, config, extra_json, err);
     free(t);
-    if (rc) return -1;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    return al_config_save(&m->cfg, path, extra_json, err);
+    free(weights);
+    free(config);
+    return rc;
 }
 
 int al_model_load_weights(al_model *m, const char *path, al_err *err) {
@@ -383,25 +386,29 @@ int al_model_load(al_model *m, const char *dir, char **extra_out, al_err *err) {
 }
 
 int al_model_open(al_model *m, const char *dir, int min_positions, char **extra_out, al_err *err) {
-    char path[4096];
     al_config c;
+    char *weights = NULL;
     memset(m, 0, sizeof *m);
     if (extra_out) *extra_out = NULL;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (al_config_load(&c, path, extra_out, err)) return -1;
+    if (al_config_load_dir(&c, dir, extra_out, err)) return -1;
     if (c.max_position < min_positions) c.max_position = min_positions; /* longer RoPE tables; same weights */
     if (c.hf != AL_HF_NONE) {
         if (al_model_map(m, dir, &c, err)) goto fail;
         return 0;
     }
     if (al_model_create(m, &c, err)) {
-        al_err_prefix(err, "%s", path);
+        al_err_prefix(err, "%s/config.json", dir);
         goto fail;
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (al_model_load_weights(m, path, err)) goto fail;
+    if (!(weights = al_sprintf("%s/model.safetensors", dir))) {
+        al_errf(err, "out of memory");
+        goto fail;
+    }
+    if (al_model_load_weights(m, weights, err)) goto fail;
+    free(weights);
     return 0;
 fail:
+    free(weights);
     al_model_free(m);
     if (extra_out) {
         free(*extra_out);

@@ -59,8 +59,10 @@ const al_preset *al_preset_list(int *n) {
 const char *al_preset_names(char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
-    for (int i = 0; i < N_PRESETS && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", presets[i].name);
+    for (int i = 0; i < N_PRESETS && at < cap; i++) {
+        if (al_strfmt(buf + at, cap - at, "%s%s", i ? ", " : "", presets[i].name)) break; /* cut: ends in "..." */
+        at += strlen(buf + at);
+    }
     return buf;
 }
 

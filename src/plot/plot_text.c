@@ -54,57 +54,68 @@ static int sup_char(const char *p) {
     return strncmp(p, MINUS_UTF8, 3) == 0;
 }
 
+/* A run of text being collected byte by byte; put() draws (or measures) a
+ * full buffer at a character boundary and starts over, so text of any
+ * length is shown whole. */
+typedef struct run_buf {
+    char b[512];
+    size_t n;
+    double size, y; /* font size and baseline of the run */
+} run_buf;
+
+/* Draws (or measures) what r holds at x and empties it; returns its advance. */
+static double flush(cairo_t *cr, run_buf *r, int bold, int draw, double x) {
+    r->b[r->n] = 0;
+    r->n = 0;
+    return run(cr, r->b, r->size, bold, draw, x, r->y);
+}
+
+/* Appends byte c to r; returns the advance of a full run drawn first (0 if none). */
+static double put(cairo_t *cr, run_buf *r, char c, int bold, int draw, double x) {
+    double w = 0;
+    const int starts_char = ((unsigned char)c & 0xC0) != 0x80;
+    /* room for a UTF-8 character and the NUL (malformed text: for the NUL) */
+    if ((r->n + 4 >= sizeof r->b && starts_char) || r->n + 1 >= sizeof r->b) w = flush(cr, r, bold, draw, x);
+    r->b[r->n++] = c;
+    return w;
+}
+
+/* Appends the n bytes at c to r (put, byte by byte); returns the advance drawn. */
+static double put_n(cairo_t *cr, run_buf *r, const char *c, size_t n, int bold, int draw, double x) {
+    double w = 0;
+    for (size_t k = 0; k < n; k++) w += put(cr, r, c[k], bold, draw, x + w);
+    return w;
+}
+
 /* Walks s: plain runs at `size`, superscripts smaller and raised. Returns
  * the total advance; draws from baseline (x, y) when draw is set. */
 static double walk(cairo_t *cr, const char *s, double size, int bold, int draw, double x, double y) {
-    char buf[512];
-    size_t n = 0;
+    run_buf plain = {.size = size, .y = y}, sup = {.size = size * SUP_SCALE, .y = y - SUP_RAISE * size};
     double w = 0;
     for (const char *p = s;;) {
         if (*p == '^' && (p[1] == '{' || sup_char(p + 1))) {
-            buf[n] = 0;
-            w += run(cr, buf, size, bold, draw, x + w, y);
-            n = 0;
-            char sup[128];
-            size_t m = 0;
+            w += flush(cr, &plain, bold, draw, x + w);
             if (p[1] == '{') {
-                p += 2;
-                while (*p && *p != '}') {
-                    if (*p == '-' && m + 3 < sizeof sup) {
-                        memcpy(sup + m, MINUS_UTF8, 3);
-                        m += 3;
-                    } else if (m + 1 < sizeof sup) {
-                        sup[m++] = *p;
-                    }
-                    p++;
-                }
+                for (p += 2; *p && *p != '}'; p++)
+                    w += *p == '-' ? put_n(cr, &sup, MINUS_UTF8, 3, bold, draw, x + w)
+                                   : put(cr, &sup, *p, bold, draw, x + w);
                 if (*p == '}') p++;
             } else {
-                p++;
-                while (*p && sup_char(p)) {
-                    if (*p == '-' && m + 3 < sizeof sup) {
-                        memcpy(sup + m, MINUS_UTF8, 3);
-                        m += 3;
-                        p++;
-                    } else if (strncmp(p, MINUS_UTF8, 3) == 0) {
-                        if (m + 3 < sizeof sup) memcpy(sup + m, p, 3), m += 3;
-                        p += 3;
-                    } else {
-                        if (m + 1 < sizeof sup) sup[m++] = *p;
-                        p++;
-                    }
+                for (p++; *p && sup_char(p);) { /* '-' becomes U+2212; a U+2212 given is kept whole */
+                    const int minus = *p == '-';
+                    const size_t k = !minus && strncmp(p, MINUS_UTF8, 3) == 0 ? 3 : 1;
+                    w += put_n(cr, &sup, minus ? MINUS_UTF8 : p, minus ? 3 : k, bold, draw, x + w);
+                    p += k;
                 }
             }
-            sup[m] = 0;
-            w += run(cr, sup, size * SUP_SCALE, bold, draw, x + w, y - SUP_RAISE * size);
+            w += flush(cr, &sup, bold, draw, x + w);
             continue;
         }
         if (!*p) break;
-        if (n + 1 < sizeof buf) buf[n++] = *p;
+        w += put(cr, &plain, *p, bold, draw, x + w);
         p++;
     }
-    buf[n] = 0;
-    w += run(cr, buf, size, bold, draw, x + w, y);
+    w += flush(cr, &plain, bold, draw, x + w);
     return w;
 }
 
@@ -133,7 +144,7 @@ void al_ptext_draw(cairo_t *cr, const char *s, double x, double y, double size, 
 
 void al_pformat_number(char *buf, size_t len, double v, int decimals) {
     char tmp[64];
-    snprintf(tmp, sizeof tmp, "%.*f", decimals, v);
+    al_strfmt(tmp, sizeof tmp, "%.*f", decimals, v); /* a label: a huge value is cut, marked */
     const char *p = tmp;
     int neg = 0;
     if (*p == '-') {
@@ -144,7 +155,7 @@ void al_pformat_number(char *buf, size_t len, double v, int decimals) {
         neg = 0;
     }
 keep:
-    snprintf(buf, len, "%s%s", neg ? MINUS_UTF8 : "", p);
+    al_strfmt(buf, len, "%s%s", neg ? MINUS_UTF8 : "", p);
 }
 
 /* Decimals needed to print multiples of step exactly (0.25 -> 2, 5 -> 0). */
@@ -189,7 +200,7 @@ static void format_general(char *buf, size_t len, double v) {
     if (e) {  /* 3e-07 -> 3x10^{-7} */
         int ex = atoi(e + 1);
         *e = 0;
-        snprintf(buf, len, "%s\xc3\x97" "10^{%d}", tmp, ex);
+        al_strfmt(buf, len, "%s\xc3\x97" "10^{%d}", tmp, ex);
     } else {
         al_pformat_number(buf, len, v, step_decimals(v < 0 ? -v : v));
     }

@@ -116,7 +116,7 @@ static int fail(loader *ld, const char *fmt, ...) {
     char msg[AL_ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    al_vstrfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return al_errf(ld->err, "%s: %s", ld->path, msg);
 }
@@ -277,7 +277,7 @@ static int get_prepend(loader *ld, const cJSON *node, const char *what, tok_prep
 /* Recognises a Split regex as one of the implemented patterns. Literal CR and
  * LF characters count as the escapes "\r" and "\n". */
 static int known_pattern(const char *re, tok_pattern *out) {
-    char buf[512];
+    char buf[512]; /* longer than every known pattern: a longer regex, cut, still matches none */
     size_t k = 0;
     for (const char *p = re; *p && k + 3 < sizeof buf; p++) {
         if (*p == '\r' || *p == '\n') {
@@ -891,18 +891,15 @@ al_tokenizer *al_tok_open_dir(const char *model_dir, al_err *err) {
         al_errf(err, "%s: not a directory", model_dir);
         return NULL;
     }
-    char tj[4200], tc[4200];
-    snprintf(tj, sizeof tj, "%s/tokenizer.json", model_dir);
-    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", model_dir);
-    if (stat(tj, &st)) {
-        if (errno != ENOENT) {
-            al_errf(err, "%s: %s", tj, strerror(errno));
-            return NULL;
-        }
-        return al_tok_bytes();
-    }
-    int has_config = stat(tc, &st) == 0;
-    return al_tok_load_json(tj, has_config ? tc : NULL, err);
+    char *tj = al_sprintf("%s/tokenizer.json", model_dir), *tc = al_sprintf("%s/tokenizer_config.json", model_dir);
+    al_tokenizer *t = NULL;
+    if (!tj || !tc) al_errf(err, "out of memory");
+    else if (stat(tj, &st) == 0) t = al_tok_load_json(tj, stat(tc, &st) == 0 ? tc : NULL, err);
+    else if (errno != ENOENT) al_errf(err, "%s: %s", tj, strerror(errno));
+    else t = al_tok_bytes();
+    free(tj);
+    free(tc);
+    return t;
 }
 
 /* ---- facts ---- */

@@ -23,13 +23,16 @@ static int make_dirs(char *path) {
     return mkdir(path, 0777) && errno != EEXIST ? -1 : 0;
 }
 
-int al_default_corpus_path(char *out, size_t cap, al_err *err) {
+/* The cache directory of the default corpus (malloc'd; NULL when out of memory). */
+static char *corpus_cache_dir(void) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[4096];
-    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/attnlab", xdg);
-    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/attnlab", home);
-    else snprintf(dir, sizeof dir, "/tmp/attnlab-cache");
-    snprintf(out, cap, "%s/kjv.txt", dir);
+    if (xdg && *xdg) return al_sprintf("%s/attnlab", xdg);
+    if (home && *home) return al_sprintf("%s/.cache/attnlab", home);
+    return al_sprintf("/tmp/attnlab-cache");
+}
+
+/* Writes the default corpus to out (in dir) unless it is there already. */
+static int write_default_corpus(char *dir, const char *out, al_err *err) {
     struct stat st;
     if (stat(out, &st) == 0 && st.st_size > 0) return 0;
     if (make_dirs(dir)) return al_errf(err, "default corpus: cannot create %s: %s", dir, strerror(errno));
@@ -58,36 +61,49 @@ int al_default_corpus_path(char *out, size_t cap, al_err *err) {
     return rc ? al_err_prefix(err, "default corpus") : 0;
 }
 
+char *al_default_corpus_path(al_err *err) {
+    char *dir = corpus_cache_dir(), *out = dir ? al_sprintf("%s/kjv.txt", dir) : NULL;
+    if (!out) {
+        free(dir);
+        al_errf(err, "out of memory");
+        return NULL;
+    }
+    int rc = write_default_corpus(dir, out, err);
+    free(dir);
+    if (rc) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 int al_corpus_load(al_corpus *c, const char *path, double val_fraction, int min_split, al_err *err) {
     memset(c, 0, sizeof *c);
-    if (!path || !*path) {
-        if (al_default_corpus_path(c->path, sizeof c->path, err)) return -1;
-    } else {
-        snprintf(c->path, sizeof c->path, "%s", path);
-    }
-    if (!(val_fraction > 0 && val_fraction < 1)) return al_errf(err, "validation fraction must be in (0, 1)");
+    if (!path || !*path) c->path = al_default_corpus_path(err);
+    else if (!(c->path = strdup(path))) al_errf(err, "out of memory");
+    if (!c->path) return -1;
     char *data;
-    size_t len;
-    if (al_read_file(c->path, &data, &len, err)) return -1;
-    if (len == 0) {
-        free(data);
-        return al_errf(err, "%s: data file is empty", c->path);
+    size_t len = 0;
+    int rc = 0;
+    if (!(val_fraction > 0 && val_fraction < 1))
+        rc = al_errf(err, "validation fraction must be in (0, 1)");
+    else if (!(rc = al_read_file(c->path, &data, &len, err))) {
+        c->bytes = (uint8_t *)data;
+        c->n = len;
+        c->n_train = len - (size_t)((double)len * val_fraction);
     }
-    size_t n_val = (size_t)((double)len * val_fraction);
-    size_t n_train = len - n_val;
-    if (n_val < (size_t)min_split + 1 || n_train < (size_t)min_split + 1) {
-        free(data);
-        return al_errf(err, "%s: data file too short (%zu bytes) for context %d: each split needs at least %d bytes",
-                       c->path, len, min_split, min_split + 1);
-    }
-    c->bytes = (uint8_t *)data;
-    c->n = len;
-    c->n_train = n_train;
-    return 0;
+    if (!rc && len == 0)
+        rc = al_errf(err, "%s: data file is empty", c->path);
+    else if (!rc && (c->n - c->n_train < (size_t)min_split + 1 || c->n_train < (size_t)min_split + 1))
+        rc = al_errf(err, "%s: data file too short (%zu bytes) for context %d: each split needs at least %d bytes",
+                     c->path, len, min_split, min_split + 1);
+    if (rc) al_corpus_free(c);
+    return rc;
 }
 
 void al_corpus_free(al_corpus *c) {
     free(c->bytes);
+    free(c->path);
     memset(c, 0, sizeof *c);
 }
 

@@ -23,10 +23,15 @@
 #include "../io/io.h"
 #include "train_loop.h"
 
-/* <dir>/<name>.gz if it exists, else <dir>/<name> (a plain IDX file). */
-static void idx_path(char *out, size_t cap, const char *dir, const char *name) {
-    snprintf(out, cap, "%s/%s.gz", dir, name);
-    if (access(out, F_OK) != 0) snprintf(out, cap, "%s/%s", dir, name);
+/* <dir>/<split>-<kind>.gz if it exists, else <dir>/<split>-<kind> (a plain
+ * IDX file); malloc'd, NULL when out of memory. */
+static char *idx_path(const char *dir, const char *split, const char *kind) {
+    char *path = al_sprintf("%s/%s-%s.gz", dir, split, kind);
+    if (path && access(path, F_OK) != 0) {
+        free(path);
+        path = al_sprintf("%s/%s-%s", dir, split, kind);
+    }
+    return path;
 }
 
 int al_fmnist_load(al_image_set *s, const char *dir, const char *split, int limit, al_err *err) {
@@ -36,19 +41,12 @@ int al_fmnist_load(al_image_set *s, const char *dir, const char *split, int limi
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return al_errf(err, "%s: %s (Fashion-MNIST: install Debian's dataset-fashion-mnist or pass --images DIR)", dir,
                        stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
-    char ipath[4200], lpath[4200], name[64];
-    snprintf(name, sizeof name, "%s-images-idx3-ubyte", split);
-    idx_path(ipath, sizeof ipath, dir, name);
-    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", split);
-    idx_path(lpath, sizeof lpath, dir, name);
-    al_idx im, lb;
-    if (al_idx_read(ipath, &im, err)) return -1;
-    if (al_idx_read(lpath, &lb, err)) {
-        al_idx_free(&im);
-        return -1;
-    }
-    int rc = 0;
-    if (im.ndim != 3 && im.ndim != 4)
+    char *ipath = idx_path(dir, split, "images-idx3-ubyte"), *lpath = idx_path(dir, split, "labels-idx1-ubyte");
+    al_idx im = {0}, lb = {0};
+    int rc = ipath && lpath ? 0 : al_errf(err, "out of memory");
+    if (rc || al_idx_read(ipath, &im, err) || al_idx_read(lpath, &lb, err))
+        rc = -1;
+    else if (im.ndim != 3 && im.ndim != 4)
         rc = al_errf(err, "%s: images must be IDX [n, rows, cols] or [n, channels, rows, cols], got %d dimensions",
                      ipath, im.ndim);
     else if (im.dims[im.ndim - 1] != im.dims[im.ndim - 2] || im.dims[im.ndim - 1] > 4096 ||
@@ -62,6 +60,8 @@ int al_fmnist_load(al_image_set *s, const char *dir, const char *split, int limi
                      ipath);
     else if (im.dims[0] > 100000000)
         rc = al_errf(err, "%s: too many images (%lld)", ipath, (long long)im.dims[0]);
+    free(ipath);
+    free(lpath);
     if (rc) {
         al_idx_free(&im);
         al_idx_free(&lb);

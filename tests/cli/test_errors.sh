@@ -330,6 +330,37 @@ run eval --model "$WORK/good" --data "$WORK/empty.txt"
 check_error 1 "empty.txt.*empty"
 end
 
+# ---------------------------------------------------------------- long paths
+# Paths are never cut to a fixed buffer: a model directory 3,841 bytes deep
+# (a relative path of 15 names of 255 bytes, NAME_MAX) works, outputs in it
+# included, and a path beyond the OS limit of 4,096 bytes fails with one line
+# that still says why (a long message loses the middle of its path).
+LONG_NAME=$(printf '%0255d' 0)
+LONG=.
+for _ in $(seq 15); do LONG=$LONG/$LONG_NAME; done
+cd "$WORK" || exit 1
+mkdir -p "$LONG" && cp "$WORK/good/config.json" "$WORK/good/model.safetensors" "$LONG/"
+
+begin "long paths: info and eval of a model 3,841 bytes deep"
+run info --model "$LONG"
+check_ok
+run eval --model "$LONG" --data "$DATA" --logits "$LONG/logits.npy"
+check_ok
+check_exists "$LONG/logits.npy"
+end
+
+begin "long paths: a model path beyond the OS limit (info)"
+run info --model "$LONG/$LONG_NAME/$LONG_NAME"
+check_error 1 "config.json: file name too long"
+end
+
+begin "long paths: an output path beyond the OS limit (eval --logits)"
+run eval --model "$LONG" --data "$DATA" --logits "$LONG/$LONG_NAME/logits.npy"
+check_error 1 "logits.npy: file name too long"
+check_no_tmp "$LONG"
+end
+cd - >/dev/null || exit 1
+
 begin "no temp files anywhere in the work dir"
 check_no_tmp "$WORK"
 end

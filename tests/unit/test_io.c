@@ -1,7 +1,8 @@
 /*
  * test_io.c: unit tests for the I/O layer (src/io): atomic writes,
  * safetensors read/write and validation, NPY read/write, f16/bf16
- * conversions. Files go to a private mkdtemp directory under /tmp that is
+ * conversions, and the text that error lines and paths are built from
+ * (core.h). Files go to a private mkdtemp directory under /tmp that is
  * removed at the end.
  */
 #include "io/io.h"
@@ -459,6 +460,39 @@ static void cleanup(void) {
     CHECK(rmdir(tmpdir) == 0);
 }
 
+/* Text the error lines and paths are built from: al_strfmt marks a cut
+ * (after a whole UTF-8 character), al_sprintf never cuts, al_errf keeps a
+ * long message's start and end, and shapes print whole. */
+static void test_text(void) {
+    char buf[8];
+    CHECK(al_strfmt(buf, sizeof buf, "%s", "abcdefg") == 0 && !strcmp(buf, "abcdefg"));
+    CHECK(al_strfmt(buf, sizeof buf, "%s", "abcdefgh") == 1 && !strcmp(buf, "abcd..."));
+    CHECK(al_strfmt(buf, sizeof buf, "%s", "abc\xc3\xa9" "fgh") == 1 && !strcmp(buf, "abc...")); /* not half an é */
+    char *long_path = malloc(5001);
+    CHECK(long_path != NULL);
+    if (!long_path) return;
+    memset(long_path, 'd', 5000);
+    long_path[5000] = 0;
+    char *p = al_sprintf("%s/config.json", long_path);
+    CHECK(p && strlen(p) == 5012 && !strcmp(p + 5000, "/config.json"));
+    al_err err;
+    al_errf(&err, "%s: %s", p, "File name too long");
+    CHECK_MSG(strlen(err.msg) == AL_ERR_LEN - 1 && !strncmp(err.msg, "ddd", 3) && strstr(err.msg, "d...d") &&
+                  strstr(err.msg, "/config.json: File name too long"),
+              "%s", err.msg);
+    al_errf(&err, "no such tensor");
+    al_err_prefix(&err, "%s", p);
+    CHECK_MSG(strlen(err.msg) == AL_ERR_LEN - 1 && strstr(err.msg, "/config.json: no such tensor"), "%s", err.msg);
+    free(p);
+    free(long_path);
+    char shape[AL_ST_SHAPE_STR_LEN];
+    int64_t big[AL_ST_MAX_DIMS];
+    for (int i = 0; i < AL_ST_MAX_DIMS; i++) big[i] = INT64_MIN;
+    al_st_shape_str(shape, sizeof shape, AL_ST_MAX_DIMS, big);
+    CHECK_MSG(shape[strlen(shape) - 1] == ']' && !strstr(shape, "..."), "%s", shape);
+    CHECK(!strcmp(al_st_shape_str(shape, sizeof shape, 2, (const int64_t[]){3, 4}), "[3, 4]"));
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al_test_io.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -473,6 +507,7 @@ int main(void) {
     test_npy();
     test_bf16();
     test_f16();
+    test_text();
     cleanup();
     return TEST_EXIT();
 }

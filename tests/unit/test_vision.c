@@ -32,8 +32,10 @@
 
 static char tmpdir[64];
 
+/* tmpdir/name into buf[256] (the names are short: checked, never cut). */
 static const char *tp(char *buf, const char *name) {
-    snprintf(buf, 256, "%s/%s", tmpdir, name);
+    int n = snprintf(buf, 256, "%s/%s", tmpdir, name);
+    CHECK(n > 0 && n < 256);
     return buf;
 }
 
