@@ -69,14 +69,7 @@ static int task_resolve(const char *cmd, const task_flags *v, al_arg *args, int 
     if (v->train_subset < 0 || v->train_subset > INT_MAX || v->eval_images < 0 || v->eval_images > INT_MAX)
         return cli_usage(cmd, "--train-subset and --eval-images must not be negative");
     al_config *c = &o->model;
-    c->task = AL_TASK_VISION;
-    c->image_size = 28;
-    c->patch_size = (int)v->patch;
-    c->num_channels = 1;
-    c->num_labels = 10;
-    c->image_mean = 0.0; /* set from the training images when the run starts */
-    c->image_std = 1.0;
-    al_config_vision_derive(c, 1); /* poly "auto", relu and sigmoid use N = patches */
+    al_config_vision_fmnist(c, (int)v->patch); /* poly "auto", relu and sigmoid use N = patches */ /* poly "auto", relu and sigmoid use N = patches */
     al_err err;
     if (al_config_validate(c, &err)) return cli_usage(cmd, "%s", err.msg);
     /* a ViT step sees whole images: the LM's default of 8 sequences is too small a batch */

@@ -305,16 +305,20 @@ void al_config_vision_derive(al_config *c, int score_n_too) {
     if (score_n_too) c->score_n = P > 0 ? P : 1;
 }
 
-void al_config_vision_default(al_config *c) {
-    al_config_default(c);
+void al_config_vision_fmnist(al_config *c, int patch) {
     c->task = AL_TASK_VISION;
     c->image_size = 28;
-    c->patch_size = 2;
+    c->patch_size = patch;
     c->num_channels = 1;
     c->num_labels = 10;
     c->image_mean = 0.0;
     c->image_std = 1.0;
     al_config_vision_derive(c, 1);
+}
+
+void al_config_vision_default(al_config *c) {
+    al_config_default(c);
+    al_config_vision_fmnist(c, 2);
 }
 
 /* The vision fields: divisible patches, a sane number of channels and
@@ -557,14 +561,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
         }
     }
     if (c->hf != AL_HF_NONE) c->rms_norm_eps = 1e-6f; /* transformers' default for these families */
-    if (is_vit) {
-        c->task = AL_TASK_VISION;
-        c->image_size = 28;
-        c->patch_size = 2;
-        c->num_channels = 1;
-        c->num_labels = 10;
-        c->image_std = 1.0;
-    }
+    if (is_vit) al_config_vision_fmnist(c, 2); /* ViTConfig's keys, where absent */
     /* the shared fields: the enumerations first (they decide which others apply) */
     const al_task task_of_arch = c->task;
     if (read_fields(c, i_task, i_task + 1, root, al, present, err) ||

@@ -31,6 +31,10 @@ void al_config_default(al_config *c);
 /* Fills defaults for a small Fashion-MNIST ViT (28 x 28 x 1, 2 x 2 patches,
  * 10 classes), with the fields al_config_vision_derive sets. */
 void al_config_vision_default(al_config *c);
+/* Makes c a vision config of Fashion-MNIST's shape: 28 x 28 x 1 images in
+ * patch x patch patches, 10 classes, pixel statistics 0 / 1 (a run sets them
+ * from its training images), then al_config_vision_derive(c, 1). */
+void al_config_vision_fmnist(al_config *c, int patch);
 /* Vision: sets what follows from the image fields: max_position = 1 +
  * patches, bidirectional = 1, vocab_size = 0 and (when `score_n_too`) the
  * score functions' N = patches. No-op for the language model. */

@@ -124,14 +124,7 @@ static int vit_run_opts(const al_study_plan *p, al_plan_run *r, al_err *err) {
     for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) given[al_config_field_find(set[i])] = 1;
     c->max_position = o->context; /* replaced by the patches below */
     if (al_config_resolve(c, given, err)) return -1;
-    c->task = AL_TASK_VISION;
-    c->image_size = 28;
-    c->patch_size = 2;
-    c->num_channels = 1;
-    c->num_labels = 10;
-    c->image_mean = 0.0; /* set from the training images when the run starts */
-    c->image_std = 1.0;
-    al_config_vision_derive(c, 1);
+    al_config_vision_fmnist(c, 2);
     if (al_config_validate(c, err)) return -1;
     o->batch = b->vit_batch;
     o->steps = b->vit_steps;
