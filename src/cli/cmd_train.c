@@ -84,7 +84,7 @@ static int task_resolve(const char *cmd, const task_flags *v, al_arg *args, int 
     o->context = c->max_position;
     o->train_subset = (int)v->train_subset;
     o->eval_images = (int)v->eval_images;
-    if (v->images) snprintf(o->images, sizeof o->images, "%s", v->images);
+    if (al_train_opts_set_paths(o, NULL, v->images, NULL, &err)) return cli_fail(cmd, err.msg);
     return CLI_OK;
 }
 
@@ -160,7 +160,7 @@ static int apply_config_file(const char *cmd, const char *path, al_arg *args, in
     cJSON *j = *tree = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(j)) {
-        snprintf(err.msg, sizeof err.msg, "%s: not a JSON object", path);
+        al_errf(&err, "%s: not a JSON object", path);
         return cli_fail(cmd, err.msg);
     }
     int rc = CLI_OK;
@@ -253,9 +253,7 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     o->grad_clip = f->grad_clip;
     o->val_fraction = f->val_fraction;
     o->seed = (uint64_t)f->seed;
-    if (f->data) snprintf(o->data, sizeof o->data, "%s", f->data);
-    if (f->out) snprintf(o->out, sizeof o->out, "%s", f->out);
-    return CLI_OK;
+    return al_train_opts_set_paths(o, f->data, NULL, f->out, &err) ? cli_fail(cmd, err.msg) : CLI_OK;
 }
 
 /* --resume: settings come from the run's own config.json; only --steps (to
@@ -317,8 +315,8 @@ static void show_progress(const al_train_progress *p, void *ctx) {
     const int print_every = o->steps >= 20 ? o->steps / 20 : 1;
     char eta[32], rate[48];
     cli_duration(eta, sizeof eta, p->eta_s);
-    if (p->vision) snprintf(rate, sizeof rate, "%.1f img/s", p->items_per_s);
-    else snprintf(rate, sizeof rate, "%.0f tok/s", p->tokens_per_s);
+    if (p->vision) al_strfmt(rate, sizeof rate, "%.1f img/s", p->items_per_s);
+    else al_strfmt(rate, sizeof rate, "%.0f tok/s", p->tokens_per_s);
     if (v->tty)
         fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %s | ETA %s   ", p->step, o->steps, p->loss, p->lr, rate,
                 eta);
