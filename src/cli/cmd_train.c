@@ -106,7 +106,6 @@ int train_flags_table(train_flags *f, al_arg *args) {
     f->val_fraction = d.val_fraction;
     f->min_lr_ratio = d.min_lr_ratio;
     f->grad_clip = d.grad_clip;
-    int n = 0;
     al_arg head[] = {
         {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2; study: mha gqa mqa mla lrkv); flags override it"},
         {"config", ARG_STRING, &f->config, "JSON file of flag names to values, e.g. {\"layers\": 4}"},
@@ -114,18 +113,15 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"out", ARG_STRING, &f->out, "run directory: checkpoint, training state, log.jsonl"},
         {"resume", ARG_FLAG, &f->resume, "continue the run in --out exactly where it stopped"},
     };
-    memcpy(args, head, sizeof head);
-    n += (int)(sizeof head / sizeof head[0]);
+    const int n_head = (int)(sizeof head / sizeof head[0]);
     /* the model's flags: one per config field that has one (shared, then each design's) */
     const int nf = al_config_field_count();
+    int n_cfg = 0;
     for (int i = 0; i < nf; i++) {
         const al_config_field *cf = al_config_field_at(i, NULL);
         if (!(cf->flags & AL_CF_FLAG)) continue;
-        char *nm = f->names[i];
-        snprintf(nm, sizeof f->names[i], "%s", cf->name);
-        for (char *q = nm; *q; q++)
-            if (*q == '_') *q = '-';
-        args[n++] = (al_arg){.name = nm, .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
+        if (strlen(cf->name) >= sizeof f->names[i]) return -1; /* its flag name would be cut */
+        n_cfg++;
     }
     al_arg tail[] = {
         {"context", ARG_INT, &f->context, "tokens (bytes) per sequence T"},
@@ -144,9 +140,21 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"threads", ARG_INT, &f->threads, "worker threads (default: all cores)"},
         {"quiet", ARG_FLAG, &f->quiet, "no progress output"},
     };
+    const int n_tail = (int)(sizeof tail / sizeof tail[0]);
+    if (n_head + n_cfg + n_tail > TRAIN_MAX_ARGS) return -1;
+    memcpy(args, head, sizeof head);
+    int n = n_head;
+    for (int i = 0; i < nf; i++) {
+        const al_config_field *cf = al_config_field_at(i, NULL);
+        if (!(cf->flags & AL_CF_FLAG)) continue;
+        char *nm = f->names[i];
+        memcpy(nm, cf->name, strlen(cf->name) + 1);
+        for (char *q = nm; *q; q++)
+            if (*q == '_') *q = '-';
+        args[n++] = (al_arg){.name = nm, .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
+    }
     memcpy(args + n, tail, sizeof tail);
-    n += (int)(sizeof tail / sizeof tail[0]);
-    return n;
+    return n + n_tail;
 }
 
 /* Applies a JSON object {"flag": value, ...} through the flag table;
@@ -337,6 +345,7 @@ int cmd_train(int argc, char **argv) {
     task_flags v;
     al_arg args[TRAIN_MAX_ARGS + TASK_ARGS];
     int n = train_flags_table(&f, args);
+    if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     n += task_flags_table(&v, args + n);
     int rc = cli_parse(cmd, "--out DIR [--task lm|vision] [--preset NAME] [--config FILE] [flags]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
