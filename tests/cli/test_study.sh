@@ -360,6 +360,8 @@ r = json.load(open(sys.argv[1]))
 dirs = [x["dir"] for x in r["language_models"]["runs"]]
 assert dirs and all(d == sys.argv[2] + "/runs/" + x["design"] + "-seed1337" for d, x in zip(dirs, r["language_models"]["runs"])), dirs[0][-80:]
 ' "$LONG/report.json" "$LONG"
+grep -qF -- "--out $LONG --budget tiny" "$LONG/report.md" || note "report.md does not name the study directory whole"
+grep -qF -- "--out $LONG --budget tiny" "$LONG/report.html" || note "report.html does not name the study directory whole"
 check_no_tmp "$LONG"
 end
 
