@@ -36,29 +36,46 @@ al_stat al_stat_of(const double *v, int n) {
 
 /* ---- data files beside figures ---- */
 
+/* OUT/STEM.EXT (ext with its dot), malloc'd; NULL when out of memory (err). */
+static char *fig_file(const char *out, const char *stem, const char *ext, al_err *err) {
+    char *path = al_sprintf("%s/%s%s", out, stem, ext);
+    if (!path) al_errf(err, "out of memory");
+    return path;
+}
+
 /* STEM.json from a cJSON object (freed) and STEM.npy from floats. */
 static int write_data(const char *out, const char *stem, cJSON *j, const float *npy, int ndim, const int64_t *shape,
                       al_err *err) {
-    char path[4300];
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    if (!text) return al_errf(err, "out of memory");
-    snprintf(path, sizeof path, "%s/%s.json", out, stem);
-    int rc = al_write_file_atomic(path, text, strlen(text), err);
+    char *json_path = fig_file(out, stem, ".json", err), *npy_path = fig_file(out, stem, ".npy", err);
+    int rc = !text                    ? al_errf(err, "out of memory")
+             : !json_path || !npy_path ? -1
+                                      : al_write_file_atomic(json_path, text, strlen(text), err);
+    if (!rc) rc = al_npy_write_f32(npy_path, npy, ndim, shape, err);
     free(text);
-    snprintf(path, sizeof path, "%s/%s.npy", out, stem);
-    if (!rc) rc = al_npy_write_f32(path, npy, ndim, shape, err);
+    free(json_path);
+    free(npy_path);
+    return rc;
+}
+
+/* Saves a heat-map figure as OUT/STEM.png. */
+static int save_figure(al_figure *f, const char *out, const char *stem, al_err *err) {
+    char *png = fig_file(out, stem, ".png", err);
+    int rc = png ? al_figure_save(f, png, err) : -1;
+    free(png);
     return rc;
 }
 
 /* Names a written figure: STEM.png, STEM.json, STEM.npy and an optional third
- * data file, with its caption. */
+ * data file, with its caption (short names and a caption of at most
+ * sizeof f->caption; a longer one ends in "..."). */
 static void name_figure(al_study_figure *f, const char *stem, const char *extra_data, const char *caption) {
-    snprintf(f->file, sizeof f->file, "%s.png", stem);
-    snprintf(f->data[0], sizeof f->data[0], "%s.json", stem);
-    snprintf(f->data[1], sizeof f->data[1], "%s.npy", stem);
-    snprintf(f->data[2], sizeof f->data[2], "%s", extra_data ? extra_data : "");
-    snprintf(f->caption, sizeof f->caption, "%s", caption);
+    al_strfmt(f->file, sizeof f->file, "%s.png", stem);
+    al_strfmt(f->data[0], sizeof f->data[0], "%s.json", stem);
+    al_strfmt(f->data[1], sizeof f->data[1], "%s.npy", stem);
+    al_strfmt(f->data[2], sizeof f->data[2], "%s", extra_data ? extra_data : "");
+    al_strfmt(f->caption, sizeof f->caption, "%s", caption);
 }
 
 /* The end of a line-plot figure: unless rc already failed, STEM.json (j,
@@ -66,13 +83,13 @@ static void name_figure(al_study_figure *f, const char *stem, const char *extra_
  * figure named in fig. Returns 0 or -1. */
 static int finish_lineplot(const char *out, al_lineplot *p, cJSON *j, int rc, const char *stem, const float *npy,
                            int ndim, const int64_t *shape, const char *caption, al_study_figure *fig, al_err *err) {
-    char path[4300];
     if (!rc) {
         rc = write_data(out, stem, j, npy, ndim, shape, err);
         j = NULL;
     }
-    snprintf(path, sizeof path, "%s/%s.png", out, stem);
-    if (!rc) rc = al_lineplot_save(p, path, err);
+    char *png = rc ? NULL : fig_file(out, stem, ".png", err);
+    if (!rc) rc = png ? al_lineplot_save(p, png, err) : -1;
+    free(png);
     cJSON_Delete(j);
     al_lineplot_free(p);
     if (rc) return -1;
@@ -85,10 +102,11 @@ static int finish_lineplot(const char *out, al_lineplot *p, cJSON *j, int rc, co
 int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *title, uint64_t seed, const uint8_t *text,
                     size_t len, int max_tokens, al_study_figure *fig, al_err *err) {
     int T = (size_t)max_tokens < len ? max_tokens : (int)len;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/attnmap_input.txt", out_dir);
     if (T < 2) return al_errf(err, "the validation split is too short for attention maps");
-    if (al_write_file_atomic(path, text, (size_t)T, err)) return -1;
+    char *input = fig_file(out_dir, "attnmap_input", ".txt", err);
+    const int wrote = input && !al_write_file_atomic(input, text, (size_t)T, err);
+    free(input);
+    if (!wrote) return -1;
     int *tok = malloc(sizeof(int) * (size_t)T);
     if (!tok) return al_errf(err, "out of memory");
     for (int i = 0; i < T; i++) tok[i] = text[i];
@@ -147,8 +165,8 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
                             .ylabel = "Input (key) position"};
         f = al_figure_new(2, 2, &st, err);
         char heading[256];
-        snprintf(heading, sizeof heading, "%s (seed %llu): %d tokens of the validation split (trained context %d)",
-                 title, (unsigned long long)seed, T, trained);
+        al_strfmt(heading, sizeof heading, "%s (seed %llu): %d tokens of the validation split (trained context %d)",
+                  title, (unsigned long long)seed, T, trained);
         rc = f ? al_figure_set_title(f, heading, err) : -1;
         for (int i = 0; i < 4 && !rc; i++) {
             const float *Pi = Pm + (size_t)i * T * T;
@@ -158,8 +176,7 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
             snprintf(name, sizeof name, "Layer %d Head %d", layers[i / 2], heads[i % 2]);
             rc = al_figure_panel(f, i, name, t, T, T, err);
         }
-        snprintf(path, sizeof path, "%s/attnmaps.png", out_dir);
-        if (!rc) rc = al_figure_save(f, path, err);
+        if (!rc) rc = save_figure(f, out_dir, "attnmaps", err);
     }
     cJSON_Delete(j);
     al_figure_free(f);
@@ -168,11 +185,11 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
     al_acts_free(&a);
     al_model_free(&m);
     if (rc) return -1;
-    char cap[512];
-    snprintf(cap, sizeof cap,
-             "Attention weights of the %s model (first seed), layers 0 and %d x heads 0 and %d, over %d bytes of the "
-             "validation split (the models trained at context %d), log colour scale 1e-6..1; x = query, y = key.",
-             title, L - 1, H - 1, T, trained);
+    char cap[sizeof fig->caption];
+    al_strfmt(cap, sizeof cap,
+              "Attention weights of the %s model (first seed), layers 0 and %d x heads 0 and %d, over %d bytes of the "
+              "validation split (the models trained at context %d), log colour scale 1e-6..1; x = query, y = key.",
+              title, L - 1, H - 1, T, trained);
     name_figure(fig, "attnmaps", "attnmap_input.txt", cap);
     return 0;
 }
@@ -287,9 +304,7 @@ int al_fig_cls_attention(const char *out_dir, const char *const dirs[2], const c
             rc = al_figure_panel(f, k, titles[k], grid + (size_t)k * P, side, side, err) ||
                  al_figure_panel_style(f, k, &st, err) || al_figure_panel_subtitle(f, k, sub, err);
         }
-        char path[4300];
-        snprintf(path, sizeof path, "%s/poly_vs_softmax.png", out_dir);
-        if (!rc) rc = al_figure_save(f, path, err);
+        if (!rc) rc = save_figure(f, out_dir, "poly_vs_softmax", err);
         al_figure_free(f);
     }
     cJSON_Delete(j);
@@ -299,12 +314,12 @@ int al_fig_cls_attention(const char *out_dir, const char *const dirs[2], const c
     if (rc) return -1;
     /* "Attention with (1/14)x^3" -> "(1/14)x^3" */
     const char *poly = strncmp(titles[1], "Attention with ", 15) ? titles[1] : titles[1] + 15;
-    char cap[512];
-    snprintf(cap, sizeof cap,
-             "The CLS token's attention over the %d x %d patch grid of Fashion-MNIST test image %d (a %s), last "
-             "layer, head 0: a ViT with softmax and one with %s (first seed), each panel with its own colour range "
-             "(signed weights: symmetric about 0).",
-             side, side, image, cls->label >= 0 && cls->label < 10 ? fmnist_classes[cls->label] : "?", poly);
+    char cap[sizeof fig->caption];
+    al_strfmt(cap, sizeof cap,
+              "The CLS token's attention over the %d x %d patch grid of Fashion-MNIST test image %d (a %s), last "
+              "layer, head 0: a ViT with softmax and one with %s (first seed), each panel with its own colour range "
+              "(signed weights: symmetric about 0).",
+              side, side, image, cls->label >= 0 && cls->label < 10 ? fmnist_classes[cls->label] : "?", poly);
     name_figure(fig, "poly_vs_softmax", NULL, cap);
     return 0;
 }

@@ -113,8 +113,12 @@ typedef struct train_flags {
 enum { TRAIN_MAX_ARGS = 64 };
 /* Fills args[] (returns the count) pointing into f, with defaults: the
  * command's own flags, then one per config field with a flag (model/config.h's
- * table: shared fields, then every design's). */
+ * table: shared fields, then every design's). Returns -1, filling nothing,
+ * when they would not fit TRAIN_MAX_ARGS or a flag name train_flags.names
+ * (a program error; the caller fails with TRAIN_FLAGS_TOO_MANY). */
 int train_flags_table(train_flags *f, al_arg *args);
+#define TRAIN_FLAGS_TOO_MANY "internal error: the model's flags do not fit the flag table (TRAIN_MAX_ARGS)"
+
 /* Applies preset < --config file < explicit flags, derives the config
  * (al_config_resolve: head_dim = hidden/heads, kv_heads = heads, ffn ~ 8/3
  * hidden, the design's own defaults) and fills o.

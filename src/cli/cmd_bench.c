@@ -118,6 +118,7 @@ static int bench_train(int argc, char **argv) {
     train_flags f;
     al_arg args[TRAIN_MAX_ARGS + 4];
     int n = train_flags_table(&f, args);
+    if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     long iters = 5, sgemm_n = 2048, triad_mb = 256;
     int json = 0;
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed training steps (after 2 warm-up steps)"};
@@ -224,6 +225,7 @@ static int bench_prefill(int argc, char **argv) {
     train_flags f;
     al_arg args[TRAIN_MAX_ARGS + 6];
     int n = train_flags_table(&f, args);
+    if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     long iters = 5, tokens = 512, sgemm_n = 2048, triad_mb = 256;
     int json = 0;
     const char *weights = "f32";
@@ -327,6 +329,7 @@ static int bench_decode(int argc, char **argv) {
     train_flags f;
     al_arg args[TRAIN_MAX_ARGS + 9];
     int n = train_flags_table(&f, args);
+    if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     const char *model_dir = NULL, *kv_dtype = "f32", *weights = "f32";
     long context = 4096, tokens = 32, triad_mb = 256, sgemm_n = 2048, iters = 3;
     int json = 0;

@@ -65,12 +65,12 @@ static void step_line(view *v, const al_study_progress *p, const char *eta) {
     const int steps = t->opts->steps, todo = steps - t->start_step;
     const double frac = todo > 0 ? (double)(t->step - t->start_step) / todo : 1;
     const int decile = (int)(10 * frac);
-    char val[64] = "", line[512];
-    if (t->evaluated && t->vision) snprintf(val, sizeof val, " | test acc %.1f%%", 100 * t->val_accuracy);
-    else if (t->evaluated) snprintf(val, sizeof val, " | val %.4f", t->val_loss);
-    snprintf(line, sizeof line, "[run %d/%d] %s | step %d/%d | loss %.4f%s | %.0f %s | study ETA %s", p->run + 1,
-             p->plan->n_runs, p->plan->runs[p->run].name, t->step, steps, t->loss, val,
-             t->vision ? t->items_per_s : t->tokens_per_s, t->vision ? "img/s" : "tok/s", eta);
+    char val[64] = "", line[512]; /* a run name and numbers: a cut (only of absurd numbers) ends in "..." */
+    if (t->evaluated && t->vision) al_strfmt(val, sizeof val, " | test acc %.1f%%", 100 * t->val_accuracy);
+    else if (t->evaluated) al_strfmt(val, sizeof val, " | val %.4f", t->val_loss);
+    al_strfmt(line, sizeof line, "[run %d/%d] %s | step %d/%d | loss %.4f%s | %.0f %s | study ETA %s", p->run + 1,
+              p->plan->n_runs, p->plan->runs[p->run].name, t->step, steps, t->loss, val,
+              t->vision ? t->items_per_s : t->tokens_per_s, t->vision ? "img/s" : "tok/s", eta);
     if (v->tty && (t->evaluated || t->step == steps || al_now() - v->printed_at >= 0.4)) {
         fprintf(stderr, "\r\033[K%s", line);
         v->line_open = 1;

@@ -77,7 +77,7 @@ static int task_resolve(const char *cmd, const task_flags *v, al_arg *args, int 
     o->context = c->max_position;
     o->train_subset = (int)v->train_subset;
     o->eval_images = (int)v->eval_images;
-    if (v->images) snprintf(o->images, sizeof o->images, "%s", v->images);
+    if (al_train_opts_set_paths(o, NULL, v->images, NULL, &err)) return cli_fail(cmd, err.msg);
     return CLI_OK;
 }
 
@@ -99,7 +99,6 @@ int train_flags_table(train_flags *f, al_arg *args) {
     f->val_fraction = d.val_fraction;
     f->min_lr_ratio = d.min_lr_ratio;
     f->grad_clip = d.grad_clip;
-    int n = 0;
     al_arg head[] = {
         {"preset", ARG_STRING, &f->preset, "named configuration (tiny, small, bench, gpt2; study: mha gqa mqa mla lrkv); flags override it"},
         {"config", ARG_STRING, &f->config, "JSON file of flag names to values, e.g. {\"layers\": 4}"},
@@ -107,18 +106,15 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"out", ARG_STRING, &f->out, "run directory: checkpoint, training state, log.jsonl"},
         {"resume", ARG_FLAG, &f->resume, "continue the run in --out exactly where it stopped"},
     };
-    memcpy(args, head, sizeof head);
-    n += (int)(sizeof head / sizeof head[0]);
+    const int n_head = (int)(sizeof head / sizeof head[0]);
     /* the model's flags: one per config field that has one (shared, then each design's) */
     const int nf = al_config_field_count();
+    int n_cfg = 0;
     for (int i = 0; i < nf; i++) {
         const al_config_field *cf = al_config_field_at(i, NULL);
         if (!(cf->flags & AL_CF_FLAG)) continue;
-        char *nm = f->names[i];
-        snprintf(nm, sizeof f->names[i], "%s", cf->name);
-        for (char *q = nm; *q; q++)
-            if (*q == '_') *q = '-';
-        args[n++] = (al_arg){.name = nm, .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
+        if (strlen(cf->name) >= sizeof f->names[i]) return -1; /* its flag name would be cut */
+        n_cfg++;
     }
     al_arg tail[] = {
         {"context", ARG_INT, &f->context, "tokens (bytes) per sequence T"},
@@ -137,9 +133,21 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"threads", ARG_INT, &f->threads, "worker threads (default: all cores)"},
         {"quiet", ARG_FLAG, &f->quiet, "no progress output"},
     };
+    const int n_tail = (int)(sizeof tail / sizeof tail[0]);
+    if (n_head + n_cfg + n_tail > TRAIN_MAX_ARGS) return -1;
+    memcpy(args, head, sizeof head);
+    int n = n_head;
+    for (int i = 0; i < nf; i++) {
+        const al_config_field *cf = al_config_field_at(i, NULL);
+        if (!(cf->flags & AL_CF_FLAG)) continue;
+        char *nm = f->names[i];
+        memcpy(nm, cf->name, strlen(cf->name) + 1);
+        for (char *q = nm; *q; q++)
+            if (*q == '_') *q = '-';
+        args[n++] = (al_arg){.name = nm, .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
+    }
     memcpy(args + n, tail, sizeof tail);
-    n += (int)(sizeof tail / sizeof tail[0]);
-    return n;
+    return n + n_tail;
 }
 
 /* Applies a JSON object {"flag": value, ...} through the flag table;
@@ -153,7 +161,7 @@ static int apply_config_file(const char *cmd, const char *path, al_arg *args, in
     cJSON *j = *tree = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(j)) {
-        snprintf(err.msg, sizeof err.msg, "%s: not a JSON object", path);
+        al_errf(&err, "%s: not a JSON object", path);
         return cli_fail(cmd, err.msg);
     }
     int rc = CLI_OK;
@@ -246,9 +254,7 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     o->grad_clip = f->grad_clip;
     o->val_fraction = f->val_fraction;
     o->seed = (uint64_t)f->seed;
-    if (f->data) snprintf(o->data, sizeof o->data, "%s", f->data);
-    if (f->out) snprintf(o->out, sizeof o->out, "%s", f->out);
-    return CLI_OK;
+    return al_train_opts_set_paths(o, f->data, NULL, f->out, &err) ? cli_fail(cmd, err.msg) : CLI_OK;
 }
 
 /* --resume: settings come from the run's own config.json; only --steps (to
@@ -310,8 +316,8 @@ static void show_progress(const al_train_progress *p, void *ctx) {
     const int print_every = o->steps >= 20 ? o->steps / 20 : 1;
     char eta[32], rate[48];
     cli_duration(eta, sizeof eta, p->eta_s);
-    if (p->vision) snprintf(rate, sizeof rate, "%.1f img/s", p->items_per_s);
-    else snprintf(rate, sizeof rate, "%.0f tok/s", p->tokens_per_s);
+    if (p->vision) al_strfmt(rate, sizeof rate, "%.1f img/s", p->items_per_s);
+    else al_strfmt(rate, sizeof rate, "%.0f tok/s", p->tokens_per_s);
     if (v->tty)
         fprintf(stderr, "\rstep %d/%d | loss %.4f | lr %.2e | %s | ETA %s   ", p->step, o->steps, p->loss, p->lr, rate,
                 eta);
@@ -332,6 +338,7 @@ int cmd_train(int argc, char **argv) {
     task_flags v;
     al_arg args[TRAIN_MAX_ARGS + TASK_ARGS];
     int n = train_flags_table(&f, args);
+    if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     n += task_flags_table(&v, args + n);
     int rc = cli_parse(cmd, "--out DIR [--task lm|vision] [--preset NAME] [--config FILE] [flags]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;

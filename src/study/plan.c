@@ -10,6 +10,7 @@
 #include "study.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,6 +71,25 @@ static const char *const design_titles[AL_STUDY_DESIGNS] = {"MHA", "GQA", "MQA",
 const char *al_study_design(int i) { return i >= 0 && i < AL_STUDY_DESIGNS ? designs[i] : "?"; }
 const char *al_study_design_title(int i) { return i >= 0 && i < AL_STUDY_DESIGNS ? design_titles[i] : "?"; }
 
+/* ---- paths ---- */
+
+int al_study_set_path(char *dst, size_t cap, const char *what, al_err *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(dst, cap, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < cap) return 0;
+    if (cap) dst[0] = 0; /* nothing cut is left behind */
+    return n < 0 ? al_errf(err, "%s path: cannot be formatted", what)
+                 : al_errf(err, "%s path too long (%d bytes, at most %zu)", what, n, cap - 1);
+}
+
+char *al_study_join(const char *dir, const char *name, al_err *err) {
+    char *path = al_sprintf("%s/%s", dir, name);
+    if (!path) al_errf(err, "out of memory");
+    return path;
+}
+
 /* ---- the plan ---- */
 
 /* Whether the Fashion-MNIST files are readable in dir (NULL: Debian's). */
@@ -87,7 +107,17 @@ static int make_dir(const char *path, const char *what, al_err *err) {
     return 0;
 }
 
-/* A language-model run: its design's study preset with the budget's schedule. */
+/* DIR/NAME, made as make_dir makes it. */
+static int make_subdir(const char *dir, const char *name, al_err *err) {
+    char *path = al_study_join(dir, name, err);
+    if (!path) return -1;
+    int rc = make_dir(path, "", err);
+    free(path);
+    return rc;
+}
+
+/* A language-model run: its design's study preset with the budget's schedule,
+ * into r->dir. */
 static int lm_run_opts(const al_study_plan *p, al_plan_run *r, al_err *err) {
     const al_study_budget *b = p->budget;
     al_train_opts *o = &r->opts;
@@ -104,13 +134,13 @@ static int lm_run_opts(const al_study_plan *p, al_plan_run *r, al_err *err) {
     o->eval_tokens = b->lm_eval_tokens;
     o->save_every = b->lm_save_every;
     o->seed = r->seed;
-    if (p->data) snprintf(o->data, sizeof o->data, "%s", p->data);
     o->model.max_position = o->context;
-    return al_config_resolve(&o->model, given, err);
+    return al_train_opts_set_paths(o, p->data, NULL, r->dir, err) || al_config_resolve(&o->model, given, err) ? -1 : 0;
 }
 
 /* A vision run: the budget's ViT shape and schedule, softmax or poly, on
- * 28 x 28 images in 2 x 2 patches (196 patches, so poly "auto" is 1/14). */
+ * 28 x 28 images in 2 x 2 patches (196 patches, so poly "auto" is 1/14),
+ * into r->dir. */
 static int vit_run_opts(const al_study_plan *p, al_plan_run *r, al_err *err) {
     const al_study_budget *b = p->budget;
     al_train_opts *o = &r->opts;
@@ -136,8 +166,7 @@ static int vit_run_opts(const al_study_plan *p, al_plan_run *r, al_err *err) {
     o->context = c->max_position;
     o->train_subset = b->vit_train_images;
     o->eval_images = b->vit_eval_images;
-    snprintf(o->images, sizeof o->images, "%s", p->images);
-    return 0;
+    return al_train_opts_set_paths(o, NULL, p->images, r->dir, err);
 }
 
 int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err) {
@@ -147,7 +176,8 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
     if (!p->budget) return al_errf(err, "no budget");
     if (s->n_seeds < 0 || s->n_seeds > AL_STUDY_MAX_SEEDS)
         return al_errf(err, "seeds must be 1..%d, got %d", AL_STUDY_MAX_SEEDS, s->n_seeds);
-    snprintf(p->out, sizeof p->out, "%s", s->out);
+    if (!s->out || !s->out[0]) return al_errf(err, "no study directory");
+    if (al_study_set_path(p->out, sizeof p->out, "study directory", err, "%s", s->out)) return -1;
     size_t ol = strlen(p->out);
     while (ol > 1 && p->out[ol - 1] == '/') p->out[--ol] = 0;
     p->data = s->data;
@@ -157,25 +187,24 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
     for (int i = 0; i < p->n_seeds; i++) p->seeds[i] = s->first_seed + (uint64_t)i;
     const al_study_budget *b = p->budget;
 
-    char path[4300];
-    if (make_dir(p->out, "cannot create the study directory: ", err)) return -1;
-    snprintf(path, sizeof path, "%s/runs", p->out);
-    if (make_dir(path, "", err)) return -1;
-    if (al_corpus_load(&p->corpus, s->data, 0.05, b->lm_context, err)) return -1;
+    if (make_dir(p->out, "cannot create the study directory: ", err) || make_subdir(p->out, "runs", err) ||
+        al_corpus_load(&p->corpus, s->data, 0.05, b->lm_context, err))
+        return -1;
 
     /* vision: a subset of the images on disk when the budget trains on part of them */
     p->vision = !s->no_vision && have_fmnist(s->images);
     if (p->vision && (b->vit_train_images || b->vit_test_images)) {
-        snprintf(p->images, sizeof p->images, "%s/data", p->out);
-        mkdir(p->images, 0777);
-        snprintf(p->images, sizeof p->images, "%s/data/fashion-mnist-%d-%d", p->out, b->vit_train_images,
-                 b->vit_test_images);
-        if (al_fmnist_write_subset(s->images, p->images, b->vit_train_images, b->vit_test_images, err)) {
+        if (make_subdir(p->out, "data", err) ||
+            al_study_set_path(p->images, sizeof p->images, "image subset", err, "%s/data/fashion-mnist-%d-%d", p->out,
+                              b->vit_train_images, b->vit_test_images) ||
+            al_fmnist_write_subset(s->images, p->images, b->vit_train_images, b->vit_test_images, err)) {
             al_study_plan_free(p);
             return -1;
         }
-    } else if (p->vision) {
-        snprintf(p->images, sizeof p->images, "%s", s->images ? s->images : AL_FMNIST_DIR);
+    } else if (p->vision &&
+               al_study_set_path(p->images, sizeof p->images, "images", err, "%s", s->images ? s->images : AL_FMNIST_DIR)) {
+        al_study_plan_free(p);
+        return -1;
     }
 
     const int per_seed = AL_STUDY_DESIGNS + (p->vision ? 2 : 0);
@@ -196,10 +225,9 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
                          (unsigned long long)r->seed);
             else
                 snprintf(r->name, sizeof r->name, "%s-seed%llu", al_study_design(k), (unsigned long long)r->seed);
-            snprintf(r->dir, sizeof r->dir, "%s/runs/%s", p->out, r->name);
             al_train_opts_default(&r->opts);
-            snprintf(r->opts.out, sizeof r->opts.out, "%s", r->dir);
-            if (r->vision ? vit_run_opts(p, r, err) : lm_run_opts(p, r, err)) {
+            if (al_study_set_path(r->dir, sizeof r->dir, "run directory", err, "%s/runs/%s", p->out, r->name) ||
+                (r->vision ? vit_run_opts(p, r, err) : lm_run_opts(p, r, err))) {
                 al_err_prefix(err, "%s", r->name);
                 al_study_plan_free(p);
                 return -1;

@@ -34,14 +34,15 @@ typedef struct sbuf {
     int oom;
 } sbuf;
 
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+/* Appends printf-style text, growing the buffer (oom set when it cannot). */
+static void sb_vprintf(sbuf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void sb_vprintf(sbuf *b, const char *fmt, va_list ap) {
     if (b->oom) return;
     for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
+        va_list again;
+        va_copy(again, ap);
+        int k = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, again);
+        va_end(again);
         if (k < 0) {
             b->oom = 1;
             return;
@@ -59,6 +60,22 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
         b->s = ns;
         b->cap = nc;
     }
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+/* The text so far ("" for none). */
+static const char *sb_str(const sbuf *b) { return b->s ? b->s : ""; }
+
+/* Appends ", " or " and " before item i of a list of n. */
+static void sb_sep(sbuf *b, int i, int n) {
+    if (i > 0) sb_printf(b, "%s", i == n - 1 ? " and " : ", ");
 }
 
 /* Text with &, <, >, " escaped for HTML. */
@@ -96,14 +113,16 @@ static int resolved(const al_stat *a, const al_stat *b) {
     return a->min > b->max || b->min > a->max;
 }
 
+/* The statistics of each design over its runs (at most AL_STUDY_MAX_SEEDS:
+ * one per seed). */
 static void lm_stats(const al_study_results *r, design_stats *d) {
-    double v[6][16];
+    double v[6][AL_STUDY_MAX_SEEDS];
     for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
         int n = 0;
         memset(&d[k], 0, sizeof d[k]);
         for (int i = 0; i < r->n_lm; i++) {
             const al_study_lm_run *x = &r->lm[i];
-            if (x->design != k || n >= 16) continue;
+            if (x->design != k || n >= AL_STUDY_MAX_SEEDS) continue;
             if (!d[k].first) d[k].first = x;
             v[0][n] = x->m.val_loss, v[1][n] = x->m.val_bpb, v[2][n] = x->train_tokens_per_s;
             v[4][n] = x->m.erank_uncentered_pct, v[5][n] = x->m.erank_pca_pct;
@@ -118,14 +137,15 @@ static void lm_stats(const al_study_results *r, design_stats *d) {
     }
 }
 
+/* The same for the two ViTs (softmax, poly). */
 static void vit_stats_of(const al_study_results *r, vit_stats *s) {
-    double v[5][16];
+    double v[5][AL_STUDY_MAX_SEEDS];
     for (int k = 0; k < 2; k++) {
         int n = 0;
         memset(&s[k], 0, sizeof s[k]);
         for (int i = 0; i < r->n_vit; i++) {
             const al_study_vit_run *x = &r->vit[i];
-            if (x->poly != k || n >= 16) continue;
+            if (x->poly != k || n >= AL_STUDY_MAX_SEEDS) continue;
             if (!s[k].first) s[k].first = x;
             v[0][n] = x->m.accuracy, v[1][n] = x->m.test_loss, v[2][n] = x->train_images_per_s;
             v[3][n] = x->m.erank_uncentered_pct, v[4][n] = x->m.erank_pca_pct;
@@ -140,47 +160,217 @@ static void vit_stats_of(const al_study_results *r, vit_stats *s) {
  * sd set "2.013 \u00b1 0.004 (2.010-2.017)" (sample standard deviation and range). */
 static void fmt_stat(char *buf, size_t cap, const al_stat *s, int decimals, double scale, int sd) {
     if (s->n <= 0)
-        snprintf(buf, cap, "-");
+        al_strfmt(buf, cap, "-");
     else if (s->n == 1)
-        snprintf(buf, cap, "%.*f", decimals, s->mean * scale);
+        al_strfmt(buf, cap, "%.*f", decimals, s->mean * scale);
     else if (sd)
-        snprintf(buf, cap, "%.*f \xc2\xb1 %.*f (%.*f\xe2\x80\x93%.*f)", decimals, s->mean * scale, decimals,
-                 s->std * scale, decimals, s->min * scale, decimals, s->max * scale);
+        al_strfmt(buf, cap, "%.*f \xc2\xb1 %.*f (%.*f\xe2\x80\x93%.*f)", decimals, s->mean * scale, decimals,
+                  s->std * scale, decimals, s->min * scale, decimals, s->max * scale);
     else
-        snprintf(buf, cap, "%.*f (%.*f\xe2\x80\x93%.*f)", decimals, s->mean * scale, decimals, s->min * scale, decimals,
-                 s->max * scale);
+        al_strfmt(buf, cap, "%.*f (%.*f\xe2\x80\x93%.*f)", decimals, s->mean * scale, decimals, s->min * scale,
+                  decimals, s->max * scale);
 }
 
 /* A count for text: 900, 154k, 3.1M. */
 static void fmt_count(char *buf, size_t cap, double v) {
     if (v < 10000)
-        snprintf(buf, cap, "%.0f", v);
+        al_strfmt(buf, cap, "%.0f", v);
     else if (v < 1e6)
-        snprintf(buf, cap, "%.0fk", v / 1e3);
+        al_strfmt(buf, cap, "%.0fk", v / 1e3);
     else
-        snprintf(buf, cap, "%.1fM", v / 1e6);
+        al_strfmt(buf, cap, "%.1fM", v / 1e6);
 }
 
 /* ---- findings ---- */
 
+/* The findings, each a whole sentence or paragraph of any length. */
 typedef struct findings {
-    char text[MAX_FINDINGS][1600];
+    char *text[MAX_FINDINGS]; /* malloc'd */
     int n;
+    int oom;      /* a finding or a list in one could not be written whole */
+    int too_many; /* more than MAX_FINDINGS (a program error) */
 } findings;
 
 static void add_finding(findings *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add_finding(findings *f, const char *fmt, ...) {
-    if (f->n >= MAX_FINDINGS) return;
+    if (f->n >= MAX_FINDINGS) {
+        f->too_many = 1;
+        return;
+    }
+    sbuf b = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->text[f->n++], sizeof f->text[0], fmt, ap);
+    sb_vprintf(&b, fmt, ap);
     va_end(ap);
+    if (b.oom || !b.s) {
+        f->oom = 1;
+        free(b.s);
+        return;
+    }
+    f->text[f->n++] = b.s;
 }
 
-/* Appends ", " or " and " between list items. */
-static void list_sep(char *buf, size_t cap, int i, int n) {
-    size_t l = strlen(buf);
-    if (i > 0) snprintf(buf + l, cap - l, i == n - 1 ? " and " : ", ");
+/* Frees a list that went into findings, noting if it was cut short. */
+static void list_done(findings *f, sbuf *list) {
+    f->oom |= list->oom;
+    free(list->s);
+}
+
+static void findings_free(findings *f) {
+    for (int i = 0; i < f->n; i++) free(f->text[i]);
+}
+
+/* Validation loss, best first (order: the designs present, n of them, by mean loss). */
+static void finding_ranking(const design_stats *d, const int *order, int n, int n_seeds, findings *f) {
+    sbuf rank = {0};
+    for (int i = 0; i < n; i++) {
+        char s[96];
+        fmt_stat(s, sizeof s, &d[order[i]].loss, 3, 1, 0);
+        sb_sep(&rank, i, n);
+        sb_printf(&rank, "%s %s", al_study_design_title(order[i]), s);
+    }
+    add_finding(f, "Validation loss in nats/byte, best first%s: %s.",
+                n_seeds > 1 ? " (mean over seeds, range in brackets)" : "", sb_str(&rank));
+    list_done(f, &rank);
+}
+
+/* Every design against MHA, with the resolution rule. */
+static void finding_vs_mha(const design_stats *d, int n_seeds, findings *f) {
+    sbuf deltas = {0}, unres = {0}, res = {0}, tail = {0};
+    int n_un = 0, n_res = 0;
+    for (int k = 1; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        sb_printf(&deltas, "%s%s %+.1f %%", deltas.len ? ", " : "", al_study_design_title(k), d[k].delta_pct);
+        sbuf *dst = d[k].resolved ? &res : &unres;
+        sb_printf(dst, "%s%s", dst->len ? ", " : "", al_study_design_title(k));
+        if (d[k].resolved)
+            n_res++;
+        else
+            n_un++;
+    }
+    if (n_seeds == 1) {
+        if (n_un)
+            sb_printf(&tail, " Not resolved: %s %s within 2 %% of MHA and cannot be told apart from it here.",
+                      sb_str(&unres), n_un == 1 ? "is" : "are");
+        if (n_res)
+            sb_printf(&tail,
+                      " %s %s by more than 2 %%, but one seed cannot rule out noise for %s either; the standard budget "
+                      "measures the spread over 3 seeds.",
+                      sb_str(&res), n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
+        add_finding(f,
+                    "Against MHA: %s. With one seed per design, differences under ~%.0f %% are within run-to-run noise "
+                    "at this scale and are not resolved.%s",
+                    sb_str(&deltas), NOISE_PCT, sb_str(&tail));
+    } else {
+        sb_printf(&tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? sb_str(&res) : "", n_res ? "." : "",
+                  n_un ? " Not resolved (ranges overlap): " : "", n_un ? sb_str(&unres) : "");
+        add_finding(f,
+                    "Against MHA: %s (means over %d seeds). A difference counts as resolved only when the two designs' "
+                    "ranges over the seeds do not overlap.%s%s",
+                    sb_str(&deltas), n_seeds, sb_str(&tail), n_un ? "." : "");
+    }
+    list_done(f, &deltas);
+    list_done(f, &unres);
+    list_done(f, &res);
+    list_done(f, &tail);
+}
+
+/* The LRKV paper's claims (needs LRKV and MQA; order as finding_ranking's). */
+static void finding_paper(const design_stats *d, const int *order, int n, int n_seeds, findings *f) {
+    char lrkv[400], mqa[400]; /* fixed sentences around a few numbers and design titles */
+    if (!d[4].resolved)
+        al_strfmt(lrkv, sizeof lrkv,
+                  "is within noise of MHA (%+.1f %%): consistent with \"matches\", and no evidence that it beats it",
+                  d[4].delta_pct);
+    else if (n_seeds == 1)
+        al_strfmt(lrkv, sizeof lrkv, "is %.1f %% %s than MHA, beyond the 2 %% threshold but from one seed%s",
+                  fabs(d[4].delta_pct), d[4].delta_pct < 0 ? "better" : "worse",
+                  d[4].delta_pct < 0 ? "" : ": this run does not reproduce the paper's result");
+    else if (d[4].delta_pct < 0)
+        al_strfmt(lrkv, sizeof lrkv, "beats MHA by a resolved margin (%+.1f %%), as the paper reports", d[4].delta_pct);
+    else
+        al_strfmt(lrkv, sizeof lrkv,
+                  "is worse than MHA by a resolved margin (%+.1f %%), unlike the paper (whose models are far larger "
+                  "and trained far longer)",
+                  d[4].delta_pct);
+    int worst = order[n - 1];
+    if (worst != 2) {
+        al_strfmt(mqa, sizeof mqa, "MQA is not the worst here: %s has the highest loss", al_study_design_title(worst));
+    } else {
+        sbuf close = {0};
+        for (int k = 0; k < AL_STUDY_DESIGNS; k++)
+            if (k != 2 && d[k].first && !resolved(&d[2].loss, &d[k].loss))
+                sb_printf(&close, "%s%s", close.len ? ", " : "", al_study_design_title(k));
+        if (close.len)
+            al_strfmt(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, but is not resolved from %s",
+                      sb_str(&close));
+        else
+            al_strfmt(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, %s",
+                      n_seeds == 1 ? "more than 2 % above every other design (one seed)"
+                                   : "resolved against every other design");
+        list_done(f, &close);
+    }
+    add_finding(f,
+                "The LRKV paper's claim: LRKV at about half the cache matches or beats MHA, and MQA is worst. Here "
+                "LRKV (%.4g %% of the MHA cache) %s. %s.",
+                d[4].first->m.kv_pct_of_mha, lrkv, mqa);
+}
+
+/* Cache per token, decode speed and training throughput of the n designs present. */
+static void finding_cache_speed(const al_study_results *r, const design_stats *d, int n, findings *f) {
+    const al_study_budget *b = r->budget;
+    sbuf kv = {0}, dec = {0}, tps = {0};
+    for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        sb_sep(&kv, i, n);
+        sb_sep(&dec, i, n);
+        sb_sep(&tps, i, n);
+        sb_printf(&kv, "%s %zu B (%.4g %%)", al_study_design_title(k), d[k].first->m.kv_bytes_per_token,
+                  d[k].first->m.kv_pct_of_mha);
+        sb_printf(&dec, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
+        sb_printf(&tps, "%s %.0f", al_study_design_title(k), r->speed[k].train_tokens_per_s);
+        i++;
+    }
+    add_finding(f, "KV cache per token (float32, all %d layers): %s.", d[0].first->cfg.num_layers, sb_str(&kv));
+    add_finding(
+        f,
+        "Decode speed at a %d-token context (one thread), tokens/s: %s. Training throughput at batch %d x %d, tokens/s: %s. "
+        "Both measured side by side after training (best of %d interleaved rounds, so every design had the same "
+        "chances of a quiet machine); on a machine shared with other work, differences under ~10-20 %% are still "
+        "noise.",
+        b->decode_context, sb_str(&dec), r->lm_opts.batch, r->lm_opts.context, sb_str(&tps), b->speed_rounds);
+    list_done(f, &kv);
+    list_done(f, &dec);
+    list_done(f, &tps);
+}
+
+/* Head diversity: the effective ranks of the n designs present. */
+static void finding_heads(const design_stats *d, int n, findings *f) {
+    sbuf er = {0};
+    for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
+        if (!d[k].first) continue;
+        sb_sep(&er, i++, n);
+        sb_printf(&er, "%s %.1f/%.1f", al_study_design_title(k), d[k].erank_u.mean, d[k].erank_p.mean);
+    }
+    double emin = INFINITY, emax = -INFINITY;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++)
+        if (d[k].first) emin = fmin(emin, d[k].erank_u.mean), emax = fmax(emax, d[k].erank_u.mean);
+    char order_note[300] = ""; /* a fixed sentence */
+    if (emax - emin < 1.0)
+        al_strfmt(order_note, sizeof order_note,
+                  " All designs are within 1 point of each other: no design's heads stand out as more or less diverse.");
+    else if (d[0].first && d[2].first && d[3].first)
+        al_strfmt(order_note, sizeof order_note,
+                  " The uncentered order of MHA, MLA and MQA %s the paper's MHA > MLA > MQA "
+                  "(at 128M: 95.4, 83.9, 72.6 %%).",
+                  d[0].erank_u.mean > d[3].erank_u.mean && d[3].erank_u.mean > d[2].erank_u.mean ? "matches"
+                                                                                                 : "differs from");
+    add_finding(f,
+                "Head diversity, effective rank of the layer-averaged head-similarity matrix as %% of the %d heads "
+                "(uncentered/PCA-based): %s.%s These models are small and briefly trained: read the ranks as "
+                "descriptive.",
+                d[0].first->cfg.num_heads, sb_str(&er), order_note);
+    list_done(f, &er);
 }
 
 static void lm_findings(const al_study_results *r, const design_stats *d, findings *f) {
@@ -237,154 +427,11 @@ static void lm_findings(const al_study_results *r, const design_stats *d, findin
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    char rank[800] = "";
-    for (int i = 0; i < n; i++) {
-        char s[96];
-        fmt_stat(s, sizeof s, &d[order[i]].loss, 3, 1, 0);
-        list_sep(rank, sizeof rank, i, n);
-        size_t l = strlen(rank);
-        snprintf(rank + l, sizeof rank - l, "%s %s", al_study_design_title(order[i]), s);
-    }
-    add_finding(f, "Validation loss in nats/byte, best first%s: %s.",
-                n_seeds > 1 ? " (mean over seeds, range in brackets)" : "", rank);
-
-    /* against MHA, with the resolution rule */
-    char deltas[800] = "", unres[400] = "", res[400] = "";
-    int n_un = 0, n_res = 0;
-    for (int k = 1; k < AL_STUDY_DESIGNS; k++) {
-        if (!d[k].first) continue;
-        size_t l = strlen(deltas);
-        snprintf(deltas + l, sizeof deltas - l, "%s%s %+.1f %%", l ? ", " : "", al_study_design_title(k),
-                 d[k].delta_pct);
-        char *dst = d[k].resolved ? res : unres;
-        l = strlen(dst);
-        snprintf(dst + l, 400 - l, "%s%s", l ? ", " : "", al_study_design_title(k));
-        if (d[k].resolved)
-            n_res++;
-        else
-            n_un++;
-    }
-    char tail[1000] = "";
-    if (n_seeds == 1) {
-        if (n_un)
-            snprintf(tail, sizeof tail,
-                     " Not resolved: %s %s within 2 %% of MHA and cannot be told apart from it here.", unres,
-                     n_un == 1 ? "is" : "are");
-        if (n_res) {
-            size_t l = strlen(tail);
-            snprintf(tail + l, sizeof tail - l,
-                     " %s %s by more than 2 %%, but one seed cannot rule out noise for %s either; the standard budget "
-                     "measures the spread over 3 seeds.",
-                     res, n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
-        }
-        add_finding(f,
-                    "Against MHA: %s. With one seed per design, differences under ~%.0f %% are within run-to-run noise "
-                    "at this scale and are not resolved.%s",
-                    deltas, NOISE_PCT, tail);
-    } else {
-        snprintf(tail, sizeof tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? res : "", n_res ? "." : "",
-                 n_un ? " Not resolved (ranges overlap): " : "", n_un ? unres : "");
-        add_finding(f,
-                    "Against MHA: %s (means over %d seeds). A difference counts as resolved only when the two designs' "
-                    "ranges over the seeds do not overlap.%s%s",
-                    deltas, n_seeds, tail, n_un ? "." : "");
-    }
-
-    /* the paper's claims */
-    if (d[4].first && d[2].first) {
-        char lrkv[400], mqa[400];
-        if (!d[4].resolved)
-            snprintf(lrkv, sizeof lrkv,
-                     "is within noise of MHA (%+.1f %%): consistent with \"matches\", and no evidence that it beats it",
-                     d[4].delta_pct);
-        else if (n_seeds == 1)
-            snprintf(lrkv, sizeof lrkv, "is %.1f %% %s than MHA, beyond the 2 %% threshold but from one seed%s",
-                     fabs(d[4].delta_pct), d[4].delta_pct < 0 ? "better" : "worse",
-                     d[4].delta_pct < 0 ? "" : ": this run does not reproduce the paper's result");
-        else if (d[4].delta_pct < 0)
-            snprintf(lrkv, sizeof lrkv, "beats MHA by a resolved margin (%+.1f %%), as the paper reports",
-                     d[4].delta_pct);
-        else
-            snprintf(lrkv, sizeof lrkv,
-                     "is worse than MHA by a resolved margin (%+.1f %%), unlike the paper (whose models are far larger "
-                     "and trained far longer)",
-                     d[4].delta_pct);
-        int worst = order[n - 1];
-        if (worst != 2) {
-            snprintf(mqa, sizeof mqa, "MQA is not the worst here: %s has the highest loss",
-                     al_study_design_title(worst));
-        } else {
-            char close[200] = "";
-            for (int k = 0; k < AL_STUDY_DESIGNS; k++)
-                if (k != 2 && d[k].first && !resolved(&d[2].loss, &d[k].loss)) {
-                    size_t l = strlen(close);
-                    snprintf(close + l, sizeof close - l, "%s%s", l ? ", " : "", al_study_design_title(k));
-                }
-            if (close[0])
-                snprintf(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, but is not resolved from %s",
-                         close);
-            else
-                snprintf(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, %s",
-                         n_seeds == 1 ? "more than 2 % above every other design (one seed)"
-                                      : "resolved against every other design");
-        }
-        add_finding(f,
-                    "The LRKV paper's claim: LRKV at about half the cache matches or beats MHA, and MQA is worst. Here "
-                    "LRKV (%.4g %% of the MHA cache) %s. %s.",
-                    d[4].first->m.kv_pct_of_mha, lrkv, mqa);
-    }
-
-    /* cache and speed */
-    char kv[600] = "", dec[600] = "", tps[600] = "";
-    for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
-        if (!d[k].first) continue;
-        list_sep(kv, sizeof kv, i, n);
-        list_sep(dec, sizeof dec, i, n);
-        list_sep(tps, sizeof tps, i, n);
-        size_t l = strlen(kv);
-        snprintf(kv + l, sizeof kv - l, "%s %zu B (%.4g %%)", al_study_design_title(k),
-                 d[k].first->m.kv_bytes_per_token, d[k].first->m.kv_pct_of_mha);
-        l = strlen(dec);
-        snprintf(dec + l, sizeof dec - l, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
-        l = strlen(tps);
-        snprintf(tps + l, sizeof tps - l, "%s %.0f", al_study_design_title(k), r->speed[k].train_tokens_per_s);
-        i++;
-    }
-    add_finding(f, "KV cache per token (float32, all %d layers): %s.", d[0].first->cfg.num_layers, kv);
-    add_finding(
-        f,
-        "Decode speed at a %d-token context (one thread), tokens/s: %s. Training throughput at batch %d x %d, tokens/s: %s. "
-        "Both measured side by side after training (best of %d interleaved rounds, so every design had the same "
-        "chances of a quiet machine); on a machine shared with other work, differences under ~10-20 %% are still "
-        "noise.",
-        b->decode_context, dec, r->lm_opts.batch, r->lm_opts.context, tps, b->speed_rounds);
-
-    /* heads */
-    char er[600] = "";
-    for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
-        if (!d[k].first) continue;
-        list_sep(er, sizeof er, i++, n);
-        size_t l = strlen(er);
-        snprintf(er + l, sizeof er - l, "%s %.1f/%.1f", al_study_design_title(k), d[k].erank_u.mean, d[k].erank_p.mean);
-    }
-    double emin = INFINITY, emax = -INFINITY;
-    for (int k = 0; k < AL_STUDY_DESIGNS; k++)
-        if (d[k].first) emin = fmin(emin, d[k].erank_u.mean), emax = fmax(emax, d[k].erank_u.mean);
-    char order_note[300] = "";
-    if (emax - emin < 1.0)
-        snprintf(order_note, sizeof order_note,
-                 " All designs are within 1 point of each other: no design's heads stand out as more or less diverse.");
-    else if (d[0].first && d[2].first && d[3].first)
-        snprintf(order_note, sizeof order_note,
-                 " The uncentered order of MHA, MLA and MQA %s the paper's MHA > MLA > MQA "
-                 "(at 128M: 95.4, 83.9, 72.6 %%).",
-                 d[0].erank_u.mean > d[3].erank_u.mean && d[3].erank_u.mean > d[2].erank_u.mean ? "matches"
-                                                                                                : "differs from");
-    add_finding(f,
-                "Head diversity, effective rank of the layer-averaged head-similarity matrix as %% of the %d heads "
-                "(uncentered/PCA-based): %s.%s These models are small and briefly trained: read the ranks as "
-                "descriptive.",
-                d[0].first->cfg.num_heads, er, order_note);
+    finding_ranking(d, order, n, n_seeds, f);
+    finding_vs_mha(d, n_seeds, f);
+    if (d[4].first && d[2].first) finding_paper(d, order, n, n_seeds, f);
+    finding_cache_speed(r, d, n, f);
+    finding_heads(d, n, f);
 }
 
 static void vit_findings(const al_study_results *r, const vit_stats *v, findings *f) {
@@ -394,27 +441,30 @@ static void vit_findings(const al_study_results *r, const vit_stats *v, findings
     }
     if (!v[0].first || !v[1].first) return;
     const int N = v[0].first->m.test_images;
+    /* "Attention with (1/14)x^3" -> "(1/14)x^3" */
+    const char *poly = v[1].first->title;
+    if (!strncmp(poly, "Attention with ", 15)) poly += 15;
     double p0 = v[0].acc.mean, p1 = v[1].acc.mean;
-    char a0[96], a1[96], rule[400];
+    char a0[96], a1[96], rule[400]; /* rule: a fixed sentence around two numbers */
     fmt_stat(a0, sizeof a0, &v[0].acc, 1, 100, 0);
     fmt_stat(a1, sizeof a1, &v[1].acc, 1, 100, 0);
     int res;
     if (r->n_seeds == 1 || v[0].acc.n <= 1) {
         double se = sqrt(p0 * (1 - p0) / N + p1 * (1 - p1) / N);
         res = fabs(p0 - p1) > 2 * se;
-        snprintf(rule, sizeof rule,
-                 "with %d test images the standard error of the difference is %.1f points, so the difference is %s "
-                 "(two standard errors), from one seed",
-                 N, 100 * se, res ? "resolved" : "not resolved");
+        al_strfmt(rule, sizeof rule,
+                  "with %d test images the standard error of the difference is %.1f points, so the difference is %s "
+                  "(two standard errors), from one seed",
+                  N, 100 * se, res ? "resolved" : "not resolved");
     } else {
         res = v[0].acc.min > v[1].acc.max || v[1].acc.min > v[0].acc.max;
-        snprintf(rule, sizeof rule, "over %d seeds the ranges %s", v[0].acc.n,
-                 res ? "do not overlap: the difference is resolved" : "overlap: the difference is not resolved");
+        al_strfmt(rule, sizeof rule, "over %d seeds the ranges %s", v[0].acc.n,
+                  res ? "do not overlap: the difference is resolved" : "overlap: the difference is not resolved");
     }
     add_finding(f,
                 "Vision (Fashion-MNIST, %d test images, a %d-layer ViT of %.0fk parameters): test accuracy %s %% with "
                 "softmax and %s %% with %s; %s. The polynomial-attention paper reports the two as comparable.",
-                N, v[0].first->cfg.num_layers, v[0].first->m.params / 1e3, a0, a1, v[1].first->title + 15, rule);
+                N, v[0].first->cfg.num_layers, v[0].first->m.params / 1e3, a0, a1, poly, rule);
     if (isfinite(r->cls.min[0]))
         add_finding(
             f,
@@ -704,16 +754,28 @@ static void d_row(doc *d, const char *cells, int header) {
     free(copy);
 }
 
+enum { D_PARA, D_ROW, D_HEADER_ROW };
+/* A paragraph (D_PARA) or a table row (d_row) of printf-style text, of any length. */
+static void d_printf(doc *d, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void d_printf(doc *d, int kind, const char *fmt, ...) {
+    sbuf t = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&t, fmt, ap);
+    va_end(ap);
+    if (t.oom)
+        d->b.oom = 1;
+    else if (kind == D_PARA)
+        d_para(d, sb_str(&t));
+    else
+        d_row(d, sb_str(&t), kind == D_HEADER_ROW);
+    free(t.s);
+}
+
 static void d_table_begin(doc *d) { sb_printf(&d->b, d->html ? "<table>\n" : ""); }
 static void d_table_end(doc *d) { sb_printf(&d->b, d->html ? "</table>\n" : "\n"); }
 
 static void d_figure(doc *d, const al_study_figure *f) {
-    char data[256] = "";
-    for (int j = 0; j < 3; j++)
-        if (f->data[j][0]) {
-            size_t l = strlen(data);
-            snprintf(data + l, sizeof data - l, "%s%s", l ? ", " : "", f->data[j]);
-        }
     if (d->html) {
         sb_printf(&d->b, "<figure><a href=\"%s\"><img src=\"%s\" alt=\"", f->file, f->file);
         sb_html(&d->b, f->file);
@@ -724,14 +786,17 @@ static void d_figure(doc *d, const al_study_figure *f) {
             if (f->data[j][0]) sb_printf(&d->b, "%s<a href=\"%s\">%s</a>", j ? ", " : "", f->data[j], f->data[j]);
         sb_printf(&d->b, ".</figcaption></figure>\n");
     } else {
-        sb_printf(&d->b, "![%s](%s)\n\n*%s*: %s Data: %s.\n\n", f->file, f->file, f->file, f->caption, data);
+        sb_printf(&d->b, "![%s](%s)\n\n*%s*: %s Data: ", f->file, f->file, f->file, f->caption);
+        for (int j = 0, listed = 0; j < 3; j++)
+            if (f->data[j][0]) sb_printf(&d->b, "%s%s", listed++ ? ", " : "", f->data[j]);
+        sb_printf(&d->b, ".\n\n");
     }
 }
 
 static void write_doc(doc *d, const al_study_results *r, const design_stats *ds, const vit_stats *vs,
                       const findings *f) {
     const al_study_budget *b = r->budget;
-    char line[2048], s1[96], s2[96], s3[96];
+    char s1[96], s2[96], s3[96]; /* a number with its range, or a count */
     if (d->html)
         sb_printf(&d->b,
                   "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>attnlab study: five KV "
@@ -743,11 +808,10 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
                   "#eee}\nfigcaption{font-size:0.9em;color:#444}\nli{margin:0.4em 0}\ncode{background:#f5f5f5;padding:"
                   "1px 4px}\n</style></head><body>\n");
     d_heading(d, 1, "attnlab study: five KV designs and two score functions");
-    snprintf(line, sizeof line,
+    d_printf(d, D_PARA,
              "Budget %s (%s); %d seed%s; attnlab %s; %s; %d thread%s, OpenBLAS %s kernels; this invocation took %.0f s.",
              b->name, b->summary, r->n_seeds, r->n_seeds == 1 ? "" : "s", AL_VERSION, r->created, r->threads,
              r->threads == 1 ? "" : "s", r->blas_kernels ? r->blas_kernels : "?", r->wall_s);
-    d_para(d, line);
 
     d_heading(d, 2, "What the numbers show");
     sb_printf(&d->b, d->html ? "<ul>\n" : "");
@@ -760,7 +824,7 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
 
     d_heading(d, 2, "Language models: the five KV designs");
     fmt_count(s3, sizeof s3, (double)r->lm_opts.batch * r->lm_opts.context * r->lm_opts.steps);
-    snprintf(line, sizeof line,
+    d_printf(d, D_PARA,
              "Corpus %s: %zu bytes, the last %zu held out for validation. Unigram baseline: entropy of the byte "
              "frequencies %.4f nats/byte (%.4f bits/byte); on the validation split %.4f nats/byte (%.4f bits/byte). "
              "Every model: %d layers, hidden %d, %d query heads, context %d; %d steps of batch %d (%s training "
@@ -770,25 +834,21 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
              r->lm_opts.model.hidden_size, r->lm_opts.model.num_heads, r->lm_opts.context, r->lm_opts.steps,
              r->lm_opts.batch, s3, r->lm_opts.lr, r->lm_opts.warmup, r->lm_opts.min_lr_ratio,
              ds[0].first ? ds[0].first->m.val_tokens : (size_t)0);
-    d_para(d, line);
     d_table_begin(d);
-    snprintf(
-        line, sizeof line,
+    d_printf(
+        d, D_HEADER_ROW,
         "design\tparams\tKV bytes/token\t%% of MHA\tval loss (nats/byte)\tbits/byte\tvs MHA\ttrain tokens/s\tdecode "
         "tokens/s @ %d (1 thread)\terank uncentered %%\terank PCA %%",
         b->decode_context);
-    d_row(d, line, 1);
     for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
         if (!ds[k].first) continue;
         const al_lm_measure *m = &ds[k].first->m;
         fmt_stat(s1, sizeof s1, &ds[k].loss, 4, 1, 1);
         fmt_stat(s2, sizeof s2, &ds[k].bpb, 4, 1, 1);
-        snprintf(s3, sizeof s3, k == 0 ? "-" : "%+.2f %%%s", ds[k].delta_pct, ds[k].resolved ? "" : " (n.r.)");
-        snprintf(line, sizeof line, "%s\t%zu\t%zu\t%.4g\t%s\t%s\t%s\t%.0f\t%.0f\t%.1f\t%.1f", al_study_design_title(k),
+        al_strfmt(s3, sizeof s3, k == 0 ? "-" : "%+.2f %%%s", ds[k].delta_pct, ds[k].resolved ? "" : " (n.r.)");
+        d_printf(d, D_ROW, "%s\t%zu\t%zu\t%.4g\t%s\t%s\t%s\t%.0f\t%.0f\t%.1f\t%.1f", al_study_design_title(k),
                  m->params, m->kv_bytes_per_token, m->kv_pct_of_mha, s1, s2, s3, r->speed[k].train_tokens_per_s,
-                 r->speed[k].decode_tokens_per_s,
-                 ds[k].erank_u.mean, ds[k].erank_p.mean);
-        d_row(d, line, 0);
+                 r->speed[k].decode_tokens_per_s, ds[k].erank_u.mean, ds[k].erank_p.mean);
     }
     d_table_end(d);
     d_para(d, r->n_seeds == 1
@@ -803,34 +863,31 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
         d_row(d, "design\tseed\tval loss\tbits/byte\ttrain tokens/s (median of the run)\terank uncentered %\tdirectory", 1);
         for (int i = 0; i < r->n_lm; i++) {
             const al_study_lm_run *x = &r->lm[i];
-            snprintf(line, sizeof line, "%s\t%llu\t%.4f\t%.4f\t%.0f\t%.1f\t%s", al_study_design_title(x->design),
+            d_printf(d, D_ROW, "%s\t%llu\t%.4f\t%.4f\t%.0f\t%.1f\t%s", al_study_design_title(x->design),
                      (unsigned long long)x->seed, x->m.val_loss, x->m.val_bpb, x->train_tokens_per_s,
                      x->m.erank_uncentered_pct, x->dir);
-            d_row(d, line, 0);
         }
         d_table_end(d);
     }
 
     d_heading(d, 2, "Vision: softmax vs polynomial attention");
-    if (r->vit_opts.train_subset) snprintf(s3, sizeof s3, "the first %d", r->vit_opts.train_subset);
-    else snprintf(s3, sizeof s3, "all");
+    if (r->vit_opts.train_subset) al_strfmt(s3, sizeof s3, "the first %d", r->vit_opts.train_subset);
+    else al_strfmt(s3, sizeof s3, "all");
     if (r->n_vit) {
-        snprintf(
-            line, sizeof line,
+        d_printf(
+            d, D_PARA,
             "Fashion-MNIST (%s), 28 x 28 images in 2 x 2 patches (196 patches + CLS). ViT: %d layers, hidden %d, %d "
             "heads; %d steps of %d images (%s training images), lr %g. Accuracy over %d test images.",
             r->images_path, r->vit_opts.model.num_layers, r->vit_opts.model.hidden_size, r->vit_opts.model.num_heads,
             r->vit_opts.steps, r->vit_opts.batch, s3, r->vit_opts.lr, vs[0].first ? vs[0].first->m.test_images : 0);
-        d_para(d, line);
         d_table_begin(d);
         d_row(d, "model\tparams\ttest accuracy %\ttest loss\ttrain images/s\terank uncentered %\terank PCA %", 1);
         for (int k = 0; k < 2; k++) {
             if (!vs[k].first) continue;
             fmt_stat(s1, sizeof s1, &vs[k].acc, 2, 100, 1);
             fmt_stat(s2, sizeof s2, &vs[k].loss, 4, 1, 1);
-            snprintf(line, sizeof line, "%s\t%zu\t%s\t%s\t%.0f\t%.1f\t%.1f", vs[k].first->title, vs[k].first->m.params,
-                     s1, s2, vs[k].ips.mean, vs[k].erank_u.mean, vs[k].erank_p.mean);
-            d_row(d, line, 0);
+            d_printf(d, D_ROW, "%s\t%zu\t%s\t%s\t%.0f\t%.1f\t%.1f", vs[k].first->title, vs[k].first->m.params, s1, s2,
+                     vs[k].ips.mean, vs[k].erank_u.mean, vs[k].erank_p.mean);
         }
         d_table_end(d);
     } else {
@@ -841,7 +898,7 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
     for (int i = 0; i < r->n_figures; i++) d_figure(d, &r->figures[i]);
 
     d_heading(d, 2, "Files and reproduction");
-    snprintf(line, sizeof line,
+    d_printf(d, D_PARA,
              "Checkpoints (config.json, model.safetensors, train_state.safetensors, log.jsonl, measure.json) are in "
              "runs/<design>-seed<seed>/ and runs/vit-<score>-seed<seed>/. report.json holds every number above "
              "(schema in docs/study.md). Rerunning `attnlab study --out %s --budget %s` skips finished runs and "
@@ -849,38 +906,39 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
              "--warmup %d --lr %g --eval-every %d --eval-tokens %d --seed %llu --out DIR`.",
              r->out, b->name, r->lm_opts.context, r->lm_opts.batch, r->lm_opts.steps, r->lm_opts.warmup, r->lm_opts.lr,
              r->lm_opts.eval_every, r->lm_opts.eval_tokens, (unsigned long long)r->lm_opts.seed);
-    d_para(d, line);
     if (d->html) sb_printf(&d->b, "</body></html>\n");
+}
+
+/* Writes text[0..len) to DIR/NAME atomically. */
+static int write_report(const char *dir, const char *name, const char *text, size_t len, al_err *err) {
+    char *path = al_study_join(dir, name, err);
+    if (!path) return -1;
+    int rc = al_write_file_atomic(path, text, len, err);
+    free(path);
+    return rc;
 }
 
 int al_study_write_reports(const al_study_results *r, al_err *err) {
     design_stats ds[AL_STUDY_DESIGNS];
     vit_stats vs[2];
-    findings *f = calloc(1, sizeof *f);
-    if (!f) return al_errf(err, "out of memory");
+    findings f = {0};
     lm_stats(r, ds);
     vit_stats_of(r, vs);
-    lm_findings(r, ds, f);
-    vit_findings(r, vs, f);
-    int rc = 0;
-    char path[4200];
-    char *json = report_json(r, ds, vs, f);
-    snprintf(path, sizeof path, "%s/report.json", r->out);
-    if (!json)
-        rc = al_errf(err, "out of memory");
-    else
-        rc = al_write_file_atomic(path, json, strlen(json), err);
+    lm_findings(r, ds, &f);
+    vit_findings(r, vs, &f);
+    int rc = f.oom        ? al_errf(err, "out of memory")
+             : f.too_many ? al_errf(err, "more than %d findings", MAX_FINDINGS)
+                          : 0;
+    char *json = rc ? NULL : report_json(r, ds, vs, &f);
+    if (!rc) rc = json ? write_report(r->out, "report.json", json, strlen(json), err) : al_errf(err, "out of memory");
     free(json);
     for (int html = 0; html < 2 && !rc; html++) {
         doc d = {{0}, html};
-        write_doc(&d, r, ds, vs, f);
-        snprintf(path, sizeof path, "%s/report.%s", r->out, html ? "html" : "md");
-        if (d.b.oom)
-            rc = al_errf(err, "out of memory");
-        else
-            rc = al_write_file_atomic(path, d.b.s, d.b.len, err);
+        write_doc(&d, r, ds, vs, &f);
+        rc = d.b.oom ? al_errf(err, "out of memory")
+                     : write_report(r->out, html ? "report.html" : "report.md", d.b.s, d.b.len, err);
         free(d.b.s);
     }
-    free(f);
+    findings_free(&f);
     return rc;
 }

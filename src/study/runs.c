@@ -62,7 +62,7 @@ static int same_train(const al_train_opts *a, const al_train_opts *b, int vision
 #define DIFF(f, same)                                                                                                  \
     do {                                                                                                               \
         if (!(same)) {                                                                                                 \
-            snprintf(why, cap, "its %s differs (%g, planned %g)", #f, (double)a->f, (double)b->f);                     \
+            al_strfmt(why, cap, "its %s differs (%g, planned %g)", #f, (double)a->f, (double)b->f);                    \
             return 0;                                                                                                  \
         }                                                                                                              \
     } while (0)
@@ -82,7 +82,7 @@ static int same_train(const al_train_opts *a, const al_train_opts *b, int vision
         I(train_subset);
         I(eval_images);
         if (strcmp(a->images, b->images)) {
-            snprintf(why, cap, "it was trained on other images (%s)", a->images[0] ? a->images : "default");
+            al_strfmt(why, cap, "it was trained on other images (%s)", a->images[0] ? a->images : "default");
             return 0;
         }
     } else {
@@ -90,7 +90,7 @@ static int same_train(const al_train_opts *a, const al_train_opts *b, int vision
         I(eval_tokens);
         D(val_fraction);
         if (strcmp(a->data, b->data)) {
-            snprintf(why, cap, "it was trained on other data (%s)", a->data[0] ? a->data : "default");
+            al_strfmt(why, cap, "it was trained on other data (%s)", a->data[0] ? a->data : "default");
             return 0;
         }
     }
@@ -100,12 +100,11 @@ static int same_train(const al_train_opts *a, const al_train_opts *b, int vision
     return 1;
 }
 
-/* 1 if log.jsonl in dir has the line of `step` with an evaluation. */
-static int log_has_final(const char *dir, int step) {
-    char path[4200], *text;
+/* 1 if the log at path has the line of `step` with an evaluation. */
+static int log_has_final(const char *path, int step) {
+    char *text;
     size_t len;
     al_err err;
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
     if (al_read_file(path, &text, &len, &err)) return 0;
     int found = 0;
     for (char *line = text; line && *line && !found;) {
@@ -122,52 +121,64 @@ static int log_has_final(const char *dir, int step) {
     return found;
 }
 
-al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why, size_t cap) {
-    char path[4200];
+/* The files of a run directory that decide its state. */
+enum { RUN_CONFIG, RUN_STATE, RUN_MODEL, RUN_LOG, RUN_FILES };
+static const char *const run_file_names[RUN_FILES] = {"config.json", "train_state.safetensors", "model.safetensors",
+                                                      "log.jsonl"};
+
+/* What the run's files say (al_study_run_state), their paths made. */
+static al_run_state run_state_of(const al_train_opts *plan, char *const *file, int *step, char *why, size_t cap) {
     al_train_opts saved;
     al_err err;
     *step = 0;
-    snprintf(why, cap, "not trained yet");
-    snprintf(path, sizeof path, "%s/config.json", plan->out);
-    if (access(path, F_OK) != 0) return AL_RUN_NEW;
+    al_strfmt(why, cap, "not trained yet");
+    if (access(file[RUN_CONFIG], F_OK) != 0) return AL_RUN_NEW;
     const int loaded = al_run_load_opts(plan->out, &saved, &err);
     if (loaded == -1) {
-        snprintf(why, cap, "its config.json is unreadable");
+        al_strfmt(why, cap, "its config.json is unreadable");
         return AL_RUN_STALE;
     }
     const int vision = plan->model.task == AL_TASK_VISION;
     if (!al_config_same(&saved.model, &plan->model, why, cap)) return AL_RUN_STALE;
     if (loaded) {
-        snprintf(why, cap, "its config.json has no training settings");
+        al_strfmt(why, cap, "its config.json has no training settings");
         return AL_RUN_STALE;
     }
     if (!same_train(&saved, plan, vision, why, cap)) return AL_RUN_STALE;
-    snprintf(path, sizeof path, "%s/train_state.safetensors", plan->out);
-    if (access(path, F_OK) != 0) {
-        snprintf(why, cap, "no checkpoint yet");
+    if (access(file[RUN_STATE], F_OK) != 0) {
+        al_strfmt(why, cap, "no checkpoint yet");
         return AL_RUN_NEW;
     }
     int s;
-    if (al_train_state_step(path, &s, &err)) {
-        snprintf(why, cap, "its training state is unreadable");
+    if (al_train_state_step(file[RUN_STATE], &s, &err)) {
+        al_strfmt(why, cap, "its training state is unreadable");
         return AL_RUN_STALE;
     }
     if (s > plan->steps) {
-        snprintf(why, cap, "it was trained past the planned %d steps", plan->steps);
+        al_strfmt(why, cap, "it was trained past the planned %d steps", plan->steps);
         return AL_RUN_STALE;
     }
     *step = s;
     if (s < plan->steps) {
-        snprintf(why, cap, "stopped at step %d of %d", s, plan->steps);
+        al_strfmt(why, cap, "stopped at step %d of %d", s, plan->steps);
         return s > 0 ? AL_RUN_PARTIAL : AL_RUN_NEW;
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", plan->out);
-    if (access(path, F_OK) != 0 || !log_has_final(plan->out, s)) {
-        snprintf(why, cap, "its checkpoint or log.jsonl lacks the final step");
+    if (access(file[RUN_MODEL], F_OK) != 0 || !log_has_final(file[RUN_LOG], s)) {
+        al_strfmt(why, cap, "its checkpoint or log.jsonl lacks the final step");
         return AL_RUN_STALE;
     }
-    snprintf(why, cap, "complete");
+    al_strfmt(why, cap, "complete");
     return AL_RUN_COMPLETE;
+}
+
+int al_study_run_state(const al_train_opts *plan, al_run_state *state, int *step, char *why, size_t cap, al_err *err) {
+    char *file[RUN_FILES];
+    int rc = 0;
+    for (int i = 0; i < RUN_FILES; i++)
+        if (!(file[i] = al_study_join(plan->out, run_file_names[i], err))) rc = -1;
+    if (!rc) *state = run_state_of(plan, file, step, why, cap);
+    for (int i = 0; i < RUN_FILES; i++) free(file[i]);
+    return rc;
 }
 
 /* ---- logs ---- */
@@ -192,11 +203,15 @@ void al_run_log_free(al_run_log *l) {
 }
 
 int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
-    char path[4200], *text;
+    char *text;
     size_t len;
     memset(out, 0, sizeof *out);
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
-    if (al_read_file(path, &text, &len, err)) return -1;
+    char *path = al_study_join(dir, "log.jsonl", err);
+    if (!path) return -1;
+    if (al_read_file(path, &text, &len, err)) {
+        free(path);
+        return -1;
+    }
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
     out->step = malloc(sizeof(int) * lines);
@@ -205,7 +220,7 @@ int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
     double *tps = malloc(sizeof(double) * lines), *ips = malloc(sizeof(double) * lines);
     int nt = 0, ni = 0;
     if (!out->step || !out->val_loss || !out->val_acc || !tps || !ips) {
-        free(text), free(tps), free(ips);
+        free(text), free(tps), free(ips), free(path);
         al_run_log_free(out);
         return al_errf(err, "out of memory");
     }
@@ -237,11 +252,10 @@ int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
     out->items_per_s = ni ? median(ips, ni) : out->tokens_per_s;
     free(tps);
     free(ips);
-    if (out->n == 0) {
-        al_run_log_free(out);
-        return al_errf(err, "%s: no evaluation lines", path);
-    }
-    return 0;
+    const int rc = out->n ? 0 : al_errf(err, "%s: no evaluation lines", path);
+    if (rc) al_run_log_free(out);
+    free(path);
+    return rc;
 }
 
 /* ---- measurements ---- */
@@ -299,13 +313,28 @@ static int head_ranks(const al_model *m, double *unc, double *pca, double *offdi
     return 0;
 }
 
+int al_run_config_load(const char *dir, al_config *cfg, char **extra, al_err *err) {
+    char *path = al_study_join(dir, "config.json", err);
+    if (!path) return -1;
+    int rc = al_config_load(cfg, path, extra, err);
+    free(path);
+    return rc;
+}
+
+/* Loads the weights DIR/model.safetensors into m. */
+static int load_run_weights(al_model *m, const char *dir, al_err *err) {
+    char *path = al_study_join(dir, "model.safetensors", err);
+    if (!path) return -1;
+    int rc = al_model_load_weights(m, path, err);
+    free(path);
+    return rc;
+}
+
 int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_tokens, al_lm_measure *out, al_err *err) {
-    char path[4200];
     al_config cfg;
     char *extra = NULL;
     memset(out, 0, sizeof *out);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (al_config_load(&cfg, path, &extra, err)) return -1;
+    if (al_run_config_load(dir, &cfg, &extra, err)) return -1;
     cJSON *al = extra ? cJSON_Parse(extra) : NULL;
     free(extra);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(al, "step");
@@ -314,8 +343,7 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     const int T = cfg.max_position; /* the trained context */
     al_model m;
     if (al_model_create(&m, &cfg, err)) return al_err_prefix(err, "%s", dir);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (al_model_load_weights(&m, path, err)) {
+    if (load_run_weights(&m, dir, err)) {
         al_model_free(&m);
         return -1;
     }
@@ -363,16 +391,14 @@ static void speed_model_free(speed_model *s) {
 /* Loads dir's model with RoPE tables for max(context, decode_context) and
  * everything a training step needs (a fixed random batch). */
 static int speed_model_open(speed_model *s, const char *dir, int batch, int context, int decode_context, al_err *err) {
-    char path[4200];
     memset(s, 0, sizeof *s);
     if (al_run_load_opts(dir, &s->o, err)) return -1;
     al_config cfg = s->o.model;
     const int need = context > decode_context ? context : decode_context;
     if (cfg.max_position < need) cfg.max_position = need;
     if (al_model_create(&s->m, &cfg, err)) return al_err_prefix(err, "%s", dir);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const size_t N = (size_t)batch * context;
-    if (al_model_load_weights(&s->m, path, err) || al_model_alloc_grads(&s->m, err) ||
+    if (load_run_weights(&s->m, dir, err) || al_model_alloc_grads(&s->m, err) ||
         al_acts_create(&s->a, &s->m, batch, context, err))
         return -1;
     s->m1 = al_alloc(sizeof(float) * s->m.n_floats);
@@ -439,10 +465,14 @@ int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err
     al_model_free(&m);
     if (rc) return al_err_prefix(err, "%s", dir);
     /* the final evaluation (all test images of the run's set) is the log's last line */
-    char path[4200], *text;
+    char *text;
     size_t len;
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
-    if (al_read_file(path, &text, &len, err)) return -1;
+    char *path = al_study_join(dir, "log.jsonl", err);
+    if (!path) return -1;
+    if (al_read_file(path, &text, &len, err)) {
+        free(path);
+        return -1;
+    }
     rc = -1;
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -463,7 +493,9 @@ int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err
     }
     free(text);
     out->steps = steps;
-    return rc ? al_errf(err, "%s: log.jsonl has no final evaluation at step %d", path, steps) : 0;
+    if (rc) al_errf(err, "%s: log.jsonl has no final evaluation at step %d", path, steps);
+    free(path);
+    return rc;
 }
 
 /* ---- cached measurements ---- */
@@ -478,23 +510,25 @@ int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err
 
 /* Writes a cJSON object to DIR/measure.json atomically and frees it. */
 static int save_measure(const char *dir, cJSON *j, al_err *err) {
-    char path[4200];
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    if (!text) return al_errf(err, "out of memory");
-    snprintf(path, sizeof path, "%s/measure.json", dir);
-    int rc = al_write_file_atomic(path, text, strlen(text), err);
+    char *path = text ? al_study_join(dir, "measure.json", err) : NULL;
+    int rc = !text ? al_errf(err, "out of memory") : !path ? -1 : al_write_file_atomic(path, text, strlen(text), err);
     free(text);
+    free(path);
     return rc;
 }
 
-/* DIR/measure.json if it is of `kind` and `steps`; NULL otherwise. */
+/* DIR/measure.json if it is of `kind` and `steps`; NULL otherwise (also
+ * when out of memory: the run is measured again). */
 static cJSON *load_measure(const char *dir, const char *kind, int steps) {
-    char path[4200], *text;
+    char *text;
     size_t len;
     al_err err;
-    snprintf(path, sizeof path, "%s/measure.json", dir);
-    if (access(path, F_OK) != 0 || al_read_file(path, &text, &len, &err)) return NULL;
+    char *path = al_study_join(dir, "measure.json", &err);
+    const int readable = path && access(path, F_OK) == 0 && !al_read_file(path, &text, &len, &err);
+    free(path);
+    if (!readable) return NULL;
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind"), *s = cJSON_GetObjectItemCaseSensitive(j, "steps");
@@ -585,13 +619,15 @@ int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train
     for (int k = 0; k < 2; k++) {
         al_image_set s;
         if (al_fmnist_load(&s, src_dir, split[k], limit[k], err)) return -1;
-        char path[4200];
         /* one channel: [n, S, S] as the original files; else [n, C, S, S] */
         const int64_t grey[3] = {s.n, s.S, s.S}, colour[4] = {s.n, s.C, s.S, s.S}, labels[1] = {s.n};
-        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dst_dir, split[k]);
-        int rc = s.C == 1 ? write_idx(path, s.pixels, grey, 3, err) : write_idx(path, s.pixels, colour, 4, err);
-        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dst_dir, split[k]);
-        if (!rc) rc = write_idx(path, s.labels, labels, 1, err);
+        char *images = al_sprintf("%s/%s-images-idx3-ubyte", dst_dir, split[k]),
+             *labels_path = al_sprintf("%s/%s-labels-idx1-ubyte", dst_dir, split[k]);
+        int rc = images && labels_path ? 0 : al_errf(err, "out of memory");
+        if (!rc) rc = s.C == 1 ? write_idx(images, s.pixels, grey, 3, err) : write_idx(images, s.pixels, colour, 4, err);
+        if (!rc) rc = write_idx(labels_path, s.labels, labels, 1, err);
+        free(images);
+        free(labels_path);
         al_image_set_free(&s);
         if (rc) return -1;
     }

@@ -132,15 +132,22 @@ static double nominal_after(const al_study_plan *p, int i) {
 
 /* ---- training and measuring ---- */
 
+/* Removes DIR/NAME if it is there (a missing file is no error). */
+static int remove_file(const char *dir, const char *name, al_err *err) {
+    char *path = al_study_join(dir, name, err);
+    if (!path) return -1;
+    unlink(path);
+    free(path);
+    return 0;
+}
+
 /* Removes what a stale run left, so nothing of it can be mistaken for the new one. */
-static void clear_run(const char *dir) {
+static int clear_run(const char *dir, al_err *err) {
     static const char *const files[] = {"config.json", "model.safetensors", "train_state.safetensors", "log.jsonl",
                                         "measure.json"};
-    char path[4300];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (remove_file(dir, files[i], err)) return -1;
+    return 0;
 }
 
 /* Measures run r unless its measure.json is valid. */
@@ -182,14 +189,12 @@ static int train_and_measure(study *s, int i, al_err *err) {
             if (al_run_load_opts(r->opts.out, &o, err)) return AL_STUDY_ERROR;
             o.resume = 1;
         } else {
-            clear_run(r->opts.out);
+            if (clear_run(r->opts.out, err)) return AL_STUDY_ERROR;
             o = r->opts;
         }
         o.on_step = on_train_step;
         o.on_step_ctx = s;
-        char path[4300];
-        snprintf(path, sizeof path, "%s/measure.json", r->opts.out);
-        unlink(path);
+        if (remove_file(r->opts.out, "measure.json", err)) return AL_STUDY_ERROR;
         const int from = r->state == AL_RUN_PARTIAL ? r->step : 0;
         phase_begin(s, (r->opts.steps - from) * step_s, after + measure_s);
         int rc = al_train(&o, err);
@@ -227,13 +232,11 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
     for (int i = 0; i < p->n_runs; i++) {
         const al_plan_run *r = &p->runs[i];
         const al_train_opts *o = &r->opts;
-        char path[4300];
-        snprintf(path, sizeof path, "%s/config.json", o->out);
         if (r->vision) {
             al_study_vit_run *v = &res->vit[res->n_vit];
             v->poly = r->poly, v->seed = r->seed;
-            snprintf(v->dir, sizeof v->dir, "%s", o->out);
-            if (al_config_load(&v->cfg, path, NULL, err) || al_study_load_vit_measure(o->out, o->steps, &v->m) ||
+            if (al_study_set_path(v->dir, sizeof v->dir, "run directory", err, "%s", o->out)) return -1;
+            if (al_run_config_load(o->out, &v->cfg, NULL, err) || al_study_load_vit_measure(o->out, o->steps, &v->m) ||
                 al_run_log_read(o->out, &v->log, err))
                 return al_errf(err, "%s: measurements or log missing", o->out);
             al_score_title(&v->cfg, v->title, sizeof v->title);
@@ -243,8 +246,8 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
         } else {
             al_study_lm_run *l = &res->lm[res->n_lm];
             l->design = r->design, l->seed = r->seed;
-            snprintf(l->dir, sizeof l->dir, "%s", o->out);
-            if (al_config_load(&l->cfg, path, NULL, err) || al_study_load_lm_measure(o->out, o->steps, &l->m) ||
+            if (al_study_set_path(l->dir, sizeof l->dir, "run directory", err, "%s", o->out)) return -1;
+            if (al_run_config_load(o->out, &l->cfg, NULL, err) || al_study_load_lm_measure(o->out, o->steps, &l->m) ||
                 al_run_log_read(o->out, &l->log, err))
                 return al_errf(err, "%s: measurements or log missing", o->out);
             l->train_tokens_per_s = l->log.tokens_per_s;
@@ -281,14 +284,17 @@ static int fig_heads(const study *s, al_study_results *res, al_err *err) {
     if (!s->h->draw_heads) return 0;
     const char *dirs[AL_STUDY_DESIGNS];
     for (int k = 0; k < AL_STUDY_DESIGNS; k++) dirs[k] = res->lm[order[k]].dir;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/heads.png", s->p->out);
+    char *path = al_study_join(s->p->out, "heads.png", err);
+    if (!path) return -1;
     al_study_figure *f = next_figure(res, err);
-    if (!f || s->h->draw_heads(s->h->ctx, dirs, AL_STUDY_DESIGNS, path, err)) return -1;
-    *f = (al_study_figure){.file = "heads.png", .data = {"heads.json", "heads.npy", "heads.csv"}};
-    snprintf(f->caption, sizeof f->caption, "%s",
-             "Head similarity s_ij = <A_i, A_j>_F / (|A_i| |A_j|), A_h = Wq_h^T Wk_h, averaged over layers, for the "
-             "five designs (first seed); subtitles give the effective rank in heads.");
+    const int rc = !f || s->h->draw_heads(s->h->ctx, dirs, AL_STUDY_DESIGNS, path, err);
+    free(path);
+    if (rc) return -1;
+    *f = (al_study_figure){.file = "heads.png",
+                           .data = {"heads.json", "heads.npy", "heads.csv"},
+                           .caption = "Head similarity s_ij = <A_i, A_j>_F / (|A_i| |A_j|), A_h = Wq_h^T Wk_h, averaged "
+                                      "over layers, for the five designs (first seed); subtitles give the effective "
+                                      "rank in heads."};
     res->n_figures++;
     return 0;
 }
@@ -357,24 +363,26 @@ static int fig_designs(const study *s, al_study_results *res, al_err *err) {
 /* ---- the study ---- */
 
 /* The numbers of the report that do not come from the runs. */
-static void describe(const al_study_plan *p, al_study_results *res) {
+static int describe(const al_study_plan *p, al_study_results *res, al_err *err) {
     res->budget = p->budget;
-    snprintf(res->out, sizeof res->out, "%s", p->out);
+    if (al_study_set_path(res->out, sizeof res->out, "study directory", err, "%s", p->out) ||
+        al_study_set_path(res->corpus_path, sizeof res->corpus_path, "corpus", err, "%s", p->corpus.path) ||
+        al_study_set_path(res->images_path, sizeof res->images_path, "images", err, "%s", p->vision ? p->images : ""))
+        return -1;
     res->threads = al_threads();
     res->blas_kernels = al_blas_kernels();
-    snprintf(res->corpus_path, sizeof res->corpus_path, "%s", p->corpus.path);
     res->corpus_bytes = p->corpus.n, res->train_bytes = p->corpus.n_train,
     res->val_bytes = p->corpus.n - p->corpus.n_train;
     al_unigram_of(&p->corpus, &res->unigram);
     res->n_seeds = p->n_seeds;
     memcpy(res->seeds, p->seeds, sizeof res->seeds);
     res->cls.min[0] = res->cls.min[1] = res->cls.max[0] = res->cls.max[1] = NAN;
-    snprintf(res->images_path, sizeof res->images_path, "%s", p->vision ? p->images : "");
     if (!p->vision)
-        snprintf(res->vision_note, sizeof res->vision_note, "%s",
-                 p->no_vision ? "skipped (--no-vision)."
-                              : "skipped: the Fashion-MNIST files were not found "
-                                "(install dataset-fashion-mnist or pass --images DIR).");
+        al_strfmt(res->vision_note, sizeof res->vision_note, "%s",
+                  p->no_vision ? "skipped (--no-vision)."
+                               : "skipped: the Fashion-MNIST files were not found "
+                                 "(install dataset-fashion-mnist or pass --images DIR).");
+    return 0;
 }
 
 /* After the runs: benchmarks, figures and reports. */
@@ -382,8 +390,7 @@ static int finish(study *s, al_study_results *res, al_err *err) {
     const al_study_plan *p = s->p;
     const al_study_budget *b = p->budget;
     s->run = -1;
-    describe(p, res);
-    if (collect(p, res, err)) return AL_STUDY_ERROR;
+    if (describe(p, res, err) || collect(p, res, err)) return AL_STUDY_ERROR;
     /* speeds side by side, the first seed's model of each design */
     const char *dirs[AL_STUDY_DESIGNS];
     for (int k = 0; k < AL_STUDY_DESIGNS; k++) dirs[k] = res->lm[k].dir;
@@ -423,7 +430,7 @@ int al_study_run_plan(al_study_plan *p, const al_study_hooks *h, al_study_result
     for (int i = 0; i < p->n_runs; i++) {
         al_plan_run *r = &p->runs[i];
         if (strcmp(r->opts.out, r->dir)) return al_errf(err, "%s: the run's out is %s", r->dir, r->opts.out);
-        r->state = al_study_run_state(&r->opts, &r->step, r->why, sizeof r->why);
+        if (al_study_run_state(&r->opts, &r->state, &r->step, r->why, sizeof r->why, err)) return AL_STUDY_ERROR;
     }
     s.left_after = nominal_after(p, -1);
     tell(&s, AL_STUDY_PLANNED, NULL, s.left_after);

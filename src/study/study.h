@@ -27,6 +27,21 @@
 #include "../train/train.h"
 #include "../train/vision.h"
 
+/* ---- paths ---- */
+
+/* Bytes of every path field below, its NUL included (Linux's PATH_MAX: no
+ * longer path can be opened). */
+enum { AL_STUDY_PATH_LEN = 4096 };
+
+/* Formats a path into dst[cap]. The one way the path fields of the plan and
+ * the results are filled: a path that would not fit is refused (dst = "",
+ * one line in err: "WHAT path too long (N bytes, at most M)"), never cut. */
+int al_study_set_path(char *dst, size_t cap, const char *what, al_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* DIR/NAME, malloc'd (free it); NULL when out of memory (err says so). The
+ * files of a run or study directory are named through this. */
+char *al_study_join(const char *dir, const char *name, al_err *err);
+
 /* ---- budgets ---- */
 
 /* One budget: how long every run trains and how much is measured. The
@@ -81,7 +96,7 @@ typedef struct al_plan_run {
     int poly;           /* ViTs: 1 with the poly score, 0 with softmax */
     uint64_t seed;
     char name[64];      /* "mha-seed1337", "vit-poly-seed1337" */
-    char dir[4200];     /* OUT/runs/NAME */
+    char dir[AL_STUDY_PATH_LEN]; /* OUT/runs/NAME */
     /* what the run directory holds (al_study_run_plan fills these) */
     al_run_state state;
     int step; /* the saved step */
@@ -104,12 +119,12 @@ typedef struct al_study_settings {
 
 typedef struct al_study_plan {
     const al_study_budget *budget;
-    char out[4000];
+    char out[AL_STUDY_PATH_LEN];
     const char *data;  /* as given (NULL: the default corpus) */
     al_corpus corpus;  /* the language models' text: validation loss, unigram baseline, attention maps */
     int vision;        /* the vision pair is planned (its images were found) */
     int no_vision;     /* it was left out on request */
-    char images[4200]; /* the directory the ViTs train from (a subset under out, or the source) */
+    char images[AL_STUDY_PATH_LEN]; /* the directory the ViTs train from (a subset under out, or the source) */
     uint64_t seeds[AL_STUDY_MAX_SEEDS];
     int n_seeds, max_runs;
     al_plan_run *runs; /* seed-major: the five designs, then the softmax and poly ViTs */
@@ -186,8 +201,13 @@ void al_study_results_free(struct al_study_results *r);
 /* What plan->out holds compared with the run `plan` describes: the model
  * config and training settings in config.json, the step in
  * train_state.safetensors, the final line of log.jsonl and model.safetensors.
- * *step: the saved step (0 when none); why: a short reason for STALE/NEW. */
-al_run_state al_study_run_state(const al_train_opts *plan, int *step, char *why, size_t cap);
+ * *state; *step: the saved step (0 when none); why: a short reason for
+ * STALE/NEW. Returns 0, or -1 when out of memory (err; *state undecided). */
+int al_study_run_state(const al_train_opts *plan, al_run_state *state, int *step, char *why, size_t cap, al_err *err);
+
+/* The model config of the run in dir (DIR/config.json; extra as
+ * al_config_load returns it, or NULL). */
+int al_run_config_load(const char *dir, al_config *cfg, char **extra, al_err *err);
 
 /* The step saved in a training state file (its safetensors metadata), read
  * from the header alone. */
@@ -284,7 +304,7 @@ int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train
 typedef struct al_study_lm_run {
     int design; /* index into al_study_design */
     uint64_t seed;
-    char dir[4096];
+    char dir[AL_STUDY_PATH_LEN];
     al_config cfg;
     al_lm_measure m;
     double train_tokens_per_s, train_seconds;
@@ -294,7 +314,7 @@ typedef struct al_study_lm_run {
 typedef struct al_study_vit_run {
     int poly; /* 0 softmax, 1 poly */
     uint64_t seed;
-    char dir[4096];
+    char dir[AL_STUDY_PATH_LEN];
     char title[96]; /* "Attention with (1/14)x^3" */
     al_config cfg;
     al_vit_measure m;
@@ -306,12 +326,12 @@ enum { AL_STUDY_MAX_FIGURES = 8 };
 
 typedef struct al_study_results {
     const al_study_budget *budget;
-    char out[4096];
+    char out[AL_STUDY_PATH_LEN];
     char created[40]; /* UTC, ISO 8601 */
     double wall_s;    /* this invocation */
     int threads;
     const char *blas_kernels;
-    char corpus_path[4096];
+    char corpus_path[AL_STUDY_PATH_LEN];
     size_t corpus_bytes, train_bytes, val_bytes;
     al_unigram unigram;
     int n_seeds;
@@ -324,7 +344,7 @@ typedef struct al_study_results {
     al_study_vit_run *vit;            /* [n_seeds * 2], seed-major, softmax then poly */
     int n_vit;
     char vision_note[512]; /* why vision is missing, or "" */
-    char images_path[4096];
+    char images_path[AL_STUDY_PATH_LEN];
     al_cls_figure cls; /* the poly-vs-softmax figure: CLS attention ranges of the two models shown */
     al_study_figure figures[AL_STUDY_MAX_FIGURES];
     int n_figures;

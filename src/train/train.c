@@ -45,6 +45,24 @@ void al_train_opts_default(al_train_opts *o) {
     o->eval_images = 2000;
 }
 
+int al_train_opts_set_paths(al_train_opts *o, const char *data, const char *images, const char *out, al_err *err) {
+    const struct {
+        const char *what, *value;
+        char *field;
+        size_t cap;
+    } paths[] = {{"data", data, o->data, sizeof o->data},
+                 {"images", images, o->images, sizeof o->images},
+                 {"out", out, o->out, sizeof o->out}};
+    const size_t n = sizeof paths / sizeof paths[0];
+    for (size_t i = 0; i < n; i++) /* all checked before any is set */
+        if (paths[i].value && strlen(paths[i].value) >= paths[i].cap)
+            return al_errf(err, "%s path too long (%zu bytes, at most %zu)", paths[i].what, strlen(paths[i].value),
+                           paths[i].cap - 1);
+    for (size_t i = 0; i < n; i++)
+        if (paths[i].value) memcpy(paths[i].field, paths[i].value, strlen(paths[i].value) + 1);
+    return 0;
+}
+
 /* ---- settings as JSON ---- */
 
 #define OPT_INTS(X) X(batch) X(context) X(steps) X(warmup) X(eval_every) X(save_every) X(eval_tokens)
@@ -87,10 +105,13 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     OPT_INTS(GET) OPT_DBLS(GET)
 #undef GET
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "data")) && cJSON_IsString(v))
-        snprintf(o->data, sizeof o->data, "%s", strcmp(v->valuestring, "default") ? v->valuestring : "");
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "images")) && cJSON_IsString(v))
-        snprintf(o->images, sizeof o->images, "%s", strcmp(v->valuestring, "default") ? v->valuestring : "");
+    /* the paths ("default": the built-in corpus or image directory) */
+    const char *path[2] = {NULL, NULL};
+    static const char *const path_keys[2] = {"data", "images"};
+    for (int i = 0; i < 2; i++)
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, path_keys[i])) && cJSON_IsString(v))
+            path[i] = strcmp(v->valuestring, "default") ? v->valuestring : "";
+    if (al_train_opts_set_paths(o, path[0], path[1], NULL, err)) rc = -1;
     static const char *const vision_ints[] = {"train_subset", "eval_images"};
     int *vision_dst[] = {&o->train_subset, &o->eval_images};
     for (int i = 0; i < 2; i++)
@@ -103,22 +124,24 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
 }
 
 int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err) {
-    char path[4200], *extra = NULL;
+    char *extra = NULL;
     al_train_opts_default(o);
-    snprintf(o->out, sizeof o->out, "%s", dir);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (al_config_load(&o->model, path, &extra, err)) return -1;
+    if (al_train_opts_set_paths(o, NULL, NULL, dir, err)) return -1;
+    char *path = al_sprintf("%s/config.json", dir);
+    if (!path) return al_errf(err, "out of memory");
+    if (al_config_load(&o->model, path, &extra, err)) {
+        free(path);
+        return -1;
+    }
     cJSON *al = extra ? cJSON_Parse(extra) : NULL;
     free(extra);
     const cJSON *train = cJSON_GetObjectItemCaseSensitive(al, "train");
     char *text = train ? cJSON_PrintUnformatted(train) : NULL;
     cJSON_Delete(al);
-    if (!text) {
-        al_errf(err, "%s: no training settings (not a run directory of attnlab train)", path);
-        return -2;
-    }
-    int rc = al_train_opts_from_json(o, text, err);
+    int rc = text ? al_train_opts_from_json(o, text, err)
+                  : al_errf(err, "%s: no training settings (not a run directory of attnlab train)", path);
     free(text);
+    free(path);
     return rc ? -2 : 0;
 }
 
@@ -182,7 +205,7 @@ static void on_signal(int sig) { stop_signal = sig; }
 
 static int save_state(const al_model *m, const float *mom1, const float *mom2, int step, const al_rng *rng,
                       const char *dir, al_err *err) {
-    char path[4200], meta_step[32], meta_rng[4][24];
+    char meta_step[32], meta_rng[4][24]; /* an int; 16 hex digits */
     snprintf(meta_step, sizeof meta_step, "%d", step);
     for (int i = 0; i < 4; i++) snprintf(meta_rng[i], sizeof meta_rng[i], "%016" PRIx64, rng->s[i]);
     const char *meta[] = {"step", meta_step, "rng0", meta_rng[0], "rng1", meta_rng[1],
@@ -192,11 +215,15 @@ static int save_state(const al_model *m, const float *mom1, const float *mom2, i
         {"adam.m", mom1, 1, {(int64_t)m->n_floats}},
         {"adam.v", mom2, 1, {(int64_t)m->n_floats}},
     };
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    return al_st_write_f32(path, t, 3, meta, 5, err);
+    char *path = al_sprintf("%s/train_state.safetensors", dir);
+    if (!path) return al_errf(err, "out of memory");
+    int rc = al_st_write_f32(path, t, 3, meta, 5, err);
+    free(path);
+    return rc;
 }
 
-/* Finds "key": "value" in a safetensors file's __metadata__ (we wrote it). */
+/* Finds "key": "value" in a safetensors file's __metadata__ (we wrote it);
+ * a value that does not fit out[cap] is refused, not cut. */
 static int state_meta(const char *path, const char *key, char *out, size_t cap, al_err *err) {
     char *blob;
     size_t len;
@@ -213,9 +240,11 @@ static int state_meta(const char *path, const char *key, char *out, size_t cap, 
         blob[8 + hl] = saved;
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "__metadata__");
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, key);
-        if (cJSON_IsString(v)) {
-            snprintf(out, cap, "%s", v->valuestring);
+        if (cJSON_IsString(v) && strlen(v->valuestring) < cap) {
+            memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
             rc = 0;
+        } else if (cJSON_IsString(v)) {
+            al_errf(err, "%s: training state's '%s' is too long (%zu bytes)", path, key, strlen(v->valuestring));
         } else {
             al_errf(err, "%s: training state lacks '%s'", path, key);
         }
@@ -225,9 +254,10 @@ static int state_meta(const char *path, const char *key, char *out, size_t cap, 
     return rc;
 }
 
-static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *dir, al_err *err) {
-    char path[4200], buf[64];
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+/* The weights, moments, step and data RNG of DIR/train_state.safetensors. */
+static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *path,
+                           al_err *err) {
+    char buf[64];
     al_st_file f;
     if (al_st_open(&f, path, err)) return -1;
     int64_t shape[1] = {(int64_t)m->n_floats};
@@ -239,23 +269,38 @@ static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *
     if (state_meta(path, "step", buf, sizeof buf, err) || al_parse_int(buf, &v) || v < 0)
         return al_errf(err, "%s: bad step in training state", path);
     *step = (int)v;
+    static const char *const rng_keys[4] = {"rng0", "rng1", "rng2", "rng3"};
     for (int i = 0; i < 4; i++) {
-        char key[8];
-        snprintf(key, sizeof key, "rng%d", i);
-        if (state_meta(path, key, buf, sizeof buf, err)) return -1;
+        if (state_meta(path, rng_keys[i], buf, sizeof buf, err)) return -1;
         rng->s[i] = strtoull(buf, NULL, 16);
     }
     return 0;
 }
 
+static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *dir, al_err *err) {
+    char *path = al_sprintf("%s/train_state.safetensors", dir);
+    if (!path) return al_errf(err, "out of memory");
+    int rc = load_state_file(m, mom1, mom2, step, rng, path, err);
+    free(path);
+    return rc;
+}
+
+/* The "attnlab" block of a run's config.json: its training settings and
+ * step (malloc'd; NULL and err filled when out of memory). */
+static char *run_block(const al_train_opts *o, int step, al_err *err) {
+    char *train_json = al_train_opts_to_json(o);
+    char *block = train_json ? al_sprintf("{\"train\": %s, \"step\": %d}", train_json, step) : NULL;
+    free(train_json);
+    if (!block) al_errf(err, "out of memory");
+    return block;
+}
+
 static int save_checkpoint(const al_model *m, const al_train_opts *o, const float *m1, const float *m2, int step,
                            const al_rng *rng, al_err *err) {
-    char *train_json = al_train_opts_to_json(o);
-    char extra[8192];
-    snprintf(extra, sizeof extra, "{\"train\": %s, \"step\": %d}", train_json ? train_json : "{}", step);
-    free(train_json);
-    if (save_state(m, m1, m2, step, rng, o->out, err)) return -1;
-    return al_model_save(m, o->out, extra, err);
+    char *extra = run_block(o, step, err);
+    int rc = !extra || save_state(m, m1, m2, step, rng, o->out, err) || al_model_save(m, o->out, extra, err);
+    free(extra);
+    return rc ? -1 : 0;
 }
 
 /* Keeps the log lines of steps <= step (a resumed run rewrites the rest). */
@@ -265,6 +310,10 @@ static int trim_log(const char *path, int step, al_err *err) {
     if (access(path, F_OK) != 0) return 0;
     if (al_read_file(path, &text, &len, err)) return -1;
     char *out = malloc(len + 1);
+    if (!out) {
+        free(text);
+        return al_errf(err, "out of memory");
+    }
     size_t n = 0;
     for (char *line = text; line < text + len;) {
         char *nl = memchr(line, '\n', (size_t)(text + len - line));
@@ -357,34 +406,30 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     FILE *log = NULL;
     int result = AL_TRAIN_ERROR, step = 0;
     al_rng rng;
-    char path[4200];
+    char *log_path = NULL, *config_path = NULL, *extra = NULL;
     struct sigaction sa = {0}, old_int, old_term;
 
     m1 = al_alloc(sizeof(float) * m->n_floats);
     m2 = al_alloc(sizeof(float) * m->n_floats);
-    if (!m1 || !m2) {
-        al_errf(err, "out of memory for optimizer state");
+    log_path = al_sprintf("%s/log.jsonl", o->out);
+    config_path = al_sprintf("%s/config.json", o->out);
+    if (!m1 || !m2 || !log_path || !config_path) {
+        al_errf(err, "out of memory");
         goto done;
     }
-    snprintf(path, sizeof path, "%s/log.jsonl", o->out);
     if (o->resume) {
         if (load_state(m, m1, m2, &step, &rng, o->out, err)) goto done;
-        if (trim_log(path, step, err)) goto done;
+        if (trim_log(log_path, step, err)) goto done;
     } else {
         al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
-        unlink(path);
+        unlink(log_path);
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
-        char *tj = al_train_opts_to_json(o), extra[8192];
-        snprintf(extra, sizeof extra, "{\"train\": %s, \"step\": 0}", tj ? tj : "{}");
-        free(tj);
-        snprintf(path, sizeof path, "%s/config.json", o->out);
-        if (al_config_save(&m->cfg, path, extra, err)) goto done;
-        snprintf(path, sizeof path, "%s/log.jsonl", o->out);
+        if (!(extra = run_block(o, 0, err)) || al_config_save(&m->cfg, config_path, extra, err)) goto done;
     }
-    log = fopen(path, "a");
+    log = fopen(log_path, "a");
     if (!log) {
-        al_errf(err, "%s: %s", path, strerror(errno));
+        al_errf(err, "%s: %s", log_path, strerror(errno));
         goto done;
     }
 
@@ -478,6 +523,9 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     report(o, &p);
 done:
     if (log) fclose(log);
+    free(log_path);
+    free(config_path);
+    free(extra);
     al_free(m1);
     al_free(m2);
     return result;

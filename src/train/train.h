@@ -42,6 +42,11 @@ typedef struct al_train_opts {
 } al_train_opts;
 
 void al_train_opts_default(al_train_opts *o);
+/* The one place that fills o->data, o->images and o->out: each non-NULL
+ * value is copied whole, or, when one would not fit its field, nothing is
+ * and err says so in one line ("data path too long (N bytes, at most M)"):
+ * a path is never cut. */
+int al_train_opts_set_paths(al_train_opts *o, const char *data, const char *images, const char *out, al_err *err);
 /* Settings <-> JSON object text (the "train" block of config.json). */
 char *al_train_opts_to_json(const al_train_opts *o);
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);

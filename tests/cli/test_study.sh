@@ -15,6 +15,8 @@
 #     records the vision pair as skipped;
 #   - a run whose saved step is behind resumes from it; a run whose settings
 #     differ is trained again from scratch;
+#   - paths are never cut: a study 3,841 bytes deep completes, a longer
+#     study directory is refused in one line;
 #   - a real SIGINT after the first run: exit 130, no temp files, and the
 #     rerun skips the finished run and completes the study.
 #
@@ -333,6 +335,43 @@ for d in r["language_models"]["designs"]:
 ' "$S2/report.json"
 check_no_tmp "$S2"
 end
+
+# ---------------------------------------------------------------- long paths
+
+# Paths are never cut: a study 3,841 bytes deep (a relative path of 15 names
+# of 255 bytes, NAME_MAX) runs whole, its figures and reports included; a
+# study directory longer than a path field (4,095 bytes) is refused in one
+# line that says so, before anything is written.
+LONG_NAME=$(printf '%0255d' 0)
+LONG=.
+for _ in $(seq 15); do LONG=$LONG/$LONG_NAME; done
+cd "$WORK" || exit 1
+mkdir -p "$(dirname "$LONG")" || exit 1 # the commands make the last level themselves
+begin "long paths: a study 3,841 bytes deep"
+study --out "$LONG"
+check_ok
+for f in report.md report.json report.html heads.png attnmaps.png loss_curves.npy kv_vs_loss.json; do
+    check_exists "$LONG/$f"
+done
+check_exists "$LONG/runs/lrkv-seed1337/measure.json"
+check_py "report.json names the runs' directories whole" '
+import json, sys
+r = json.load(open(sys.argv[1]))
+dirs = [x["dir"] for x in r["language_models"]["runs"]]
+assert dirs and all(d == sys.argv[2] + "/runs/" + x["design"] + "-seed1337" for d, x in zip(dirs, r["language_models"]["runs"])), dirs[0][-80:]
+' "$LONG/report.json" "$LONG"
+grep -qF -- "--out $LONG --budget tiny" "$LONG/report.md" || note "report.md does not name the study directory whole"
+grep -qF -- "--out $LONG --budget tiny" "$LONG/report.html" || note "report.html does not name the study directory whole"
+check_no_tmp "$LONG"
+end
+
+begin "long paths: a study directory longer than a path field: one line, exit 1, nothing written"
+TOO_LONG=$LONG/$LONG_NAME/$LONG_NAME
+study --out "$TOO_LONG"
+check_error 1 "study directory path too long \(${#TOO_LONG} bytes, at most 4095\)"
+check_absent "$LONG/$LONG_NAME"
+end
+cd - >/dev/null || exit 1
 
 # ---------------------------------------------------------------- a real Ctrl-C
 

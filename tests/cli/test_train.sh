@@ -259,6 +259,38 @@ info_kv mha mha 4
 info_kv gqa gqa 2 --kv-heads 2
 info_kv mqa mqa 1 --kv-heads 1
 
+# ---------------------------------------------------------------- long paths
+# Paths are never cut: a run 3,841 bytes deep (a relative path of 15 names of
+# 255 bytes, NAME_MAX) trains and resumes; a path longer than the run's path
+# fields (4,095 bytes) is refused in one line that says so, nothing written.
+LONG_NAME=$(printf '%0255d' 0)
+LONG=.
+for _ in $(seq 15); do LONG=$LONG/$LONG_NAME; done
+TOO_LONG=$LONG/$LONG_NAME/$LONG_NAME
+TINY=(--layers 1 --hidden 32 --heads 2 --context 16 --batch 2 --eval-every 2 --eval-tokens 64 --threads 2 --quiet)
+cd "$WORK" || exit 1
+mkdir -p "$(dirname "$LONG")" || exit 1 # the commands make the last level themselves
+
+begin "long paths: a run 3,841 bytes deep trains and resumes"
+run train --data "$DATA" --out "$LONG" --steps 4 "${TINY[@]}"
+check_ok
+check_exists "$LONG/model.safetensors"
+check_exists "$LONG/train_state.safetensors"
+run train --out "$LONG" --resume --steps 6 --threads 2 --quiet
+check_ok
+check_py "log.jsonl does not reach step 6" 'import json, sys; assert json.loads(open(sys.argv[1]).readlines()[-1])["step"] == 6' \
+    "$LONG/log.jsonl"
+end
+
+begin "long paths: --out or --data longer than a path field: one line, exit 1"
+run train --data "$DATA" --out "$TOO_LONG" --steps 4 "${TINY[@]}"
+check_error 1 "out path too long \(${#TOO_LONG} bytes, at most 4095\)"
+run train --data "$TOO_LONG" --out "$WORK/never" --steps 4 "${TINY[@]}"
+check_error 1 "data path too long \(${#TOO_LONG} bytes, at most 4095\)"
+[ ! -e "$WORK/never" ] || note "$WORK/never was created"
+end
+cd - >/dev/null || exit 1
+
 begin "no temp files anywhere in the work dir"
 check_no_tmp "$WORK"
 end

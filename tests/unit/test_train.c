@@ -3,7 +3,8 @@
  * progress reports (al_train_opts.on_step) for a fresh, a resumed and a
  * finished run; the run-options loader (al_run_load_opts) and its two
  * failures; al_train_step's clipping with the run's grad_clip and its
- * refusal of a non-finite loss.
+ * refusal of a non-finite loss; the run's paths are copied whole or refused
+ * (al_train_opts_set_paths, and the settings loader through it), never cut.
  */
 #include <math.h>
 #include <stdio.h>
@@ -134,6 +135,39 @@ static void test_step(void) {
     al_model_free(&ref);
 }
 
+/* A path of n bytes of c (malloc'd). */
+static char *path_of(size_t n, char c) {
+    char *p = malloc(n + 1);
+    if (p) memset(p, c, n), p[n] = 0;
+    return p;
+}
+
+/* al_train_opts_set_paths: the longest path that fits is copied whole; one
+ * byte more is refused in one line that says so, and nothing is set. */
+static void test_paths(void) {
+    al_train_opts o;
+    al_err err;
+    al_train_opts_default(&o);
+    const size_t cap = sizeof o.out;
+    char *longest = path_of(cap - 1, 'a'), *too_long = path_of(cap, 'b');
+    char want[96], *json = too_long ? malloc(cap + 32) : NULL;
+    CHECK(longest && too_long && json);
+    if (!longest || !too_long || !json) return;
+    CHECK(al_train_opts_set_paths(&o, "text.txt", NULL, longest, &err) == 0);
+    CHECK(!strcmp(o.data, "text.txt") && !strcmp(o.out, longest) && o.images[0] == 0);
+    CHECK(al_train_opts_set_paths(&o, "other.txt", too_long, NULL, &err) == -1);
+    snprintf(want, sizeof want, "images path too long (%zu bytes, at most %zu)", cap, cap - 1);
+    CHECK_MSG(strstr(err.msg, want) != NULL, "%s", err.msg);
+    CHECK(!strcmp(o.data, "text.txt") && o.images[0] == 0 && !strcmp(o.out, longest));
+    /* the "train" block of a config.json goes through it too */
+    snprintf(json, cap + 32, "{\"steps\": 7, \"data\": \"%s\"}", too_long);
+    CHECK(al_train_opts_from_json(&o, json, &err) == -1 && strstr(err.msg, "data path too long"));
+    CHECK(!strcmp(o.data, "text.txt"));
+    free(json);
+    free(longest);
+    free(too_long);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -141,6 +175,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) return 1;
     test_progress_and_loader(dir);
     test_step();
+    test_paths();
     if (tu_remove_dir(dir)) return 1;
     return TEST_EXIT();
 }
