@@ -313,14 +313,6 @@ static int head_ranks(const al_model *m, double *unc, double *pca, double *offdi
     return 0;
 }
 
-int al_run_config_load(const char *dir, al_config *cfg, char **extra, al_err *err) {
-    char *path = al_study_join(dir, "config.json", err);
-    if (!path) return -1;
-    int rc = al_config_load(cfg, path, extra, err);
-    free(path);
-    return rc;
-}
-
 /* Loads the weights DIR/model.safetensors into m. */
 static int load_run_weights(al_model *m, const char *dir, al_err *err) {
     char *path = al_study_join(dir, "model.safetensors", err);
@@ -334,7 +326,7 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     al_config cfg;
     char *extra = NULL;
     memset(out, 0, sizeof *out);
-    if (al_run_config_load(dir, &cfg, &extra, err)) return -1;
+    if (al_config_load_dir(&cfg, dir, &extra, err)) return -1;
     cJSON *al = extra ? cJSON_Parse(extra) : NULL;
     free(extra);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(al, "step");

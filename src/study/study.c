@@ -236,7 +236,7 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
             al_study_vit_run *v = &res->vit[res->n_vit];
             v->poly = r->poly, v->seed = r->seed;
             if (al_study_set_path(v->dir, sizeof v->dir, "run directory", err, "%s", o->out)) return -1;
-            if (al_run_config_load(o->out, &v->cfg, NULL, err) || al_study_load_vit_measure(o->out, o->steps, &v->m) ||
+            if (al_config_load_dir(&v->cfg, o->out, NULL, err) || al_study_load_vit_measure(o->out, o->steps, &v->m) ||
                 al_run_log_read(o->out, &v->log, err))
                 return al_errf(err, "%s: measurements or log missing", o->out);
             al_score_title(&v->cfg, v->title, sizeof v->title);
@@ -247,7 +247,7 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
             al_study_lm_run *l = &res->lm[res->n_lm];
             l->design = r->design, l->seed = r->seed;
             if (al_study_set_path(l->dir, sizeof l->dir, "run directory", err, "%s", o->out)) return -1;
-            if (al_run_config_load(o->out, &l->cfg, NULL, err) || al_study_load_lm_measure(o->out, o->steps, &l->m) ||
+            if (al_config_load_dir(&l->cfg, o->out, NULL, err) || al_study_load_lm_measure(o->out, o->steps, &l->m) ||
                 al_run_log_read(o->out, &l->log, err))
                 return al_errf(err, "%s: measurements or log missing", o->out);
             l->train_tokens_per_s = l->log.tokens_per_s;

@@ -205,10 +205,6 @@ void al_study_results_free(struct al_study_results *r);
  * STALE/NEW. Returns 0, or -1 when out of memory (err; *state undecided). */
 int al_study_run_state(const al_train_opts *plan, al_run_state *state, int *step, char *why, size_t cap, al_err *err);
 
-/* The model config of the run in dir (DIR/config.json; extra as
- * al_config_load returns it, or NULL). */
-int al_run_config_load(const char *dir, al_config *cfg, char **extra, al_err *err);
-
 /* The step saved in a training state file (its safetensors metadata), read
  * from the header alone. */
 int al_train_state_step(const char *path, int *step, al_err *err);
