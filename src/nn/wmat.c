@@ -426,8 +426,9 @@ static int panel_rows(int in) {
 
 static void panels(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const float beta = accumulate ? 1.0f : 0.0f;
-    /* a small matrix: widen it whole (in parallel), then one al_sgemm */
-    if (!forced_panel_rows && (size_t)out * in <= ((size_t)8 << 20) / sizeof(float)) {
+    /* a small matrix: widen it whole (in parallel), then one al_sgemm, if
+     * that runs in parallel (enough rows of x); otherwise panels */
+    if (!forced_panel_rows && (size_t)out * in <= ((size_t)8 << 20) / sizeof(float) && al_sgemm_row_blocks(N) > 1) {
         float *Wf = al_alloc(sizeof(float) * (size_t)out * in);
         if (Wf) {
 #pragma omp parallel for schedule(static) if ((long)out * in > 65536)

@@ -637,10 +637,12 @@ static void test_xent_large(int N, int V) {
 /* ---------------------------------------------------------------- sgemm */
 
 /* al_sgemm over every transposition, overwrite and accumulate, C with a
- * wider row stride than N: within rounding of a double reference, and the
- * same bits at 1, 2 and 3 threads. 280 x 48 x 48 and 48 x 48 x 280 are
- * shapes whose 2-thread OpenBLAS sgemm differs from the 1-thread one on
- * the AVX2 kernels; 1000 rows make eight blocks, the last one clipped. */
+ * wider row stride than N: within rounding of a double reference, the same
+ * bits at 1, 2 and 3 threads, and the thread count left as it was.
+ * 280 x 48 x 48 (two blocks) and 48 x 48 x 280 (one) are shapes whose
+ * 2-thread OpenBLAS sgemm differs from the 1-thread one on the AVX2
+ * kernels; 1000 rows make eight blocks, the last one clipped; wide
+ * products of few rows are cut into columns too. */
 static void test_sgemm_threads(int M, int N, int K) {
     const int ldc = N + 3;
     float *A = falloc((size_t)M * K), *B = falloc((size_t)K * N), *C0 = falloc((size_t)M * ldc);
@@ -668,6 +670,8 @@ static void test_sgemm_threads(int M, int N, int K) {
                     memcpy(C[t], C0, sizeof(float) * (size_t)M * ldc);
                     omp_set_num_threads(t + 1);
                     al_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C[t], ldc);
+                    CHECK_MSG(omp_get_max_threads() == t + 1, "al_sgemm left the thread count at %d",
+                              omp_get_max_threads());
                 }
                 omp_set_num_threads(saved);
                 for (int i = 0; i < M; i++)
@@ -723,6 +727,8 @@ int main(void) {
     test_sgemm_threads(280, 48, 48);
     test_sgemm_threads(48, 48, 280);
     test_sgemm_threads(1000, 77, 33);
+    test_sgemm_threads(16, 1100, 40);  /* one block of rows, two of columns */
+    test_sgemm_threads(200, 2100, 20); /* two x four blocks */
 
     return TEST_EXIT();
 }
