@@ -23,7 +23,8 @@
  *     stays in cache, and each panel is one single-threaded sgemm against all
  *     N rows of x inside an OpenMP loop over panels, so the conversion costs
  *     out x in once per call, amortised over N; a small matrix (<= 8 MiB as
- *     fp32) is widened whole and multiplied by one al_sgemm (linear.c).
+ *     fp32) is widened whole and multiplied by one al_sgemm (linear.c) when
+ *     x has rows enough for al_sgemm to cut them (192 and more).
  * The direct kernel and the widening have three implementations: AVX-512
  * (F, BW, VL; chosen at run time with __builtin_cpu_supports), AVX2 + F16C
  * intrinsics (the build's baseline, so always available; chosen where
