@@ -204,10 +204,7 @@ static void proj_fwd(const al_attn_layer *L, const dims *m, const float *x, floa
 
 /* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] += dproj^T x[N, d] */
 static void proj_bwd(const al_attn_layer *L, const dims *m, const float *x, const float *dproj, float *dx, int N) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, m->d, m->w, 1.0f, dproj, m->w, L->w[W_Q], m->d, 1.0f,
-                dx, m->d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->w, m->d, N, 1.0f, dproj, m->w, x, m->d, 1.0f, L->g[W_Q],
-                m->d);
+    al_linear_bwd(dx, L->g[W_Q], dproj, x, L->w[W_Q], N, m->d, m->w);
 }
 
 /* RoPE on q and K_s (adjacent: H+1 vectors of dh) and on every R_K[h]. sign

@@ -1,22 +1,102 @@
 /*
  * linear.c: the dense products of every projection, as CBLAS sgemm calls.
  * Weights are [out, in] row-major (HF), activations [N, in] row-major, so
- * y = x W^T is one sgemm with W transposed. Called outside OpenMP regions:
- * OpenBLAS (OpenMP build) parallelises internally on the same thread pool.
+ * y = x W^T is one sgemm with W transposed.
+ *
+ * Every product goes through al_sgemm, whose bits do not depend on the thread
+ * count. OpenBLAS's own threading cuts a product into one piece per thread,
+ * and its AVX2 kernels (Haswell, Zen) round the pieces' edges differently, so
+ * a 2-thread sgemm of 280 x 48 x 48 differs from the 1-thread one in a quarter
+ * of its elements. al_sgemm instead cuts C into blocks that depend on
+ * the shape only and runs each block as one single-threaded OpenBLAS call
+ * inside an OpenMP loop. Row blocks are cut at multiples of 48 rows: on
+ * OpenBLAS's SSE3, AVX and AVX2 kernels such blocks give the very bits of
+ * one whole single-threaded call, so wherever al_sgemm cuts rows only (every
+ * product of the study's models) any thread count now computes what one
+ * thread computed before.
  */
 #include <cblas.h>
+#include <omp.h>
 
 #include "nn.h"
 
+/* How C is cut: its rows into a power of two of blocks, at most 16, of at
+ * least 96 rows on average (every block re-packs op(B), a few percent of its
+ * time below that), boundaries at multiples of 48 rows spread evenly; then,
+ * only where that leaves fewer than 16 blocks and C is wide (a product of
+ * few rows, e.g. a short prompt), its columns likewise, in blocks of at least
+ * 512 columns (each re-packs op(A)) cut at multiples of 64. A function of the
+ * shape only, never of the thread count; even block counts keep 2, 4, 8 and
+ * 16 threads equally busy. */
+enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
+
+/* Halve n into blocks of at least min_size while fewer than `most`. */
+static int block_count(int n, int min_size, int most) {
+    int blocks = 1;
+    while (blocks < most && n / (2 * blocks) >= min_size) blocks *= 2;
+    return blocks;
+}
+
+int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS); }
+
+/* Start of block b of `blocks` over n, cut at multiples of quantum (b = blocks: n). */
+static int block_start(int n, int quantum, int blocks, int b) {
+    const long quanta = (n + quantum - 1) / quantum;
+    const long start = quantum * (b * quanta / blocks);
+    return start < n ? (int)start : n;
+}
+
+/* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call. */
+static void sgemm_tile(int a_transposed, int b_transposed, int r0, int r1, int c0, int c1, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    const float *A_rows = A + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
+    const float *B_cols = B + (b_transposed ? (size_t)c0 * ldb : (size_t)c0);
+    cblas_sgemm(CblasRowMajor, a_transposed ? CblasTrans : CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
+                r1 - r0, c1 - c0, K, alpha, A_rows, lda, B_cols, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
+}
+
+/* C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, row-major (cblas_sgemm's
+ * arguments), the same bits for any thread count. OpenBLAS threads a call
+ * only outside an active parallel region and when the calling task's OpenMP
+ * thread count is above 1, so each call below sets that count to 1 first (a
+ * setting of the calling task alone, restored or dropped at the end). */
+void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    const int row_blocks = al_sgemm_row_blocks(M);
+    const int col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / row_blocks);
+    const int tiles = row_blocks * col_blocks;
+    if (tiles == 1) { /* on this thread: no team to start */
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        sgemm_tile(a_transposed, b_transposed, 0, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        omp_set_num_threads(threads);
+        return;
+    }
+#pragma omp parallel
+    {
+        omp_set_num_threads(1); /* this thread's implicit task only */
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < tiles; t++) {
+            const int rb = t / col_blocks, cb = t % col_blocks;
+            const int r0 = block_start(M, ROW_QUANTUM, row_blocks, rb);
+            const int r1 = block_start(M, ROW_QUANTUM, row_blocks, rb + 1);
+            const int c0 = block_start(N, COL_QUANTUM, col_blocks, cb);
+            const int c1 = block_start(N, COL_QUANTUM, col_blocks, cb + 1);
+            if (r1 > r0 && c1 > c0)
+                sgemm_tile(a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        }
+    }
+}
+
 /* y[N,out] (+)= x[N,in] . W[out,in]^T */
 void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int out, int accumulate) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, in, W, in,
-                accumulate ? 1.0f : 0.0f, y, out);
+    al_sgemm(0, 1, N, out, in, 1.0f, x, in, W, in, accumulate ? 1.0f : 0.0f, y, out);
 }
 
 /* dx[N,in] += dy[N,out] . W[out,in];  dW[out,in] += dy^T[out,N] . x[N,in] */
 void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in,
                    int out) {
-    if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
-    if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+    if (dx) al_sgemm(0, 0, N, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
+    if (dW) al_sgemm(1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }

@@ -19,7 +19,15 @@
 #include "../core/config.h"
 #include "../core/core.h"
 
-/* ---- matrix products (CBLAS) ---- */
+/* ---- matrix products (CBLAS) ----
+ * All of them give the same bits for any thread count (linear.c says how);
+ * call them outside OpenMP regions to use every thread. */
+/* C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, row-major with cblas_sgemm's
+ * arguments (op: transposed when a_transposed / b_transposed is nonzero). */
+void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+/* How many blocks of rows (run in parallel) al_sgemm cuts M rows of C into. */
+int al_sgemm_row_blocks(int M);
 /* y[N,out] (+)= x[N,in] . W[out,in]^T ; accumulate: 0 overwrite, 1 add */
 void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int out, int accumulate);
 /* dx[N,in] += dy[N,out] . W[out,in]   (skipped if dx == NULL)

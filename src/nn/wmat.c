@@ -11,8 +11,8 @@
  *   al_matvec    y[out]    (+)= W[out, in] x[in]
  *   al_matvec_t  y[in]     (+)= W[out, in]^T x[out]
  *
- * F32 weights go straight to CBLAS (al_matmul is then the very sgemm call of
- * al_linear_fwd, al_matvec / al_matvec_t the sgemv calls the decoders make),
+ * F32 weights go straight to CBLAS (al_matmul is then the very al_sgemm call
+ * of al_linear_fwd, al_matvec / al_matvec_t the sgemv calls the decoders make),
  * so attnlab's own fp32 models compute bit for bit as before. BF16 and F16:
  *   - N <= AL_WMAT_SMALL_N (decode, a few rows): a direct kernel widens W in
  *     registers and keeps N dot products per output row (four rows of W at a
@@ -23,7 +23,8 @@
  *     stays in cache, and each panel is one single-threaded sgemm against all
  *     N rows of x inside an OpenMP loop over panels, so the conversion costs
  *     out x in once per call, amortised over N; a small matrix (<= 8 MiB as
- *     fp32) is widened whole and multiplied by one multi-threaded sgemm.
+ *     fp32) is widened whole and multiplied by one al_sgemm (linear.c) when
+ *     x has rows enough for al_sgemm to cut them (192 and more).
  * The direct kernel and the widening have three implementations: AVX-512
  * and AVX2 + F16C, one source (wmat_kern.h over core/vec.h's vectors)
  * compiled twice, and plain C here that the compiler vectorises (the
@@ -217,13 +218,14 @@ static int panel_rows(int in) {
 
 static void panels(const wmat_set *k, float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const float beta = accumulate ? 1.0f : 0.0f;
-    /* a small matrix: widen it whole (in parallel) and let OpenBLAS thread one sgemm */
-    if (!forced_panel_rows && (size_t)out * in <= ((size_t)8 << 20) / sizeof(float)) {
+    /* a small matrix: widen it whole (in parallel), then one al_sgemm, if
+     * that runs in parallel (enough rows of x); otherwise panels */
+    if (!forced_panel_rows && (size_t)out * in <= ((size_t)8 << 20) / sizeof(float) && al_sgemm_row_blocks(N) > 1) {
         float *Wf = al_alloc(sizeof(float) * (size_t)out * in);
         if (Wf) {
 #pragma omp parallel for schedule(static) if ((long)out * in > 65536)
             for (int r = 0; r < out; r++) widen_any(k, Wf + (size_t)r * in, W, (size_t)r * in, (size_t)in);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, ldx, Wf, in, beta, y, ldy);
+            al_sgemm(0, 1, N, out, in, 1.0f, x, ldx, Wf, in, beta, y, ldy);
             al_free(Wf);
             return;
         }
@@ -260,8 +262,7 @@ static void panels(const wmat_set *k, float *y, int ldy, const float *x, int ldx
 void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     if (N <= 0 || out <= 0) return;
     if (W.dt == AL_DT_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, ldx, (const float *)W.p, in,
-                    accumulate ? 1.0f : 0.0f, y, ldy);
+        al_sgemm(0, 1, N, out, in, 1.0f, x, ldx, (const float *)W.p, in, accumulate ? 1.0f : 0.0f, y, ldy);
         return;
     }
     wmat_init();

@@ -3,7 +3,9 @@
  * RoPE, SwiGLU, embedding, softmax cross-entropy): forward values against
  * plain double-precision references written here, every backward against
  * central finite differences of a scalar objective, the OpenMP paths against
- * the serial references, and thread-count independence of the reductions.
+ * the serial references, and thread-count independence of the reductions;
+ * and al_sgemm (linear.c): values against a double reference, the same bits
+ * at 1, 2 and 3 threads.
  */
 #include <math.h>
 #include <omp.h>
@@ -632,6 +634,59 @@ static void test_xent_large(int N, int V) {
     free(lg), free(dl), free(want), free(tg), free(dk[0]), free(dk[1]), free(ip);
 }
 
+/* ---------------------------------------------------------------- sgemm */
+
+/* al_sgemm over every transposition, overwrite and accumulate, C with a
+ * wider row stride than N: within rounding of a double reference, the same
+ * bits at 1, 2 and 3 threads, and the thread count left as it was.
+ * 280 x 48 x 48 (two blocks) and 48 x 48 x 280 (one) are shapes whose
+ * 2-thread OpenBLAS sgemm differs from the 1-thread one on the AVX2
+ * kernels; 1000 rows make eight blocks, the last one clipped; wide
+ * products of few rows are cut into columns too. */
+static void test_sgemm_threads(int M, int N, int K) {
+    const int ldc = N + 3;
+    float *A = falloc((size_t)M * K), *B = falloc((size_t)K * N), *C0 = falloc((size_t)M * ldc);
+    float *C[3] = {falloc((size_t)M * ldc), falloc((size_t)M * ldc), falloc((size_t)M * ldc)};
+    double *want = malloc(sizeof(double) * (size_t)M * N);
+    fill(A, (size_t)M * K, -1, 1);
+    fill(B, (size_t)K * N, -1, 1);
+    fill(C0, (size_t)M * ldc, -1, 1);
+    const int saved = omp_get_max_threads();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int acc = 0; acc < 2; acc++) {
+                const int lda = ta ? M : K, ldb = tb ? K : N;
+                double worst = 0, scale = 0;
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        double s = acc ? C0[(size_t)i * ldc + j] : 0;
+                        for (int k = 0; k < K; k++)
+                            s += (double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                                 (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                        want[(size_t)i * N + j] = s;
+                        scale = fmax(scale, fabs(s));
+                    }
+                for (int t = 0; t < 3; t++) {
+                    memcpy(C[t], C0, sizeof(float) * (size_t)M * ldc);
+                    omp_set_num_threads(t + 1);
+                    al_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C[t], ldc);
+                    CHECK_MSG(omp_get_max_threads() == t + 1, "al_sgemm left the thread count at %d",
+                              omp_get_max_threads());
+                }
+                omp_set_num_threads(saved);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++)
+                        worst = fmax(worst, fabs(C[0][(size_t)i * ldc + j] - want[(size_t)i * N + j]));
+                CHECK_MSG(worst <= 1e-5 * fmax(scale, 1), "sgemm %dx%dx%d ta=%d tb=%d acc=%d: err %g", M, N, K, ta,
+                          tb, acc, worst);
+                for (int t = 1; t < 3; t++)
+                    CHECK_MSG(memcmp(C[0], C[t], sizeof(float) * (size_t)M * ldc) == 0,
+                              "sgemm %dx%dx%d ta=%d tb=%d acc=%d: 1 and %d threads differ", M, N, K, ta, tb, acc,
+                              t + 1);
+            }
+    free(A), free(B), free(C0), free(C[0]), free(C[1]), free(C[2]), free(want);
+}
+
 int main(void) {
     /* RMSNorm */
     test_rmsnorm_fd(7, 10);
@@ -667,6 +722,13 @@ int main(void) {
     test_xent_values();
     test_xent_large(300, 1000); /* OpenMP path */
     test_xent_large(5, 50000);
+
+    /* matrix products */
+    test_sgemm_threads(280, 48, 48);
+    test_sgemm_threads(48, 48, 280);
+    test_sgemm_threads(1000, 77, 33);
+    test_sgemm_threads(16, 1100, 40);  /* one block of rows, two of columns */
+    test_sgemm_threads(200, 2100, 20); /* two x four blocks */
 
     return TEST_EXIT();
 }
