@@ -5,7 +5,6 @@
 
 #include "../train/vision.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -13,7 +12,7 @@
 
 void al_head_weights(const al_attn_shape *s, int T, const float *q, int ldq, const float *k, int ldk, float *P) {
     /* P[T, T] = scale q[T, dk] k[T, dk]^T, then each row through the score function */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, s->dk, s->scale, q, ldq, k, ldk, 0.0f, P, T);
+    al_sgemm(0, 1, T, T, s->dk, s->scale, q, ldq, k, ldk, 0.0f, P, T); /* same bits for any thread count */
 #pragma omp parallel for schedule(dynamic, 16)
     for (int i = 0; i < T; i++) {
         float *row = P + (size_t)i * T;
