@@ -32,14 +32,9 @@ static al_config sample(int k, al_score_kind s, al_task t) {
     al_err err;
     CHECK_MSG(al_config_resolve(&c, given, &err) == 0, "%s: %s", al_attn_name(k), err.msg);
     if (t == AL_TASK_VISION) {
-        c.task = AL_TASK_VISION;
-        c.image_size = 28;
-        c.patch_size = 7;
-        c.num_channels = 1;
-        c.num_labels = 10;
-        c.image_mean = 0.25;
+        al_config_vision_fmnist(&c, 7);
+        c.image_mean = 0.25; /* as a run sets them from its images */
         c.image_std = 0.5;
-        al_config_vision_derive(&c, 1);
     }
     CHECK_MSG(al_config_validate(&c, &err) == 0, "%s: %s", al_attn_name(k), err.msg);
     return c;
