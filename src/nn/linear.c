@@ -25,9 +25,12 @@
  * time below that), boundaries at multiples of 48 rows spread evenly; then,
  * only where that leaves fewer than 16 blocks and C is wide (a product of
  * few rows, e.g. a short prompt), its columns likewise, in blocks of at least
- * 512 columns (each re-packs op(A)) cut at multiples of 64. A function of the
- * shape only, never of the thread count; even block counts keep 2, 4, 8 and
- * 16 threads equally busy. */
+ * 512 columns (each re-packs op(A)) cut at multiples of 64. The cut is a
+ * function of the shape; with fewer threads than blocks, neighbouring row
+ * blocks run as one call (al_sgemm), which changes no bits (rows cut at
+ * multiples of 48 give those of one whole call) but saves re-packing: one
+ * thread makes exactly the one call it made before al_sgemm existed. Even
+ * block counts keep 2, 4, 8 and 16 threads equally busy. */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
 
 /* Halve n into blocks of at least min_size while fewer than `most`. */
@@ -63,8 +66,15 @@ static void sgemm_tile(int a_transposed, int b_transposed, int r0, int r1, int c
 void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
-    const int row_blocks = al_sgemm_row_blocks(M);
-    const int col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / row_blocks);
+    const int shape_rows = al_sgemm_row_blocks(M);
+    const int col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
+    /* Fewer threads than row blocks: merge neighbouring row blocks (halving
+     * keeps every boundary a boundary of the shape's cut, at a multiple of
+     * 48 rows), so each thread re-packs op(B) fewer times; row cuts at those
+     * multiples give the bits of one whole call (above), columns stay cut by
+     * the shape alone. */
+    int row_blocks = shape_rows;
+    while (row_blocks > 1 && row_blocks * col_blocks > omp_get_max_threads() && row_blocks % 2 == 0) row_blocks /= 2;
     const int tiles = row_blocks * col_blocks;
     if (tiles == 1) { /* on this thread: no team to start */
         const int threads = omp_get_max_threads();
