@@ -9,6 +9,7 @@
  */
 #include <cJSON.h>
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +114,7 @@ int train_flags_table(train_flags *f, al_arg *args) {
     for (int i = 0; i < nf; i++) {
         const al_config_field *cf = al_config_field_at(i, NULL);
         if (!(cf->flags & AL_CF_FLAG)) continue;
-        if (strlen(cf->name) >= sizeof f->names[i]) return -1; /* its flag name would be cut */
+        if (al_config_field_flag(cf, f->names[i], sizeof f->names[i])) return -1; /* its flag name would be cut */
         n_cfg++;
     }
     al_arg tail[] = {
@@ -140,11 +141,7 @@ int train_flags_table(train_flags *f, al_arg *args) {
     for (int i = 0; i < nf; i++) {
         const al_config_field *cf = al_config_field_at(i, NULL);
         if (!(cf->flags & AL_CF_FLAG)) continue;
-        char *nm = f->names[i];
-        memcpy(nm, cf->name, strlen(cf->name) + 1);
-        for (char *q = nm; *q; q++)
-            if (*q == '_') *q = '-';
-        args[n++] = (al_arg){.name = nm, .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
+        args[n++] = (al_arg){.name = f->names[i], .type = ARG_CFG, .ptr = &f->model, .help = cf->help, .field = cf};
     }
     memcpy(args + n, tail, sizeof tail);
     return n + n_tail;
@@ -195,14 +192,16 @@ static void apply_preset_train(const al_preset *p, train_flags *f, al_arg *args,
     if (p->train.lr > 0 && !cli_find(args, n, "lr")->seen) f->lr = p->train.lr;
 }
 
+/* The config field index of an ARG_CFG flag: its name is f->names[index]. */
+static int field_index(const train_flags *f, const al_arg *a) {
+    return (int)(((const char *)a->name - (const char *)f->names) / (ptrdiff_t)sizeof f->names[0]);
+}
+
 /* Which config fields were set (by flag, preset or --config), by field index. */
-static void given_fields(const al_arg *args, int n, unsigned char *given) {
-    const int nf = al_config_field_count();
+static void given_fields(const train_flags *f, const al_arg *args, int n, unsigned char *given) {
     memset(given, 0, AL_CONFIG_MAX_FIELDS);
     for (int i = 0; i < n; i++)
-        if (args[i].type == ARG_CFG && args[i].set)
-            for (int k = 0; k < nf; k++)
-                if (al_config_field_at(k, NULL) == args[i].field) given[k] = 1;
+        if (args[i].type == ARG_CFG && args[i].set) given[field_index(f, &args[i])] = 1;
 }
 
 int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
@@ -213,11 +212,10 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
         char names[256];
         if (!p) return cli_usage(cmd, "unknown preset '%s' (%s)", f->preset, al_preset_names(names, sizeof names));
         apply_preset_train(p, f, args, n);
-        given_fields(args, n, given);
+        given_fields(f, args, n, given);
         al_preset_apply(p, &f->model, given);
         for (int i = 0; i < n; i++) /* what the preset set counts as set, below a --config file */
-            for (int k = 0; args[i].type == ARG_CFG && k < al_config_field_count(); k++)
-                if (given[k] && al_config_field_at(k, NULL) == args[i].field) args[i].set = 1;
+            if (args[i].type == ARG_CFG && given[field_index(f, &args[i])]) args[i].set = 1;
     }
     cJSON *tree = NULL;
     int rc = f->config ? apply_config_file(cmd, f->config, args, n, &tree) : CLI_OK;
@@ -227,7 +225,7 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
         return rc;
     }
     if (f->threads > 0) al_set_threads((int)f->threads);
-    given_fields(args, n, given);
+    given_fields(f, args, n, given);
     al_config *c = &o->model;
     *c = f->model;
     c->max_position = f->context > 0 ? (int)f->context : 1;

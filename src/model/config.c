@@ -83,6 +83,13 @@ int al_config_field_find(const char *name) {
     return -1;
 }
 
+int al_config_field_flag(const al_config_field *f, char *buf, size_t cap) {
+    const int cut = al_strfmt(buf, cap, "%s", f->name);
+    for (char *q = buf; *q; q++)
+        if (*q == '_') *q = '-';
+    return cut ? -1 : 0;
+}
+
 int al_config_field_used(int i, const al_config *c) {
     int design;
     const al_config_field *f = al_config_field_at(i, &design);
@@ -99,7 +106,8 @@ static int design_first_field(int k) {
 /* Runs the design's derive with its slice of given[] (NULL: all given). */
 static void design_derive(al_config *c, const unsigned char *given) {
     const al_attn_ops *d = al_attn_ops_for(c);
-    static const unsigned char all[AL_ATTN_MAX_FIELDS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    unsigned char all[AL_ATTN_MAX_FIELDS];
+    memset(all, 1, sizeof all);
     if (d && d->derive) d->derive(c, given ? given + design_first_field(c->attention) : all);
 }
 
@@ -250,10 +258,8 @@ int al_config_resolve(al_config *c, const unsigned char *given, al_err *err) {
         int owner;
         const al_config_field *f = al_config_field_at(i, &owner);
         if (!given[i]) continue;
-        char flag[64]; /* the flag's spelling: '-' for '_' */
-        al_strfmt(flag, sizeof flag, "%s", f->name);
-        for (char *q = flag; *q; q++)
-            if (*q == '_') *q = '-';
+        char flag[64];
+        al_config_field_flag(f, flag, sizeof flag);
         if (owner >= 0 && owner != c->attention)
             return al_errf(err, "--%s applies only to --attention %s", flag, al_attn_name(owner));
         if (f->when == AL_CF_POLY && c->score != AL_SCORE_POLY)
@@ -514,7 +520,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     al_config_default(c);
     int rc = -1;
     unsigned char present[AL_CONFIG_MAX_FIELDS] = {0};
-    const int n_fields = al_config_field_count(), i_task = al_config_field_find("task"),
+    const int i_task = al_config_field_find("task"),
               i_design = al_config_field_find("attention"), i_score = al_config_field_find("score");
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     int is_vit = 0;
@@ -621,7 +627,6 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     if (is_vit) al_config_vision_derive(c, !have_score_n);
     if (al && extra_out) *extra_out = cJSON_PrintUnformatted(al);
     if (c->hf != AL_HF_NONE && parse_hf(c, root, err)) goto done;
-    (void)n_fields;
     rc = al_config_validate(c, err);
 done:
     if (rc && extra_out) {

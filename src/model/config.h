@@ -64,6 +64,9 @@ int al_config_field_count(void);
 const al_config_field *al_config_field_at(int i, int *design);
 /* The index of the field whose view name is `name` (flags: '-' for '_'), -1 if none. */
 int al_config_field_find(const char *name);
+/* Field f's command-line flag ("kv-lora-rank": its name with '-' for '_')
+ * into buf[cap]; returns 0, or -1 when it does not fit (buf then holds a cut). */
+int al_config_field_flag(const al_config_field *f, char *buf, size_t cap);
 /* Whether field i means something for c: its `when`, and for a design's
  * field, that c is of that design. */
 int al_config_field_used(int i, const al_config *c);

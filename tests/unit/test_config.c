@@ -132,6 +132,7 @@ static void test_resolve(void) {
 static void test_table_unique(void) {
     const int n = al_config_field_count();
     CHECK(n <= AL_CONFIG_MAX_FIELDS);
+    for (int k = 0; k < AL_ATTN_COUNT; k++) CHECK(al_attn_design(k)->n_fields <= AL_ATTN_MAX_FIELDS);
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
             const al_config_field *a = al_config_field_at(i, NULL), *b = al_config_field_at(j, NULL);
