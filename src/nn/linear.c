@@ -19,6 +19,7 @@
 #include <omp.h>
 
 #include "nn.h"
+#include "precision_internal.h"
 
 /* How C is cut: its rows into a power of two of blocks, at most 16, of at
  * least 96 rows on average (every block re-packs op(B), a few percent of its
@@ -49,9 +50,14 @@ static int block_start(int n, int quantum, int blocks, int b) {
     return start < n ? (int)start : n;
 }
 
-/* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call. */
+/* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call
+ * (F32), or precision.c's BF16 product of that tile. */
 static void sgemm_tile(int a_transposed, int b_transposed, int r0, int r1, int c0, int c1, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (al_precision_now() == AL_PREC_BF16) {
+        al_sgemm_tile_bf16_emulated(a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     const float *A_rows = A + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
     const float *B_cols = B + (b_transposed ? (size_t)c0 * ldb : (size_t)c0);
     cblas_sgemm(CblasRowMajor, a_transposed ? CblasTrans : CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,

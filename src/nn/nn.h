@@ -34,6 +34,48 @@ void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int 
  * dW[out,in] += dy[N,out]^T . x[N,in] (skipped if dW == NULL) */
 void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
 
+/* ---- precision of the matrix products (precision.c) ----
+ * One process-wide mode, like the CPU set of core/cpu.h: every product made
+ * through al_sgemm, al_linear_fwd/bwd and al_matmul runs in it.
+ *   F32   fp32 operands, fp32 accumulation (OpenBLAS sgemm)
+ *   BF16  both operands rounded to bfloat16 (nearest, ties to even), their
+ *         products summed in fp32: mixed precision as the matrix units (AMX
+ *         tdpbf16ps, AVX512-BF16 vdpbf16ps) and torch.autocast compute it.
+ *         Where the CPU has no bf16 products the same values are computed by
+ *         rounding the operands and multiplying in fp32 (exact: a product of
+ *         two bf16 values fits in fp32), slower than F32: `auto` never picks
+ *         it there.
+ * Set the mode before a model's work and not while a product runs. The mode
+ * does not change anything else: norms, softmax, the loss, gradients and the
+ * optimizer stay fp32 whatever it is.
+ * Weight arenas can carry a BF16 copy (al_bf16_shadow_*): a product whose
+ * operand lies in such an arena reads the copy instead of rounding the fp32
+ * values again, so training rounds its weights once per step (refresh after
+ * each optimizer step) instead of once per product. */
+typedef enum { AL_PREC_F32 = 0, AL_PREC_BF16 = 1 } al_precision;
+/* "F32" / "BF16": the spelling of --weights and --kv-dtype in JSON. */
+const char *al_precision_name(al_precision p);
+/* "f32", "bf16" (any case) into *out, and "auto" into al_precision_auto();
+ * 0, or -1 for anything else. */
+int al_precision_from_name(const char *name, al_precision *out);
+/* What `auto` means here: BF16 where the CPU set in use (core/cpu.h) has bf16
+ * products (avx512-bf16, amx), else F32. */
+al_precision al_precision_auto(void);
+void al_precision_set(al_precision p);
+al_precision al_precision_now(void);
+/* What BF16 products run on now, for reports: "emulated" (rounded operands,
+ * fp32 sgemm) or the engine of precision.c's dispatch. */
+const char *al_precision_engine(void);
+/* A BF16 copy of the fp32 arena w[n] (weights), read by products in BF16
+ * mode in place of w. 0, or -1 with err (out of memory; too many arenas). */
+int al_bf16_shadow_attach(const float *w, size_t n, al_err *err);
+/* Re-rounds the copy of the arena starting at w (after w changed). */
+void al_bf16_shadow_refresh(const float *w);
+/* Drops the copy of the arena starting at w (no-op if none). */
+void al_bf16_shadow_detach(const float *w);
+/* The BF16 copy of element p of an attached arena, or NULL. */
+const uint16_t *al_bf16_shadow_of(const float *p);
+
 /* ---- weights in their checkpoint dtype (wmat.c) ----
  * A weight reference: W[out, in] row-major at p, elements of dtype dt (F32,
  * BF16 or F16). attnlab's own models are F32 arenas; Hugging Face checkpoints
