@@ -5,7 +5,8 @@
  * transposes as strides), created once per block shape and kept.
  *
  * Data: one CPU engine for the process; a table of primitives keyed by
- * everything they were created for (shape, strides, alpha, beta, data type),
+ * everything they were created for (shape, strides, alpha, beta, data type;
+ * a key oneDNN refused is kept with no primitive, so it is not asked again),
  * filled under a mutex and never evicted (a block of a shape that finds the
  * table full creates a primitive for that call alone: slower, same bits);
  * per calling thread a stream and a scratchpad buffer (user scratchpad mode:
@@ -170,8 +171,10 @@ int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const voi
     for (int i = 0; i < g_nprims && !hit; i++)
         if (key_equal(&g_prims[i].key, &k)) hit = &g_prims[i];
     if (!hit) {
-        if (prim_create(&k, &fresh)) failed = 1;
-        else if (g_nprims < MAX_PRIMS) {
+        /* a failed creation is kept too (prim NULL): not tried again */
+        failed = prim_create(&k, &fresh) != 0;
+        if (failed) fresh.prim = NULL;
+        if (g_nprims < MAX_PRIMS) {
             g_prims[g_nprims] = fresh;
             hit = &g_prims[g_nprims++];
         } else {
@@ -179,7 +182,7 @@ int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const voi
         }
     }
     pthread_mutex_unlock(&g_prims_lock);
-    if (failed) return -1; /* a shape oneDNN has no bf16 matmul for: not cached, rare */
+    if (failed || (hit && !hit->prim)) return -1; /* a block oneDNN has no matmul for */
     if (fresh_made) {
         const int rc = prim_run(&fresh, A, B, C);
         dnnl_primitive_destroy(fresh.prim);

@@ -28,8 +28,9 @@
  * single-threaded sgemm (a bf16 x bf16 product is exact in fp32, so this
  * computes what the matrix units compute, up to the order of the fp32 sums);
  * onednn calls a cached bf16 matmul primitive per block (gemm_onednn.c) with
- * A rounded into the workspace and B read in place from the BF16 copy when
- * it has one; avx512-bf16 and amx pack both into the VNNI layouts of
+ * both operands dense in the workspace (B copied from its BF16 copy when it
+ * has one: oneDNN's fastest layouts are dense ones, and a copy costs little
+ * against the block's products); avx512-bf16 and amx pack both into the VNNI layouts of
  * precision_internal.h and run our kernels (gemm_avx512bf16.c, gemm_amx.c).
  */
 #include <cblas.h>
@@ -417,8 +418,8 @@ typedef struct block {
     void *ablk;        /* room for A */
 } block;
 
-/* Prepares the B block: rounds or copies it into `room` (or, onednn with a
- * BF16 copy, points at the copy). */
+/* Prepares the B block: rounds it (or copies it from the BF16 copy) into
+ * `room`, in the engine's layout. */
 static void prepare_b(al_bf16_engine e, block *b, void *room) {
     const int kb = b->kb, nb = b->nb;
     switch (e) {
@@ -426,15 +427,9 @@ static void prepare_b(al_bf16_engine e, block *b, void *room) {
         pack_f32(room, kb, b->b, nb, kb);
         b->bblk = room;
         break;
-    case AL_BF16_ONEDNN:
-        if (onednn_test_f32) {
-            pack_f32(room, kb, b->b, nb, kb);
-        } else if (b->b.bf) { /* in place: (k, j) at j rs + k cs */
-            b->bblk = b->b.bf, b->brs = (long)b->b.cs, b->bcs = (long)b->b.rs;
-            break;
-        } else {
-            pack_bf16(room, kb, b->b, nb, kb);
-        }
+    case AL_BF16_ONEDNN: /* dense rows j of k values (oneDNN's "ba"), whatever B's strides */
+        if (onednn_test_f32) pack_f32(room, kb, b->b, nb, kb);
+        else pack_bf16(room, kb, b->b, nb, kb);
         b->bblk = room, b->brs = 1, b->bcs = kb;
         break;
     default:

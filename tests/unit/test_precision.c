@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/ceiling.h"
 #include "core/cpu.h"
 #include "nn/nn.h"
 #include "nn/precision_internal.h"
@@ -225,6 +226,18 @@ static void check_names(void) {
         CHECK(!strcmp(al_precision_engine(), al_bf16_engine_name(now)));
     }
     al_bf16_engine_force(-1);
+    /* the environment's choice, lowered like a forced one; unknown: default */
+    const char *names[] = {"emulated", "onednn", "own", "amx", "avx512-bf16", "bogus"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        setenv("ATTNLAB_BF16_ENGINE", names[i], 1);
+        al_bf16_engine want = AL_BF16_ONEDNN;
+        al_bf16_engine_of_name(names[i], &want);
+        const al_bf16_engine now = al_bf16_engine_now();
+        CHECK_MSG(al_bf16_engine_runs(now) && (now == want || !al_bf16_engine_runs(want)),
+                  "ATTNLAB_BF16_ENGINE=%s gave %s", names[i], al_bf16_engine_name(now));
+        if (!strcmp(names[i], "emulated")) CHECK(now == AL_BF16_EMULATED);
+    }
+    unsetenv("ATTNLAB_BF16_ENGINE");
     /* without bf16 products oneDNN is never the automatic engine */
     if (al_cpu_level_now() < AL_CPU_AVX512_BF16) CHECK(al_bf16_engine_now() == AL_BF16_EMULATED);
 }
@@ -283,6 +296,12 @@ int main(void) {
     al_precision_set(AL_PREC_F32);
 
     check_own_kernels(&r);
+    /* the two ceilings: a rate where the engine runs, else "unavailable" */
+    const double dnn = al_measure_bf16_onednn_gflops(64, 1), amx = al_measure_amx_tile_gflops(1);
+    fprintf(stderr, "ceilings: onednn bf16 matmul %g, amx tile peak %g (<= 0: unavailable)\n", dnn, amx);
+    if (al_bf16_engine_runs(AL_BF16_ONEDNN)) CHECK(dnn > 0);
+    else if (!al_onednn_available(0)) CHECK(dnn <= 0);
+    CHECK(al_cpu_level_now() >= AL_CPU_AMX ? amx > 0 : amx == 0);
     for (int l = AL_CPU_AVX512_BF16; l <= AL_CPU_AMX; l++)
         if ((int)al_cpu_level_now() < l) fprintf(stderr, "skipped: %s kernel (CPU set lacks it)\n", al_cpu_level_name((al_cpu_level)l));
     al_precision_release();
