@@ -16,6 +16,7 @@
 #include "nn/nn.h"
 #include "nn/precision_internal.h"
 #include "test.h"
+#include "testutil.h"
 
 static float rnd(al_rng *r) { return al_rng_normal(r); }
 static double bf(float x) { return (double)al_bf16_to_f32(al_f32_to_bf16(x)); }
@@ -201,6 +202,57 @@ static void check_own_kernels(al_rng *r) {
     }
 }
 
+/* Whole models (GQA, MLA, LRKV), forward and backward in BF16 on the
+ * emulated engine: the same bits at 1 and 2 threads and with or without the
+ * weights' BF16 copy, close to fp32 (loss 1e-2, gradients 3e-2) yet not
+ * equal to it. */
+static void check_models(void) {
+    al_config cfgs[3] = {tu_config(48, 80, 2, 4, 2, 12, 64), tu_mla_config(16, 0), tu_config(48, 80, 2, 4, 4, 12, 64)};
+    cfgs[1].max_position = 64;
+    cfgs[2].attention = AL_ATTN_LRKV;
+    cfgs[2].lrkv_rank = 4;
+    const char *names[3] = {"gqa", "mla", "lrkv"};
+    enum { B = 4, T = 64 };
+    for (int ci = 0; ci < 3; ci++) {
+        al_model m;
+        al_acts a;
+        al_err err;
+        if (tu_make_model(&m, &cfgs[ci], 21 + ci, TU_GAINS_ONE) || al_model_alloc_grads(&m, &err) ||
+            al_acts_create(&a, &m, B, T, &err)) {
+            CHECK_MSG(0, "%s: model", names[ci]);
+            continue;
+        }
+        int in[B * T], tg[B * T];
+        al_rng r;
+        al_rng_seed(&r, 7 + ci);
+        tu_random_tokens(in, B * T, &r);
+        tu_random_tokens(tg, B * T, &r);
+        al_precision_set(AL_PREC_F32);
+        const double loss_f = tu_loss_and_grads(&m, &a, in, tg);
+        float *g_f = malloc(sizeof(float) * m.n_floats), *g_b = malloc(sizeof(float) * m.n_floats);
+        memcpy(g_f, m.g, sizeof(float) * m.n_floats);
+        al_precision_set(AL_PREC_BF16);
+        al_bf16_engine_force(AL_BF16_EMULATED);
+        const double loss_b = tu_loss_and_grads(&m, &a, in, tg);
+        memcpy(g_b, m.g, sizeof(float) * m.n_floats);
+        CHECK(al_bf16_shadow_attach(m.w, m.n_floats, &err) == 0);
+        CHECK_MSG(tu_same_bits_1_2_threads(&m, &a, in, tg), "%s: bf16 gradients differ between 1 and 2 threads",
+                  names[ci]);
+        CHECK_MSG(!memcmp(g_b, m.g, sizeof(float) * m.n_floats), "%s: the BF16 copy changes the gradients", names[ci]);
+        al_bf16_shadow_detach(m.w);
+        al_bf16_engine_force(-1);
+        al_precision_set(AL_PREC_F32);
+        const double ge = test_rel_err(g_b, g_f, m.n_floats);
+        CHECK_MSG(fabs(loss_b - loss_f) <= 1e-2 * fabs(loss_f) && loss_b != loss_f, "%s: loss bf16 %.6f f32 %.6f",
+                  names[ci], loss_b, loss_f);
+        CHECK_MSG(ge <= 3e-2 && ge > 1e-5, "%s: gradients bf16 vs f32: %.3g", names[ci], ge);
+        fprintf(stderr, "%s: loss bf16 %.6f f32 %.6f, gradients %.2g apart\n", names[ci], loss_b, loss_f, ge);
+        free(g_f), free(g_b);
+        al_acts_free(&a);
+        al_model_free(&m);
+    }
+}
+
 static void check_names(void) {
     al_precision p;
     CHECK(al_precision_from_name("f32", &p) == 0 && p == AL_PREC_F32);
@@ -296,6 +348,7 @@ int main(void) {
     al_precision_set(AL_PREC_F32);
 
     check_own_kernels(&r);
+    check_models();
     /* the two ceilings: a rate where the engine runs, else "unavailable" */
     const double dnn = al_measure_bf16_onednn_gflops(64, 1), amx = al_measure_amx_tile_gflops(1);
     fprintf(stderr, "ceilings: onednn bf16 matmul %g, amx tile peak %g (<= 0: unavailable)\n", dnn, amx);
