@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/cpu.h"
 #include "precision_internal.h"
 
 #ifdef AL_HAVE_ONEDNN
@@ -48,7 +49,15 @@ static pthread_mutex_t g_prims_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static dnnl_engine_t g_engine;
 static pthread_once_t g_engine_once = PTHREAD_ONCE_INIT;
+/* The CPU engine; first, oneDNN's instruction sets capped at core/cpu.h's
+ * set in use (ATTNLAB_CPU=avx512-bf16 on an AMX machine: oneDNN without
+ * AMX), which it reads once, before its first primitive. */
 static void engine_make(void) {
+    static const dnnl_cpu_isa_t cap[AL_CPU_COUNT] = {
+        [AL_CPU_GENERIC] = dnnl_cpu_isa_sse41, [AL_CPU_AVX2] = dnnl_cpu_isa_avx2,
+        [AL_CPU_AVX512] = dnnl_cpu_isa_avx512_core, [AL_CPU_AVX512_BF16] = dnnl_cpu_isa_avx512_core_bf16,
+        [AL_CPU_AMX] = dnnl_cpu_isa_all};
+    dnnl_set_max_cpu_isa(cap[al_cpu_level_now()]);
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) g_engine = NULL;
 }
 
