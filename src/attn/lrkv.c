@@ -58,7 +58,6 @@
  * analysis and any HF-side reader counting K/V maps sees), even though the
  * cache stores only the shared part plus rank-r latents.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -217,7 +216,8 @@ static void rope_proj(const al_attn_layer *L, const dims *m, float *proj, int N,
 /* ---- materialised per-head keys and values (training) ----
  * K[N, H*dh]: K[n, h] = K_s[n] + B_K[h] R_K[n, h]  (R_K rotated in proj)
  * V[N, H*dh]: V[n, h] = V_s[n] + B_V[h] R_V[n, h]
- * Work items are (row block, head); each runs single-threaded sgemm. BF16
+ * Work items are (row block, head); each runs al_sgemm (single-threaded
+ * inside the loop; in the product precision of nn.h like every GEMM). BF16
  * up-projections (al_model_weights_bf16, inference) take build_kv_wref. */
 static void build_kv_wref(const al_attn_layer *L, const dims *m, const float *proj, float *K, float *V, int N);
 
@@ -237,10 +237,10 @@ static void build_kv(const al_attn_layer *L, const dims *m, const float *proj, f
             memcpy(V + (size_t)n * hd + (size_t)h * dh, proj + (size_t)n * w + m->o_vs, sizeof(float) * dh);
         }
         /* K_blk[rows, dh] += R_K,h[rows, r] B_K[h]^T ; same for V */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rk + h * r,
-                    w, L->w[W_KU] + (size_t)h * dh * r, r, 1.0f, K + (size_t)n0 * hd + (size_t)h * dh, hd);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rv + h * r,
-                    w, L->w[W_VU] + (size_t)h * dh * r, r, 1.0f, V + (size_t)n0 * hd + (size_t)h * dh, hd);
+        al_sgemm(0, 1, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rk + h * r, w, L->w[W_KU] + (size_t)h * dh * r, r,
+                 1.0f, K + (size_t)n0 * hd + (size_t)h * dh, hd);
+        al_sgemm(0, 1, rows, dh, r, 1.0f, proj + (size_t)n0 * w + m->o_rv + h * r, w, L->w[W_VU] + (size_t)h * dh * r, r,
+                 1.0f, V + (size_t)n0 * hd + (size_t)h * dh, hd);
     }
 }
 
@@ -310,21 +310,21 @@ static void build_kv_bwd(const al_attn_layer *L, const dims *m, const float *pro
         }
         /* dR_h[rows, r] = dK_h[rows, dh] B_K[h][dh, r] */
         for (int h = 0; h < H; h++) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, dh, 1.0f, dK + (size_t)n0 * hd + h * dh,
-                        hd, L->w[W_KU] + (size_t)h * dh * r, r, 0.0f, dproj + (size_t)n0 * w + m->o_rk + h * r, w);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, dh, 1.0f, dV + (size_t)n0 * hd + h * dh,
-                        hd, L->w[W_VU] + (size_t)h * dh * r, r, 0.0f, dproj + (size_t)n0 * w + m->o_rv + h * r, w);
+            al_sgemm(0, 0, rows, r, dh, 1.0f, dK + (size_t)n0 * hd + h * dh, hd, L->w[W_KU] + (size_t)h * dh * r, r,
+                     0.0f, dproj + (size_t)n0 * w + m->o_rk + h * r, w);
+            al_sgemm(0, 0, rows, r, dh, 1.0f, dV + (size_t)n0 * hd + h * dh, hd, L->w[W_VU] + (size_t)h * dh * r, r,
+                     0.0f, dproj + (size_t)n0 * w + m->o_rv + h * r, w);
         }
     }
     /* dB[h][dh, r] += dK_h^T[dh, N] R_h[N, r]: one item per (head, K or V),
-     * each a whole-N sum inside one single-threaded sgemm */
+     * each a whole-N sum inside one single-threaded al_sgemm */
 #pragma omp parallel for schedule(static) if (par)
     for (int it = 0; it < 2 * H; it++) {
         const int h = it >> 1, isv = it & 1;
         const float *dX = (isv ? dV : dK) + (size_t)h * dh;
         const float *R = proj + (isv ? m->o_rv : m->o_rk) + h * r;
         float *dB = L->g[isv ? W_VU : W_KU] + (size_t)h * dh * r;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dh, r, N, 1.0f, dX, hd, R, w, 1.0f, dB, r);
+        al_sgemm(1, 0, dh, r, N, 1.0f, dX, hd, R, w, 1.0f, dB, r);
     }
 }
 

@@ -2,17 +2,27 @@
  * ceiling.c: the ceiling measurements behind every `attnlab bench` ratio
  * (see ceiling.h), and the process's memory figures the commands report.
  * The sgemm inputs are small integers times 0.1 (no denormals, no
- * overflow); a sgemm's time does not depend on the values.
+ * overflow); a sgemm's time does not depend on the values. The AMX loop is
+ * compiled for AMX by a target pragma and runs only where core/cpu.h's set
+ * in use is amx (which includes the OS's permission for the tiles).
  */
 #include "ceiling.h"
 
 #include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "core.h"
+#include "cpu.h"
+#include "dtype.h"
+#ifdef AL_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 double al_measure_sgemm_gflops(int n, int reps) {
     size_t nn = (size_t)n * n;
@@ -38,6 +48,120 @@ double al_measure_sgemm_gflops(int n, int reps) {
     al_free(b);
     al_free(c);
     return 2.0 * n * (double)n * n / best / 1e9;
+}
+
+#ifdef AL_HAVE_ONEDNN
+/* One n^3 bf16 matmul primitive, its memory and a stream; timed runs. */
+double al_measure_bf16_onednn_gflops(int n, int reps) {
+    const size_t nn = (size_t)n * n;
+    uint16_t *a = al_alloc(nn * sizeof *a), *b = al_alloc(nn * sizeof *b);
+    float *c = al_alloc(nn * sizeof *c);
+    dnnl_engine_t eng = NULL;
+    dnnl_stream_t stream = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t m[3] = {NULL, NULL, NULL};
+    double result = 0;
+    dnnl_status_t st = dnnl_success;
+    if (!a || !b || !c) goto done;
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = al_f32_to_bf16((float)((i * 7) % 13) * 0.1f);
+        b[i] = al_f32_to_bf16((float)((i * 5) % 11) * 0.1f);
+    }
+    const dnnl_dims_t dims = {n, n};
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_matmul_desc_t desc;
+    if ((st = dnnl_engine_create(&eng, dnnl_cpu, 0)) || (st = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags)) ||
+        (st = dnnl_memory_desc_init_by_tag(&a_md, 2, dims, dnnl_bf16, dnnl_ab)) ||
+        (st = dnnl_memory_desc_init_by_tag(&b_md, 2, dims, dnnl_bf16, dnnl_ab)) ||
+        (st = dnnl_memory_desc_init_by_tag(&c_md, 2, dims, dnnl_f32, dnnl_ab)) ||
+        (st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md)) ||
+        (st = dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL)) || (st = dnnl_primitive_create(&prim, pd)) ||
+        (st = dnnl_memory_create(&m[0], &a_md, eng, a)) || (st = dnnl_memory_create(&m[1], &b_md, eng, b)) ||
+        (st = dnnl_memory_create(&m[2], &c_md, eng, c)))
+        goto done;
+    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        const double t0 = al_now();
+        if ((st = dnnl_primitive_execute(prim, stream, 3, args)) || (st = dnnl_stream_wait(stream))) goto done;
+        const double dt = al_now() - t0;
+        if (r > 0 && dt < best) best = dt; /* the first run warms caches and threads */
+    }
+    result = 2.0 * n * (double)n * n / best / 1e9;
+done:
+    if (st != dnnl_success) result = -(double)st;
+    for (int i = 0; i < 3; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    if (prim) dnnl_primitive_destroy(prim);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (stream) dnnl_stream_destroy(stream);
+    if (eng) dnnl_engine_destroy(eng);
+    al_free(a);
+    al_free(b);
+    al_free(c);
+    return result;
+}
+#else
+double al_measure_bf16_onednn_gflops(int n, int reps) { return 0; }
+#endif
+
+/* ---- the AMX tile peak ---- */
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16")
+
+/* The 64-byte tile configuration of palette 1 (as nn/gemm_amx.c). */
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) tile_config;
+
+/* `iters` rounds of four independent tdpbf16ps on this thread; seconds. */
+static double amx_loop(long iters) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    static const uint16_t zeros[16 * 32] __attribute__((aligned(64))) = {0}; /* the time is the same for any values */
+    float out[16 * 16] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    const double t0 = al_now();
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64); /* the sums are used */
+    const double dt = al_now() - t0;
+    _tile_release();
+    volatile float sink = out[0];
+    (void)sink;
+    return dt;
+}
+#pragma GCC pop_options
+
+double al_measure_amx_tile_gflops(int reps) {
+    if (al_cpu_level_now() < AL_CPU_AMX) return 0;
+    enum { ITERS = 1 << 18 };
+    const int threads = omp_get_max_threads();
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double slowest = 0; /* all threads at once: the slowest thread's time */
+#pragma omp parallel num_threads(threads) reduction(max : slowest)
+        slowest = amx_loop(ITERS);
+        if (r > 0 && slowest < best) best = slowest;
+    }
+    return (double)threads * ITERS * 4 * 16384.0 / best / 1e9;
 }
 
 double al_measure_triad_gbs(int mbytes, int reps) {

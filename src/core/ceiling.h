@@ -1,7 +1,8 @@
 /*
  * ceiling.h: this machine's ceilings, measured in the same run as a
  * benchmark so ratios survive noisy shared machines: sgemm GFLOP/s (the
- * FLOP ceiling attnlab's kernels are compared with) and triad bandwidth.
+ * FLOP ceiling attnlab's kernels are compared with), the two BF16 ceilings
+ * (oneDNN's bf16 matmul, the AMX tile peak) and triad bandwidth.
  *
  * On a machine other people use, the load changes within seconds, so a
  * ceiling measured once before a benchmark can be taken at another load than
@@ -14,6 +15,18 @@
 
 /* Best of `reps` n x n x n cblas_sgemm runs, GFLOP/s (all threads). */
 double al_measure_sgemm_gflops(int n, int reps);
+/* Best of `reps` n x n x n oneDNN bf16 matmuls (bf16 A and B, fp32 C, one
+ * primitive over all threads, as PyTorch runs torch.mm in bf16), GFLOP/s:
+ * the ceiling of BF16 products. 0 when the library was built without
+ * oneDNN or memory ran out; a negative value, minus oneDNN's status, when
+ * oneDNN refuses (-3, dnnl_unimplemented: no bf16 matmul on this CPU, e.g.
+ * AVX2 only). */
+double al_measure_bf16_onednn_gflops(int n, int reps);
+/* The AMX tile peak, GFLOP/s over all threads: on each OpenMP thread a loop
+ * of tdpbf16ps on four independent 16 x 16 fp32 tiles (16 x 32 by 32 x 16
+ * bf16 each, 16384 FLOPs), best of `reps` timed loops. 0 when the CPU set
+ * in use (core/cpu.h) is below amx: no AMX, or the OS refused the tiles. */
+double al_measure_amx_tile_gflops(int reps);
 /* Best of `reps` STREAM-triad passes a[i] = b[i] + s c[i] over `mbytes` MB
  * per array, GB/s counting 3 arrays moved (all threads). */
 double al_measure_triad_gbs(int mbytes, int reps);

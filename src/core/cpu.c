@@ -80,13 +80,22 @@ static unsigned long long os_xcr0(unsigned have) {
 
 /* Whether Linux lets this process use the AMX tile data state (asking for
  * it: permission is per process and must be requested before first use). */
+static atomic_int tile_refused; /* the CPU has AMX but the OS said no */
+
 static int tile_permission(void) {
 #if defined(__linux__) && defined(SYS_arch_prctl)
     enum { ARCH_REQ_XCOMP_PERM = 0x1023 };
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    const int granted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 #else
-    return 0;
+    const int granted = 0;
 #endif
+    atomic_store(&tile_refused, !granted);
+    return granted;
+}
+
+int al_cpu_amx_refused(void) {
+    al_cpu_detect();
+    return atomic_load(&tile_refused);
 }
 
 al_cpu_level al_cpu_detect(void) {

@@ -49,6 +49,10 @@ al_cpu_level al_cpu_level_now(void);
 /* Forces a set for this process (lowered to what the CPU runs); -1 returns
  * to automatic. Returns the set now in effect. Not while kernels run. */
 al_cpu_level al_cpu_force(int level);
+/* Nonzero when the CPU reports AMX but the OS refused this process the
+ * tile state (arch_prctl): amx then counts as absent and the kernels use the
+ * set below it; callers print a note. */
+int al_cpu_amx_refused(void);
 /* "generic", "avx2", "avx512", "avx512-bf16", "amx" ("?" out of range) */
 const char *al_cpu_level_name(al_cpu_level l);
 /* The set named `name` into *out: 0, or -1 for an unknown name. */

@@ -14,6 +14,15 @@
  * one whole single-threaded call, so wherever al_sgemm cuts rows only (every
  * product of the study's models) any thread count now computes what one
  * thread computed before.
+ *
+ * In BF16 mode (nn.h's precision) the same tiles run precision.c's BF16
+ * product instead of OpenBLAS, each single-threaded with its thread's slot
+ * of a workspace planned once per product, whatever the engine (oneDNN
+ * included: it is called per tile, one OpenMP thread, rather than for the
+ * whole product on all threads): a tile's bits depend on its shape only, so
+ * BF16 products give the same bits for any thread count too. Neighbouring
+ * row blocks are merged only for the emulated engine (OpenBLAS underneath,
+ * rows at multiples of 48); the other engines always run the shape's tiles.
  */
 #include <cblas.h>
 #include <omp.h>
@@ -51,11 +60,13 @@ static int block_start(int n, int quantum, int blocks, int b) {
 }
 
 /* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call
- * (F32), or precision.c's BF16 product of that tile. */
-static void sgemm_tile(int a_transposed, int b_transposed, int r0, int r1, int c0, int c1, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (al_precision_now() == AL_PREC_BF16) {
-        al_sgemm_tile_bf16_emulated(a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C, ldc);
+ * (F32), or precision.c's BF16 product of that tile (plan: NULL for F32). */
+static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
+                       int c1, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C, int ldc) {
+    if (plan) {
+        al_sgemm_tile_bf16(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C,
+                           ldc);
         return;
     }
     const float *A_rows = A + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
@@ -72,26 +83,44 @@ static void sgemm_tile(int a_transposed, int b_transposed, int r0, int r1, int c
 void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
+    /* inside a parallel region (e.g. per-head products) the tiles run on
+     * this thread alone: a nested region gets one thread */
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    al_bf16_plan bf16;
+    const al_bf16_plan *plan = NULL;
+    if (al_precision_now() == AL_PREC_BF16) {
+        al_bf16_plan_product(&bf16, threads);
+        plan = &bf16;
+    }
     const int shape_rows = al_sgemm_row_blocks(M);
     const int col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving
      * keeps every boundary a boundary of the shape's cut, at a multiple of
      * 48 rows), so each thread re-packs op(B) fewer times; row cuts at those
      * multiples give the bits of one whole call (above), columns stay cut by
-     * the shape alone. */
+     * the shape alone. BF16 engines other than the emulated one (precision.c)
+     * keep the shape's tiles: their bits are only known to depend on the
+     * tile's shape. */
     int row_blocks = shape_rows;
-    while (row_blocks > 1 && row_blocks * col_blocks > omp_get_max_threads() && row_blocks % 2 == 0) row_blocks /= 2;
+    while (row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0 && (!plan || plan->merge_rows))
+        row_blocks /= 2;
     const int tiles = row_blocks * col_blocks;
-    if (tiles == 1) { /* on this thread: no team to start */
-        const int threads = omp_get_max_threads();
+    if (tiles == 1 || threads == 1) { /* on this thread: no team to start */
+        const int max_threads = omp_get_max_threads();
         omp_set_num_threads(1);
-        sgemm_tile(a_transposed, b_transposed, 0, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        omp_set_num_threads(threads);
+        for (int t = 0; t < tiles; t++) {
+            const int rb = t / col_blocks, cb = t % col_blocks;
+            sgemm_tile(plan, 0, a_transposed, b_transposed, block_start(M, ROW_QUANTUM, row_blocks, rb),
+                       block_start(M, ROW_QUANTUM, row_blocks, rb + 1), block_start(N, COL_QUANTUM, col_blocks, cb),
+                       block_start(N, COL_QUANTUM, col_blocks, cb + 1), K, alpha, A, lda, B, ldb, beta, C, ldc);
+        }
+        omp_set_num_threads(max_threads);
         return;
     }
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
     {
         omp_set_num_threads(1); /* this thread's implicit task only */
+        const int slot = omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < tiles; t++) {
             const int rb = t / col_blocks, cb = t % col_blocks;
@@ -100,7 +129,8 @@ void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alp
             const int c0 = block_start(N, COL_QUANTUM, col_blocks, cb);
             const int c1 = block_start(N, COL_QUANTUM, col_blocks, cb + 1);
             if (r1 > r0 && c1 > c0)
-                sgemm_tile(a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                sgemm_tile(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C,
+                           ldc);
         }
     }
 }

@@ -63,9 +63,57 @@ int al_precision_from_name(const char *name, al_precision *out);
 al_precision al_precision_auto(void);
 void al_precision_set(al_precision p);
 al_precision al_precision_now(void);
-/* What BF16 products run on now, for reports: "emulated" (rounded operands,
- * fp32 sgemm) or the engine of precision.c's dispatch. */
+/* What BF16 products run on now, for reports: al_bf16_engine_name of
+ * al_bf16_engine_now() ("onednn", "amx", "avx512-bf16" or "emulated"). */
 const char *al_precision_engine(void);
+
+/* The engines BF16 products can run on (precision.c; docs/kernels.md):
+ *   emulated     operands rounded to bf16 values in fp32, OpenBLAS sgemm
+ *                (exact products, fp32 sums): every CPU
+ *   onednn       oneDNN's bf16 matmul primitives (libdnnl): AVX512-BF16/AMX
+ *   avx512-bf16  attnlab's own vdpbf16ps kernel (gemm_avx512bf16.c)
+ *   amx          attnlab's own AMX tile kernel, tdpbf16ps (gemm_amx.c)
+ * The engine in use: al_bf16_engine_force's, else the environment variable
+ * ATTNLAB_BF16_ENGINE=onednn|own|amx|avx512-bf16|emulated ("own": amx where
+ * it runs, else avx512-bf16), else onednn; a choice that cannot run here
+ * falls to the next that can (onednn -> own -> emulated; amx ->
+ * avx512-bf16 -> emulated). An engine runs where the CPU set in use
+ * (core/cpu.h, ATTNLAB_CPU) has its instructions and, for onednn, where a
+ * bf16 matmul primitive can be created (probed once, cached). */
+#define AL_BF16_ENGINES(X) X(EMULATED, "emulated") X(ONEDNN, "onednn") X(AVX512BF16, "avx512-bf16") X(AMX, "amx")
+#define AL_BF16_ENGINE_ENUM(id, name) AL_BF16_##id,
+typedef enum { AL_BF16_ENGINES(AL_BF16_ENGINE_ENUM) AL_BF16_ENGINE_COUNT } al_bf16_engine;
+#undef AL_BF16_ENGINE_ENUM
+/* "emulated", "onednn", ... ("?" out of range). */
+const char *al_bf16_engine_name(al_bf16_engine e);
+/* A name (as above, or "own") into *out: 0, or -1 for an unknown name. "own"
+ * gives the best own kernel this CPU set runs (amx, else avx512-bf16). */
+int al_bf16_engine_of_name(const char *name, al_bf16_engine *out);
+/* Whether engine e can run now (CPU set in use, library, OS permission). */
+int al_bf16_engine_runs(al_bf16_engine e);
+/* The engine BF16 products use now (after the fallbacks above). */
+al_bf16_engine al_bf16_engine_now(void);
+/* Forces engine e (lowered as above if it cannot run) for this process; -1
+ * returns to automatic. Returns the engine now in effect. Not while a
+ * product runs (tests compare engines in one process). */
+al_bf16_engine al_bf16_engine_force(int e);
+/* The BF16 products' workspace: each thread that calls al_sgemm in BF16
+ * mode owns one buffer, carved into one slot per OpenMP thread; a slot holds
+ * the rounded operand blocks of one tile (sized by the engine's block sizes,
+ * not by the product: at most a few MB per thread). al_precision_reserve
+ * plans it for the calling thread, the engine in use and the thread count
+ * now (0, or -1 with one line in err when out of memory); a product whose
+ * caller did not reserve grows it at first use, and if memory runs out
+ * there runs the emulated engine on small stack blocks (slower; the same
+ * values within fp32 rounding). al_precision_release frees the calling
+ * thread's buffer (a thread's is also freed when it exits). */
+int al_precision_reserve(al_err *err);
+void al_precision_release(void);
+/* Test hook: nonzero makes the onednn engine build fp32 primitives fed with
+ * operands rounded to bf16 values (the products and sums of the bf16 engine,
+ * on CPUs whose oneDNN has no bf16 matmul), so its plumbing (primitive
+ * cache, strides, alpha, beta, workspace) runs anywhere; 0 restores bf16. */
+void al_bf16_onednn_test_f32(int on);
 /* A BF16 copy of the fp32 arena w[n] (weights), read by products in BF16
  * mode in place of w. 0, or -1 with err (out of memory; too many arenas). */
 int al_bf16_shadow_attach(const float *w, size_t n, al_err *err);

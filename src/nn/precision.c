@@ -1,22 +1,42 @@
 /*
  * precision.c: the precision of the matrix products (nn.h says what each
- * mode computes), the BF16 copies of weight arenas, and the portable BF16
- * product that every CPU can run.
+ * mode computes), the BF16 copies of weight arenas, the engines BF16
+ * products run on and how each tile of al_sgemm's product is fed to them.
  *
- * Data: the mode (one value for the process), and a small table of weight
+ * Data: the mode (one value for the process); a small table of weight
  * arenas with their BF16 copies, looked up by address range when a product
  * in BF16 mode reads an operand (a handful of arenas at most: the models a
- * command holds).
+ * command holds); the engine table (AL_BF16_ENGINES: what each needs, its
+ * block sizes); and one workspace per calling thread.
  *
- * The portable BF16 product (al_sgemm_tile_bf16_emulated) rounds blocks of
- * both operands into fp32 buffers on the stack and multiplies them with
- * single-threaded sgemm calls, summing the blocks of K into C in fp32: the
- * values of a bf16 x bf16 -> fp32 product, on any CPU. Its blocks are fixed
- * by the tile al_sgemm hands it (rows at multiples of 48 from the tile's
- * start, which al_sgemm keeps at multiples of 48), so its bits do not depend
- * on the thread count either.
+ * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs as
+ * blocks: columns in steps of the engine's nch from c0, K in steps of kch
+ * from 0, rows in steps of mch from r0. For each (column, K) block the B
+ * operand is prepared once (rounded from fp32, or read from the arena's BF16
+ * copy), for each row block within it the A operand, then the engine
+ * multiplies them into C (beta for the first K block, 1 after: the K blocks'
+ * sums are added in fp32 in a fixed order). Every block boundary is a
+ * function of the shape and the tile, and the tiles are cut by the shape
+ * (linear.c), so a product's bits depend on the engine and the shape only,
+ * never on the thread count: each tile runs single-threaded (oneDNN too: it
+ * sees one OpenMP thread inside al_sgemm's region). The emulated engine
+ * alone lets al_sgemm merge neighbouring row blocks into one tile: its row
+ * blocks start at multiples of 48 rows, where OpenBLAS gives the bits of one
+ * whole call (linear.c); oneDNN's and our kernels' tiles are never merged.
+ *
+ * Engines (nn.h): emulated rounds both operands into fp32 blocks and calls
+ * single-threaded sgemm (a bf16 x bf16 product is exact in fp32, so this
+ * computes what the matrix units compute, up to the order of the fp32 sums);
+ * onednn calls a cached bf16 matmul primitive per block (gemm_onednn.c) with
+ * both operands dense in the workspace (B copied from its BF16 copy when it
+ * has one: oneDNN's fastest layouts are dense ones, and a copy costs little
+ * against the block's products); avx512-bf16 and amx pack both into the VNNI layouts of
+ * precision_internal.h and run our kernels (gemm_avx512bf16.c, gemm_amx.c).
  */
 #include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -43,7 +63,92 @@ al_precision al_precision_auto(void) {
 
 void al_precision_set(al_precision p) { g_mode = p; }
 al_precision al_precision_now(void) { return g_mode; }
-const char *al_precision_engine(void) { return "emulated"; }
+
+/* ---- the engines ---- */
+
+/* The emulated engine's K blocks (also on the stack, below). */
+enum { EMU_KCH = 256 };
+
+/* What each engine needs of the CPU set in use, and its block sizes (rows,
+ * K, columns of one block; emulated's rows a multiple of 48, the own
+ * kernels' multiples of their padding). Workspace slot: an A block and a B
+ * block of elem bytes each. */
+static const struct {
+    al_cpu_level needs;
+    int mch, kch, nch;
+} engines[AL_BF16_ENGINE_COUNT] = {
+    [AL_BF16_EMULATED] = {AL_CPU_GENERIC, 768, EMU_KCH, 1024},
+    [AL_BF16_ONEDNN] = {AL_CPU_AVX512_BF16, 512, 1024, 1024},
+    [AL_BF16_AVX512BF16] = {AL_CPU_AVX512_BF16, 256, 256, 256},
+    [AL_BF16_AMX] = {AL_CPU_AMX, 256, 256, 256},
+};
+/* The emulated engine without a workspace: blocks on the stack (its K blocks
+ * as above, so only the fp32 rounding of row/column edges can differ). */
+enum { STACK_MCH = 48, STACK_NCH = 64 };
+
+#define ENGINE_NAME(id, name) name,
+static const char *const engine_names[AL_BF16_ENGINE_COUNT] = {AL_BF16_ENGINES(ENGINE_NAME)};
+#undef ENGINE_NAME
+
+static atomic_int engine_forced = -1;
+static int onednn_test_f32, own_test_ref;
+
+const char *al_bf16_engine_name(al_bf16_engine e) {
+    return (unsigned)e < AL_BF16_ENGINE_COUNT ? engine_names[e] : "?";
+}
+
+int al_bf16_engine_of_name(const char *name, al_bf16_engine *out) {
+    if (!strcasecmp(name, "own")) {
+        *out = al_bf16_engine_runs(AL_BF16_AMX) ? AL_BF16_AMX : AL_BF16_AVX512BF16;
+        return 0;
+    }
+    for (int e = 0; e < AL_BF16_ENGINE_COUNT; e++)
+        if (!strcasecmp(name, engine_names[e])) {
+            *out = (al_bf16_engine)e;
+            return 0;
+        }
+    return -1;
+}
+
+int al_bf16_engine_runs(al_bf16_engine e) {
+    if ((unsigned)e >= AL_BF16_ENGINE_COUNT) return 0;
+    if (e == AL_BF16_ONEDNN && onednn_test_f32) return al_onednn_available(1);
+    if (e == AL_BF16_AVX512BF16 && own_test_ref) return 1;
+    if (al_cpu_level_now() < engines[e].needs) return 0;
+    return e == AL_BF16_ONEDNN ? al_onednn_available(0) : 1;
+}
+
+/* What an engine that cannot run falls to (nn.h). */
+static al_bf16_engine engine_below(al_bf16_engine e) {
+    switch (e) {
+    case AL_BF16_ONEDNN: return AL_BF16_AMX;
+    case AL_BF16_AMX: return AL_BF16_AVX512BF16;
+    default: return AL_BF16_EMULATED;
+    }
+}
+
+al_bf16_engine al_bf16_engine_now(void) {
+    int want = atomic_load(&engine_forced);
+    if (want < 0) {
+        al_bf16_engine e = AL_BF16_ONEDNN;
+        const char *env = getenv("ATTNLAB_BF16_ENGINE");
+        if (env && *env && al_bf16_engine_of_name(env, &e)) e = AL_BF16_ONEDNN; /* unknown: the default */
+        want = (int)e;
+    }
+    al_bf16_engine e = (al_bf16_engine)want;
+    while (e != AL_BF16_EMULATED && !al_bf16_engine_runs(e)) e = engine_below(e);
+    return e;
+}
+
+al_bf16_engine al_bf16_engine_force(int e) {
+    atomic_store(&engine_forced, e >= 0 && e < AL_BF16_ENGINE_COUNT ? e : -1);
+    return al_bf16_engine_now();
+}
+
+const char *al_precision_engine(void) { return al_bf16_engine_name(al_bf16_engine_now()); }
+
+void al_bf16_onednn_test_f32(int on) { onednn_test_f32 = on; }
+void al_bf16_own_test_ref(int on) { own_test_ref = on; }
 
 /* ---- BF16 copies of weight arenas ---- */
 
@@ -61,10 +166,47 @@ static shadow *shadow_find(const float *w) {
     return NULL;
 }
 
+/* f's bits rounded to the nearest bf16 (ties to even; NaN kept, quiet), as
+ * the top half of a float's bits: al_f32_to_bf16 without the branch, so that
+ * loops over it vectorise. */
+static inline uint32_t bf16_round_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    const uint32_t nan = (u | 0x00400000u) & 0xFFFF0000u;
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded;
+}
+
+static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* dst[n] = bf16 of src[n] (a loop gcc vectorises). */
+static void round_run_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(bf16_round_bits(src[i]) >> 16);
+}
+
+/* dst[n] = src[n] rounded to bf16 values, kept as fp32. */
+static void round_run_f32(float *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bits_float(bf16_round_bits(src[i]));
+}
+
+/* dst[n] = the bf16 values src[n] widened to fp32. */
+static void widen_run(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bits_float((uint32_t)src[i] << 16);
+}
+
 /* Rounds src[n] to BF16 into dst (in parallel: arenas are large). */
 static void round_arena(uint16_t *dst, const float *src, size_t n) {
+    enum { CHUNK = 1 << 16 };
+    const long chunks = (long)((n + CHUNK - 1) / CHUNK);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = al_f32_to_bf16(src[i]);
+    for (long c = 0; c < chunks; c++) {
+        const size_t at = (size_t)c * CHUNK, len = n - at < CHUNK ? n - at : CHUNK;
+        round_run_bf16(dst + at, src + at, len);
+    }
 }
 
 int al_bf16_shadow_attach(const float *w, size_t n, al_err *err) {
@@ -106,43 +248,272 @@ const uint16_t *al_bf16_shadow_of(const float *p) {
     return NULL;
 }
 
-/* ---- the portable BF16 product ---- */
+/* ---- the workspace: one buffer per calling thread ----
+ * Grown to the largest plan so far and kept (allocating per product would
+ * page-fault every time); freed by al_precision_release or at thread exit.
+ * A plan it cannot be grown for gets NULL: the stack blocks. */
 
-/* Block sizes: rows a multiple of 48 (linear.c: OpenBLAS's bits for a row
- * repeat at that period), buffers small enough for any thread's stack. */
-enum { MC = 96, KC = 128, NC = 128 };
+typedef struct workspace {
+    char *buf;
+    size_t cap;
+} workspace;
+static _Thread_local workspace my_ws;
+static pthread_key_t ws_key; /* its destructor frees a thread's buffer when the thread exits */
+static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
+static int ws_key_ok;
 
-static inline float round_bf16(float x) { return al_bf16_to_f32(al_f32_to_bf16(x)); }
+static void ws_key_make(void) { ws_key_ok = pthread_key_create(&ws_key, free) == 0; }
 
-/* Element (i, k) of op(X) rounded to BF16, from X's BF16 copy if it has one. */
-static inline float op_elem(const float *X, const uint16_t *Xbf, int transposed, int ld, int i, int k) {
-    const size_t at = transposed ? (size_t)k * ld + i : (size_t)i * ld + k;
-    return Xbf ? al_bf16_to_f32(Xbf[at]) : round_bf16(X[at]);
+static void ws_track(void) {
+    pthread_once(&ws_once, ws_key_make);
+    if (ws_key_ok) pthread_setspecific(ws_key, my_ws.buf);
 }
 
-void al_sgemm_tile_bf16_emulated(int a_transposed, int b_transposed, int r0, int r1, int c0, int c1, int K,
-                                 float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                                 int ldc) {
-    float a_blk[MC * KC], b_blk[KC * NC];
-    const uint16_t *Abf = al_bf16_shadow_of(A), *Bbf = al_bf16_shadow_of(B);
+/* The calling thread's buffer, grown to at least `bytes` (64-byte aligned). */
+static char *ws_get(size_t bytes) {
+    workspace *w = &my_ws;
+    if (w->buf && bytes <= w->cap) return w->buf;
+    const size_t n = (bytes + 63) & ~(size_t)63;
+    free(w->buf); /* first: the old and new buffers never add up */
+    w->buf = n >= bytes ? aligned_alloc(64, n) : NULL;
+    w->cap = w->buf ? n : 0;
+    ws_track();
+    return w->buf;
+}
+
+void al_precision_release(void) {
+    free(my_ws.buf);
+    my_ws = (workspace){0};
+    ws_track();
+}
+
+/* Bytes of one element of engine e's blocks (emulated: fp32; oneDNN's test
+ * mode: fp32; else bf16), and of one thread's slot (each block sized up to
+ * its padding, slots 64-byte aligned). */
+static size_t elem_bytes(al_bf16_engine e) {
+    return e == AL_BF16_EMULATED || (e == AL_BF16_ONEDNN && onednn_test_f32) ? sizeof(float) : sizeof(uint16_t);
+}
+
+static size_t slot_bytes_of(al_bf16_engine e) {
+    const size_t elems = (size_t)engines[e].mch * engines[e].kch + (size_t)engines[e].kch * engines[e].nch;
+    return (elems * elem_bytes(e) + 63) & ~(size_t)63;
+}
+
+/* OpenMP threads a product called here runs its tiles on. */
+static int product_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+int al_precision_reserve(al_err *err) {
+    const al_bf16_engine e = al_bf16_engine_now();
+    const size_t need = slot_bytes_of(e) * (size_t)product_threads();
+    if (!ws_get(need)) return al_errf(err, "bf16 products: out of memory for their workspace (%zu MB)", need >> 20);
+    return 0;
+}
+
+void al_bf16_plan_product(al_bf16_plan *p, int slots) {
+    p->engine = al_bf16_engine_now();
+    p->slot_bytes = slot_bytes_of(p->engine);
+    p->ws = ws_get(p->slot_bytes * (size_t)(slots > 0 ? slots : 1));
+    if (!p->ws) p->engine = AL_BF16_EMULATED; /* the stack blocks */
+    p->merge_rows = p->engine == AL_BF16_EMULATED;
+}
+
+/* ---- packing blocks of the operands ---- */
+
+/* An operand: element (i, k) of op(X) at x[i rs + k cs]; bf: X's BF16 copy
+ * (same offsets) or NULL. For B, i is the column index j. */
+typedef struct operand {
+    const float *x;
+    const uint16_t *bf;
+    size_t rs, cs;
+} operand;
+
+static operand operand_of(const float *X, int transposed, int ld, int is_b) {
+    /* op(A)(i, k) = A[i][k] or A[k][i]; op(B)(k, j) = B[k][j] or B[j][k] */
+    const int rows_contiguous = is_b ? transposed : !transposed;
+    return (operand){X, al_bf16_shadow_of(X), rows_contiguous ? (size_t)ld : 1, rows_contiguous ? 1 : (size_t)ld};
+}
+
+/* The operand from element (i0, k0) on. */
+static operand operand_at(operand o, int i0, int k0) {
+    const size_t off = (size_t)i0 * o.rs + (size_t)k0 * o.cs;
+    return (operand){o.x + off, o.bf ? o.bf + off : NULL, o.rs, o.cs};
+}
+
+/* dst[i ld + k] = element (i, k) rounded to bf16, kept as fp32 (mb x kb). */
+static void pack_f32(float *dst, int ld, operand o, int mb, int kb) {
+    if (o.cs == 1) {
+        for (int i = 0; i < mb; i++) {
+            if (o.bf) widen_run(dst + (size_t)i * ld, o.bf + (size_t)i * o.rs, (size_t)kb);
+            else round_run_f32(dst + (size_t)i * ld, o.x + (size_t)i * o.rs, (size_t)kb);
+        }
+        return;
+    }
+    for (int k = 0; k < kb; k++) /* rows strided: read along i, contiguous */
+        for (int i = 0; i < mb; i++)
+            dst[(size_t)i * ld + k] = o.bf ? bits_float((uint32_t)o.bf[(size_t)k * o.cs + i] << 16)
+                                           : bits_float(bf16_round_bits(o.x[(size_t)k * o.cs + i]));
+}
+
+/* The same as bf16 (mb x kb, row i at dst + i ld); padding left alone. */
+static void pack_bf16(uint16_t *dst, int ld, operand o, int mb, int kb) {
+    if (o.cs == 1) {
+        for (int i = 0; i < mb; i++) {
+            if (o.bf) memcpy(dst + (size_t)i * ld, o.bf + (size_t)i * o.rs, sizeof(uint16_t) * (size_t)kb);
+            else round_run_bf16(dst + (size_t)i * ld, o.x + (size_t)i * o.rs, (size_t)kb);
+        }
+        return;
+    }
+    for (int k = 0; k < kb; k++)
+        for (int i = 0; i < mb; i++)
+            dst[(size_t)i * ld + k] =
+                o.bf ? o.bf[(size_t)k * o.cs + i] : (uint16_t)(bf16_round_bits(o.x[(size_t)k * o.cs + i]) >> 16);
+}
+
+void al_bf16_pack_rows(uint16_t *dst, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int mb, int kb) {
+    const int mp = al_round_up(mb, AL_BF16_PAD_M), kp = al_round_up(kb, AL_BF16_PAD_K);
+    pack_bf16(dst, kp, (operand){X, Xbf, rs, cs}, mb, kb);
+    for (int i = 0; i < mp; i++) /* zeros: the K padding of real rows, then whole padding rows */
+        memset(dst + (size_t)i * kp + (i < mb ? kb : 0), 0, sizeof(uint16_t) * (size_t)(i < mb ? kp - kb : kp));
+}
+
+void al_bf16_pack_vnni(uint16_t *dst, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int nb, int kb) {
+    const int np = al_round_up(nb, AL_BF16_PAD_N), kp = al_round_up(kb, AL_BF16_PAD_K);
+    memset(dst, 0, sizeof(uint16_t) * (size_t)kp * np);
+    for (int k = 0; k < kb; k++) {
+        uint16_t *row = dst + (size_t)(k / 2) * 2 * np + (k & 1);
+        for (int j = 0; j < nb; j++) {
+            const size_t at = (size_t)j * rs + (size_t)k * cs;
+            row[2 * j] = Xbf ? Xbf[at] : (uint16_t)(bf16_round_bits(X[at]) >> 16);
+        }
+    }
+}
+
+/* The plain reference of the own kernels: pair by pair, fp32 sums. */
+void al_bf16_kernel_ref(int mb, int nb, int kp, int np, float alpha, const uint16_t *Ap, const uint16_t *Bp,
+                        float beta, float *C, int ldc) {
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < kp; k += 2) {
+                const uint16_t *a = Ap + (size_t)i * kp + k, *b = Bp + (size_t)(k / 2) * 2 * np + 2 * j;
+                acc += bits_float((uint32_t)a[0] << 16) * bits_float((uint32_t)b[0] << 16) +
+                       bits_float((uint32_t)a[1] << 16) * bits_float((uint32_t)b[1] << 16);
+            }
+            float *c = C + (size_t)i * ldc + j;
+            *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+        }
+}
+
+/* ---- one tile ---- */
+
+/* The block product of one engine: C[mb, nb] (+)= alpha op(A) op(B) for the
+ * operands from their block's corner on, beta_eff for C, with the prepared
+ * B block (bblk: a buffer the engine filled, or, for onednn, the BF16 copy
+ * in place). */
+typedef struct block {
+    operand a, b;      /* from (i0, k0) and (j0, k0) on */
+    int mb, nb, kb;
+    const void *bblk;  /* B as the engine reads it */
+    long brs, bcs;     /* onednn: element strides (k, j) of bblk */
+    void *ablk;        /* room for A */
+} block;
+
+/* Prepares the B block: rounds it (or copies it from the BF16 copy) into
+ * `room`, in the engine's layout. */
+static void prepare_b(al_bf16_engine e, block *b, void *room) {
+    const int kb = b->kb, nb = b->nb;
+    switch (e) {
+    case AL_BF16_EMULATED: /* rows j of k values: sgemm reads it transposed */
+        pack_f32(room, kb, b->b, nb, kb);
+        b->bblk = room;
+        break;
+    case AL_BF16_ONEDNN: /* dense rows j of k values (oneDNN's "ba"), whatever B's strides */
+        if (onednn_test_f32) pack_f32(room, kb, b->b, nb, kb);
+        else pack_bf16(room, kb, b->b, nb, kb);
+        b->bblk = room, b->brs = 1, b->bcs = kb;
+        break;
+    default:
+        al_bf16_pack_vnni(room, b->b.x, b->b.bf, b->b.rs, b->b.cs, nb, kb);
+        b->bblk = room;
+        break;
+    }
+}
+
+/* Block b of the product on engine e (A packed into b->ablk first). 0, or
+ * -1 if oneDNN could not run it. */
+static int block_multiply(al_bf16_engine e, const block *b, float alpha, float beta, float *C, int ldc) {
+    switch (e) {
+    case AL_BF16_EMULATED:
+        pack_f32(b->ablk, b->kb, b->a, b->mb, b->kb);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->mb, b->nb, b->kb, alpha, b->ablk, b->kb, b->bblk,
+                    b->kb, beta, C, ldc);
+        return 0;
+    case AL_BF16_ONEDNN:
+        if (onednn_test_f32) pack_f32(b->ablk, b->kb, b->a, b->mb, b->kb);
+        else pack_bf16(b->ablk, b->kb, b->a, b->mb, b->kb);
+        return al_onednn_block(onednn_test_f32, b->mb, b->nb, b->kb, alpha, b->ablk, b->kb, b->bblk, b->brs, b->bcs,
+                               beta, C, ldc);
+    default: {
+        const int kp = al_round_up(b->kb, AL_BF16_PAD_K), np = al_round_up(b->nb, AL_BF16_PAD_N);
+        al_bf16_pack_rows(b->ablk, b->a.x, b->a.bf, b->a.rs, b->a.cs, b->mb, b->kb);
+        if (own_test_ref) al_bf16_kernel_ref(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
+        else if (e == AL_BF16_AMX) al_bf16_kernel_amx(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
+        else al_bf16_kernel_avx512bf16(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
+        return 0;
+    }
+    }
+}
+
+/* The emulated engine on stack blocks, for the sub-product from (i0, j0, k0)
+ * of mb x nb x kb (no workspace, or a block oneDNN could not run). */
+static void tile_on_stack(const block *b, float alpha, float beta, float *C, int ldc) {
+    float room[STACK_MCH * EMU_KCH + EMU_KCH * STACK_NCH];
+    block s = *b;
+    s.ablk = room;
+    float *b_room = room + STACK_MCH * EMU_KCH;
+    for (int j0 = 0; j0 < b->nb; j0 += STACK_NCH)
+        for (int k0 = 0; k0 < b->kb; k0 += EMU_KCH) {
+            s.nb = b->nb - j0 < STACK_NCH ? b->nb - j0 : STACK_NCH;
+            s.kb = b->kb - k0 < EMU_KCH ? b->kb - k0 : EMU_KCH;
+            s.b = operand_at(b->b, j0, k0);
+            prepare_b(AL_BF16_EMULATED, &s, b_room);
+            for (int i0 = 0; i0 < b->mb; i0 += STACK_MCH) {
+                s.mb = b->mb - i0 < STACK_MCH ? b->mb - i0 : STACK_MCH;
+                s.a = operand_at(b->a, i0, k0);
+                block_multiply(AL_BF16_EMULATED, &s, alpha, k0 == 0 ? beta : 1.0f, C + (size_t)i0 * ldc + j0, ldc);
+            }
+        }
+}
+
+void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
+                        int c1, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc) {
     if (K <= 0) { /* C = beta C, as sgemm does */
         for (int i = r0; i < r1; i++)
             for (int j = c0; j < c1; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
         return;
     }
-    for (int j0 = c0; j0 < c1; j0 += NC) {
-        const int nb = c1 - j0 < NC ? c1 - j0 : NC;
-        for (int k0 = 0; k0 < K; k0 += KC) {
-            const int kb = K - k0 < KC ? K - k0 : KC;
-            for (int k = 0; k < kb; k++) /* b_blk[k][j] = op(B)[k0 + k][j0 + j] */
-                for (int j = 0; j < nb; j++) b_blk[k * nb + j] = op_elem(B, Bbf, b_transposed, ldb, k0 + k, j0 + j);
-            for (int i0 = r0; i0 < r1; i0 += MC) {
-                const int mb = r1 - i0 < MC ? r1 - i0 : MC;
-                for (int i = 0; i < mb; i++) /* a_blk[i][k] = op(A)[i0 + i][k0 + k] */
-                    for (int k = 0; k < kb; k++) a_blk[i * kb + k] = op_elem(A, Abf, a_transposed, lda, i0 + i, k0 + k);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mb, nb, kb, alpha, a_blk, kb, b_blk, nb,
-                            k0 == 0 ? beta : 1.0f, C + (size_t)i0 * ldc + j0, ldc);
+    const al_bf16_engine e = p->engine;
+    const operand oa = operand_of(A, a_transposed, lda, 0), ob = operand_of(B, b_transposed, ldb, 1);
+    if (!p->ws) {
+        const block whole = {operand_at(oa, r0, 0), operand_at(ob, c0, 0), r1 - r0, c1 - c0, K, NULL, 0, 0, NULL};
+        tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);
+        return;
+    }
+    char *room = p->ws + (size_t)slot * p->slot_bytes;
+    const int mch = engines[e].mch, kch = engines[e].kch, nch = engines[e].nch;
+    void *a_room = room, *b_room = room + (size_t)mch * kch * elem_bytes(e);
+    for (int j0 = c0; j0 < c1; j0 += nch)
+        for (int k0 = 0; k0 < K; k0 += kch) {
+            block b = {.b = operand_at(ob, j0, k0), .nb = c1 - j0 < nch ? c1 - j0 : nch, .kb = K - k0 < kch ? K - k0 : kch,
+                       .ablk = a_room};
+            prepare_b(e, &b, b_room);
+            for (int i0 = r0; i0 < r1; i0 += mch) {
+                b.mb = r1 - i0 < mch ? r1 - i0 : mch;
+                b.a = operand_at(oa, i0, k0);
+                float *Cb = C + (size_t)i0 * ldc + j0;
+                const float beta_k = k0 == 0 ? beta : 1.0f;
+                if (block_multiply(e, &b, alpha, beta_k, Cb, ldc)) tile_on_stack(&b, alpha, beta_k, Cb, ldc);
             }
         }
-    }
 }

@@ -1,0 +1,362 @@
+/*
+ * test_precision.c: the precision of the matrix products (src/nn/precision.c):
+ * names and parsing; every BF16 engine this machine runs (and oneDNN's fp32
+ * test mode, which runs anywhere) against the float64 product of the
+ * bf16-rounded operands on odd shapes, all four transpositions, alpha and
+ * beta, beta = 0 over NaN garbage; BF16 copies of weight arenas (the same
+ * bits with and without); the same bits at 1 and 2 threads; the own
+ * kernels' packing and plain reference, and the fast kernels against it
+ * where the CPU has them. Prints what it could not run.
+ */
+#include <omp.h>
+#include <string.h>
+
+#include "core/ceiling.h"
+#include "core/cpu.h"
+#include "nn/nn.h"
+#include "nn/precision_internal.h"
+#include "test.h"
+#include "testutil.h"
+
+static float rnd(al_rng *r) { return al_rng_normal(r); }
+static double bf(float x) { return (double)al_bf16_to_f32(al_f32_to_bf16(x)); }
+
+/* One product case: C[M, N] = alpha op(A) op(B) + beta C, leading
+ * dimensions a little wider than needed. */
+typedef struct gemm_case {
+    int ta, tb, M, N, K;
+    float alpha, beta;
+} gemm_case;
+
+typedef struct gemm_data {
+    gemm_case c;
+    int lda, ldb, ldc;
+    float *A, *B, *C0;
+    size_t a_n, b_n, c_n;
+} gemm_data;
+
+static void data_make(gemm_data *d, gemm_case c, al_rng *r) {
+    d->c = c;
+    const int a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+    const int b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+    d->lda = a_cols + 3, d->ldb = b_cols + 5, d->ldc = c.N + 2;
+    d->a_n = (size_t)a_rows * d->lda, d->b_n = (size_t)b_rows * d->ldb, d->c_n = (size_t)c.M * d->ldc;
+    d->A = malloc(sizeof(float) * d->a_n), d->B = malloc(sizeof(float) * d->b_n), d->C0 = malloc(sizeof(float) * d->c_n);
+    for (size_t i = 0; i < d->a_n; i++) d->A[i] = rnd(r);
+    for (size_t i = 0; i < d->b_n; i++) d->B[i] = rnd(r);
+    for (size_t i = 0; i < d->c_n; i++) d->C0[i] = c.beta == 0.0f ? NAN : rnd(r); /* beta 0: C must not be read */
+}
+
+static void data_free(gemm_data *d) {
+    free(d->A);
+    free(d->B);
+    free(d->C0);
+}
+
+/* op(A)(i, k), op(B)(k, j) */
+static float a_at(const gemm_data *d, int i, int k) { return d->c.ta ? d->A[(size_t)k * d->lda + i] : d->A[(size_t)i * d->lda + k]; }
+static float b_at(const gemm_data *d, int k, int j) { return d->c.tb ? d->B[(size_t)j * d->ldb + k] : d->B[(size_t)k * d->ldb + j]; }
+
+/* The product through al_sgemm into a fresh copy of C0 (caller frees). */
+static float *run(const gemm_data *d) {
+    float *C = malloc(sizeof(float) * d->c_n);
+    memcpy(C, d->C0, sizeof(float) * d->c_n);
+    al_sgemm(d->c.ta, d->c.tb, d->c.M, d->c.N, d->c.K, d->c.alpha, d->A, d->lda, d->B, d->ldb, d->c.beta, C, d->ldc);
+    return C;
+}
+
+/* Worst |C - ref| / (|alpha| sum |a b| + |beta c0| + 1e-30) over C, with ref
+ * the float64 product of the bf16-rounded operands (rounded = 1) or of the
+ * fp32 ones (0); NaN counts as infinitely wrong. */
+static double worst_err(const gemm_data *d, const float *C, int rounded) {
+    double worst = 0;
+    for (int i = 0; i < d->c.M; i++)
+        for (int j = 0; j < d->c.N; j++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < d->c.K; k++) {
+                const double a = rounded ? bf(a_at(d, i, k)) : a_at(d, i, k), b = rounded ? bf(b_at(d, k, j)) : b_at(d, k, j);
+                s += a * b, mag += fabs(a * b);
+            }
+            const double c0 = d->c.beta == 0.0f ? 0 : d->C0[(size_t)i * d->ldc + j];
+            const double ref = d->c.alpha * s + d->c.beta * c0;
+            const double e = fabs(C[(size_t)i * d->ldc + j] - ref) / (fabs(d->c.alpha) * mag + fabs(d->c.beta * c0) + 1e-30);
+            if (e > worst || e != e) worst = e != e ? INFINITY : e;
+        }
+    return worst;
+}
+
+static const gemm_case cases[] = {
+    {0, 1, 37, 29, 61, 1.0f, 0.0f},    {0, 0, 53, 41, 300, 0.5f, 1.0f}, {1, 0, 45, 19, 517, 1.0f, 0.75f},
+    {1, 1, 23, 67, 33, -2.0f, 0.0f},   {0, 1, 301, 77, 1100, 1.0f, 1.0f}, {1, 0, 97, 1301, 67, 1.0f, 0.0f},
+    {0, 1, 1000, 33, 270, 1.0f, 0.0f}, {0, 0, 7, 3, 1, 1.0f, 0.5f},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+/* Every case on the engine in effect: against the rounded reference within
+ * fp32 summation error, and visibly not the fp32 product. */
+static void check_engine(const char *label, al_rng *r) {
+    for (int ci = 0; ci < N_CASES; ci++) {
+        gemm_data d;
+        data_make(&d, cases[ci], r);
+        float *C = run(&d);
+        const gemm_case c = cases[ci];
+        const double e = worst_err(&d, C, 1), e32 = worst_err(&d, C, 0);
+        CHECK_MSG(e < 2e-5, "%s: case %d (%c%c %dx%dx%d alpha %g beta %g): error %.3g against the bf16 reference",
+                  label, ci, c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', c.M, c.N, c.K, c.alpha, c.beta, e);
+        if (c.K > 8) CHECK_MSG(e32 > 1e-4, "%s: case %d: error %.3g against fp32: operands not rounded?", label, ci, e32);
+        /* untouched: the columns of C beyond N */
+        int kept = 1;
+        for (int i = 0; i < c.M; i++)
+            for (int j = c.N; j < d.ldc; j++) {
+                const float a = C[(size_t)i * d.ldc + j], b = d.C0[(size_t)i * d.ldc + j];
+                kept &= a == b || (a != a && b != b);
+            }
+        CHECK_MSG(kept, "%s: case %d wrote beyond its columns", label, ci);
+        free(C);
+        data_free(&d);
+    }
+}
+
+/* The same bits with the operands' BF16 copies attached (B, then A too) as
+ * without, and at 1 as at 2 threads. */
+static void check_shadow_and_threads(const char *label, al_rng *r) {
+    for (int ci = 0; ci < N_CASES; ci++) {
+        gemm_data d;
+        data_make(&d, cases[ci], r);
+        float *plain = run(&d);
+        al_err err = {0};
+        CHECK(al_bf16_shadow_attach(d.B, d.b_n, &err) == 0);
+        CHECK(al_bf16_shadow_of(d.B + 7) != NULL && al_bf16_shadow_of(d.A) == NULL);
+        float *with_b = run(&d);
+        CHECK(al_bf16_shadow_attach(d.A, d.a_n, &err) == 0);
+        float *with_ab = run(&d);
+        al_bf16_shadow_detach(d.A);
+        al_bf16_shadow_detach(d.B);
+        CHECK(al_bf16_shadow_of(d.B) == NULL);
+        CHECK_MSG(!memcmp(plain, with_b, sizeof(float) * d.c_n) && !memcmp(plain, with_ab, sizeof(float) * d.c_n),
+                  "%s: case %d: BF16 copies change the result", label, ci);
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        float *one = run(&d);
+        omp_set_num_threads(2);
+        float *two = run(&d);
+        omp_set_num_threads(threads);
+        CHECK_MSG(!memcmp(one, two, sizeof(float) * d.c_n) && !memcmp(one, plain, sizeof(float) * d.c_n),
+                  "%s: case %d: 1 and 2 threads differ", label, ci);
+        free(plain), free(with_b), free(with_ab), free(one), free(two);
+        data_free(&d);
+    }
+}
+
+/* The own kernels' packing and reference on odd blocks, and the fast
+ * kernels (where they run) against the reference. */
+static void check_own_kernels(al_rng *r) {
+    static const int shapes[][3] = {{1, 1, 1}, {5, 17, 33}, {33, 31, 64}, {64, 64, 96}, {29, 45, 7}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int mb = shapes[si][0], nb = shapes[si][1], kb = shapes[si][2];
+        const int mp = al_round_up(mb, AL_BF16_PAD_M), np = al_round_up(nb, AL_BF16_PAD_N), kp = al_round_up(kb, AL_BF16_PAD_K);
+        float *A = malloc(sizeof(float) * mb * kb), *Bt = malloc(sizeof(float) * kb * nb); /* Bt: B's columns as rows */
+        for (int i = 0; i < mb * kb; i++) A[i] = rnd(r);
+        for (int i = 0; i < kb * nb; i++) Bt[i] = rnd(r);
+        uint16_t *Ap = malloc(sizeof(uint16_t) * mp * kp), *Bp = malloc(sizeof(uint16_t) * kp * np);
+        memset(Ap, 0xFF, sizeof(uint16_t) * mp * kp), memset(Bp, 0xFF, sizeof(uint16_t) * kp * np); /* garbage */
+        al_bf16_pack_rows(Ap, A, NULL, (size_t)kb, 1, mb, kb);
+        al_bf16_pack_vnni(Bp, Bt, NULL, (size_t)kb, 1, nb, kb);
+        const int ldc = nb + 1;
+        float *ref = malloc(sizeof(float) * mb * ldc), *C = malloc(sizeof(float) * mb * ldc);
+        for (int i = 0; i < mb * ldc; i++) ref[i] = rnd(r);
+        memcpy(C, ref, sizeof(float) * mb * ldc);
+        al_bf16_kernel_ref(mb, nb, kp, np, 1.5f, Ap, Bp, 0.5f, ref, ldc);
+        double worst = 0;
+        for (int i = 0; i < mb; i++)
+            for (int j = 0; j < nb; j++) {
+                double s = 0, mag = 0;
+                for (int k = 0; k < kb; k++) s += bf(A[i * kb + k]) * bf(Bt[j * kb + k]), mag += fabs(bf(A[i * kb + k]) * bf(Bt[j * kb + k]));
+                const double want = 1.5 * s + 0.5 * C[i * ldc + j];
+                const double e = fabs(ref[i * ldc + j] - want) / (1.5 * mag + fabs(0.5 * C[i * ldc + j]) + 1e-30);
+                worst = e > worst || e != e ? e : worst;
+            }
+        CHECK_MSG(worst < 1e-5, "own-kernel reference %dx%dx%d: error %.3g", mb, nb, kb, worst);
+        typedef void (*kernel_fn)(int, int, int, int, float, const uint16_t *, const uint16_t *, float, float *, int);
+        const struct {
+            const char *name;
+            al_cpu_level needs;
+            kernel_fn fn;
+        } fast[] = {{"avx512-bf16", AL_CPU_AVX512_BF16, al_bf16_kernel_avx512bf16}, {"amx", AL_CPU_AMX, al_bf16_kernel_amx}};
+        for (size_t f = 0; f < 2; f++) {
+            if (al_cpu_level_now() < fast[f].needs) continue;
+            float *got = malloc(sizeof(float) * mb * ldc);
+            memcpy(got, C, sizeof(float) * mb * ldc);
+            fast[f].fn(mb, nb, kp, np, 1.5f, Ap, Bp, 0.5f, got, ldc);
+            CHECK_MSG(test_rel_err(got, ref, (size_t)mb * ldc) < 1e-5, "%s kernel %dx%dx%d: error %.3g", fast[f].name, mb,
+                      nb, kb, test_rel_err(got, ref, (size_t)mb * ldc));
+            for (int i = 0; i < mb * ldc; i++) got[i] = NAN; /* beta 0 must not read C */
+            fast[f].fn(mb, nb, kp, np, 1.0f, Ap, Bp, 0.0f, got, ldc);
+            int finite = 1;
+            for (int i = 0; i < mb; i++)
+                for (int j = 0; j < nb; j++) finite &= isfinite(got[i * ldc + j]);
+            CHECK_MSG(finite, "%s kernel: beta 0 read C", fast[f].name);
+            free(got);
+        }
+        free(A), free(Bt), free(Ap), free(Bp), free(ref), free(C);
+    }
+}
+
+/* Whole models (GQA, MLA, LRKV), forward and backward in BF16 on the
+ * emulated engine: the same bits at 1 and 2 threads and with or without the
+ * weights' BF16 copy, close to fp32 (loss 1e-2, gradients 3e-2) yet not
+ * equal to it. */
+static void check_models(void) {
+    al_config cfgs[3] = {tu_config(48, 80, 2, 4, 2, 12, 64), tu_mla_config(16, 0), tu_config(48, 80, 2, 4, 4, 12, 64)};
+    cfgs[1].max_position = 64;
+    cfgs[2].attention = AL_ATTN_LRKV;
+    cfgs[2].lrkv_rank = 4;
+    const char *names[3] = {"gqa", "mla", "lrkv"};
+    enum { B = 4, T = 64 };
+    for (int ci = 0; ci < 3; ci++) {
+        al_model m;
+        al_acts a;
+        al_err err;
+        if (tu_make_model(&m, &cfgs[ci], 21 + ci, TU_GAINS_ONE) || al_model_alloc_grads(&m, &err) ||
+            al_acts_create(&a, &m, B, T, &err)) {
+            CHECK_MSG(0, "%s: model", names[ci]);
+            continue;
+        }
+        int in[B * T], tg[B * T];
+        al_rng r;
+        al_rng_seed(&r, 7 + ci);
+        tu_random_tokens(in, B * T, &r);
+        tu_random_tokens(tg, B * T, &r);
+        al_precision_set(AL_PREC_F32);
+        const double loss_f = tu_loss_and_grads(&m, &a, in, tg);
+        float *g_f = malloc(sizeof(float) * m.n_floats), *g_b = malloc(sizeof(float) * m.n_floats);
+        memcpy(g_f, m.g, sizeof(float) * m.n_floats);
+        al_precision_set(AL_PREC_BF16);
+        al_bf16_engine_force(AL_BF16_EMULATED);
+        const double loss_b = tu_loss_and_grads(&m, &a, in, tg);
+        memcpy(g_b, m.g, sizeof(float) * m.n_floats);
+        CHECK(al_bf16_shadow_attach(m.w, m.n_floats, &err) == 0);
+        CHECK_MSG(tu_same_bits_1_2_threads(&m, &a, in, tg), "%s: bf16 gradients differ between 1 and 2 threads",
+                  names[ci]);
+        CHECK_MSG(!memcmp(g_b, m.g, sizeof(float) * m.n_floats), "%s: the BF16 copy changes the gradients", names[ci]);
+        al_bf16_shadow_detach(m.w);
+        al_bf16_engine_force(-1);
+        al_precision_set(AL_PREC_F32);
+        const double ge = test_rel_err(g_b, g_f, m.n_floats);
+        CHECK_MSG(fabs(loss_b - loss_f) <= 1e-2 * fabs(loss_f) && loss_b != loss_f, "%s: loss bf16 %.6f f32 %.6f",
+                  names[ci], loss_b, loss_f);
+        CHECK_MSG(ge <= 3e-2 && ge > 1e-5, "%s: gradients bf16 vs f32: %.3g", names[ci], ge);
+        fprintf(stderr, "%s: loss bf16 %.6f f32 %.6f, gradients %.2g apart\n", names[ci], loss_b, loss_f, ge);
+        free(g_f), free(g_b);
+        al_acts_free(&a);
+        al_model_free(&m);
+    }
+}
+
+static void check_names(void) {
+    al_precision p;
+    CHECK(al_precision_from_name("f32", &p) == 0 && p == AL_PREC_F32);
+    CHECK(al_precision_from_name("BF16", &p) == 0 && p == AL_PREC_BF16);
+    CHECK(al_precision_from_name("auto", &p) == 0 && p == al_precision_auto());
+    CHECK(al_precision_from_name("fp16", &p) == -1 && al_precision_from_name("", &p) == -1);
+    CHECK(!strcmp(al_precision_name(AL_PREC_BF16), "BF16") && !strcmp(al_precision_name(AL_PREC_F32), "F32"));
+    CHECK(al_precision_auto() == (al_cpu_level_now() >= AL_CPU_AVX512_BF16 ? AL_PREC_BF16 : AL_PREC_F32));
+    for (int e = 0; e < AL_BF16_ENGINE_COUNT; e++) {
+        al_bf16_engine back;
+        CHECK(al_bf16_engine_of_name(al_bf16_engine_name((al_bf16_engine)e), &back) == 0 && (int)back == e);
+    }
+    al_bf16_engine own;
+    CHECK(al_bf16_engine_of_name("own", &own) == 0 && (own == AL_BF16_AMX || own == AL_BF16_AVX512BF16));
+    CHECK(al_bf16_engine_of_name("tpu", &own) == -1);
+    CHECK(!strcmp(al_bf16_engine_name(AL_BF16_ONEDNN), "onednn") && !strcmp(al_bf16_engine_name(AL_BF16_EMULATED), "emulated"));
+    CHECK(al_bf16_engine_runs(AL_BF16_EMULATED));
+    CHECK(al_bf16_engine_force(AL_BF16_EMULATED) == AL_BF16_EMULATED && !strcmp(al_precision_engine(), "emulated"));
+    /* a forced engine that cannot run falls to one that can */
+    for (int e = 0; e < AL_BF16_ENGINE_COUNT; e++) {
+        const al_bf16_engine now = al_bf16_engine_force(e);
+        CHECK(al_bf16_engine_runs(now) && (now == (al_bf16_engine)e || !al_bf16_engine_runs((al_bf16_engine)e)));
+        CHECK(!strcmp(al_precision_engine(), al_bf16_engine_name(now)));
+    }
+    al_bf16_engine_force(-1);
+    /* the environment's choice, lowered like a forced one; unknown: default */
+    const char *names[] = {"emulated", "onednn", "own", "amx", "avx512-bf16", "bogus"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        setenv("ATTNLAB_BF16_ENGINE", names[i], 1);
+        al_bf16_engine want = AL_BF16_ONEDNN;
+        al_bf16_engine_of_name(names[i], &want);
+        const al_bf16_engine now = al_bf16_engine_now();
+        CHECK_MSG(al_bf16_engine_runs(now) && (now == want || !al_bf16_engine_runs(want)),
+                  "ATTNLAB_BF16_ENGINE=%s gave %s", names[i], al_bf16_engine_name(now));
+        if (!strcmp(names[i], "emulated")) CHECK(now == AL_BF16_EMULATED);
+    }
+    unsetenv("ATTNLAB_BF16_ENGINE");
+    /* without bf16 products oneDNN is never the automatic engine */
+    if (al_cpu_level_now() < AL_CPU_AVX512_BF16) CHECK(al_bf16_engine_now() == AL_BF16_EMULATED);
+}
+
+int main(void) {
+    al_rng r;
+    al_rng_seed(&r, 14);
+    char cpu[160];
+    al_cpu_describe(cpu, sizeof cpu);
+    fprintf(stderr, "cpu: %s%s\n", cpu, al_cpu_amx_refused() ? " (amx: tile state refused by the OS)" : "");
+    check_names();
+
+    al_precision_set(AL_PREC_BF16);
+    al_err err = {0};
+    CHECK(al_precision_reserve(&err) == 0);
+    for (int e = 0; e < AL_BF16_ENGINE_COUNT; e++) {
+        if (!al_bf16_engine_runs((al_bf16_engine)e)) {
+            fprintf(stderr, "skipped: engine %s (does not run here)\n", al_bf16_engine_name((al_bf16_engine)e));
+            continue;
+        }
+        CHECK(al_bf16_engine_force(e) == (al_bf16_engine)e);
+        check_engine(al_bf16_engine_name((al_bf16_engine)e), &r);
+        check_shadow_and_threads(al_bf16_engine_name((al_bf16_engine)e), &r);
+        fprintf(stderr, "ran: engine %s\n", al_bf16_engine_name((al_bf16_engine)e));
+    }
+    /* oneDNN's plumbing with fp32 primitives over rounded operands */
+    al_bf16_onednn_test_f32(1);
+    if (al_bf16_engine_runs(AL_BF16_ONEDNN)) {
+        CHECK(al_bf16_engine_force(AL_BF16_ONEDNN) == AL_BF16_ONEDNN);
+        check_engine("onednn (fp32 test mode)", &r);
+        check_shadow_and_threads("onednn (fp32 test mode)", &r);
+        fprintf(stderr, "ran: engine onednn in its fp32 test mode\n");
+    } else {
+        fprintf(stderr, "skipped: onednn fp32 test mode (built without oneDNN)\n");
+    }
+    al_bf16_onednn_test_f32(0);
+    /* the own engines' packing and blocking, with the plain kernel */
+    al_bf16_own_test_ref(1);
+    CHECK(al_bf16_engine_force(AL_BF16_AVX512BF16) == AL_BF16_AVX512BF16);
+    check_engine("own engine (reference kernel)", &r);
+    check_shadow_and_threads("own engine (reference kernel)", &r);
+    al_bf16_own_test_ref(0);
+    al_bf16_engine_force(-1);
+    al_precision_release();
+    /* no workspace: the emulated engine's stack blocks, same values */
+    {
+        gemm_data d;
+        data_make(&d, cases[4], &r);
+        al_bf16_engine_force(AL_BF16_EMULATED);
+        float *C = run(&d);
+        CHECK_MSG(worst_err(&d, C, 1) < 2e-5, "emulated after release: error %.3g", worst_err(&d, C, 1));
+        free(C);
+        data_free(&d);
+        al_bf16_engine_force(-1);
+    }
+    al_precision_set(AL_PREC_F32);
+
+    check_own_kernels(&r);
+    check_models();
+    /* the two ceilings: a rate where the engine runs, else "unavailable" */
+    const double dnn = al_measure_bf16_onednn_gflops(64, 1), amx = al_measure_amx_tile_gflops(1);
+    fprintf(stderr, "ceilings: onednn bf16 matmul %g, amx tile peak %g (<= 0: unavailable)\n", dnn, amx);
+    if (al_bf16_engine_runs(AL_BF16_ONEDNN)) CHECK(dnn > 0);
+    else if (!al_onednn_available(0)) CHECK(dnn <= 0);
+    CHECK(al_cpu_level_now() >= AL_CPU_AMX ? amx > 0 : amx == 0);
+    for (int l = AL_CPU_AVX512_BF16; l <= AL_CPU_AMX; l++)
+        if ((int)al_cpu_level_now() < l) fprintf(stderr, "skipped: %s kernel (CPU set lacks it)\n", al_cpu_level_name((al_cpu_level)l));
+    al_precision_release();
+    return TEST_EXIT();
+}
