@@ -352,7 +352,12 @@ double al_model_fwd_flops_per_token(const al_model *m, int T) {
     const al_config *c = &m->cfg;
     int dk, dv;
     al_attn_head_widths(c, &dk, &dv);
-    return 2.0 * (double)al_model_matmul_params(m) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
+    /* a token runs num_experts_per_tok of each MoE layer's routed experts, not all of them */
+    double idle = 0;
+    for (int l = 0; l < c->num_layers; l++)
+        if (al_config_layer_moe(c, l))
+            idle += 3.0 * c->moe_intermediate_size * c->hidden_size * (c->n_routed_experts - c->num_experts_per_tok);
+    return 2.0 * ((double)al_model_matmul_params(m) - idle) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
 }
 
 double al_model_train_flops_per_token(const al_model *m, int T) { return 3.0 * al_model_fwd_flops_per_token(m, T); }

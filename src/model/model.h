@@ -123,7 +123,9 @@ size_t al_model_matmul_params(const al_model *m);
  * (patch embedding per patch, blocks per token, classifier once) plus
  * bidirectional attention over all 1+P keys. Training: 3x forward. */
 double al_vit_fwd_flops_per_image(const al_model *m);
-/* Training FLOPs per token at context T: 6 x matmul params + causal attention. */
+/* Training FLOPs per token at context T: 6 x matmul params + causal attention
+ * (forward: 2 x; of a MoE layer's routed experts only the
+ * num_experts_per_tok a token runs count). */
 double al_model_train_flops_per_token(const al_model *m, int T);
 double al_model_fwd_flops_per_token(const al_model *m, int T);
 
