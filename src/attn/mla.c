@@ -463,7 +463,9 @@ static int mla_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) 
     return D.dk;
 }
 
-/* q, k of head h: the materialised, rotated [nope | rope] rows saved by the forward */
+/* q, k of head h: the materialised, rotated [nope | rope] rows saved by the
+ * forward; with YaRN's softmax correction q is scaled so that q.k / sqrt(dk)
+ * (what attention maps compute) is the score the forward used */
 static int mla_head_qk(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k) {
     const mla_dims D = dims_of(L->cfg);
     mla_saved S;

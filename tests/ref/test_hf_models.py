@@ -17,7 +17,21 @@ PyTorch forward written from the HF modeling code of each family:
      positions, run at exactly the window;
    - Qwen2ForCausalLM: q/k/v biases, tied BF16 in 2 shards, and MQA F32;
    - DeepseekV2ForCausalLM (dense MLA): q_lora_rank null F32 untied, and set,
-     tied, BF16 in 2 shards;
+     tied, BF16 in 2 shards; YaRN rope_scaling with a cos/sin factor other
+     than 1 (F32);
+   - Qwen3ForCausalLM (modeling_qwen3.py: Qwen3Attention's q_norm / k_norm
+     before apply_rotary_pos_emb): head_dim 12 != hidden/heads F32, MQA tied
+     BF16 in 2 shards;
+   - GemmaForCausalLM (modeling_gemma.py: GemmaRMSNorm's 1 + weight,
+     GemmaModel's normalizer in the checkpoint dtype, GemmaMLP with
+     gelu_pytorch_tanh, tied head): MQA with head_dim 16 BF16, GQA F16;
+   - DeepseekV2ForCausalLM with experts (the releases' modeling_deepseek.py:
+     DeepseekV2YarnRotaryEmbedding, yarn_find_correction_range,
+     yarn_linear_ramp_mask, yarn_get_mscale, DeepseekV2Attention's
+     softmax_scale, MoEGate, DeepseekV2MoE.moe_infer): Lite's routing and
+     YaRN (greedy, routed_scaling_factor, 2 shared experts, first layer
+     dense) BF16 in 2 shards, and group_limited_greedy with norm_topk_prob,
+     no shared experts, every other layer MoE (F32);
    - again with the plain-C kernels and the fp32-panel path forced
      (ATTNLAB_CPU=generic, AL_WMAT_PANEL_ROWS=16) on BF16 and F16 cases,
      and with the AVX2 kernels (ATTNLAB_CPU=avx2).
@@ -31,6 +45,8 @@ PyTorch forward written from the HF modeling code of each family:
    of the reference, as far as the reference's top two logits are clearly
    apart.
 4. `attnlab info --json`: architecture, dtype, mapped and copied bytes.
+5. `attnlab attnmap` on Qwen3, Gemma and DeepSeek-V2 (YaRN, MoE): the maps
+   of layer 1 against the reference's softmax weights; `attnlab heads` runs.
 
 --self-test checks the reference itself: llama3 frequencies against the
 formula evaluated by hand, DeepseekV2's de-interleave + rotate-half against
