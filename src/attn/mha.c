@@ -24,6 +24,13 @@
  * arena keeps W_q, W_k, W_v adjacent). Only inference reads them: models
  * with biases come from Hugging Face checkpoints, which attnlab does not
  * train, and head_maps ignores them (an offset, not a bilinear form).
+ *
+ * Qwen3 (config qk_norm) normalises each head's q and k with an RMSNorm
+ * over d_h before RoPE, gains q_norm [d_h] and k_norm [d_h] shared by the
+ * heads (Qwen3RMSNorm, eps rms_norm_eps): params after W_o and the biases.
+ * Inference only, as the biases; head_maps scales W_q's and W_k's rows by
+ * the gains (the norm's scalar per token does not change a head's map up
+ * to scale).
  */
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +112,18 @@ static int gqa_params(const al_config *c, al_param_spec *out) {
     return 7;
 }
 
+/* The index of q_norm (k_norm follows), after W_o and any biases. */
+static int qk_norm_at(const al_config *c) { return c->qkv_bias ? 7 : 4; }
+
+/* gqa_params without and with Qwen3's q/k norms. */
+static int heads_params(const al_config *c, al_param_spec *out) {
+    const int n = gqa_params(c, out);
+    if (!c->qk_norm) return n;
+    out[n] = (al_param_spec){"q_norm.weight", 1, {c->head_dim, 1}, AL_INIT_ONES, 0.0f, 0};
+    out[n + 1] = (al_param_spec){"k_norm.weight", 1, {c->head_dim, 1}, AL_INIT_ONES, 0.0f, 0};
+    return n + 2;
+}
+
 static void gqa_rope_dims(const al_config *c, int dims[2]) {
     dims[0] = c->head_dim;
     dims[1] = 0;
@@ -155,13 +174,27 @@ static int heads_validate_layer(const al_attn_layer *L, int training, al_err *er
     const al_config *c = L->cfg;
     const size_t qn = (size_t)c->num_heads * c->head_dim * c->hidden_size;
     const size_t kn = (size_t)c->num_kv_heads * c->head_dim * c->hidden_size;
-    if (!qkv_fused(L) || L->wdt[W_Q] != AL_DT_F32 || c->qkv_bias || !al_attn_adjacent(L->g, NULL, W_Q, qn) ||
+    if (!qkv_fused(L) || L->wdt[W_Q] != AL_DT_F32 || c->qkv_bias || c->qk_norm || !al_attn_adjacent(L->g, NULL, W_Q, qn) ||
         !al_attn_adjacent(L->g, NULL, W_K, kn))
-        return al_errf(err, "training needs W_q, W_k, W_v as one fp32 matrix without biases (attnlab's arena)");
+        return al_errf(err, "training needs W_q, W_k, W_v as one fp32 matrix without biases or q/k norms (attnlab's arena)");
     return 0;
 }
 
-/* qkv[N, w] = x[N, d] [W_q; W_k; W_v]^T (+ biases): one product over the
+/* Qwen3's q/k norms on the rows of qkv[N, w]: each of the H query heads
+ * and G key heads normalised over its d_h values and scaled by its gain. */
+static void norm_qk_heads(const al_attn_layer *L, float *qkv, int N) {
+    const al_config *c = L->cfg;
+    const int H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim, w = (int)qkv_width(c);
+    const float *gq = L->w[qk_norm_at(c)], *gk = L->w[qk_norm_at(c) + 1];
+#pragma omp parallel for schedule(static) if ((long)N * w > 65536)
+    for (int n = 0; n < N; n++) {
+        float *row = qkv + (size_t)n * w;
+        al_rmsnorm_fwd(row, NULL, row, gq, H, dh, c->rms_norm_eps);
+        al_rmsnorm_fwd(row + (size_t)H * dh, NULL, row + (size_t)H * dh, gk, G, dh, c->rms_norm_eps);
+    }
+}
+
+/* qkv[N, w] = x[N, d] [W_q; W_k; W_v]^T (+ biases, then q/k norms): one product over the
  * fused arena matrix (fp32: the sgemm / sgemv calls of wmat.c; BF16: its
  * kernels), else one product per projection into its column range; decode
  * (N = 1) takes the matrix-vector forms. */
@@ -181,6 +214,7 @@ static void project_qkv(const al_attn_layer *L, const float *x, float *qkv, int 
         al_matmul(qkv + qd, w, x, d, al_attn_w(L, W_K), N, d, kvd, 0);       /* [H dh, (H+G) dh) */
         al_matmul(qkv + qd + kvd, w, x, d, al_attn_w(L, W_V), N, d, kvd, 0); /* [(H+G) dh, w) */
     }
+    if (c->qk_norm && !c->qkv_bias) norm_qk_heads(L, qkv, N);
     if (!c->qkv_bias) return;
     const float *bq = L->w[B_Q], *bk = L->w[B_K], *bv = L->w[B_V];
 #pragma omp parallel for schedule(static) if ((long)N * w > 65536)
@@ -190,6 +224,7 @@ static void project_qkv(const al_attn_layer *L, const float *x, float *qkv, int 
         for (int j = 0; j < kvd; j++) row[qd + j] += bk[j];
         for (int j = 0; j < kvd; j++) row[qd + kvd + j] += bv[j];
     }
+    if (c->qk_norm) norm_qk_heads(L, qkv, N);
 }
 
 static void gqa_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T) {
@@ -258,6 +293,12 @@ static int gqa_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) 
     if (!wq && !wk) return dh;
     al_wread_f64(wq, al_attn_w(L, W_Q), (size_t)h * dh * d, (size_t)dh * d);
     al_wread_f64(wk, al_attn_w(L, W_K), (size_t)g * dh * d, (size_t)dh * d);
+    if (c->qk_norm) /* the gains of Qwen3's q/k norms scale each row */
+        for (int i = 0; i < dh; i++)
+            for (int j = 0; j < d; j++) {
+                wq[(size_t)i * d + j] *= L->w[qk_norm_at(c)][i];
+                wk[(size_t)i * d + j] *= L->w[qk_norm_at(c) + 1][i];
+            }
     return dh;
 }
 
@@ -289,7 +330,7 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
         .qkv_bias = 1,                                                                                                 \
         .validate = check,                                                                                             \
         .validate_layer = heads_validate_layer,                                                                        \
-        .params = gqa_params,                                                                                          \
+        .params = heads_params,                                                                                        \
         .rope_dims = gqa_rope_dims,                                                                                    \
         .cache_values_per_token = gqa_cache,                                                                           \
         .saved_floats = gqa_saved,                                                                                     \

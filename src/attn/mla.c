@@ -18,6 +18,12 @@
  *         function (attention.md 2), softmax by default
  *   y   = W_o concat_h(o_h)                      o_proj              [d, H*dv]
  * KV cache per token per layer: dc + dr values, [c~ | rotated k_pe].
+ * YaRN rope scaling (DeepSeek-V2 releases; Hugging Face checkpoints only):
+ * the rope table's frequencies are YaRN's and its cos/sin carry the factor
+ * mscale(s, mscale) / mscale(s, mscale_all_dim) (nn/ops.c), so q_pe and
+ * k_pe are scaled by it as transformers' DeepseekV2YarnRotaryEmbedding
+ * does; the softmax scale is 1/sqrt(dk) x mscale(s, mscale_all_dim)^2
+ * (softmax_scale), mscale(s, m) = 0.1 m ln s + 1.
  *
  * Training materialises every head's key and value (k [N, H*dk], v [N, H*dv])
  * and runs the shared kernels of score.c with G = H. The absorbed form would
@@ -203,11 +209,22 @@ static size_t mla_saved_floats(const al_config *c, int B, int T) {
     return saved_layout(&D, B, T, NULL, &S);
 }
 
+/* The softmax scale: 1/sqrt(dn + dr), and with YaRN rope scaling times
+ * mscale(factor, mscale_all_dim)^2 when mscale_all_dim is set, as
+ * DeepseekV2Attention corrects its softmax_scale (the rope table's own
+ * factor, al_rope_attention_factor, scales only the rope parts). */
+static float softmax_scale(const al_config *c, const mla_dims *D) {
+    const al_rope_scaling *r = &c->rope_scaling;
+    if (r->type != AL_ROPE_YARN || r->mscale_all_dim == 0) return 1.0f / sqrtf((float)D->dk);
+    const double m = al_rope_yarn_mscale(r->factor, r->mscale_all_dim);
+    return (float)(m * m / sqrt((double)D->dk));
+}
+
 /* The absorbed decode as attention of H heads over one shared group: keys
  * are cache rows [c~; k_pe] (dc + dr), values their latent part c~ (dc);
  * scale 1/sqrt(dn + dr) as in training. */
 static al_attn_shape decode_shape(const al_config *c, const mla_dims *D, int n) {
-    al_attn_shape s = {1, n, D->H, 1, D->vpt, D->dc, 0, 0, 0, 0, 1.0f / sqrtf((float)D->dk)};
+    al_attn_shape s = {1, n, D->H, 1, D->vpt, D->dc, 0, 0, 0, 0, softmax_scale(c, D)};
     al_attn_set_score(&s, c);
     return s;
 }
@@ -230,7 +247,7 @@ static size_t mla_scratch(const al_config *c, int B, int T) {
 }
 
 static al_attn_shape shape_of(const al_config *c, const mla_dims *D, int B, int T) {
-    al_attn_shape s = {B, T, D->H, D->H, D->dk, D->dv, D->qw, D->qw, D->ow, D->ow, 1.0f / sqrtf((float)D->dk)};
+    al_attn_shape s = {B, T, D->H, D->H, D->dk, D->dv, D->qw, D->qw, D->ow, D->ow, softmax_scale(c, D)};
     al_attn_set_score(&s, c);
     return s;
 }
@@ -446,15 +463,22 @@ static int mla_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) 
     return D.dk;
 }
 
-/* q, k of head h: the materialised, rotated [nope | rope] rows saved by the forward */
+/* q, k of head h: the materialised, rotated [nope | rope] rows saved by the
+ * forward; with YaRN's softmax correction q is scaled so that q.k / sqrt(dk)
+ * (what attention maps compute) is the score the forward used */
 static int mla_head_qk(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k) {
     const mla_dims D = dims_of(L->cfg);
     mla_saved S;
     saved_layout(&D, B, T, (float *)saved, &S);
+    /* attention maps score q.k / sqrt(dk): with YaRN's softmax correction the
+     * queries carry the rest of the scale (exactly 1 without it: not applied) */
+    const float qs = softmax_scale(L->cfg, &D) * sqrtf((float)D.dk);
+    const int corrected = L->cfg->rope_scaling.type == AL_ROPE_YARN && L->cfg->rope_scaling.mscale_all_dim != 0;
     for (int t = 0; q && t < T; t++) {
         const size_t row = ((size_t)b * T + t) * D.qw + (size_t)h * D.dk;
         memcpy(q + (size_t)t * D.dk, S.q + row, sizeof(float) * D.dk);
         memcpy(k + (size_t)t * D.dk, S.k + row, sizeof(float) * D.dk);
+        for (int i = 0; corrected && i < D.dk; i++) q[(size_t)t * D.dk + i] *= qs;
     }
     return D.dk;
 }

@@ -28,6 +28,21 @@ int al_config_max_context(const al_config *c) {
     return c->sliding_window > 0 && c->sliding_window < c->max_position ? c->sliding_window : c->max_position;
 }
 
+int al_config_layer_moe(const al_config *c, int l) {
+    return c->n_routed_experts > 0 && l >= c->first_k_dense_replace && c->moe_layer_freq > 0 &&
+           l % c->moe_layer_freq == 0;
+}
+
+int al_config_ffn_max(const al_config *c) {
+    int f = c->intermediate_size;
+    if (c->n_routed_experts > 0) {
+        const int shared = c->n_shared_experts * c->moe_intermediate_size;
+        if (shared > f) f = shared;
+        if (c->moe_intermediate_size > f) f = c->moe_intermediate_size;
+    }
+    return f;
+}
+
 int al_config_num_patches(const al_config *c) {
     if (c->task != AL_TASK_VISION || c->patch_size <= 0) return 0;
     const int g = c->image_size / c->patch_size;
@@ -41,6 +56,7 @@ int al_config_field_applies(const al_config_field *f, const al_config *c) {
     case AL_CF_VISION: return c->task == AL_TASK_VISION;
     case AL_CF_POLY: return c->score == AL_SCORE_POLY;
     case AL_CF_SCORED: return c->score != AL_SCORE_SOFTMAX;
+    case AL_CF_HF_MOE: return c->hf == AL_HF_DEEPSEEK_V2;
     }
     return 0;
 }

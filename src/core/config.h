@@ -24,16 +24,32 @@ typedef enum { AL_TASK_LM, AL_TASK_VISION, AL_TASK_COUNT } al_task;
 /* Where a config comes from: attnlab's own checkpoints (an "attnlab" block in
  * config.json), or a Hugging Face checkpoint of one of these families,
  * whose conventions and extra fields then apply (docs/hf-models.md). */
-typedef enum { AL_HF_NONE, AL_HF_LLAMA, AL_HF_MISTRAL, AL_HF_QWEN2, AL_HF_DEEPSEEK_V2, AL_HF_COUNT } al_hf_family;
+typedef enum {
+    AL_HF_NONE,
+    AL_HF_LLAMA,
+    AL_HF_MISTRAL,
+    AL_HF_QWEN2,
+    AL_HF_DEEPSEEK_V2,
+    AL_HF_QWEN3,
+    AL_HF_GEMMA,
+    AL_HF_COUNT
+} al_hf_family;
 
-/* Frequency scaling of a Hugging Face config's "rope_scaling" (none, or
- * Llama 3's: type AL_ROPE_LLAMA3 with factor, low_freq_factor,
- * high_freq_factor and original_max_position_embeddings). */
-typedef enum { AL_ROPE_DEFAULT, AL_ROPE_LLAMA3 } al_rope_type;
+/* The MLP's gate activation: SwiGLU's silu (Llama and attnlab's models) or
+ * GeGLU's tanh-approximated GELU (Gemma's gelu_pytorch_tanh). */
+typedef enum { AL_ACT_SILU, AL_ACT_GELU_TANH } al_mlp_act;
+
+/* Frequency scaling of a Hugging Face config's "rope_scaling": none;
+ * Llama 3's (type AL_ROPE_LLAMA3: factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings); or DeepSeek-V2's YaRN (AL_ROPE_YARN:
+ * factor, original_max_position_embeddings, beta_fast, beta_slow, mscale,
+ * mscale_all_dim; nn/ops.c al_rope_inv_freq and al_rope_attention_factor). */
+typedef enum { AL_ROPE_DEFAULT, AL_ROPE_LLAMA3, AL_ROPE_YARN } al_rope_type;
 typedef struct al_rope_scaling {
     al_rope_type type;
     double factor, low_freq_factor, high_freq_factor;
     int original_max_position;
+    double beta_fast, beta_slow, mscale, mscale_all_dim; /* yarn */
 } al_rope_scaling;
 
 typedef struct al_config {
@@ -90,7 +106,25 @@ typedef struct al_config {
     int sliding_window;           /* Mistral's sliding_window when it is shorter than
                                      max_position_embeddings (0: none): longer
                                      contexts are refused, shorter ones cannot see it */
-    al_rope_scaling rope_scaling; /* "rope_scaling": none or llama3 */
+    al_rope_scaling rope_scaling; /* "rope_scaling": none, llama3 or (DeepseekV2) yarn */
+    /* what a Hugging Face family does differently, from the family table of
+     * model/config.c (attnlab's own models: all 0) */
+    int qk_norm;          /* Qwen3: q_norm / k_norm, RMSNorm of each head's q and k (head_dim gains) before RoPE */
+    int norm_unit_offset; /* Gemma: every RMSNorm scales by (1 + w); the mapped gains hold 1 + w */
+    int embed_scale;      /* Gemma: embeddings times sqrt(hidden_size) rounded to the embedding's dtype */
+    al_mlp_act mlp_act;   /* the MLP's gate activation (Gemma: AL_ACT_GELU_TANH) */
+    /* DeepseekV2 mixture of experts (n_routed_experts 0: every MLP dense).
+     * Layer l is MoE when l >= first_k_dense_replace and l % moe_layer_freq
+     * == 0 (al_config_layer_moe): a router picks num_experts_per_tok of the
+     * routed experts (SwiGLU MLPs of width moe_intermediate_size) by softmax
+     * score, greedily or within the topk_group best of n_group groups
+     * (moe_group_limited); weights renormalised (norm_topk_prob) or scaled by
+     * routed_scaling_factor; plus n_shared_experts always-on experts as one
+     * MLP of width n_shared_experts x moe_intermediate_size. */
+    int n_routed_experts, num_experts_per_tok, n_shared_experts, moe_intermediate_size;
+    int first_k_dense_replace, moe_layer_freq;
+    int moe_group_limited, n_group, topk_group, norm_topk_prob;
+    double routed_scaling_factor;
 } al_config;
 
 /* ---- field descriptors ----
@@ -116,6 +150,7 @@ typedef enum {
     AL_CF_VISION,    /* vision transformers only */
     AL_CF_POLY,      /* score poly */
     AL_CF_SCORED,    /* any score but softmax (score_n) */
+    AL_CF_HF_MOE,    /* Hugging Face families with mixture-of-experts keys (DeepseekV2) */
 } al_cf_when;
 
 /* Where config.json keeps it. */
@@ -181,7 +216,27 @@ typedef struct al_config_field {
     X(poly_scale, AL_CF_POLY_SCALE, "poly_scale", "poly_scale", AL_CF_BLOCK, AL_CF_POLY, AL_CF_FLAG,                   \
       "poly: c, a positive number or auto = 1/sqrt(N), N = context or patches (default auto)")                         \
     X(score_n, AL_CF_INT, "score_n", "score_n", AL_CF_BLOCK, AL_CF_SCORED, 0,                                          \
-      "N of the score functions (the training context, or the patches)")
+      "N of the score functions (the training context, or the patches)")                                               \
+    X(n_routed_experts, AL_CF_INT, "experts", "n_routed_experts", AL_CF_TOP, AL_CF_HF_MOE, AL_CF_NULL_IF_ZERO,         \
+      "routed experts per MoE layer (0: dense)")                                                                       \
+    X(num_experts_per_tok, AL_CF_INT, "experts_per_token", "num_experts_per_tok", AL_CF_TOP, AL_CF_HF_MOE,             \
+      AL_CF_NULL_IF_ZERO, "routed experts each token uses")                                                            \
+    X(n_shared_experts, AL_CF_INT, "shared_experts", "n_shared_experts", AL_CF_TOP, AL_CF_HF_MOE, AL_CF_NULL_IF_ZERO,  \
+      "always-on experts per MoE layer")                                                                               \
+    X(moe_intermediate_size, AL_CF_INT, "expert_ffn", "moe_intermediate_size", AL_CF_TOP, AL_CF_HF_MOE, 0,            \
+      "an expert's SwiGLU width")                                                                                      \
+    X(first_k_dense_replace, AL_CF_INT, "first_dense_layers", "first_k_dense_replace", AL_CF_TOP, AL_CF_HF_MOE, 0,     \
+      "layers before the first MoE layer")                                                                             \
+    X(moe_layer_freq, AL_CF_INT, "moe_layer_freq", "moe_layer_freq", AL_CF_TOP, AL_CF_HF_MOE, 0,                      \
+      "every this many layers is MoE")                                                                                 \
+    X(n_group, AL_CF_INT, "expert_groups", "n_group", AL_CF_TOP, AL_CF_HF_MOE, AL_CF_NULL_IF_ZERO,                    \
+      "expert groups (group_limited_greedy)")                                                                          \
+    X(topk_group, AL_CF_INT, "expert_groups_per_token", "topk_group", AL_CF_TOP, AL_CF_HF_MOE, AL_CF_NULL_IF_ZERO,    \
+      "groups a token's experts come from (group_limited_greedy)")                                                     \
+    X(norm_topk_prob, AL_CF_BOOL, "norm_topk_prob", "norm_topk_prob", AL_CF_TOP, AL_CF_HF_MOE, 0,                     \
+      "renormalise the chosen experts' weights")                                                                       \
+    X(routed_scaling_factor, AL_CF_DOUBLE, "routed_scaling", "routed_scaling_factor", AL_CF_TOP, AL_CF_HF_MOE, 0,      \
+      "factor of the routed experts' weights (without norm_topk_prob)")
 /* clang-format on */
 
 const char *al_task_name(al_task t);
@@ -191,6 +246,11 @@ int al_score_from_name(const char *s, al_score_kind *k);
 /* The longest sequence a model may run: max_position, or a Mistral sliding
  * window shorter than it (see sliding_window). */
 int al_config_max_context(const al_config *c);
+/* Whether layer l's MLP is a mixture of experts (DeepseekV2's rule). */
+int al_config_layer_moe(const al_config *c, int l);
+/* The widest MLP of any layer (dense, shared experts, one expert): what the
+ * activations of one MLP are sized for. */
+int al_config_ffn_max(const al_config *c);
 /* Patches per image ((image_size / patch_size)^2), 0 for the language model. */
 int al_config_num_patches(const al_config *c);
 /* Whether field f applies to c (its `when`). */

@@ -29,18 +29,33 @@
 #define LLAMA_ARCH "LlamaForCausalLM"
 #define DEEPSEEK_ARCH "DeepseekV2ForCausalLM"
 
-/* The Hugging Face families attnlab reads, by architecture and model_type. */
+/* The Hugging Face families attnlab reads, by architecture and model_type,
+ * and what each does differently from Llama (parse_hf copies it into the
+ * config, where the model and the designs read it): whether its attention
+ * is Llama's (MHA/GQA/MQA by head counts; else the design whose hf_arch is
+ * the architecture), q/k/v biases (Qwen2), per-head q/k norms (Qwen3),
+ * RMSNorm gains 1 + w and embeddings times sqrt(hidden) (Gemma), its MLP
+ * activation, and tie_word_embeddings when config.json has none (the
+ * config classes' defaults). */
 static const struct {
     const char *arch, *model_type;
+    int llama_attention, qkv_bias, qk_norm, norm_unit_offset, embed_scale, tied_default;
+    al_mlp_act act;
 } hf_names[AL_HF_COUNT] = {
-    {"AttnlabForCausalLM", "attnlab"},     {LLAMA_ARCH, "llama"},         {"MistralForCausalLM", "mistral"},
-    {"Qwen2ForCausalLM", "qwen2"},         {DEEPSEEK_ARCH, "deepseek_v2"},
+    /* arch                   model_type     llama bias qknorm 1+w  scale tied act */
+    {"AttnlabForCausalLM",    "attnlab",     0,    0,   0,     0,   0,    0,   AL_ACT_SILU},
+    {LLAMA_ARCH,              "llama",       1,    0,   0,     0,   0,    0,   AL_ACT_SILU},
+    {"MistralForCausalLM",    "mistral",     1,    0,   0,     0,   0,    0,   AL_ACT_SILU},
+    {"Qwen2ForCausalLM",      "qwen2",       1,    1,   0,     0,   0,    0,   AL_ACT_SILU},
+    {DEEPSEEK_ARCH,           "deepseek_v2", 0,    0,   0,     0,   0,    0,   AL_ACT_SILU},
+    {"Qwen3ForCausalLM",      "qwen3",       1,    0,   1,     0,   0,    0,   AL_ACT_SILU},
+    {"GemmaForCausalLM",      "gemma",       1,    0,   0,     1,   1,    1,   AL_ACT_GELU_TANH},
 };
 
-/* The architecture whose designs a family's configs are: Mistral's and
- * Qwen2's attention is Llama's. */
+/* The architecture whose designs a family's configs are: Mistral's, Qwen's
+ * and Gemma's attention is Llama's. */
 static const char *family_design_arch(al_hf_family f) {
-    return f == AL_HF_MISTRAL || f == AL_HF_QWEN2 ? LLAMA_ARCH : hf_names[f].arch;
+    return f != AL_HF_LLAMA && hf_names[f].llama_attention ? LLAMA_ARCH : hf_names[f].arch;
 }
 
 /* ---- the field table ---- */
@@ -382,6 +397,14 @@ int al_config_validate(const al_config *c, al_err *err) {
                            r->low_freq_factor, r->high_freq_factor);
         if (r->original_max_position <= 0)
             return al_errf(err, "invalid config: rope_scaling original_max_position_embeddings must be positive");
+    } else if (c->rope_scaling.type == AL_ROPE_YARN) {
+        const al_rope_scaling *r = &c->rope_scaling;
+        if (!(r->factor >= 1.0) || !isfinite(r->factor))
+            return al_errf(err, "invalid config: rope_scaling factor must be >= 1, got %g", r->factor);
+        if (r->original_max_position <= 0 || !(r->beta_fast > 0) || !(r->beta_slow > 0) || !isfinite(r->beta_fast) ||
+            !isfinite(r->beta_slow) || !isfinite(r->mscale) || !isfinite(r->mscale_all_dim))
+            return al_errf(err, "invalid config: yarn rope_scaling needs positive original_max_position_embeddings, "
+                                "beta_fast and beta_slow and finite mscales");
     } else if (c->rope_scaling.type != AL_ROPE_DEFAULT) {
         return al_errf(err, "invalid config: unknown rope scaling");
     }
@@ -420,10 +443,22 @@ static int get_num(const cJSON *o, const char *key, double *out, al_err *err) {
     return 1;
 }
 
-/* "rope_scaling": null, absent, {"rope_type" (or "type"): "default"}, or
+/* Reads the optional numbers keys[i] of rs into dst[i] (left as they are
+ * when absent); 0, or -1 for a malformed one. */
+static int get_nums(const cJSON *rs, const char *const *keys, double *const *dst, int n, al_err *err) {
+    for (int i = 0; i < n; i++)
+        if (get_num(rs, keys[i], dst[i], err) < 0) return al_err_prefix(err, "rope_scaling");
+    return 0;
+}
+
+/* "rope_scaling": null, absent, {"rope_type" (or "type"): "default"},
  * Llama 3's {"rope_type": "llama3", "factor", "low_freq_factor",
- * "high_freq_factor", "original_max_position_embeddings"}; any other type
- * (linear, dynamic, yarn, longrope, ...) is refused by name. */
+ * "high_freq_factor", "original_max_position_embeddings"}, or (DeepseekV2)
+ * YaRN's {"type": "yarn", "factor", and optionally
+ * "original_max_position_embeddings" (4096), "beta_fast" (32), "beta_slow"
+ * (1), "mscale" (1), "mscale_all_dim" (0)}: the defaults of
+ * DeepseekV2YarnRotaryEmbedding. Any other type (linear, dynamic, longrope,
+ * yarn for another family, ...) is refused by name. */
 static int parse_rope_scaling(al_config *c, const cJSON *root, al_err *err) {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     memset(&c->rope_scaling, 0, sizeof c->rope_scaling);
@@ -433,40 +468,116 @@ static int parse_rope_scaling(al_config *c, const cJSON *root, al_err *err) {
     if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
     if (!cJSON_IsString(t)) return al_errf(err, "invalid config: rope_scaling has no rope_type");
     if (strcmp(t->valuestring, "default") == 0) return 0;
-    if (strcmp(t->valuestring, "llama3") != 0)
-        return al_errf(err, "unsupported rope_scaling type '%.40s' (attnlab implements llama3 scaling only)",
-                       t->valuestring);
     al_rope_scaling *r = &c->rope_scaling;
-    r->type = AL_ROPE_LLAMA3;
+    const int yarn = strcmp(t->valuestring, "yarn") == 0 && c->hf == AL_HF_DEEPSEEK_V2;
+    if (strcmp(t->valuestring, "llama3") != 0 && !yarn)
+        return al_errf(err, "unsupported rope_scaling type '%.40s' for %s (attnlab implements llama3 scaling, and "
+                            "yarn for DeepseekV2ForCausalLM)",
+                       t->valuestring, hf_names[c->hf].arch);
+    if (yarn) {
+        *r = (al_rope_scaling){.type = AL_ROPE_YARN, .original_max_position = 4096, .beta_fast = 32, .beta_slow = 1,
+                               .mscale = 1, .mscale_all_dim = 0};
+        const char *const keys[] = {"beta_fast", "beta_slow", "mscale", "mscale_all_dim"};
+        double *const dst[] = {&r->beta_fast, &r->beta_slow, &r->mscale, &r->mscale_all_dim};
+        if (get_nums(rs, keys, dst, 4, err)) return -1;
+    } else {
+        r->type = AL_ROPE_LLAMA3;
+    }
     const char *need[] = {"factor", "low_freq_factor", "high_freq_factor"};
     double *dst[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (yarn ? 1 : 3); i++) {
         int got = get_num(rs, need[i], dst[i], err);
         if (got < 0) return al_err_prefix(err, "rope_scaling");
-        if (!got) return al_errf(err, "invalid config: llama3 rope_scaling needs %s", need[i]);
+        if (!got) return al_errf(err, "invalid config: %s rope_scaling needs %s", t->valuestring, need[i]);
     }
     int got = get_int(rs, "original_max_position_embeddings", &r->original_max_position, err);
     if (got < 0) return al_err_prefix(err, "rope_scaling");
-    if (!got) return al_errf(err, "invalid config: llama3 rope_scaling needs original_max_position_embeddings");
+    if (!got && !yarn) return al_errf(err, "invalid config: llama3 rope_scaling needs original_max_position_embeddings");
     return 0;
 }
 
-/* What only Hugging Face configs carry: refusals by name of what attnlab
- * does not implement, and the fields it does (docs/hf-models.md). */
+/* The MLP activation of hidden_act (and Gemma's hidden_activation): silu
+ * for every family but Gemma, whose GemmaMLP runs gelu_pytorch_tanh for
+ * "gelu" too (transformers' fallback since the first Gemma release). */
+static int parse_act(al_config *c, const cJSON *root, al_err *err) {
+    const char *arch = hf_names[c->hf].arch;
+    const char *keys[] = {"hidden_act", "hidden_activation"};
+    c->mlp_act = hf_names[c->hf].act;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        if (!act || cJSON_IsNull(act)) continue;
+        const char *v = cJSON_IsString(act) ? act->valuestring : "?";
+        const int ok = c->mlp_act == AL_ACT_SILU ? !strcmp(v, "silu")
+                                                 : !strcmp(v, "gelu_pytorch_tanh") || (i == 0 && !strcmp(v, "gelu"));
+        if (!ok)
+            return al_errf(err, "unsupported %s '%.40s' for %s (attnlab's MLP is %s)", keys[i], v, arch,
+                           c->mlp_act == AL_ACT_SILU ? "SwiGLU with silu" : "GeGLU with gelu_pytorch_tanh");
+    }
+    return 0;
+}
+
+/* DeepseekV2's mixture-of-experts keys beyond the field rows: topk_method
+ * ("greedy", or "group_limited_greedy" with n_group / topk_group) and
+ * scoring_func ("softmax"), and the shapes the routing needs. */
+static int parse_moe(al_config *c, const cJSON *root, al_err *err) {
+    if (c->n_routed_experts <= 0) {
+        c->n_routed_experts = 0;
+        return 0;
+    }
+    if (c->moe_layer_freq < 1)
+        return al_errf(err, "invalid config: moe_layer_freq must be positive, got %d", c->moe_layer_freq);
+    int any = 0; /* experts that no layer uses (every layer before first_k_dense_replace): dense */
+    for (int l = 0; l < c->num_layers; l++) any |= al_config_layer_moe(c, l);
+    if (!any) return 0;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "topk_method");
+    const char *method = cJSON_IsString(m) ? m->valuestring : "greedy";
+    if (m && !cJSON_IsNull(m) && !cJSON_IsString(m)) return al_errf(err, "invalid config: topk_method must be a string");
+    c->moe_group_limited = !strcmp(method, "group_limited_greedy");
+    if (!c->moe_group_limited && strcmp(method, "greedy"))
+        return al_errf(err, "unsupported topk_method '%.40s' (attnlab routes greedy and group_limited_greedy)", method);
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(root, "scoring_func");
+    if (sf && !cJSON_IsNull(sf) && !(cJSON_IsString(sf) && !strcmp(sf->valuestring, "softmax")))
+        return al_errf(err, "unsupported scoring_func '%.40s' (attnlab's router scores with softmax)",
+                       cJSON_IsString(sf) ? sf->valuestring : "?");
+    const int E = c->n_routed_experts, k = c->num_experts_per_tok;
+    if (k < 1 || k > E)
+        return al_errf(err, "invalid config: mixture-of-experts layers need num_experts_per_tok in 1..n_routed_experts %d, "
+                            "got %d",
+                       E, k);
+    if (c->moe_intermediate_size <= 0 || c->n_shared_experts < 0 || c->moe_layer_freq < 1 || c->first_k_dense_replace < 0)
+        return al_errf(err, "invalid config: moe_intermediate_size and moe_layer_freq must be positive, "
+                            "n_shared_experts and first_k_dense_replace non-negative");
+    if (E > 4096 || (long)c->n_shared_experts * c->moe_intermediate_size > 262144 || c->moe_intermediate_size > 262144)
+        return al_errf(err, "invalid config: mixture-of-experts sizes are beyond what attnlab supports");
+    if (!isfinite(c->routed_scaling_factor)) return al_errf(err, "invalid config: routed_scaling_factor must be finite");
+    if (c->moe_group_limited &&
+        (c->n_group < 1 || E % c->n_group || c->topk_group < 1 || c->topk_group > c->n_group ||
+         (long)c->topk_group * (E / c->n_group) < k))
+        return al_errf(err, "invalid config: group_limited_greedy needs n_group dividing n_routed_experts (%d) and "
+                            "1 <= topk_group <= n_group with at least num_experts_per_tok experts in topk_group groups "
+                            "(n_group %d, topk_group %d)",
+                       E, c->n_group, c->topk_group);
+    return 0;
+}
+
+/* What only Hugging Face configs carry: the family's behaviours (table
+ * hf_names), refusals by name of what attnlab does not implement, and the
+ * fields it does (docs/hf-models.md). */
 static int parse_hf(al_config *c, const cJSON *root, al_err *err) {
     const char *arch = hf_names[c->hf].arch;
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (act && !cJSON_IsNull(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
-        return al_errf(err, "unsupported hidden_act '%.40s' (attnlab's MLP is SwiGLU with silu)",
-                       cJSON_IsString(act) ? act->valuestring : "?");
+    if (parse_act(c, root, err)) return -1;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "mlp_bias")))
         return al_errf(err, "unsupported mlp_bias true (attnlab's MLP has no biases)");
     /* Qwen2's q/k/v biases are part of the architecture, not a config key */
-    if (c->hf != AL_HF_QWEN2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "attention_bias")))
+    if (!hf_names[c->hf].qkv_bias && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "attention_bias")))
         return al_errf(err, "unsupported attention_bias true for %s (attnlab reads the q/k/v biases of Qwen2 only)", arch);
-    c->qkv_bias = c->hf == AL_HF_QWEN2;
+    c->qkv_bias = hf_names[c->hf].qkv_bias;
+    c->qk_norm = hf_names[c->hf].qk_norm;
+    c->norm_unit_offset = hf_names[c->hf].norm_unit_offset;
+    c->embed_scale = hf_names[c->hf].embed_scale;
     if (parse_rope_scaling(c, root, err)) return -1;
-    if (c->hf == AL_HF_QWEN2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")))
+    if ((c->hf == AL_HF_QWEN2 || c->hf == AL_HF_QWEN3) &&
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")))
         return al_errf(err, "unsupported use_sliding_window true for %s (attnlab has no sliding-window attention)", arch);
     if (c->hf == AL_HF_MISTRAL) {
         int sw = 0, got = get_int(root, "sliding_window", &sw, err);
@@ -475,23 +586,7 @@ static int parse_hf(al_config *c, const cJSON *root, al_err *err) {
         /* a window as long as the positions cannot matter; a shorter one limits the contexts we run */
         c->sliding_window = got && sw < c->max_position ? sw : 0;
     }
-    if (c->hf == AL_HF_DEEPSEEK_V2) {
-        /* HF DeepseekV2 layer l is MoE when n_routed_experts is set, l >=
-         * first_k_dense_replace and l % moe_layer_freq == 0 */
-        int experts = 0, first_dense = 0, freq = 1;
-        if (get_int(root, "n_routed_experts", &experts, err) < 0 ||
-            get_int(root, "first_k_dense_replace", &first_dense, err) < 0 ||
-            get_int(root, "moe_layer_freq", &freq, err) < 0)
-            return -1;
-        if (freq < 1) return al_errf(err, "invalid config: moe_layer_freq must be positive, got %d", freq);
-        for (int l = first_dense > 0 ? first_dense : 0; experts > 0 && l < c->num_layers; l++)
-            if (l % freq == 0)
-                return al_errf(err,
-                               "unsupported mixture-of-experts layers (n_routed_experts %d from layer %d, "
-                               "first_k_dense_replace %d): attnlab runs DeepseekV2 with dense MLPs only",
-                               experts, l, first_dense);
-    }
-    return 0;
+    return c->hf == AL_HF_DEEPSEEK_V2 ? parse_moe(c, root, err) : 0;
 }
 
 /* Reads the fields of rows [from, to) that apply to c from root (top-level
@@ -537,7 +632,8 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
             if (strcmp(a0->valuestring, hf_names[f].arch) == 0) family = (al_hf_family)f;
         if (!is_vit && family == AL_HF_COUNT) {
             al_errf(err, "unsupported architecture '%.80s' (attnlab reads LlamaForCausalLM, MistralForCausalLM, "
-                         "Qwen2ForCausalLM, DeepseekV2ForCausalLM (dense), AttnlabForCausalLM, " VIT_ARCH ")",
+                         "Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, DeepseekV2ForCausalLM, "
+                         "AttnlabForCausalLM, " VIT_ARCH ")",
                     a0->valuestring);
             goto done;
         }
@@ -553,7 +649,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     }
     /* no "attnlab" block: a Hugging Face checkpoint of its family */
     if (!al && !is_vit && family != AL_HF_NONE) c->hf = family;
-    if (al && (family == AL_HF_MISTRAL || family == AL_HF_QWEN2)) {
+    if (al && family < AL_HF_COUNT && family != AL_HF_LLAMA && hf_names[family].llama_attention) {
         al_errf(err, "invalid config: an \"attnlab\" block goes with attnlab's own architectures, not %s",
                 hf_names[family].arch);
         goto done;
@@ -566,7 +662,12 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
             goto done;
         }
     }
-    if (c->hf != AL_HF_NONE) c->rms_norm_eps = 1e-6f; /* transformers' default for these families */
+    if (c->hf != AL_HF_NONE) { /* transformers' defaults for these families */
+        c->rms_norm_eps = 1e-6f;
+        c->tie_word_embeddings = hf_names[c->hf].tied_default;
+        c->moe_layer_freq = 1;
+        c->routed_scaling_factor = 1.0;
+    }
     if (is_vit) al_config_vision_fmnist(c, 2); /* ViTConfig's keys, where absent */
     /* the shared fields: the enumerations first (they decide which others apply) */
     const al_task task_of_arch = c->task;

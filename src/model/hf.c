@@ -2,8 +2,8 @@
  * hf.c: Hugging Face checkpoints, memory-mapped (docs/hf-models.md).
  *
  * config.json (without an "attnlab" block) has been parsed into an
- * al_config of its family (config.c: Llama, Mistral, Qwen2, dense
- * DeepseekV2); the parameter table that al_model_build lays out from it
+ * al_config of its family (config.c: Llama, Mistral, Qwen2, Qwen3, Gemma,
+ * DeepseekV2 with its experts); the parameter table that al_model_build lays out from it
  * names every tensor the model needs under HF's names and shapes. This file
  * opens the directory's safetensors (one file, or shards through
  * model.safetensors.index.json: io/ckpt.c), checks every tensor against the
@@ -16,7 +16,9 @@
  *     not aligned to its element size (possible in the format, never written
  *     by transformers) is copied to an aligned heap buffer first;
  *   - 1-D tensors (norm gains, Qwen2's biases) are converted to fp32 copies
- *     in the small arena m->w, since the kernels read them as float;
+ *     in the small arena m->w, since the kernels read them as float; a
+ *     Gemma checkpoint's RMSNorm gains w become 1 + w there (GemmaRMSNorm
+ *     scales by 1 + w), so every norm kernel runs unchanged;
  *   - a tensor the table does not name is an error (the files and the config
  *     disagree), except lm_head.weight of a tied model and the RoPE buffers
  *     (*.rotary_emb.inv_freq) some conversions saved.
@@ -39,6 +41,13 @@ static int ignorable(const al_model *m, const char *name) {
     const char *suffix = ".rotary_emb.inv_freq";
     size_t n = strlen(name), k = strlen(suffix);
     return n > k && strcmp(name + n - k, suffix) == 0;
+}
+
+/* Whether a tensor is an RMSNorm gain ("...norm.weight"). */
+static int is_norm_gain(const char *name) {
+    const char *suffix = "norm.weight";
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
 /* Element i of a 1-D tensor's bytes (any float dtype) as fp32. */
@@ -106,7 +115,9 @@ int al_model_map(al_model *m, const char *dir, const al_config *c, al_err *err) 
                 break;
             }
             float *dst = m->w + woff;
-            for (size_t k = 0; k < p->numel; k++) dst[k] = elem_f32(bytes, t->dtype, k);
+            /* Gemma's RMSNorm scales by (1 + w), added in fp32 as GemmaRMSNorm does */
+            const float offset = m->cfg.norm_unit_offset && is_norm_gain(p->name) ? 1.0f : 0.0f;
+            for (size_t k = 0; k < p->numel; k++) dst[k] = offset + elem_f32(bytes, t->dtype, k);
             woff += p->numel;
             m->data[i] = dst;
             m->dts[i] = AL_DT_F32;

@@ -43,6 +43,19 @@ static int add_param(al_model *m, int cap, const char *name, int ndim, int64_t r
     return 0;
 }
 
+/* The gated MLP of layer l at model.layers.l.mlp.<sub>: gate_proj, up_proj
+ * [f, d], down_proj [d, f] (sub "" for a dense layer, "experts.e." or
+ * "shared_experts." in a MoE layer). */
+static void add_mlp_params(al_model *m, int cap, int l, const char *sub, int64_t f, float std_out) {
+    const int64_t d = m->cfg.hidden_size;
+    const char *mats[] = {"gate_proj", "up_proj", "down_proj"};
+    char name[sizeof m->params[0].name];
+    for (int k = 0; k < 3; k++) {
+        al_strfmt(name, sizeof name, "model.layers.%d.mlp.%s%s.weight", l, sub, mats[k]);
+        add_param(m, cap, name, 2, k < 2 ? f : d, k < 2 ? d : f, AL_INIT_NORMAL, k < 2 ? 0.02f : std_out, 1);
+    }
+}
+
 /* Points the top-level views (when `top`) and the per-layer pointers of
  * `layers` at each tensor's data, walking the parameter table in the order
  * al_model_create laid it out: base + offset (the weights or the gradients,
@@ -76,6 +89,19 @@ static void set_views(al_model *m, float *base, const void *const *data, const a
         L->attn.rope_aux = m->rope_aux.cos ? &m->rope_aux : NULL;
         for (int a = 0; a < na; a++) L->attn.w[a] = AL_PTR(i), L->attn.wdt[a] = AL_DT(i), i++;
         L->ln2 = AL_PTR(i), i++;
+        L->ffn = c->intermediate_size;
+        L->router = (al_wref){NULL, AL_DT_F32};
+        L->experts = NULL;
+        if (al_config_layer_moe(c, l)) { /* router, routed experts, shared experts (mlp_params' order) */
+            const int E = c->n_routed_experts;
+            L->router = (al_wref){AL_PTR(i), AL_DT(i)}, i++;
+            L->experts = m->experts + (size_t)l * 3 * E;
+            for (int e = 0; e < 3 * E; e++, i++)
+                if (top) L->experts[e] = (al_wref){AL_PTR(i), AL_DT(i)};
+            L->ffn = c->n_shared_experts * c->moe_intermediate_size;
+            L->gate = L->up = L->down = NULL;
+            if (L->ffn == 0) continue;
+        }
         L->gate = AL_PTR(i), L->gate_dt = AL_DT(i), i++;
         L->up = AL_PTR(i), L->up_dt = AL_DT(i), i++;
         L->down = AL_PTR(i), L->down_dt = AL_DT(i), i++;
@@ -176,11 +202,15 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
     al_param_spec specs[AL_ATTN_MAX_PARAMS];
     int na = m->attn->params(c, specs);
     const int vit = c->task == AL_TASK_VISION;
-    int cap = 8 + c->num_layers * (5 + na); /* input side (<= 4) + final norm + output side (<= 2) */
+    /* input side (<= 4) + final norm + output side (<= 2); per layer 2 norms, the
+     * design's, 3 MLP matrices and for MoE a router and 3 per expert */
+    const int E = c->n_routed_experts;
+    int cap = 8 + c->num_layers * (5 + na + (E > 0 ? 1 + 3 * E : 0));
     m->params = calloc((size_t)cap, sizeof *m->params);
     m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
     m->glayers = calloc((size_t)c->num_layers, sizeof *m->glayers);
-    if (!m->params || !m->layers || !m->glayers) {
+    if (E > 0) m->experts = calloc((size_t)c->num_layers * 3 * E, sizeof *m->experts);
+    if (!m->params || !m->layers || !m->glayers || (E > 0 && !m->experts)) {
         al_model_free(m);
         return al_errf(err, "out of memory");
     }
@@ -209,12 +239,20 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
         }
         al_strfmt(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
         add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
-        al_strfmt(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
-        add_param(m, cap, name, 2, f, d, AL_INIT_NORMAL, 0.02f, 1);
-        al_strfmt(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
-        add_param(m, cap, name, 2, f, d, AL_INIT_NORMAL, 0.02f, 1);
-        al_strfmt(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
-        add_param(m, cap, name, 2, d, f, AL_INIT_NORMAL, std_out, 1);
+        if (!al_config_layer_moe(c, l)) {
+            add_mlp_params(m, cap, l, "", f, std_out);
+            continue;
+        }
+        /* DeepseekV2MoE: router, routed experts, shared experts */
+        al_strfmt(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+        add_param(m, cap, name, 2, E, d, AL_INIT_NORMAL, 0.02f, 1);
+        for (int e = 0; e < E; e++) {
+            char sub[32];
+            al_strfmt(sub, sizeof sub, "experts.%d.", e);
+            add_mlp_params(m, cap, l, sub, c->moe_intermediate_size, std_out);
+        }
+        if (c->n_shared_experts > 0)
+            add_mlp_params(m, cap, l, "shared_experts.", (int64_t)c->n_shared_experts * c->moe_intermediate_size, std_out);
     }
     add_param(m, cap, "model.norm.weight", 1, d, 1, AL_INIT_ONES, 0, 0);
     if (vit) {
@@ -255,6 +293,7 @@ void al_model_free(al_model *m) {
     free(m->params);
     free(m->layers);
     free(m->glayers);
+    free(m->experts);
     al_rope_table_free(&m->rope);
     al_rope_table_free(&m->rope_aux);
     memset(m, 0, sizeof *m);
@@ -313,7 +352,12 @@ double al_model_fwd_flops_per_token(const al_model *m, int T) {
     const al_config *c = &m->cfg;
     int dk, dv;
     al_attn_head_widths(c, &dk, &dv);
-    return 2.0 * (double)al_model_matmul_params(m) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
+    /* a token runs num_experts_per_tok of each MoE layer's routed experts, not all of them */
+    double idle = 0;
+    for (int l = 0; l < c->num_layers; l++)
+        if (al_config_layer_moe(c, l))
+            idle += 3.0 * c->moe_intermediate_size * c->hidden_size * (c->n_routed_experts - c->num_experts_per_tok);
+    return 2.0 * ((double)al_model_matmul_params(m) - idle) + (double)c->num_layers * c->num_heads * (dk + dv) * T;
 }
 
 double al_model_train_flops_per_token(const al_model *m, int T) { return 3.0 * al_model_fwd_flops_per_token(m, T); }
@@ -417,6 +461,160 @@ fail:
     return -1;
 }
 
+/* ---- the MLP: dense, or a mixture of experts ---- */
+
+/* x[n] *= s */
+static void scale_vec(float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Gemma's embedding normalizer: sqrt(hidden_size) as a number of the
+ * embedding's dtype (transformers builds it as a tensor of the model's
+ * dtype: 45.25 for hidden 2048 in BF16). */
+static float embed_multiplier(const al_model *m) {
+    const float s = (float)sqrt((double)m->cfg.hidden_size);
+    if (m->embed_dt == AL_DT_BF16) return al_bf16_to_f32(al_f32_to_bf16(s));
+    if (m->embed_dt == AL_DT_F16) return al_f16_to_f32(al_f32_to_f16(s));
+    return s;
+}
+
+/* One gated MLP of width f over x[N, d] -> y[N, d] (written):
+ * y = W_down (act(W_gate x) * W_up x), with gate/up/h [N, f] buffers (kept:
+ * training's backward reads them). Decode (N = 1) takes the matrix-vector
+ * products (F32: cblas_sgemv, the calls decode always made), else al_matmul
+ * (F32: the sgemm of al_linear_fwd). */
+static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int f, const float *x, float *y, int N,
+                    float *gate, float *up, float *h, int decode) {
+    const int d = c->hidden_size;
+    if (decode) {
+        al_matvec(gate, x, wg, f, d, 0);
+        al_matvec(up, x, wu, f, d, 0);
+        al_glu_fwd(c->mlp_act, h, gate, up, (size_t)f);
+        al_matvec(y, h, wd, d, f, 0);
+        return;
+    }
+    al_matmul(gate, f, x, d, wg, N, d, f, 0);
+    al_matmul(up, f, x, d, wu, N, d, f, 0);
+    al_glu_fwd(c->mlp_act, h, gate, up, (size_t)N * f);
+    al_matmul(y, d, h, f, wd, N, f, d, 0);
+}
+
+/* A layer's dense MLP (or a MoE layer's shared experts) over x[N, d] -> y. */
+static void mlp_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, float *y, int N, float *gate,
+                    float *up, float *h, int decode) {
+    glu_mlp(c, (al_wref){L->gate, L->gate_dt}, (al_wref){L->up, L->up_dt}, (al_wref){L->down, L->down_dt}, L->ffn, x,
+            y, N, gate, up, h, decode);
+}
+
+/* ---- mixture of experts (DeepseekV2MoE) ----
+ * Workspace of one MoE layer over N tokens: router scores [N, E], the k
+ * chosen experts' weights [N, k] and indexes idx [N, k], a list of rows
+ * [N], the rows routed to one expert gathered xg [N, d] and its outputs
+ * yg [N, d]; gate/up/h [N, f_max] are the MLP buffers of the activations. */
+typedef struct moe_work {
+    float *scores, *wt, *xg, *yg, *gate, *up, *h;
+    int *idx, *rows;
+} moe_work;
+
+static size_t moe_work_floats(const al_config *c, size_t N) {
+    if (c->n_routed_experts <= 0) return 0;
+    return N * ((size_t)c->n_routed_experts + (size_t)c->num_experts_per_tok + 2 * (size_t)c->hidden_size);
+}
+
+static size_t moe_work_ints(const al_config *c, size_t N) {
+    return c->n_routed_experts > 0 ? N * ((size_t)c->num_experts_per_tok + 1) : 0;
+}
+
+/* The workspace carved from floats[moe_work_floats] and ints[moe_work_ints]. */
+static moe_work moe_work_at(const al_config *c, float *floats, int *ints, int N, float *gate, float *up, float *h) {
+    const size_t E = c->n_routed_experts, k = c->num_experts_per_tok, d = c->hidden_size;
+    moe_work w = {floats, floats + N * E, floats + N * (E + k), floats + N * (E + k + d), gate, up, h, ints,
+                  ints + N * k};
+    return w;
+}
+
+/* The k largest of s[0..n) (ties: the lower index) into idx[0..k), in
+ * descending order of score. */
+static void top_k(const float *s, int n, int k, int *idx) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            int taken = 0;
+            for (int i = 0; i < j && !taken; i++) taken = idx[i] == e;
+            if (!taken && (best < 0 || s[e] > s[best])) best = e;
+        }
+        idx[j] = best;
+    }
+}
+
+/* MoEGate of one token: scores = softmax(W_router x) in fp32 (in place in
+ * s[E]); top-k greedily, or (group_limited_greedy) among the experts of the
+ * topk_group groups with the largest best score (the others' scores 0);
+ * weights renormalised to sum 1 (norm_topk_prob with k > 1, + 1e-20 as
+ * transformers) or multiplied by routed_scaling_factor. */
+static void route_token(const al_config *c, float *s, int *idx, float *wt) {
+    const int E = c->n_routed_experts, k = c->num_experts_per_tok;
+    float mx = s[0];
+    for (int e = 1; e < E; e++) mx = s[e] > mx ? s[e] : mx;
+    double sum = 0;
+    for (int e = 0; e < E; e++) sum += (double)(s[e] = expf(s[e] - mx));
+    for (int e = 0; e < E; e++) s[e] = (float)(s[e] / sum);
+    if (c->moe_group_limited) {
+        const int G = c->n_group, per = E / G;
+        float gs[4096];
+        int gi[4096];
+        for (int g = 0; g < G; g++) {
+            gs[g] = s[g * per];
+            for (int e = 1; e < per; e++) gs[g] = s[g * per + e] > gs[g] ? s[g * per + e] : gs[g];
+        }
+        top_k(gs, G, c->topk_group, gi);
+        for (int g = 0; g < G; g++) {
+            int keep = 0;
+            for (int i = 0; i < c->topk_group; i++) keep |= gi[i] == g;
+            if (!keep)
+                for (int e = 0; e < per; e++) s[g * per + e] = 0.0f;
+        }
+    }
+    top_k(s, E, k, idx);
+    double tot = 0;
+    for (int j = 0; j < k; j++) tot += (double)(wt[j] = s[idx[j]]);
+    for (int j = 0; j < k; j++)
+        wt[j] = k > 1 && c->norm_topk_prob ? (float)(wt[j] / (tot + 1e-20)) : (float)(wt[j] * c->routed_scaling_factor);
+}
+
+/* A MoE layer over x[N, d] -> y[N, d] (written): the shared experts, then
+ * for each routed expert in index order the rows routed to it, gathered,
+ * through its MLP, added to their rows with their weights (a fixed order:
+ * the same sums for any thread count). Experts no token chose are not
+ * touched, so their mapped pages are never read. Decode (N = 1) takes the
+ * matrix-vector products. */
+static void moe_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, float *y, int N, const moe_work *w,
+                    int decode) {
+    const int E = c->n_routed_experts, k = c->num_experts_per_tok, d = c->hidden_size, fe = c->moe_intermediate_size;
+    if (L->ffn > 0) mlp_fwd(c, L, x, y, N, w->gate, w->up, w->h, decode);
+    else memset(y, 0, sizeof(float) * (size_t)N * d);
+    if (decode) al_matvec(w->scores, x, L->router, E, d, 0);
+    else al_matmul(w->scores, E, x, d, L->router, N, d, E, 0);
+#pragma omp parallel for schedule(static) if (N > 16)
+    for (int n = 0; n < N; n++) route_token(c, w->scores + (size_t)n * E, w->idx + (size_t)n * k, w->wt + (size_t)n * k);
+    for (int e = 0; e < E; e++) {
+        int ne = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < k; j++)
+                if (w->idx[(size_t)n * k + j] == e) w->rows[ne++] = n * k + j; /* token n, slot j */
+        if (ne == 0) continue;
+        for (int r = 0; r < ne; r++) memcpy(w->xg + (size_t)r * d, x + (size_t)(w->rows[r] / k) * d, sizeof(float) * d);
+        const al_wref *m3 = L->experts + 3 * (size_t)e;
+        glu_mlp(c, m3[0], m3[1], m3[2], fe, w->xg, w->yg, ne, w->gate, w->up, w->h, decode);
+        for (int r = 0; r < ne; r++) {
+            float *yr = y + (size_t)(w->rows[r] / k) * d;
+            const float *g = w->yg + (size_t)r * d, wt = w->wt[w->rows[r]];
+            for (int i = 0; i < d; i++) yr[i] += wt * g[i];
+        }
+    }
+}
+
 /* ---- activations ---- */
 
 /* A context T the model can run: within its positions and, for a Mistral
@@ -445,7 +643,8 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
     if (infer && vit) return al_errf(err, "inference activations are for language models");
     if (vit && T != c->max_position)
         return al_errf(err, "a vision batch is 1 + %d patches per image, not %d tokens", c->max_position - 1, T);
-    const size_t N = (size_t)B * T, d = c->hidden_size, f = c->intermediate_size, V = c->vocab_size, L = c->num_layers;
+    const size_t N = (size_t)B * T, d = c->hidden_size, f = al_config_ffn_max(c), V = c->vocab_size, L = c->num_layers;
+    const size_t n_moe = moe_work_floats(c, N), n_moe_idx = moe_work_ints(c, N);
     /* LM: logits per token over the bytes; ViT: per image over the classes */
     const size_t n_logits = !logits ? 0 : vit ? (size_t)B * c->num_labels : N * V;
     const size_t pp = vit ? (size_t)c->num_channels * c->patch_size * c->patch_size : 0;
@@ -475,17 +674,19 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
         N * d, N, n_logits, bwd * n_logits, /* xnf rstdf logits dlogits */
         bwd * N * d, N * d, bwd * N * f, bwd * N * f, bwd * N * f, m->attn->scratch_floats(c, B, T), /* dres dtmp dh dg du scratch */
         n_patch, n_cls, n_cls,              /* ViT: patches cls_x cls_dx */
+        n_moe,                              /* MoE routing */
     };
     float **ptrs[] = {&a->x_in, &a->xn1, &a->rstd1, &a->attn_saved, &a->x_mid, &a->xn2, &a->rstd2, &a->gate, &a->up,
                       &a->hmid, &a->xnf, &a->rstdf, &a->logits, &a->dlogits, &a->dres, &a->dtmp, &a->dh, &a->dg,
-                      &a->du, &a->attn_scratch, &a->patches, &a->cls_x, &a->cls_dx};
+                      &a->du, &a->attn_scratch, &a->patches, &a->cls_x, &a->cls_dx, &a->moe};
     enum { NBUF = sizeof ptrs / sizeof ptrs[0] };
     size_t total = 0;
     for (int i = 0; i < NBUF; i++) total += (sizes[i] + 15) & ~(size_t)15;
     a->arena = al_alloc(sizeof(float) * total);
     a->tokens = malloc(sizeof(int) * N);
     a->targets = malloc(sizeof(int) * N);
-    if (!a->arena || !a->tokens || !a->targets) {
+    a->moe_idx = n_moe_idx ? malloc(sizeof(int) * n_moe_idx) : NULL;
+    if (!a->arena || !a->tokens || !a->targets || (n_moe_idx && !a->moe_idx)) {
         al_acts_free(a);
         return al_errf(err, "out of memory for activations (%zu MB)", total * 4 >> 20);
     }
@@ -526,6 +727,7 @@ int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err) {
 
 void al_acts_free(al_acts *a) {
     free(a->saved_slot);
+    free(a->moe_idx);
     al_free(a->arena);
     free(a->tokens);
     free(a->targets);
@@ -575,7 +777,7 @@ static al_kv decoder_layer(const al_decoder *dec, int l) {
  * mapped checkpoint. */
 static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
-    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = c->intermediate_size;
+    const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = al_config_ffn_max(c);
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
@@ -588,10 +790,12 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         add_vec(x_mid, x, a->dtmp, Nd);
         al_rmsnorm_fwd(xn2, a->rstd2 + ls * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
-        al_matmul(gate, f, xn2, d, (al_wref){L->gate, L->gate_dt}, N, d, f, 0);
-        al_matmul(up, f, xn2, d, (al_wref){L->up, L->up_dt}, N, d, f, 0);
-        al_swiglu_fwd(hmid, gate, up, Nf);
-        al_matmul(a->dtmp, d, hmid, f, (al_wref){L->down, L->down_dt}, N, f, d, 0);
+        if (L->router.p) {
+            moe_work w = moe_work_at(c, a->moe, a->moe_idx, N, gate, up, hmid);
+            moe_fwd(c, L, xn2, a->dtmp, N, &w, 0);
+        } else {
+            mlp_fwd(c, L, xn2, a->dtmp, N, gate, up, hmid, 0);
+        }
         add_vec(x_out, x_mid, a->dtmp, Nd);
     }
 }
@@ -631,6 +835,7 @@ double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const 
     memcpy(a->tokens, tokens, sizeof(int) * N);
     if (m->embed_dt == AL_DT_F32) al_embed_fwd(a->x_in, m->embed, tokens, N, d);
     else embed_rows(a->x_in, (al_wref){m->embed, m->embed_dt}, tokens, N, d);
+    if (c->embed_scale) scale_vec(a->x_in, embed_multiplier(m), Nd);
     blocks_fwd(m, a);
     if (!a->logits) return 0.0; /* attention-map activations: the blocks are all that is wanted */
     al_rmsnorm_fwd(a->xnf, a->rstdf, a->x_in + xslot(a, c->num_layers) * Nd, m->final_norm, N, d, c->rms_norm_eps);
@@ -795,9 +1000,11 @@ int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dt
     dec->cache_dt = cache_dt;
     dec->cache_bytes = n * al_dtype_size(cache_dt);
     dec->cache = al_alloc(dec->cache_bytes);
-    dec->scratch = al_alloc(sizeof(float) * (4 * (size_t)c->hidden_size + 3 * (size_t)c->intermediate_size +
-                                             m->attn->scratch_floats(c, 1, 1)));
-    if (!dec->cache || !dec->scratch) {
+    dec->scratch = al_alloc(sizeof(float) * (4 * (size_t)c->hidden_size + 3 * (size_t)al_config_ffn_max(c) +
+                                             m->attn->scratch_floats(c, 1, 1) + moe_work_floats(c, 1)));
+    const size_t n_idx = moe_work_ints(c, 1);
+    dec->moe_idx = n_idx ? malloc(sizeof(int) * n_idx) : NULL;
+    if (!dec->cache || !dec->scratch || (n_idx && !dec->moe_idx)) {
         al_decoder_free(dec);
         return al_errf(err, "out of memory for a %d-token KV cache", capacity);
     }
@@ -820,6 +1027,7 @@ void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
 void al_decoder_free(al_decoder *dec) {
     al_free(dec->cache);
     al_free(dec->scratch);
+    free(dec->moe_idx);
     memset(dec, 0, sizeof *dec);
 }
 
@@ -848,14 +1056,15 @@ int al_decoder_prefill(al_decoder *dec, const int *tokens, int n, float *logits,
 int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     const al_model *m = dec->m;
     const al_config *c = &m->cfg;
-    const int d = c->hidden_size, f = c->intermediate_size, pos = dec->pos;
+    const int d = c->hidden_size, f = al_config_ffn_max(c), pos = dec->pos;
     if (pos >= dec->capacity) return al_errf(err, "KV cache full (%d tokens)", dec->capacity);
     if (token < 0 || token >= c->vocab_size) return al_errf(err, "token %d outside the vocabulary", token);
     float *x = dec->scratch, *xn = x + d, *y = xn + d, *gate = y + d, *up = gate + f, *h = up + f;
-    float *attn_scratch = h + f + d;
+    float *attn_scratch = h + f + d, *moe = attn_scratch + m->attn->scratch_floats(c, 1, 1);
     float rstd;
     if (m->embed_dt == AL_DT_F32) memcpy(x, m->embed + (size_t)token * d, sizeof(float) * d);
     else al_wread(x, (al_wref){m->embed, m->embed_dt}, (size_t)token * d, (size_t)d);
+    if (c->embed_scale) scale_vec(x, embed_multiplier(m), (size_t)d);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln1, 1, d, c->rms_norm_eps);
@@ -863,10 +1072,12 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
         for (int i = 0; i < d; i++) x[i] += y[i];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);
         /* F32: the cblas_sgemv calls; BF16/F16: wmat.c's direct kernel */
-        al_matvec(gate, xn, (al_wref){L->gate, L->gate_dt}, f, d, 0);
-        al_matvec(up, xn, (al_wref){L->up, L->up_dt}, f, d, 0);
-        al_swiglu_fwd(h, gate, up, (size_t)f);
-        al_matvec(y, h, (al_wref){L->down, L->down_dt}, d, f, 0);
+        if (L->router.p) {
+            moe_work w = moe_work_at(c, moe, dec->moe_idx, 1, gate, up, h);
+            moe_fwd(c, L, xn, y, 1, &w, 1);
+        } else {
+            mlp_fwd(c, L, xn, y, 1, gate, up, h, 1);
+        }
         for (int i = 0; i < d; i++) x[i] += y[i];
     }
     al_rmsnorm_fwd(xn, &rstd, x, m->final_norm, 1, d, c->rms_norm_eps);

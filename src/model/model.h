@@ -50,11 +50,22 @@ typedef struct al_param {
 
 /* One layer's tensors. gate/up/down are fp32 arena matrices (dtype
  * AL_DT_F32, 0) for attnlab's models; for a mapped Hugging Face checkpoint
- * they point at the file's read-only bytes in the dtype beside them. */
+ * they point at the file's read-only bytes in the dtype beside them.
+ * A DeepseekV2 mixture-of-experts layer (al_config_layer_moe) has instead
+ * the router `router` [E, d] (mlp.gate.weight) and the routed experts'
+ * matrices experts[3e + 0, 1, 2] = expert e's gate, up [f_e, d] and down
+ * [d, f_e] (mlp.experts.e.*), f_e = moe_intermediate_size; gate/up/down are
+ * then its shared experts (mlp.shared_experts.*, width ffn =
+ * n_shared_experts x f_e; NULL when it has none). Every matrix stays where
+ * the file has it: an expert's pages are read only when a token is routed
+ * to it. */
 typedef struct al_layer_ptrs {
     float *ln1, *ln2, *gate, *up, *down;
     al_attn_layer attn;
     al_dtype gate_dt, up_dt, down_dt;
+    int ffn;         /* width of gate/up/down (intermediate_size for a dense layer) */
+    al_wref router;  /* MoE: the router; .p NULL for a dense layer */
+    al_wref *experts; /* MoE: [3 E] (into al_model.experts) */
 } al_layer_ptrs;
 
 typedef struct al_model {
@@ -71,6 +82,7 @@ typedef struct al_model {
     float *patch_w, *patch_b, *cls, *pos, *cls_w, *cls_b;
     al_layer_ptrs *layers, *glayers; /* glayers: same pointers into g */
     al_rope_table rope, rope_aux; /* tables for the design's rope_dims() */
+    al_wref *experts;             /* [L][3 E] the routed experts of MoE layers (NULL: none) */
     /* A Hugging Face checkpoint (cfg.hf != AL_HF_NONE) is mapped, not copied
      * (hf.c): its matrices stay in the memory-mapped files in their dtype
      * (embed_dt / head_dt, the layers' *_dt), w holds only fp32 copies of
@@ -111,7 +123,9 @@ size_t al_model_matmul_params(const al_model *m);
  * (patch embedding per patch, blocks per token, classifier once) plus
  * bidirectional attention over all 1+P keys. Training: 3x forward. */
 double al_vit_fwd_flops_per_image(const al_model *m);
-/* Training FLOPs per token at context T: 6 x matmul params + causal attention. */
+/* Training FLOPs per token at context T: 6 x matmul params + causal attention
+ * (forward: 2 x; of a MoE layer's routed experts only the
+ * num_experts_per_tok a token runs count). */
 double al_model_train_flops_per_token(const al_model *m, int T);
 double al_model_fwd_flops_per_token(const al_model *m, int T);
 
@@ -165,6 +179,8 @@ typedef struct al_acts {
     float *xnf, *rstdf, *logits, *dlogits;
     float *dres, *dtmp, *dh, *dg, *du, *attn_scratch;
     float *patches;   /* ViT: [B*P, C*p*p] the patch vectors (kept for the patch-embedding gradient) */
+    float *moe;       /* MoE models: the routing's workspace (model.c moe_work) */
+    int *moe_idx;     /* MoE models: chosen experts [N, k] and a row list [N] */
     float *cls_x, *cls_dx; /* ViT: [B, d] the CLS rows of the last residual stream, and their gradient */
     int *tokens, *targets; /* LM: [B*T]; ViT: targets[0..B) hold the labels */
     size_t attn_saved_per_layer;
@@ -230,7 +246,8 @@ typedef struct al_decoder {
     void *cache;              /* [L][capacity][values_per_token] of cache_dt */
     al_dtype cache_dt;        /* AL_DT_F32 or AL_DT_BF16 */
     size_t cache_bytes;
-    float *scratch;           /* x, xn, y, gate, up + the design's decode scratch */
+    float *scratch;           /* x, xn, y, gate, up + the design's decode scratch + MoE routing */
+    int *moe_idx;             /* MoE models: one token's chosen experts and row list */
     int pos;                  /* tokens consumed so far */
 } al_decoder;
 

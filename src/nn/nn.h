@@ -194,6 +194,17 @@ int al_rope_table_init_scaled(al_rope_table *t, int max_pos, int dim, double the
 /* The inverse frequency of pair i of a dim-dimensional rotation (half of
  * them), with sc's scaling: what the table's angles are pos times. */
 double al_rope_inv_freq(int i, int dim, double theta, const al_rope_scaling *sc);
+/* YaRN (sc type AL_ROPE_YARN), as DeepseekV2YarnRotaryEmbedding: with the
+ * correction range [lo, hi] = [floor(c(beta_fast)), ceil(c(beta_slow))]
+ * clipped to [0, dim - 1], c(r) = dim ln(L / (2 pi r)) / (2 ln theta),
+ * L = original_max_position, and ramp(i) = clamp((i - lo) / (hi - lo), 0, 1),
+ * inv_freq(i) = f / factor * ramp + f * (1 - ramp). The table's cos and sin
+ * are then multiplied by al_rope_attention_factor(sc) =
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim), with
+ * al_rope_yarn_mscale(s, m) = 1 for s <= 1, else 0.1 m ln(s) + 1 (such a
+ * table rotates and scales: inference only). 1 for other scalings. */
+double al_rope_yarn_mscale(double factor, double mscale);
+double al_rope_attention_factor(const al_rope_scaling *sc);
 void al_rope_table_free(al_rope_table *t);
 /* In place on x: rows r = 0..rows-1, row r starts at x + r*row_stride and
  * holds n_vec vectors of dimension dim (= 2*tab->half) contiguously; row r is
@@ -223,5 +234,10 @@ void al_embed_bwd(float *dE, const float *dx, const int *tokens, int N, int d);
  * (no loss, zero gradient). */
 double al_xent_fwd_bwd(float *dlogits, const float *logits, const int *targets, int N, int V,
                        float grad_scale);
+
+/* ---- GeGLU (Gemma): h = gelu_tanh(g) * u, inference only ---- */
+void al_geglu_tanh_fwd(float *h, const float *g, const float *u, size_t n);
+/* h = act(g) * u: al_swiglu_fwd or al_geglu_tanh_fwd */
+void al_glu_fwd(al_mlp_act act, float *h, const float *g, const float *u, size_t n);
 
 #endif

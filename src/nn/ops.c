@@ -197,8 +197,37 @@ void al_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const
  * p * theta^(-2i/dim), computed in double and rounded to float once.
  * Returns -1 on bad arguments (dim odd or < 2, max_pos < 1, theta <= 0) or
  * out of memory, leaving *t empty. */
+/* YaRN's yarn_find_correction_dim: the pair index whose wavelength makes
+ * `rotations` turns over L positions. */
+static double yarn_correction_dim(double rotations, int dim, double theta, double L) {
+    return (double)dim * log(L / (rotations * 2.0 * M_PI)) / (2.0 * log(theta));
+}
+
+double al_rope_yarn_mscale(double factor, double mscale) {
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+double al_rope_attention_factor(const al_rope_scaling *sc) {
+    if (!sc || sc->type != AL_ROPE_YARN) return 1.0;
+    return al_rope_yarn_mscale(sc->factor, sc->mscale) / al_rope_yarn_mscale(sc->factor, sc->mscale_all_dim);
+}
+
 double al_rope_inv_freq(int i, int dim, double theta, const al_rope_scaling *sc) {
     const double f = pow(theta, -2.0 * (double)i / (double)dim);
+    if (sc && sc->type == AL_ROPE_YARN) {
+        /* DeepseekV2YarnRotaryEmbedding: pairs below the correction range
+         * keep f (extrapolation), pairs above it take f / factor
+         * (interpolation), a linear ramp in between */
+        const double L = (double)sc->original_max_position;
+        double lo = floor(yarn_correction_dim(sc->beta_fast, dim, theta, L));
+        double hi = ceil(yarn_correction_dim(sc->beta_slow, dim, theta, L));
+        lo = lo > 0 ? lo : 0;
+        hi = hi < dim - 1 ? hi : dim - 1;
+        if (lo == hi) hi += 0.001;
+        double ramp = ((double)i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        return f / sc->factor * ramp + f * (1.0 - ramp);
+    }
     if (!sc || sc->type != AL_ROPE_LLAMA3) return f;
     const double L = (double)sc->original_max_position, wavelen = 2.0 * M_PI / f;
     if (wavelen < L / sc->high_freq_factor) return f;           /* high frequencies: kept */
@@ -226,12 +255,13 @@ int al_rope_table_init_scaled(al_rope_table *t, int max_pos, int dim, double the
         return -1;
     }
     for (int i = 0; i < half; i++) inv[i] = al_rope_inv_freq(i, dim, theta, sc);
+    const double m = al_rope_attention_factor(sc); /* 1 but for yarn */
 #pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
     for (int p = 0; p < max_pos; p++)
         for (int i = 0; i < half; i++) {
             const double a = (double)p * inv[i];
-            c[(size_t)p * half + i] = (float)cos(a);
-            s[(size_t)p * half + i] = (float)sin(a);
+            c[(size_t)p * half + i] = (float)(m * cos(a));
+            s[(size_t)p * half + i] = (float)(m * sin(a));
         }
     free(inv);
     t->max_pos = max_pos;
@@ -506,4 +536,37 @@ double al_xent_fwd_bwd(float *dlogits, const float *logits, const int *targets, 
     for (int n = 0; n < N; n++) total += rl[n];
     free(rl);
     return total;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GeGLU (Gemma)                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* h[n] = gelu_tanh(g[n]) * u[n], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))) (PyTorch's gelu(approximate="tanh"), Gemma's
+ * gelu_pytorch_tanh), computed as x / (1 + exp(-2z)) (the same function:
+ * (1 + tanh z) / 2 = sigmoid(2z)) with al_expf so the loop vectorises and
+ * without the cancellation of 1 + tanh z for negative z; z is clamped to
+ * +-40, where the sigmoid is 0 or 1 in float. Flat blocks as
+ * al_swiglu_fwd; h may equal g or u. */
+void al_geglu_tanh_fwd(float *h, const float *g, const float *u, size_t n) {
+    const long nb = (long)((n + AL_FLAT_BLOCK - 1) / AL_FLAT_BLOCK);
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+#pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
+    for (long b = 0; b < nb; b++) {
+        const size_t i0 = (size_t)b * AL_FLAT_BLOCK;
+        const size_t i1 = i0 + AL_FLAT_BLOCK < n ? i0 + AL_FLAT_BLOCK : n;
+        for (size_t i = i0; i < i1; i++) {
+            const float x = g[i];
+            float z = k0 * (x + k1 * x * x * x);
+            z = z > 40.0f ? 40.0f : z < -40.0f ? -40.0f : z; /* keeps exp finite */
+            h[i] = (x / (1.0f + al_expf(-2.0f * z))) * u[i];
+        }
+    }
+}
+
+/* The MLP's gated product h = act(g) * u for act of the config. */
+void al_glu_fwd(al_mlp_act act, float *h, const float *g, const float *u, size_t n) {
+    if (act == AL_ACT_GELU_TANH) al_geglu_tanh_fwd(h, g, u, n);
+    else al_swiglu_fwd(h, g, u, n);
 }

@@ -177,7 +177,7 @@ w["model.layers.0.mlp.experts.0.up_proj.weight"] = np.zeros((4, 4))
 M.write_checkpoint(sys.argv[2], cfg, w, "BF16")
 EOF
 d=$(damaged arch llama) && edit_json "$d/config.json" 'j["architectures"] = ["GPT2LMHeadModel"]'
-d=$(damaged yarn ds) && edit_json "$d/config.json" \
+d=$(damaged yarn llama) && edit_json "$d/config.json" \
     'j["rope_scaling"] = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}'
 d=$(damaged moe ds) && edit_json "$d/config.json" \
     'j.update(n_routed_experts=64, first_k_dense_replace=1, moe_layer_freq=1)'

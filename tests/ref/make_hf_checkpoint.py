@@ -3,8 +3,9 @@
 
 Written from the Hugging Face conventions only (config.json keys, tensor
 names and shapes of transformers' LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM and DeepseekV2ForCausalLM, the safetensors format and the
-sharded index of save_pretrained); no attnlab code is read or imported.
+Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and
+DeepseekV2ForCausalLM, the safetensors format and the sharded index of
+save_pretrained); no attnlab code is read or imported.
 
 * make_case(...) -> (config, weights): a config.json dict without attnlab's
   block (so attnlab treats it as a foreign checkpoint) and float32-exact
@@ -21,11 +22,34 @@ sharded index of save_pretrained); no attnlab code is read or imported.
   _compute_llama3_parameters frequencies, repeat_kv for GQA, Qwen2's q/k/v
   biases, DeepseekV2's MLA with its q/k rope parts de-interleaved before
   rotate-half, softmax scale 1/sqrt(qk_nope + qk_rope), SwiGLU MLP, tied or
-  separate lm_head).
+  separate lm_head), and:
+  - modeling_qwen3.py: Qwen3Attention's q_norm / k_norm (Qwen3RMSNorm over
+    head_dim, per head) after the q/k projections and before
+    apply_rotary_pos_emb; no biases;
+  - modeling_gemma.py: GemmaRMSNorm (x * rsqrt(mean x^2 + eps) in float32,
+    times 1 + weight), GemmaModel's embeddings times
+    normalizer = tensor(hidden_size ** 0.5, dtype of the model), GemmaMLP
+    down(gelu_pytorch_tanh(gate(x)) * up(x)), head_dim from the config,
+    tied lm_head;
+  - DeepSeek-V2's modeling_deepseek.py (the remote code of the releases):
+    DeepseekV2YarnRotaryEmbedding (yarn_find_correction_range with
+    beta_fast / beta_slow, yarn_linear_ramp_mask, inv_freq =
+    freq_inter * (1 - mask) + freq_extra * mask, cos and sin times
+    _mscale = yarn_get_mscale(factor, mscale) /
+    yarn_get_mscale(factor, mscale_all_dim)), DeepseekV2Attention's
+    softmax_scale *= yarn_get_mscale(factor, mscale_all_dim) ** 2, MoEGate
+    (softmax scores in float32, topk_method greedy / group_limited_greedy
+    with n_group and topk_group, norm_topk_prob with + 1e-20, else
+    routed_scaling_factor), DeepseekV2MoE (routed experts of width
+    moe_intermediate_size weighted and summed, plus shared_experts of width
+    n_shared_experts * moe_intermediate_size) in the layers with
+    l >= first_k_dense_replace and l % moe_layer_freq == 0.
 
 Run as a script it writes one checkpoint: make_hf_checkpoint.py OUT_DIR
-[--family llama|mistral|qwen2|deepseek_v2] [--dtype F32|BF16|F16]
-[--shards N] [--seed S].
+[--family llama|mistral|qwen2|qwen3|gemma|deepseek_v2] [--dtype F32|BF16|F16]
+[--shards N] [--seed S], or with --deepseek-v2-lite-layers L a BF16
+checkpoint of DeepSeek-V2-Lite's shapes with L layers (random weights
+written tensor by tensor; 2 layers: 2.1 GB).
 """
 import argparse
 import json
@@ -41,7 +65,8 @@ import torch.nn.functional as F
 # Configs and parameter shapes
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-        "qwen2": "Qwen2ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM"}
+        "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM",
+        "deepseek_v2": "DeepseekV2ForCausalLM"}
 
 
 def make_config(family, d=32, f=48, L=2, H=4, G=2, head_dim=None, vocab=300, tied=False,
@@ -63,10 +88,16 @@ def make_config(family, d=32, f=48, L=2, H=4, G=2, head_dim=None, vocab=300, tie
         cfg["pretraining_tp"] = 1
     if family == "mistral":
         cfg["sliding_window"] = None
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3"):
         cfg["use_sliding_window"] = False
         cfg["sliding_window"] = max_pos
         cfg["max_window_layers"] = L
+    if family == "qwen3":
+        cfg["attention_bias"] = False
+    if family == "gemma":
+        cfg["hidden_act"] = "gelu"  # as Gemma-2B's config; GemmaMLP runs gelu_pytorch_tanh
+        cfg["hidden_activation"] = "gelu_pytorch_tanh"
+        cfg["attention_bias"] = False
     if family == "deepseek_v2":
         cfg.update({"kv_lora_rank": 16, "q_lora_rank": None, "qk_nope_head_dim": 8,
                     "qk_rope_head_dim": 4, "v_head_dim": 6, "n_routed_experts": None,
@@ -84,6 +115,18 @@ def head_dim_of(cfg):
     return hd if hd else cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
+def is_moe_layer(cfg, n):
+    """DeepseekV2DecoderLayer's rule for a DeepseekV2MoE MLP."""
+    return (cfg.get("n_routed_experts") is not None and n >= cfg.get("first_k_dense_replace", 0)
+            and n % cfg.get("moe_layer_freq", 1) == 0)
+
+
+def mlp_shapes(s, p, d, f):
+    s[p + "gate_proj.weight"] = (f, d)
+    s[p + "up_proj.weight"] = (f, d)
+    s[p + "down_proj.weight"] = (d, f)
+
+
 def param_shapes(cfg):
     """{HF tensor name: shape} of every tensor a checkpoint of cfg holds."""
     fam = cfg["model_type"]
@@ -94,9 +137,15 @@ def param_shapes(cfg):
         p = "model.layers.%d." % n
         s[p + "input_layernorm.weight"] = (d,)
         s[p + "post_attention_layernorm.weight"] = (d,)
-        s[p + "mlp.gate_proj.weight"] = (f, d)
-        s[p + "mlp.up_proj.weight"] = (f, d)
-        s[p + "mlp.down_proj.weight"] = (d, f)
+        if fam == "deepseek_v2" and is_moe_layer(cfg, n):
+            fe, E = cfg["moe_intermediate_size"], cfg["n_routed_experts"]
+            s[p + "mlp.gate.weight"] = (E, d)
+            for e in range(E):
+                mlp_shapes(s, p + "mlp.experts.%d." % e, d, fe)
+            if cfg.get("n_shared_experts"):
+                mlp_shapes(s, p + "mlp.shared_experts.", d, fe * cfg["n_shared_experts"])
+        else:
+            mlp_shapes(s, p + "mlp.", d, f)
         a = p + "self_attn."
         if fam == "deepseek_v2":
             dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
@@ -121,6 +170,9 @@ def param_shapes(cfg):
                 s[a + "q_proj.bias"] = (H * dh,)
                 s[a + "k_proj.bias"] = (G * dh,)
                 s[a + "v_proj.bias"] = (G * dh,)
+            if fam == "qwen3":
+                s[a + "q_norm.weight"] = (dh,)
+                s[a + "k_norm.weight"] = (dh,)
     if not cfg["tie_word_embeddings"]:
         s["lm_head.weight"] = (V, d)
     return s
@@ -138,6 +190,8 @@ def random_weights(cfg, rng):
             w = 0.1 * x
         elif "embed_tokens" in name:
             w = 0.5 * x
+        elif name.endswith("mlp.gate.weight"):
+            w = 3.0 * x / math.sqrt(shape[1])  # routers: scores well apart, so float32 picks the same experts
         else:
             w = x / math.sqrt(shape[1])
         out[name] = w.astype(np.float32).astype(np.float64)
@@ -246,19 +300,54 @@ def write_checkpoint(path, cfg, weights, dtype="F32", shards=1, misalign=False, 
 # Reference forward (float64), after transformers' modeling code
 
 
-def rms_norm(x, w, eps):
-    """LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w."""
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+def rms_norm(x, w, eps, unit_offset=False):
+    """LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w; GemmaRMSNorm (unit_offset)
+    scales by 1 + w."""
+    return (1.0 + w if unit_offset else w) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def yarn_get_mscale(scale, mscale):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_params(rs):
+    """DeepseekV2YarnRotaryEmbedding's arguments with their defaults."""
+    return (rs["factor"], rs.get("original_max_position_embeddings", 4096), rs.get("beta_fast", 32),
+            rs.get("beta_slow", 1), rs.get("mscale", 1), rs.get("mscale_all_dim", 0))
+
+
+def yarn_inv_freq(base, dim, rs):
+    """DeepseekV2YarnRotaryEmbedding._set_cos_sin_cache's inv_freq (float64)."""
+    factor, old, beta_fast, beta_slow, _, _ = yarn_params(rs)
+
+    def corr_dim(rot):  # yarn_find_correction_dim
+        return (dim * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(base))
+    low = max(math.floor(corr_dim(beta_fast)), 0)  # yarn_find_correction_range
+    high = min(math.ceil(corr_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    mask = 1.0 - ramp  # inv_freq_mask
+    pw = base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    freq_extra, freq_inter = 1.0 / pw, 1.0 / (factor * pw)
+    return freq_inter * (1 - mask) + freq_extra * mask
+
+
+def rope_type(cfg):
+    rs = cfg.get("rope_scaling")
+    return None if not rs else rs.get("rope_type", rs.get("type"))
 
 
 def inv_freq(cfg, dim):
     """_compute_default_rope_parameters, then _compute_llama3_parameters when
-    rope_scaling says llama3."""
+    rope_scaling says llama3 (DeepseekV2's yarn: yarn_inv_freq)."""
     base = cfg.get("rope_theta", 10000.0)
     f = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     rs = cfg.get("rope_scaling")
     if not rs or rs.get("rope_type", rs.get("type")) in (None, "default"):
         return f
+    if rope_type(cfg) == "yarn":
+        return yarn_inv_freq(base, dim, rs)
     assert rs.get("rope_type", rs.get("type")) == "llama3"
     factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
     old = rs["original_max_position_embeddings"]
@@ -275,6 +364,10 @@ def cos_sin(cfg, T, dim):
     """LlamaRotaryEmbedding: emb = cat(freqs, freqs); cos, sin [T, dim]."""
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq(cfg, dim))
     emb = torch.cat((freqs, freqs), dim=-1)
+    if rope_type(cfg) == "yarn":  # DeepseekV2YarnRotaryEmbedding: cos, sin times _mscale
+        factor, _, _, _, mscale, mscale_all_dim = yarn_params(cfg["rope_scaling"])
+        m = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+        return emb.cos() * m, emb.sin() * m
     return emb.cos(), emb.sin()
 
 
@@ -296,16 +389,24 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(b, g, n_rep, t, dh).reshape(b, g * n_rep, t, dh)
 
 
+# When a list, causal_attention appends each layer's weights [B, H, T, T] to it.
+RECORD = None
+
+
 def causal_attention(q, k, v, scale):
     """softmax(q k^T * scale + causal mask) v; q, k, v [B, H, T, .]."""
     T = q.shape[2]
     s = (q @ k.transpose(2, 3)) * scale
     mask = torch.full((T, T), float("-inf"), dtype=s.dtype).triu(1)
-    return torch.softmax(s + mask, dim=-1) @ v
+    probs = torch.softmax(s + mask, dim=-1)
+    if RECORD is not None:
+        RECORD.append(probs)
+    return probs @ v
 
 
 def llama_attention(cfg, p, pre, h):
-    """LlamaAttention / MistralAttention / Qwen2Attention (q/k/v biases)."""
+    """LlamaAttention / MistralAttention / Qwen2Attention (q/k/v biases) /
+    Qwen3Attention (q/k norms) / GemmaAttention (scaling head_dim ** -0.5)."""
     B, T, _ = h.shape
     H, G, dh = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim_of(cfg)
 
@@ -315,8 +416,12 @@ def llama_attention(cfg, p, pre, h):
             y = y + p[pre + name + ".bias"]
         return y
 
-    q = proj("q_proj").view(B, T, H, dh).transpose(1, 2)
-    k = proj("k_proj").view(B, T, G, dh).transpose(1, 2)
+    q = proj("q_proj").view(B, T, H, dh)
+    k = proj("k_proj").view(B, T, G, dh)
+    if cfg["model_type"] == "qwen3":  # Qwen3Attention: q_norm / k_norm per head, before RoPE
+        q = rms_norm(q, p[pre + "q_norm.weight"], cfg["rms_norm_eps"])
+        k = rms_norm(k, p[pre + "k_norm.weight"], cfg["rms_norm_eps"])
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = proj("v_proj").view(B, T, G, dh).transpose(1, 2)
     cos, sin = cos_sin(cfg, T, dh)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -356,22 +461,79 @@ def deepseek_attention(cfg, p, pre, h):
     q_pe, k_pe = deepseek_rotary(q_pe, cos, sin), deepseek_rotary(k_pe, cos, sin)
     qs = torch.cat([q_nope, q_pe], dim=-1)
     ks = torch.cat([k_nope, k_pe.expand(B, H, T, dr)], dim=-1)
-    o = causal_attention(qs, ks, v, (dn + dr) ** -0.5)
+    scale = (dn + dr) ** -0.5
+    if rope_type(cfg) == "yarn" and yarn_params(cfg["rope_scaling"])[5]:  # DeepseekV2Attention's correction
+        factor, mscale_all_dim = cfg["rope_scaling"]["factor"], cfg["rope_scaling"]["mscale_all_dim"]
+        scale = scale * yarn_get_mscale(factor, mscale_all_dim) ** 2
+    o = causal_attention(qs, ks, v, scale)
     return o.transpose(1, 2).reshape(B, T, H * dv) @ p[pre + "o_proj.weight"].T
 
 
-def forward(cfg, p, tokens):
-    """Logits [B, T, V] (float64) of integer tokens [B, T]; p {name: tensor}."""
-    eps = cfg["rms_norm_eps"]
-    attention = deepseek_attention if cfg["model_type"] == "deepseek_v2" else llama_attention
+def mlp(cfg, p, m, h):
+    """LlamaMLP / DeepseekV2MLP: down(silu(gate(h)) * up(h)); GemmaMLP with
+    gelu_pytorch_tanh."""
+    g = h @ p[m + "gate_proj.weight"].T
+    act = F.gelu(g, approximate="tanh") if cfg["model_type"] == "gemma" else F.silu(g)
+    return (act * (h @ p[m + "up_proj.weight"].T)) @ p[m + "down_proj.weight"].T
+
+
+def moe_gate(cfg, p, m, h):
+    """MoEGate.forward: (topk_idx, topk_weight) [N, k] of rows h [N, d]."""
+    k, E = cfg["num_experts_per_tok"], cfg["n_routed_experts"]
+    scores = torch.softmax(h @ p[m + "gate.weight"].T, dim=-1)
+    method = cfg.get("topk_method", "greedy")
+    if method == "group_limited_greedy":
+        G, tg = cfg["n_group"], cfg["topk_group"]
+        group_scores = scores.view(h.shape[0], G, -1).max(dim=-1).values
+        group_idx = torch.topk(group_scores, k=tg, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores)
+        group_mask.scatter_(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(h.shape[0], G, E // G).reshape(h.shape[0], -1)
+        scores = scores.masked_fill(~score_mask.bool(), 0.0)
+    else:
+        assert method == "greedy"
+    w, idx = torch.topk(scores, k=k, dim=-1, sorted=False)
+    if k > 1 and cfg.get("norm_topk_prob"):
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    else:
+        w = w * cfg.get("routed_scaling_factor", 1.0)
+    return idx, w
+
+
+def moe(cfg, p, m, h):
+    """DeepseekV2MoE.forward (moe_infer): each token's experts weighted and
+    summed, plus the shared experts."""
+    B, T, d = h.shape
+    rows = h.reshape(-1, d)
+    idx, w = moe_gate(cfg, p, m, rows)
+    y = torch.zeros_like(rows)
+    for n in range(rows.shape[0]):
+        for j in range(idx.shape[1]):
+            e = int(idx[n, j])
+            y[n] += w[n, j] * mlp(cfg, p, m + "experts.%d." % e, rows[n:n + 1])[0]
+    if cfg.get("n_shared_experts"):
+        y = y + mlp(cfg, p, m + "shared_experts.", rows)
+    return y.view(B, T, d)
+
+
+def forward(cfg, p, tokens, dtype="F32"):
+    """Logits [B, T, V] (float64) of integer tokens [B, T]; p {name: tensor};
+    dtype: the checkpoint's (Gemma's embedding normalizer is a number of it)."""
+    eps, fam = cfg["rms_norm_eps"], cfg["model_type"]
+    gemma = fam == "gemma"
+    attention = deepseek_attention if fam == "deepseek_v2" else llama_attention
     x = p["model.embed_tokens.weight"][tokens]
+    if gemma:  # GemmaModel: normalizer = torch.tensor(hidden_size ** 0.5, dtype=hidden_states.dtype)
+        x = x * float(round_to(np.array([cfg["hidden_size"] ** 0.5]), dtype)[0])
     for n in range(cfg["num_hidden_layers"]):
         pre = "model.layers.%d." % n
-        x = x + attention(cfg, p, pre + "self_attn.", rms_norm(x, p[pre + "input_layernorm.weight"], eps))
-        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        m = pre + "mlp."
-        x = x + (F.silu(h @ p[m + "gate_proj.weight"].T) * (h @ p[m + "up_proj.weight"].T)) @ p[m + "down_proj.weight"].T
-    x = rms_norm(x, p["model.norm.weight"], eps)
+        x = x + attention(cfg, p, pre + "self_attn.", rms_norm(x, p[pre + "input_layernorm.weight"], eps, gemma))
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps, gemma)
+        if fam == "deepseek_v2" and is_moe_layer(cfg, n):
+            x = x + moe(cfg, p, pre + "mlp.", h)
+        else:
+            x = x + mlp(cfg, p, pre + "mlp.", h)
+    x = rms_norm(x, p["model.norm.weight"], eps, gemma)
     head = p["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else p["lm_head.weight"]
     return x @ head.T
 
@@ -380,7 +542,62 @@ def reference_logits(cfg, weights, tokens, dtype="F32"):
     """Logits [B, T, V] as numpy float64, on the weights as stored in dtype."""
     p = {k: torch.tensor(round_to(v, dtype), dtype=torch.float64) for k, v in weights.items()}
     with torch.no_grad():
-        return forward(cfg, p, torch.tensor(np.asarray(tokens), dtype=torch.long)).numpy()
+        return forward(cfg, p, torch.tensor(np.asarray(tokens), dtype=torch.long), dtype).numpy()
+
+
+def reference_attention(cfg, weights, tokens, dtype="F32"):
+    """Every layer's attention weights [B, H, T, T] (numpy float64) of the
+    reference forward on tokens [B, T]."""
+    global RECORD
+    RECORD = []
+    try:
+        reference_logits(cfg, weights, tokens, dtype)
+        return [x.numpy() for x in RECORD]
+    finally:
+        RECORD = None
+
+
+def deepseek_v2_lite_config(layers):
+    """DeepSeek-V2-Lite's published config.json with `layers` layers (layer
+    0 dense, the others MoE with 64 experts)."""
+    cfg = make_config("deepseek_v2", d=2048, f=10944, L=layers, H=16, vocab=102400, max_pos=163840, theta=10000.0,
+                      kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                      v_head_dim=128, n_routed_experts=64, num_experts_per_tok=6, n_shared_experts=2,
+                      moe_intermediate_size=1408, first_k_dense_replace=1, moe_layer_freq=1,
+                      topk_method="greedy", n_group=1, topk_group=1, norm_topk_prob=False,
+                      routed_scaling_factor=1.0, scoring_func="softmax",
+                      rope_scaling={"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                                    "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707})
+    cfg["num_key_value_heads"] = 16
+    return cfg
+
+
+def write_random_bf16(path, cfg, seed):
+    """A BF16 model.safetensors of random weights for cfg written tensor by
+    tensor (a large model never sits in memory): gains 1 + 0.1 N, matrices
+    N / sqrt(fan_in) (embedding 0.5 N). Returns the file's size."""
+    rng = np.random.default_rng(seed)
+    shapes = param_shapes(cfg)
+    header, pos = {"__metadata__": {"format": "pt"}}, 0
+    for name in sorted(shapes):
+        n = int(np.prod(shapes[name])) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shapes[name]), "data_offsets": [pos, pos + n]}
+        pos += n
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(h)))
+        fh.write(h)
+        for name in sorted(shapes):
+            shape = shapes[name]
+            scale = 0.1 if len(shape) == 1 else 0.5 if "embed_tokens" in name else 1 / math.sqrt(shape[1])
+            rows = max(1, (1 << 22) // (shape[1] if len(shape) > 1 else 1))
+            for r0 in range(0, shape[0], rows):
+                x = rng.standard_normal((min(rows, shape[0] - r0),) + tuple(shape[1:]), dtype=np.float32) * scale
+                if len(shape) == 1:
+                    x += 1.0
+                fh.write(bf16_bits(x).astype("<u2").tobytes())
+    return 8 + len(h) + pos
 
 
 def main():
@@ -390,7 +607,18 @@ def main():
     ap.add_argument("--dtype", default="BF16", choices=["F32", "BF16", "F16"])
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deepseek-v2-lite-layers", type=int, default=0, metavar="L",
+                    help="write a BF16 checkpoint of DeepSeek-V2-Lite's shapes with L layers instead")
     a = ap.parse_args()
+    if a.deepseek_v2_lite_layers:
+        cfg = deepseek_v2_lite_config(a.deepseek_v2_lite_layers)
+        os.makedirs(a.out, exist_ok=True)
+        write_byte_tokenizer(a.out)
+        with open(os.path.join(a.out, "config.json"), "w") as fh:
+            json.dump(dict(cfg, torch_dtype="bfloat16"), fh, indent=2)
+        n = write_random_bf16(os.path.join(a.out, "model.safetensors"), cfg, a.seed)
+        print("wrote %s (DeepSeek-V2-Lite shapes, %d layers, BF16, %d bytes)" % (a.out, a.deepseek_v2_lite_layers, n))
+        return
     cfg = make_config(a.family)
     write_checkpoint(a.out, cfg, random_weights(cfg, np.random.default_rng(a.seed)), a.dtype, a.shards)
     print("wrote %s (%s, %s, %d shard(s))" % (a.out, ARCH[a.family], a.dtype, a.shards))

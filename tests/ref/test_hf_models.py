@@ -17,7 +17,21 @@ PyTorch forward written from the HF modeling code of each family:
      positions, run at exactly the window;
    - Qwen2ForCausalLM: q/k/v biases, tied BF16 in 2 shards, and MQA F32;
    - DeepseekV2ForCausalLM (dense MLA): q_lora_rank null F32 untied, and set,
-     tied, BF16 in 2 shards;
+     tied, BF16 in 2 shards; YaRN rope_scaling with a cos/sin factor other
+     than 1 (F32);
+   - Qwen3ForCausalLM (modeling_qwen3.py: Qwen3Attention's q_norm / k_norm
+     before apply_rotary_pos_emb): head_dim 12 != hidden/heads F32, MQA tied
+     BF16 in 2 shards;
+   - GemmaForCausalLM (modeling_gemma.py: GemmaRMSNorm's 1 + weight,
+     GemmaModel's normalizer in the checkpoint dtype, GemmaMLP with
+     gelu_pytorch_tanh, tied head): MQA with head_dim 16 BF16, GQA F16;
+   - DeepseekV2ForCausalLM with experts (the releases' modeling_deepseek.py:
+     DeepseekV2YarnRotaryEmbedding, yarn_find_correction_range,
+     yarn_linear_ramp_mask, yarn_get_mscale, DeepseekV2Attention's
+     softmax_scale, MoEGate, DeepseekV2MoE.moe_infer): Lite's routing and
+     YaRN (greedy, routed_scaling_factor, 2 shared experts, first layer
+     dense) BF16 in 2 shards, and group_limited_greedy with norm_topk_prob,
+     no shared experts, every other layer MoE (F32);
    - again with the plain-C kernels and the fp32-panel path forced
      (ATTNLAB_CPU=generic, AL_WMAT_PANEL_ROWS=16) on BF16 and F16 cases,
      and with the AVX2 kernels (ATTNLAB_CPU=avx2).
@@ -31,6 +45,8 @@ PyTorch forward written from the HF modeling code of each family:
    of the reference, as far as the reference's top two logits are clearly
    apart.
 4. `attnlab info --json`: architecture, dtype, mapped and copied bytes.
+5. `attnlab attnmap` on Qwen3, Gemma and DeepSeek-V2 (YaRN, MoE): the maps
+   of layer 1 against the reference's softmax weights; `attnlab heads` runs.
 
 --self-test checks the reference itself: llama3 frequencies against the
 formula evaluated by hand, DeepseekV2's de-interleave + rotate-half against
@@ -58,6 +74,25 @@ TOL = 1e-4
 TOL_BF16_CACHE = 3e-2  # decode with a BF16 KV cache (measured below 1e-2)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
+# DeepseekV2 YaRN: with qk_rope_head_dim 16 and 32 original positions the
+# correction range is pairs [0, 2], so one pair keeps its frequency, one
+# blends and six are interpolated; YARN_LITE has DeepSeek-V2-Lite's factor
+# and mscales (cos/sin factor 1, softmax scale x 1.26^2), YARN_MSCALE a
+# cos/sin factor other than 1
+YARN_LITE = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 32, "beta_fast": 32,
+             "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
+YARN_MSCALE = {"type": "yarn", "factor": 16, "original_max_position_embeddings": 32, "mscale": 1.0,
+               "mscale_all_dim": 0.5}
+# DeepseekV2MoE: Lite's routing (greedy, no renormalisation, a scaling
+# factor, 2 shared experts, the first layer dense), and group-limited routing
+# with renormalised weights, no shared experts, every other layer MoE
+MOE_LITE = {"L": 3, "n_routed_experts": 8, "num_experts_per_tok": 3, "n_shared_experts": 2,
+            "moe_intermediate_size": 10, "first_k_dense_replace": 1, "moe_layer_freq": 1, "topk_method": "greedy",
+            "n_group": 1, "topk_group": 1, "norm_topk_prob": False, "routed_scaling_factor": 1.5,
+            "scoring_func": "softmax", "qk_rope_head_dim": 16, "rope_scaling": YARN_LITE}
+MOE_GROUP = {"L": 3, "n_routed_experts": 8, "num_experts_per_tok": 3, "n_shared_experts": None,
+             "moe_intermediate_size": 12, "first_k_dense_replace": 0, "moe_layer_freq": 2,
+             "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2, "norm_topk_prob": True}
 FORCED = {"ATTNLAB_CPU": "generic", "AL_WMAT_PANEL_ROWS": "16"}
 AVX2 = {"ATTNLAB_CPU": "avx2"}
 
@@ -77,6 +112,14 @@ CASES = [
     ("deepseek_v2_f32", "deepseek_v2", {}, "F32", 1, False, 12, None),
     ("deepseek_v2_qlora_tied_bf16_2shards", "deepseek_v2", {"q_lora_rank": 12, "tied": True},
      "BF16", 2, False, 16, None),
+    ("qwen3_headdim12_f32", "qwen3", {"G": 2, "head_dim": 12}, "F32", 1, False, 13, None),
+    ("qwen3_mqa_tied_bf16_2shards", "qwen3", {"G": 1, "head_dim": 16, "tied": True}, "BF16", 2, False, 11, None),
+    ("gemma_mqa_bf16", "gemma", {"G": 1, "head_dim": 16, "tied": True}, "BF16", 1, False, 14, None),
+    ("gemma_gqa_f16", "gemma", {"G": 2, "d": 24, "tied": True}, "F16", 1, False, 10, None),
+    ("deepseek_v2_yarn_mscale_f32", "deepseek_v2", {"qk_rope_head_dim": 16, "rope_scaling": YARN_MSCALE},
+     "F32", 1, False, 20, None),
+    ("deepseek_v2_lite_moe_yarn_bf16_2shards", "deepseek_v2", MOE_LITE, "BF16", 2, False, 16, None),
+    ("deepseek_v2_moe_group_f32", "deepseek_v2", MOE_GROUP, "F32", 1, False, 12, None),
     ("llama_mqa_bf16_portable_panels", "llama", {"G": 1, "vocab": 333}, "BF16", 1, False, 13, FORCED),
     ("llama_headdim12_f16_portable_panels", "llama", {"G": 2, "head_dim": 12}, "F16", 1, False, 11, FORCED),
     ("qwen2_bias_tied_bf16_2shards_portable_panels", "qwen2", {"G": 2, "tied": True}, "BF16", 2, False, 14, FORCED),
@@ -86,9 +129,16 @@ CASES = [
     ("llama_headdim12_f16_avx2", "llama", {"G": 2, "head_dim": 12}, "F16", 1, False, 11, AVX2),
     ("deepseek_v2_qlora_tied_bf16_2shards_avx2", "deepseek_v2", {"q_lora_rank": 12, "tied": True},
      "BF16", 2, False, 16, AVX2),
+    ("gemma_mqa_bf16_portable_panels", "gemma", {"G": 1, "head_dim": 16, "tied": True}, "BF16", 1, False, 14, FORCED),
+    ("deepseek_v2_lite_moe_yarn_bf16_2shards_portable_panels", "deepseek_v2", MOE_LITE, "BF16", 2, False, 16, FORCED),
+    ("qwen3_mqa_tied_bf16_2shards_avx2", "qwen3", {"G": 1, "head_dim": 16, "tied": True}, "BF16", 2, False, 11,
+     AVX2),
 ]
-EVALS = ["llama_gqa_f32", "llama3_rope_bf16", "qwen2_bias_tied_bf16_2shards", "deepseek_v2_qlora_tied_bf16_2shards"]
-GENERATES = ["mistral_f32", "deepseek_v2_f32"]
+EVALS = ["llama_gqa_f32", "llama3_rope_bf16", "qwen2_bias_tied_bf16_2shards", "deepseek_v2_qlora_tied_bf16_2shards",
+         "qwen3_mqa_tied_bf16_2shards", "gemma_mqa_bf16", "deepseek_v2_lite_moe_yarn_bf16_2shards"]
+GENERATES = ["mistral_f32", "deepseek_v2_f32", "qwen3_headdim12_f32", "gemma_gqa_f16", "deepseek_v2_moe_group_f32"]
+# attention maps against the reference's weights, and `heads` runs
+MAPS = ["qwen3_headdim12_f32", "gemma_mqa_bf16", "deepseek_v2_yarn_mscale_f32", "deepseek_v2_lite_moe_yarn_bf16_2shards"]
 
 
 def build(spec, rng):
@@ -204,6 +254,30 @@ def check_info(chk, args, tag, spec, cfg, weights):
         chk.ok("info_" + tag, "%s %s, %d bytes mapped in place" % (want["architecture"], spec[3], mapped))
 
 
+def check_maps(chk, args, tag, spec, cfg, weights, rng):
+    """`attnlab attnmap` (layer 1, heads 0 and last) against the reference's
+    softmax weights on the same bytes; `attnlab heads` runs and writes its
+    figure and table."""
+    d = os.path.join(args.workdir, tag)
+    T, H = spec[6], cfg["num_attention_heads"]
+    data = rng.integers(32, 127, size=T).astype(np.uint8)
+    text_path, stem = os.path.join(d, "map_text.txt"), os.path.join(d, "map")
+    data.tofile(text_path)
+    ok, err, _ = run_env([args.attnlab, "attnmap", "--model", d, "--text", text_path, "--layer", "1",
+                          "--head", "0,%d" % (H - 1), "--max-tokens", str(T), "--out", stem + ".png"])
+    if not ok:
+        chk.fail("attnmap_" + tag, "attnlab attnmap failed: " + err.strip())
+    else:
+        ref = M.reference_attention(cfg, weights, data[None, :].astype(np.int64), spec[3])[1][0]
+        chk.compare("attnmap_%s/weights" % tag, R.read_npy(stem + ".npy"), ref[[0, H - 1]], tol=TOL)
+    out = os.path.join(d, "heads.png")
+    ok, err, _ = run_env([args.attnlab, "heads", "--model", d, "--out", out])
+    if ok and os.path.getsize(out) > 0:
+        chk.ok("heads_" + tag, "attnlab heads wrote %s" % os.path.basename(out))
+    else:
+        chk.fail("heads_" + tag, "attnlab heads failed: " + err.strip())
+
+
 def check_eval_bpe(chk, args, tag, spec, cfg, weights):
     """The tokenizer joined to a checkpoint: a byte-level BPE tokenizer.json
     with merges learned here (ids above 255 up to the model's vocabulary),
@@ -255,6 +329,9 @@ def main_checks(args):
     if harness.cli_available(args.attnlab, "generate"):
         for tag in GENERATES:
             check_generate(chk, args, tag, specs[tag], *built[tag])
+    if harness.cli_available(args.attnlab, "attnmap") and harness.cli_available(args.attnlab, "heads"):
+        for tag in MAPS:
+            check_maps(chk, args, tag, specs[tag], *built[tag], rng)
     if harness.cli_available(args.attnlab, "info"):
         check_info(chk, args, "qwen2_bias_tied_bf16_2shards", specs["qwen2_bias_tied_bf16_2shards"],
                    *built["qwen2_bias_tied_bf16_2shards"])

@@ -14,7 +14,12 @@
  *   - inference activations give the training forward's logits bit for bit;
  *   - a mapped model refuses gradients and saving;
  *   - config.json of each family: refusals by name, Mistral's window,
- *     Qwen2's biases, vocabularies; llama3 RoPE frequencies by hand.
+ *     Qwen2's biases, vocabularies; llama3 RoPE frequencies by hand;
+ *   - the releases' config.json (Gemma-2B, Qwen3-0.6B, DeepSeek-V2-Lite,
+ *     published values) parse into their behaviours and lay out parameter
+ *     tables of the published sizes; YaRN frequencies of Lite by hand; what
+ *     is still unsupported is refused by name;
+ *   - Gemma's GeGLU kernel against the formula in double.
  */
 #include <math.h>
 #include <stdio.h>
@@ -319,8 +324,10 @@ static void check_configs(void) {
     tu_expect_config_error("unsupported rope_scaling type 'dynamic'", 0,
                            "{\"architectures\":[\"LlamaForCausalLM\"]," HF_BASE
                            ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}}");
+    /* yarn is DeepseekV2's (accepted there: check_release_configs) */
     tu_expect_config_error("unsupported rope_scaling type 'yarn'", 0,
-                           "{" DS_BASE ",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40}}");
+                           "{\"architectures\":[\"LlamaForCausalLM\"]," HF_BASE
+                           ",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40}}");
     tu_expect_config_error("rope_scaling factor must be >= 1", 0,
                            "{\"architectures\":[\"LlamaForCausalLM\"]," HF_BASE
                            ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":0.5,\"low_freq_factor\":1,"
@@ -342,6 +349,180 @@ static void check_configs(void) {
                            "{\"architectures\":[\"MistralForCausalLM\"]," HF_BASE ",\"sliding_window\":0}");
     tu_expect_config_error("goes with attnlab's own architectures", 0,
                            "{\"architectures\":[\"Qwen2ForCausalLM\"]," HF_BASE ",\"attnlab\":{\"attention\":\"gqa\"}}");
+}
+
+/* ---- the releases' config.json (published values, no weights) ---- */
+
+/* google/gemma-2b */
+static const char gemma_2b[] =
+    "{\"architectures\":[\"GemmaForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":2,\"eos_token_id\":1,\"head_dim\":256,\"hidden_act\":\"gelu\","
+    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":2048,\"initializer_range\":0.02,"
+    "\"intermediate_size\":16384,\"max_position_embeddings\":8192,\"model_type\":\"gemma\","
+    "\"num_attention_heads\":8,\"num_hidden_layers\":18,\"num_key_value_heads\":1,\"pad_token_id\":0,"
+    "\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":10000.0,\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.38.0.dev0\",\"use_cache\":true,\"vocab_size\":256000}";
+/* Qwen/Qwen3-0.6B */
+static const char qwen3_06b[] =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\","
+    "\"hidden_size\":1024,\"initializer_range\":0.02,\"intermediate_size\":3072,"
+    "\"max_position_embeddings\":40960,\"max_window_layers\":28,\"model_type\":\"qwen3\","
+    "\"num_attention_heads\":16,\"num_hidden_layers\":28,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-06,"
+    "\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_window\":null,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.51.0\",\"use_cache\":true,"
+    "\"use_sliding_window\":false,\"vocab_size\":151936}";
+/* deepseek-ai/DeepSeek-V2-Lite (auto_map left out) */
+static const char deepseek_v2_lite[] =
+    "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"aux_loss_alpha\":0.001,\"bos_token_id\":100000,\"eos_token_id\":100001,\"first_k_dense_replace\":1,"
+    "\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":10944,"
+    "\"kv_lora_rank\":512,\"max_position_embeddings\":163840,\"model_type\":\"deepseek_v2\","
+    "\"moe_intermediate_size\":1408,\"moe_layer_freq\":1,\"n_group\":1,\"n_routed_experts\":64,"
+    "\"n_shared_experts\":2,\"norm_topk_prob\":false,\"num_attention_heads\":16,\"num_experts_per_tok\":6,"
+    "\"num_hidden_layers\":27,\"num_key_value_heads\":16,\"pretraining_tp\":1,\"q_lora_rank\":null,"
+    "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"rms_norm_eps\":1e-06,"
+    "\"rope_scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,\"mscale\":0.707,"
+    "\"mscale_all_dim\":0.707,\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},"
+    "\"rope_theta\":10000,\"routed_scaling_factor\":1.0,\"scoring_func\":\"softmax\",\"seq_aux\":true,"
+    "\"tie_word_embeddings\":false,\"topk_group\":1,\"topk_method\":\"greedy\",\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.33.1\",\"use_cache\":true,\"v_head_dim\":128,\"vocab_size\":102400}";
+
+/* al_config_parse of a release's JSON with `first` put before its keys
+ * (cJSON finds the first of two equal keys) must fail with one line
+ * containing want. */
+static void expect_release_refusal(const char *release, const char *first, const char *want) {
+    char *json = al_sprintf("{%s,%s", first, release + 1);
+    al_config c;
+    al_err err = {{0}};
+    CHECK(json != NULL);
+    if (!json) return;
+    const int rc = al_config_parse(&c, json, NULL, &err);
+    CHECK_MSG(rc == -1 && strstr(err.msg, want) && !strchr(err.msg, '\n'), "%s -> '%s' (want '%s')", first, err.msg,
+              want);
+    free(json);
+}
+
+/* Parameters of the table a config lays out (no weights), and of one tensor by name (-1: absent). */
+static double table_params(const al_model *m) {
+    double n = 0;
+    for (int i = 0; i < m->n_params; i++) n += (double)m->params[i].numel;
+    return n;
+}
+
+static int64_t rows_of(const al_model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return m->params[i].shape[0];
+    return -1;
+}
+
+/* Each release's config.json parses into its family's behaviours, and its
+ * parameter table has the published size (Gemma-2B 2.506B, Qwen3-0.6B
+ * 0.596B with 0.44B outside the embedding, DeepSeek-V2-Lite 15.7B with 64
+ * experts in layers 1..26); what is still not supported is refused in one
+ * line. */
+static void check_release_configs(void) {
+    al_config c;
+    al_model m;
+    al_err err = {{0}};
+    CHECK_MSG(al_config_parse(&c, gemma_2b, NULL, &err) == 0, "gemma-2b: %s", err.msg);
+    CHECK(c.hf == AL_HF_GEMMA && c.attention == AL_ATTN_MQA && c.head_dim == 256 && c.tie_word_embeddings &&
+          c.norm_unit_offset && c.embed_scale && c.mlp_act == AL_ACT_GELU_TANH && !c.qk_norm && !c.qkv_bias);
+    CHECK_MSG(al_model_build(&m, &c, 0, &err) == 0, "%s", err.msg);
+    CHECK_MSG(fabs(table_params(&m) - 2506172416.0) < 1, "gemma-2b: %.0f parameters", table_params(&m));
+    al_model_free(&m);
+
+    CHECK_MSG(al_config_parse(&c, qwen3_06b, NULL, &err) == 0, "qwen3-0.6b: %s", err.msg);
+    CHECK(c.hf == AL_HF_QWEN3 && c.attention == AL_ATTN_GQA && c.head_dim == 128 && c.qk_norm && !c.qkv_bias &&
+          c.tie_word_embeddings && !c.embed_scale && c.mlp_act == AL_ACT_SILU && c.rope_theta == 1e6);
+    CHECK_MSG(al_model_build(&m, &c, 0, &err) == 0, "%s", err.msg);
+    const double embed = 151936.0 * 1024;
+    CHECK_MSG(fabs(table_params(&m) - 596049920.0) < 1 && table_params(&m) - embed > 0.435e9 &&
+                  table_params(&m) - embed < 0.445e9,
+              "qwen3-0.6b: %.0f parameters", table_params(&m));
+    CHECK(rows_of(&m, "model.layers.27.self_attn.q_norm.weight") == 128 &&
+          rows_of(&m, "model.layers.0.self_attn.k_norm.weight") == 128);
+    al_model_free(&m);
+
+    CHECK_MSG(al_config_parse(&c, deepseek_v2_lite, NULL, &err) == 0, "deepseek-v2-lite: %s", err.msg);
+    CHECK(c.hf == AL_HF_DEEPSEEK_V2 && c.attention == AL_ATTN_MLA && c.n_routed_experts == 64 &&
+          c.num_experts_per_tok == 6 && c.n_shared_experts == 2 && c.moe_intermediate_size == 1408 &&
+          !c.moe_group_limited && !c.norm_topk_prob && c.routed_scaling_factor == 1.0 &&
+          c.rope_scaling.type == AL_ROPE_YARN && c.rope_scaling.factor == 40 && c.rope_scaling.mscale_all_dim == 0.707 &&
+          c.rope_scaling.original_max_position == 4096 && c.q_lora_rank == 0);
+    CHECK(!al_config_layer_moe(&c, 0) && al_config_layer_moe(&c, 1) && al_config_layer_moe(&c, 26) &&
+          al_config_ffn_max(&c) == 10944);
+    CHECK_MSG(al_model_build(&m, &c, 0, &err) == 0, "%s", err.msg);
+    CHECK_MSG(table_params(&m) > 15.6e9 && table_params(&m) < 15.8e9, "deepseek-v2-lite: %.0f parameters",
+              table_params(&m));
+    CHECK(rows_of(&m, "model.layers.0.mlp.gate_proj.weight") == 10944 && rows_of(&m, "model.layers.1.mlp.gate.weight") == 64 &&
+          rows_of(&m, "model.layers.26.mlp.experts.63.down_proj.weight") == 2048 &&
+          rows_of(&m, "model.layers.1.mlp.shared_experts.up_proj.weight") == 2816 &&
+          rows_of(&m, "model.layers.1.mlp.gate_proj.weight") == -1);
+    /* YaRN of Lite: cos/sin factor 1 (mscale == mscale_all_dim), frequencies by hand: correction
+     * range [10, 23] of 32 pairs */
+    CHECK(al_rope_attention_factor(&c.rope_scaling) == 1.0);
+    const double f5 = pow(10000.0, -10.0 / 64), f16 = pow(10000.0, -32.0 / 64), f31 = pow(10000.0, -62.0 / 64),
+                 r16 = (16 - 10) / 13.0;
+    CHECK(fabs(al_rope_inv_freq(5, 64, 10000.0, &c.rope_scaling) - f5) < 1e-15 * f5);
+    CHECK(fabs(al_rope_inv_freq(31, 64, 10000.0, &c.rope_scaling) - f31 / 40) < 1e-15 * f31);
+    CHECK(fabs(al_rope_inv_freq(16, 64, 10000.0, &c.rope_scaling) - (f16 / 40 * r16 + f16 * (1 - r16))) < 1e-15 * f16);
+    CHECK(fabs(al_rope_yarn_mscale(40, 0.707) - (0.0707 * log(40.0) + 1)) < 1e-15);
+    al_model_free(&m);
+
+    /* still refused, one line each */
+    expect_release_refusal(deepseek_v2_lite, "\"topk_method\":\"noaux_tc\"", "unsupported topk_method 'noaux_tc'");
+    expect_release_refusal(deepseek_v2_lite, "\"scoring_func\":\"sigmoid\"", "unsupported scoring_func 'sigmoid'");
+    expect_release_refusal(deepseek_v2_lite, "\"n_group\":3,\"topk_method\":\"group_limited_greedy\"",
+                           "group_limited_greedy needs n_group dividing n_routed_experts");
+    expect_release_refusal(deepseek_v2_lite, "\"num_experts_per_tok\":65",
+                           "mixture-of-experts layers need num_experts_per_tok in 1..n_routed_experts 64");
+    expect_release_refusal(gemma_2b, "\"hidden_activation\":\"gelu\"",
+                           "unsupported hidden_activation 'gelu' for GemmaForCausalLM");
+    expect_release_refusal(qwen3_06b, "\"attention_bias\":true", "unsupported attention_bias true for Qwen3ForCausalLM");
+    expect_release_refusal(qwen3_06b, "\"use_sliding_window\":true", "unsupported use_sliding_window true for Qwen3");
+    expect_release_refusal(qwen3_06b, "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}",
+                           "unsupported rope_scaling type 'yarn' for Qwen3ForCausalLM");
+    tu_expect_config_error("unsupported architecture 'Gemma2ForCausalLM'", 0,
+                           "{\"architectures\":[\"Gemma2ForCausalLM\"]," HF_BASE "}");
+}
+
+/* Gemma's GeGLU kernel against the formula in double (tanh itself) on odd
+ * sizes (the threaded path too), with saturating and tiny inputs, in place. */
+static void check_geglu(void) {
+    const size_t sizes[] = {1, 7, 8193, 70001};
+    al_rng rng;
+    al_rng_seed(&rng, 18);
+    for (int k = 0; k < 4; k++) {
+        const size_t n = sizes[k];
+        float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *h = malloc(sizeof(float) * n);
+        CHECK(g && u && h);
+        if (!g || !u || !h) return;
+        for (size_t i = 0; i < n; i++) {
+            g[i] = 3.0f * al_rng_normal(&rng);
+            u[i] = al_rng_normal(&rng);
+        }
+        const float extremes[] = {-60.0f, -9.0f, -1e-4f, 0.0f, 2e-5f, 12.0f, 80.0f};
+        for (int e = 0; e < 7 && (size_t)e < n; e++) g[e] = extremes[e];
+        double worst = 0;
+        al_geglu_tanh_fwd(h, g, u, n);
+        for (size_t i = 0; i < n; i++) {
+            /* (1 + tanh z) / 2 in double; for z < -3, where 1 + tanh z cancels even in
+             * double, as e^(2z) / (1 + e^(2z)) (the same number) */
+            const double x = g[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            const double half = z > -3 ? 0.5 * (1.0 + tanh(z)) : exp(2 * z) / (1 + exp(2 * z));
+            const double want = x * half * u[i];
+            const double rel = fabs(h[i] - want) / (fabs(want) + 1e-300);
+            worst = rel > worst && fabs(want) > 1e-30 ? rel : worst;
+            if (x == 0 || u[i] == 0) CHECK(h[i] == 0);
+        }
+        /* z rounded to float carries a relative error of 2^-24, which e^(2z) turns into
+         * |2z| 2^-24 (up to 80 x 6e-8 = 5e-6 where the sigmoid is tiny), as in PyTorch's float32 */
+        CHECK_MSG(worst < 1e-5, "geglu n=%zu: relative error %.3g", n, worst);
+        al_glu_fwd(AL_ACT_GELU_TANH, u, g, u, n); /* in place on u: the same bits */
+        CHECK(memcmp(u, h, sizeof(float) * n) == 0);
+        free(g), free(u), free(h);
+    }
 }
 
 /* llama3's frequency scaling, evaluated by hand for Llama 3.1's numbers. */
@@ -369,6 +550,8 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     char sub[600];
     check_configs();
+    check_release_configs();
+    check_geglu();
     check_llama3_freqs();
     check_infer_acts();
     const al_dtype dts[] = {AL_DT_F32, AL_DT_BF16, AL_DT_F16};
