@@ -11,7 +11,14 @@
  * choosing the best the CPU has, or what ATTNLAB_CPU asks for (lower only).
  * All three compute the same thing to fp32 rounding (tests/unit/test_kernels.c
  * compares each with the references and with each other); docs/kernels.md
- * explains the fast ones.
+ * explains the fast ones. With the product precision at BF16 (nn.h,
+ * al_precision_now) they run instead the BF16 sets of score_bf16_kern.h:
+ *   amx            score_amx.c         products on AMX tiles (tdpbf16ps)
+ *   avx512-bf16    score_avx512bf16.c  vdpbf16ps
+ *   bf16-portable  score_bf16.c        AVX2 FMAs on widened bf16 pairs
+ * which compute the BF16 definition of the references below to fp32
+ * rounding (tests/unit/test_attn_bf16.c); the generic set has no BF16 form
+ * (BF16 mode at ATTNLAB_CPU=generic, and without a workspace, computes fp32).
  *
  * Every set is streamed in both directions: a thread only ever holds one
  * tile of scores (and, in backward, one of score gradients), so memory is

@@ -179,7 +179,7 @@ enum { AMX_HEADS = 6 };
 /* ldtilecfg's 64-byte operand: palette 1, every tile 16 rows x 64 bytes.
  * A constant in memory: GCC's _tile_loadconfig names only its first bytes
  * as an operand, so a local copy could be partly optimised away. */
-static const struct {
+static _Alignas(64) const struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
