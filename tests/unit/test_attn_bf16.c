@@ -12,7 +12,8 @@
  *  - the same outputs against the fp32 reference within the issue's
  *    quality bound (relative error <= 1e-2 forward, <= 3e-2 gradients), and
  *    measurably different from it (the operands are rounded);
- *  - the hardware sets == bf16-portable (where they run);
+ *  - the hardware sets == bf16-portable (where they run); the amx set's own
+ *    code also runs on emulated tiles everywhere (its bmm's indexing);
  *  - same bits for 1 and 2 threads;
  *  - dispatch: al_attn_kernel_name names the BF16 set in BF16 mode and the
  *    fp32 set in F32 mode, and F32 mode computes the fp32 reference; BF16
@@ -30,17 +31,98 @@
 #include "test.h"
 #include "testutil.h"
 
+/* ---- the amx set's own code, on emulated tiles ----
+ * score_bf16_kern.h's AMX branch (its bmm: 16-row blocks, up to six heads'
+ * accumulators against one loaded B tile, C tiles loaded for +=) compiled
+ * here a second time, at AVX2 width, over a plain-C model of the eight tile
+ * registers and the four tile instructions it uses (tdpbf16ps: C[m][n] +=
+ * A[m][2k+1] B[k][2n+1] + A[m][2k] B[k][2n] in fp32): so its indexing runs
+ * and is checked on a CPU without AMX too. Exported as *_amxemu. */
+#include "attn/score_internal.h"
+#include "core/dtype.h"
+
+static _Thread_local unsigned char emu_tmm[8][16][64]; /* the tile registers, 16 rows x 64 bytes */
+
+static void emu_loadd(int t, const void *base, long stride) {
+    for (int r = 0; r < 16; r++) memcpy(emu_tmm[t][r], (const char *)base + r * stride, 64);
+}
+
+static void emu_stored(int t, void *base, long stride) {
+    for (int r = 0; r < 16; r++) memcpy((char *)base + r * stride, emu_tmm[t][r], 64);
+}
+
+/* the bf16 values of tile t, widened: x[16][32] */
+static void emu_widen(int t, float x[16][32]) {
+    for (int r = 0; r < 16; r++)
+        for (int e = 0; e < 32; e++) {
+            uint16_t h;
+            memcpy(&h, emu_tmm[t][r] + 2 * e, 2);
+            x[r][e] = al_bf16_to_f32(h);
+        }
+}
+
+static void emu_dpbf16ps(int c, int a, int b) {
+    float A[16][32], B[16][32], C[16][16];
+    emu_widen(a, A);
+    emu_widen(b, B);
+    memcpy(C, emu_tmm[c], sizeof C);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++)
+            for (int k = 0; k < 16; k++) {
+                C[m][n] += A[m][2 * k + 1] * B[k][2 * n + 1];
+                C[m][n] += A[m][2 * k] * B[k][2 * n];
+            }
+    memcpy(emu_tmm[c], C, sizeof C);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define AL_VEC_WIDTH 8
+#include "core/vec.h"
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#define _tile_loadconfig(cfg) ((void)(cfg))
+#define _tile_release() ((void)0)
+#define _tile_loadd(t, base, stride) emu_loadd(t, base, stride)
+#define _tile_stored(t, base, stride) emu_stored(t, base, stride)
+#define _tile_zero(t) memset(emu_tmm[t], 0, sizeof emu_tmm[t])
+#define _tile_dpbf16ps(c, a, b) emu_dpbf16ps(c, a, b)
+#define BF16_AMX
+#define BSFX(name) name##_amxemu
+#include "attn/score_bf16_kern.h"
+#pragma GCC pop_options
+
+/* the emulated amx set's forward + backward, on a workspace of its own */
+static void run_amxemu(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
+                       const float *dO, float *dq, float *dk, float *dv) {
+    const int nthr = omp_get_max_threads();
+    const size_t f = al_attn_fwd_floats_amxemu(s, nthr), b = al_attn_bwd_floats_amxemu(s, nthr);
+    float *ws = aligned_alloc(64, ((f > b ? f : b) + 15) / 16 * 64);
+    CHECK(ws != NULL);
+    if (!ws) return;
+    al_attn_fwd_amxemu(s, q, k, v, o, lse, ws, nthr);
+    al_attn_bwd_amxemu(s, q, k, v, o, lse, dO, dq, dk, dv, ws, nthr);
+    free(ws);
+}
+
 static const fn_case FNS[] = {
     {"softmax", AL_SCORE_SOFTMAX, 0, 0}, {"poly1", AL_SCORE_POLY, 1, 0.7f}, {"poly3", AL_SCORE_POLY, 3, 0.1f},
     {"poly4", AL_SCORE_POLY, 4, 0.05f},  {"relu", AL_SCORE_RELU, 0, 0},     {"sigmoid", AL_SCORE_SIGMOID, 0, 0},
 };
 enum { NFNS = sizeof FNS / sizeof FNS[0] };
 
-/* The BF16 sets: the core/cpu.h set that selects each, and its name. */
+/* The BF16 sets: the core/cpu.h set that selects each, and its name; last,
+ * the amx set's code on emulated tiles (runs everywhere, level EMU). */
+enum { EMU = 100 };
 static const struct {
-    al_cpu_level level;
+    int level;
     const char *name;
-} SETS[] = {{AL_CPU_AVX2, "bf16-portable"}, {AL_CPU_AVX512_BF16, "avx512-bf16"}, {AL_CPU_AMX, "amx"}};
+} SETS[] = {{AL_CPU_AVX2, "bf16-portable"},
+            {AL_CPU_AVX512_BF16, "avx512-bf16"},
+            {AL_CPU_AMX, "amx"},
+            {EMU, "amx (emulated tiles)"}};
 enum { NSETS = sizeof SETS / sizeof SETS[0] };
 
 /* inputs of one case and the outputs of one run */
@@ -85,7 +167,9 @@ static void run(io *out, const io *in, al_precision prec, int level) {
     CHECK(out->o && out->lse && out->dq && out->dk && out->dv);
     const al_attn_shape *s = &in->s;
     al_precision_set(prec);
-    if (level < 0) {
+    if (level == EMU) {
+        run_amxemu(s, in->q, in->k, in->v, out->o, out->lse, in->dO, out->dq, out->dk, out->dv);
+    } else if (level < 0) {
         al_attn_fwd_ref(s, in->q, in->k, in->v, out->o, out->lse);
         al_attn_bwd_ref(s, in->q, in->k, in->v, out->o, out->lse, in->dO, out->dq, out->dk, out->dv);
     } else {
@@ -132,7 +216,10 @@ static double max_err(const io *x, const io *y) {
     return worse(e, tu_err_floor(x->dv, y->dv, x->nv));
 }
 
-static int present(int i) { return SETS[i].level <= al_cpu_detect(); }
+/* the emulated tiles are slow (plain C): they run on the cases that set this */
+static int with_emu;
+
+static int present(int i) { return SETS[i].level == EMU ? with_emu : SETS[i].level <= (int)al_cpu_detect(); }
 
 /* worst errors seen, for the summary line */
 static errs worst_ref, worst_f32, worst_port;
@@ -145,9 +232,9 @@ static void keep_worst(errs *w, errs e) {
 /* Tight bounds against the BF16 reference: the same rounded operands; the
  * fp32 sums in another order, and (rarely) a weight within an fp32 rounding
  * of a bf16 rounding boundary rounded the other way: relative 2-norm errors
- * of 3e-4 (measured: up to 8e-5 where weights flipped, most below 1e-5), one element at most 5e-3 (one flipped
+ * of 5e-4 (measured: up to 1.2e-4 where weights flipped, most below 1e-5), one element at most 5e-3 (one flipped
  * weight: 2^-8 of itself; measured up to 9e-4). */
-#define TIGHT_L2 3e-4
+#define TIGHT_L2 5e-4
 #define TIGHT_MAX 5e-3
 
 /* The bounds on the error against fp32: the issue's 1e-2 (o, lse) and
@@ -280,15 +367,15 @@ static void check_softmax_stress(int bidir) {
  * the fp32 reference (the BF16 reference differs from it). */
 static void check_dispatch(al_rng *r) {
     for (int i = 0; i < NSETS; i++) {
-        if (!present(i)) continue;
+        if (!present(i) || SETS[i].level == EMU) continue;
         al_cpu_force(SETS[i].level);
         al_precision_set(AL_PREC_BF16);
         CHECK_MSG(!strcmp(al_attn_kernel_name(), SETS[i].name), "BF16 at %s: kernels %s",
-                  al_cpu_level_name(SETS[i].level), al_attn_kernel_name());
+                  al_cpu_level_name((al_cpu_level)SETS[i].level), al_attn_kernel_name());
         al_precision_set(AL_PREC_F32);
         const char *want = SETS[i].level >= AL_CPU_AVX512 ? "avx512" : "avx2";
         CHECK_MSG(!strcmp(al_attn_kernel_name(), want), "F32 at %s: kernels %s, want %s",
-                  al_cpu_level_name(SETS[i].level), al_attn_kernel_name(), want);
+                  al_cpu_level_name((al_cpu_level)SETS[i].level), al_attn_kernel_name(), want);
     }
     al_cpu_force(AL_CPU_GENERIC); /* no BF16 form of the BLAS set: BF16 mode computes fp32 there */
     al_precision_set(AL_PREC_BF16);
@@ -323,18 +410,22 @@ int main(int argc, char **argv) {
     al_rng r;
     al_rng_seed(&r, 1414);
     check_dispatch(&r);
-    /* fixed shapes: one token; one tile plus one; the bench's d_h with a ragged T; d_h 80 with 4 heads a group */
+    /* fixed shapes: one token; one tile plus one; the bench's d_h with a ragged T; d_h 80 with 4 heads a group;
+     * enough items that a work item takes all 8 heads of its KV group (more than the six AMX accumulates at once) */
     const int fixed[][7] = {{1, 1, 1, 1, 8, 8, 0},    {1, 65, 2, 1, 24, 24, 0}, {1, 129, 2, 2, 64, 64, 0},
-                            {2, 77, 4, 1, 80, 80, 1}, {1, 97, 8, 2, 24, 40, 2}, {2, 33, 4, 4, 81, 17, 1}};
+                            {2, 77, 4, 1, 80, 80, 1}, {1, 97, 8, 2, 24, 40, 2}, {2, 33, 4, 4, 81, 17, 1},
+                            {2, 40, 64, 8, 24, 20, 1}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         for (int bidir = 0; bidir < 2; bidir++)
             for (int fi = 0; fi < NFNS; fi += 2) { /* every function meets every shape over the two masks */
                 const int *v = fixed[i];
+                with_emu = fi == 0;
                 check_case(&FNS[(fi + bidir + (int)i) % NFNS], bidir, v[0], v[1], v[2], v[3], v[4], v[5], v[6], &r);
+                with_emu = 0;
             }
-    /* random shapes: T up to 160, odd head dims, 1, 2 or 4 heads per KV group */
-    for (int n = 0; n < 10; n++) {
-        const int B = 1 + (int)(al_rng_u64(&r) % 2), T = 1 + (int)(al_rng_u64(&r) % 160);
+    /* random shapes: T up to 140, odd head dims, 1, 2 or 4 heads per KV group */
+    for (int n = 0; n < 8; n++) {
+        const int B = 1 + (int)(al_rng_u64(&r) % 2), T = 1 + (int)(al_rng_u64(&r) % 140);
         const int G = 1 + (int)(al_rng_u64(&r) % 2), pgs[] = {1, 2, 4}, H = G * pgs[al_rng_u64(&r) % 3];
         const int dk = 1 + (int)(al_rng_u64(&r) % 90), dv = 1 + (int)(al_rng_u64(&r) % 90);
         const int pad = (int)(al_rng_u64(&r) % 4), bidir = (int)(al_rng_u64(&r) % 2);
@@ -343,8 +434,11 @@ int main(int argc, char **argv) {
     check_softmax_stress(0);
     check_softmax_stress(1);
     for (int i = 0; i < NSETS; i++)
-        if (present(i))
-            for (int fi = 0; fi < NFNS; fi++) check_threads(i, &FNS[fi]);
+        for (int fi = 0; fi < NFNS; fi++) {
+            with_emu = fi == 0;
+            if (present(i)) check_threads(i, &FNS[fi]);
+        }
+    with_emu = 1; /* for the summary: it ran */
     fprintf(stderr,
             "worst relative (2-norm) errors: vs the bf16 reference o %.2e lse %.2e grads %.2e (largest element "
             "%.2e); vs fp32 o %.2e lse %.2e grads %.2e; bf16-ref/fp32 ratio %.3f; hardware sets vs bf16-portable "
