@@ -633,21 +633,22 @@ static ref_row ref_row_of(const al_attn_shape *s, const float *q, const float *k
     return r;
 }
 
-/* The weight of visible key j as the forward's P V multiplies it: the
- * normalised weight in F32; in BF16 the rounded 2^(s log2 e - M) / l
- * (softmax) or the rounded f(s). */
-static double ref_pv_weight(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j) {
-    const double sc = ref_score(s, q, k, r, j);
-    if (s->score != AL_SCORE_SOFTMAX) return ref_op(r, (float)ref_f(s, sc));
-    if (!r->bf16) return exp(sc - r->mx) / r->sum;
-    return ref_op(r, (float)exp2(sc * M_LOG2E - r->M)) / r->sum2;
-}
-
 /* The weight of visible key j (j < r->n) for the row; *sc gets its score. */
 static double ref_weight(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j,
                          double *sc) {
     *sc = ref_score(s, q, k, r, j);
     return s->score == AL_SCORE_SOFTMAX ? exp(*sc - r->mx) / r->sum : ref_f(s, *sc);
+}
+
+/* The weight of visible key j as the forward's P V multiplies it: the
+ * normalised weight in F32; in BF16 the rounded 2^(s log2 e - M) / l
+ * (softmax) or the rounded f(s). */
+static double ref_pv_weight(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j) {
+    double sc;
+    if (!r->bf16) return ref_weight(s, q, k, r, j, &sc);
+    sc = ref_score(s, q, k, r, j);
+    if (s->score != AL_SCORE_SOFTMAX) return ref_op(r, (float)ref_f(s, sc));
+    return ref_op(r, (float)exp2(sc * M_LOG2E - r->M)) / r->sum2;
 }
 
 void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
