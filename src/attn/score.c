@@ -11,7 +11,14 @@
  * choosing the best the CPU has, or what ATTNLAB_CPU asks for (lower only).
  * All three compute the same thing to fp32 rounding (tests/unit/test_kernels.c
  * compares each with the references and with each other); docs/kernels.md
- * explains the fast ones.
+ * explains the fast ones. With the product precision at BF16 (nn.h,
+ * al_precision_now) they run instead the BF16 sets of score_bf16_kern.h:
+ *   amx            score_amx.c         products on AMX tiles (tdpbf16ps)
+ *   avx512-bf16    score_avx512bf16.c  vdpbf16ps
+ *   bf16-portable  score_bf16.c        AVX2 FMAs on widened bf16 pairs
+ * which compute the BF16 definition of the references below to fp32
+ * rounding (tests/unit/test_attn_bf16.c); the generic set has no BF16 form
+ * (BF16 mode at ATTNLAB_CPU=generic, and without a workspace, computes fp32).
  *
  * Every set is streamed in both directions: a thread only ever holds one
  * tile of scores (and, in backward, one of score gradients), so memory is
@@ -57,6 +64,7 @@
 #include "attn.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
+#include "../core/dtype.h"
 #include "../nn/fastmath.h"
 
 /* QB x KB tiles: 64 x 128 keeps a tile (32 KB) and the operands of its three
@@ -461,22 +469,40 @@ typedef struct fast_set {
     void (*bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                 const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr);
     al_cpu_level needs;
+    const char *name; /* al_attn_kernel_name's */
 } fast_set;
 
-#define FAST_SET(sfx, level) \
-    {al_attn_fwd_floats_##sfx, al_attn_fwd_##sfx, al_attn_bwd_floats_##sfx, al_attn_bwd_##sfx, level}
-static const fast_set set_avx2 = FAST_SET(avx2, AL_CPU_AVX2), set_avx512 = FAST_SET(avx512, AL_CPU_AVX512);
+/* X(suffix, core/cpu.h set it needs, name): the fp32 sets, then the BF16
+ * ones (each list best last) */
+#define FP32_SETS(X) X(avx2, AL_CPU_AVX2, "avx2") X(avx512, AL_CPU_AVX512, "avx512")
+#define BF16_SETS(X) \
+    X(bf16, AL_CPU_AVX2, "bf16-portable") X(avx512bf16, AL_CPU_AVX512_BF16, "avx512-bf16") X(amx, AL_CPU_AMX, "amx")
+#define FAST_SET(sfx, level, name) \
+    {al_attn_fwd_floats_##sfx, al_attn_fwd_##sfx, al_attn_bwd_floats_##sfx, al_attn_bwd_##sfx, level, name},
+static const fast_set fp32_sets[] = {FP32_SETS(FAST_SET)}, bf16_sets[] = {BF16_SETS(FAST_SET)};
 #undef FAST_SET
 
-/* The register-blocked set of the CPU set in use; NULL: the generic set. */
+/* The best set of list[n] that the CPU set in use runs; NULL: none. */
+static const fast_set *best_of(const fast_set *list, int n, al_cpu_level l) {
+    const fast_set *best = NULL;
+    for (int i = 0; i < n; i++)
+        if (l >= list[i].needs) best = &list[i];
+    return best;
+}
+
+/* The kernel set of the CPU set in use and the product precision (nn.h):
+ * F32 the register-blocked fp32 sets; BF16 amx > avx512-bf16 >
+ * bf16-portable (AVX2, the build's baseline). NULL: the generic set, which
+ * is fp32 only (BF16 mode at ATTNLAB_CPU=generic computes fp32). */
 static const fast_set *fast_set_now(void) {
     const al_cpu_level l = al_cpu_level_now();
-    return l >= AL_CPU_AVX512 ? &set_avx512 : l >= AL_CPU_AVX2 ? &set_avx2 : NULL;
+    if (al_precision_now() == AL_PREC_BF16) return best_of(bf16_sets, (int)(sizeof bf16_sets / sizeof *bf16_sets), l);
+    return best_of(fp32_sets, (int)(sizeof fp32_sets / sizeof *fp32_sets), l);
 }
 
 const char *al_attn_kernel_name(void) {
     const fast_set *fs = fast_set_now();
-    return al_cpu_level_name(fs ? fs->needs : AL_CPU_GENERIC);
+    return fs ? fs->name : al_cpu_level_name(AL_CPU_GENERIC);
 }
 
 /* Floats of the generic backward's per-head partials (0: no KV head is shared). */
@@ -518,7 +544,24 @@ void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const f
     attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv, np ? arena_get(np) : NULL);
 }
 
-/* ---- plain references: one head at a time, full T x T weights, doubles ---- */
+/* ---- plain references: one head at a time, full T x T weights, doubles ----
+ * They compute what al_attn_fwd / al_attn_bwd compute in the precision of
+ * the products in use (nn.h, al_precision_now):
+ *   F32   the exact function (in double);
+ *   BF16  the definition of the BF16 kernels: every operand of a product
+ *         rounded to bfloat16 (nearest, ties to even) and the products
+ *         summed exactly (double here, fp32 in the kernels):
+ *           S = scale bf16(Q) bf16(K)^T      O = bf16(P) bf16(V) (/ l)
+ *           dP = bf16(dO) bf16(V)^T          dV = bf16(P)^T bf16(dO)
+ *           dQ = bf16(dS) bf16(K)            dK = bf16(dS)^T bf16(Q)
+ *         where dS = scale dL/ds (the gradient of the unscaled q.k) and,
+ *         for softmax, the P that is rounded for O is 2^(s log2 e - M) with
+ *         M a whole number (the kernels' running max, row_softmax_fwd), so
+ *         that its rounding is the kernels' whatever tile moved their max;
+ *         its normaliser l = sum_j 2^(s_j log2 e - M), the statistics
+ *         (max, l, lse, D_i = dO_i . O_i from the given O) and every
+ *         elementwise map stay unrounded. In backward P is the normalised
+ *         weight exp(s - lse), rounded for dV. */
 
 static double ref_f(const al_attn_shape *s, double x) {
     const double n = s->score_n >= 1.0f ? s->score_n : 1.0;
@@ -551,30 +594,42 @@ static double ref_df(const al_attn_shape *s, double x) {
 enum { OB = 64 };
 
 /* One (query row, key) pair of head h of sequence b: b, h, i, its KV head g
- * and the row's visible keys n. */
+ * and the row's visible keys n; bf16: the BF16 definition (above). */
 typedef struct ref_row {
-    int b, h, g, i, n;
+    int b, h, g, i, n, bf16;
     double mx, sum; /* softmax: the row's largest scaled score and sum of exp(s - mx) */
+    double M, sum2; /* softmax, bf16: whole-number max of s log2 e, sum of 2^(s log2 e - M) */
 } ref_row;
+
+/* x as a product operand of the row's precision: itself, or rounded to BF16 */
+static inline double ref_op(const ref_row *r, float x) {
+    return r->bf16 ? (double)al_bf16_to_f32(al_f32_to_bf16(x)) : (double)x;
+}
 
 /* scale q_i . k_j of the row's head, in double */
 static double ref_score(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j) {
     const size_t qi = (size_t)(r->b * s->T + r->i) * s->ldq + (size_t)r->h * s->dk;
     const size_t kj = (size_t)(r->b * s->T + j) * s->ldk + (size_t)r->g * s->dk;
     double acc = 0;
-    for (int c = 0; c < s->dk; c++) acc += (double)q[qi + c] * k[kj + c];
+    for (int c = 0; c < s->dk; c++) acc += ref_op(r, q[qi + c]) * ref_op(r, k[kj + c]);
     return acc * s->scale;
 }
 
-/* Row i of head h of sequence b, with its softmax max and normaliser. */
+/* Row i of head h of sequence b, with its softmax max and normalisers. */
 static ref_row ref_row_of(const al_attn_shape *s, const float *q, const float *k, int b, int h, int i) {
-    ref_row r = {b, h, h / (s->H / s->G), i, s->bidirectional ? s->T : i + 1, -INFINITY, 0};
+    ref_row r = {b, h, h / (s->H / s->G), i, s->bidirectional ? s->T : i + 1, al_precision_now() == AL_PREC_BF16,
+                 -INFINITY, 0, 0, 0};
     if (s->score != AL_SCORE_SOFTMAX) return r;
     for (int j = 0; j < r.n; j++) {
         const double x = ref_score(s, q, k, &r, j);
         r.mx = x > r.mx ? x : r.mx;
     }
-    for (int j = 0; j < r.n; j++) r.sum += exp(ref_score(s, q, k, &r, j) - r.mx);
+    r.M = ceil(r.mx * M_LOG2E);
+    for (int j = 0; j < r.n; j++) {
+        const double x = ref_score(s, q, k, &r, j);
+        r.sum += exp(x - r.mx);
+        r.sum2 += exp2(x * M_LOG2E - r.M);
+    }
     return r;
 }
 
@@ -583,6 +638,17 @@ static double ref_weight(const al_attn_shape *s, const float *q, const float *k,
                          double *sc) {
     *sc = ref_score(s, q, k, r, j);
     return s->score == AL_SCORE_SOFTMAX ? exp(*sc - r->mx) / r->sum : ref_f(s, *sc);
+}
+
+/* The weight of visible key j as the forward's P V multiplies it: the
+ * normalised weight in F32; in BF16 the rounded 2^(s log2 e - M) / l
+ * (softmax) or the rounded f(s). */
+static double ref_pv_weight(const al_attn_shape *s, const float *q, const float *k, const ref_row *r, int j) {
+    double sc;
+    if (!r->bf16) return ref_weight(s, q, k, r, j, &sc);
+    sc = ref_score(s, q, k, r, j);
+    if (s->score != AL_SCORE_SOFTMAX) return ref_op(r, (float)ref_f(s, sc));
+    return ref_op(r, (float)exp2(sc * M_LOG2E - r->M)) / r->sum2;
 }
 
 void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse) {
@@ -596,10 +662,9 @@ void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, con
                     const int nc = s->dv - c0 < OB ? s->dv - c0 : OB;
                     double acc[OB] = {0};
                     for (int j = 0; j < r.n; j++) {
-                        double sc;
-                        const double w = ref_weight(s, q, k, &r, j, &sc);
+                        const double w = ref_pv_weight(s, q, k, &r, j);
                         const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv + c0;
-                        for (int c = 0; c < nc; c++) acc[c] += w * vj[c];
+                        for (int c = 0; c < nc; c++) acc[c] += w * ref_op(&r, vj[c]);
                     }
                     for (int c = 0; c < nc; c++) o[(size_t)(b * T + i) * s->ldo + (size_t)h * s->dv + c0 + c] = (float)acc[c];
                 }
@@ -608,7 +673,6 @@ void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, con
 
 void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                      const float *lse, const float *dout, float *dq, float *dk, float *dv) {
-    (void)o;
     (void)lse;
     const int T = s->T;
     for (int b = 0; b < s->B; b++)
@@ -617,9 +681,12 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
                 const ref_row r = ref_row_of(s, q, k, b, h, i);
                 const float *dOi = dout + (size_t)(b * T + i) * s->ldo + (size_t)h * s->dv;
                 const float *qi = q + (size_t)(b * T + i) * s->ldq + (size_t)h * s->dk;
-                /* dw_j = dO_i . v_j ; ds_j = softmax: w_j (dw_j - sum_j w_j dw_j), others: f'(s_j) dw_j */
+                /* dw_j = dO_i . v_j ; ds_j = softmax: w_j (dw_j - sum_j w_j dw_j), others: f'(s_j) dw_j;
+                 * BF16: sum_j w_j dw_j is D_i = dO_i . O_i of the given O, as the kernels take it */
                 double dot = 0;
-                for (int j = 0; j < r.n && s->score == AL_SCORE_SOFTMAX; j++) {
+                if (r.bf16 && s->score == AL_SCORE_SOFTMAX)
+                    for (int c = 0; c < s->dv; c++) dot += (double)dOi[c] * o[(size_t)(b * T + i) * s->ldo + (size_t)h * s->dv + c];
+                for (int j = 0; j < r.n && s->score == AL_SCORE_SOFTMAX && !r.bf16; j++) {
                     double sc, dw = 0;
                     const double w = ref_weight(s, q, k, &r, j, &sc);
                     const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
@@ -630,17 +697,19 @@ void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, con
                     double sc, dw = 0;
                     const double w = ref_weight(s, q, k, &r, j, &sc);
                     const float *vj = v + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
-                    for (int c = 0; c < s->dv; c++) dw += (double)dOi[c] * vj[c];
-                    const double ds = (s->score == AL_SCORE_SOFTMAX ? w * (dw - dot) : ref_df(s, sc) * dw) * s->scale;
+                    for (int c = 0; c < s->dv; c++) dw += ref_op(&r, dOi[c]) * ref_op(&r, vj[c]);
+                    double ds = (s->score == AL_SCORE_SOFTMAX ? w * (dw - dot) : ref_df(s, sc) * dw) * s->scale;
+                    const double wr = r.bf16 ? ref_op(&r, (float)w) : w;
+                    ds = r.bf16 ? ref_op(&r, (float)ds) : ds;
                     const float *kj = k + (size_t)(b * T + j) * s->ldk + (size_t)r.g * s->dk;
                     float *dqi = dq + (size_t)(b * T + i) * s->ldq + (size_t)h * s->dk;
                     float *dkj = dk + (size_t)(b * T + j) * s->ldk + (size_t)r.g * s->dk;
                     float *dvj = dv + (size_t)(b * T + j) * s->ldv + (size_t)r.g * s->dv;
                     for (int c = 0; c < s->dk; c++) {
-                        dqi[c] += (float)(ds * kj[c]);
-                        dkj[c] += (float)(ds * qi[c]);
+                        dqi[c] += (float)(ds * ref_op(&r, kj[c]));
+                        dkj[c] += (float)(ds * ref_op(&r, qi[c]));
                     }
-                    for (int c = 0; c < s->dv; c++) dvj[c] += (float)(w * dOi[c]);
+                    for (int c = 0; c < s->dv; c++) dvj[c] += (float)(wr * ref_op(&r, dOi[c]));
                 }
             }
 }

@@ -1,6 +1,8 @@
 /*
  * score_internal.h: what score.c shares with the SIMD kernel files
- * (score_avx512.c, score_avx2.c, both built from score_kern.h): the score
+ * (score_avx512.c, score_avx2.c, both built from score_kern.h; the BF16
+ * kernels score_bf16.c, score_avx512bf16.c, score_amx.c, built from
+ * score_bf16_kern.h): the score
  * function with its constants resolved, and the kernel entry points that
  * al_attn_fwd / al_attn_bwd dispatch to (core/cpu.h picks the set), with
  * the workspace each needs.
@@ -68,7 +70,8 @@ static inline void al_attn_add_partials(const al_attn_shape *s, const float *par
 }
 
 /* The register-blocked sets' entry points (score_kern.h, built as _avx512
- * and _avx2), same contracts as al_attn_fwd / al_attn_bwd (attn.h) plus
+ * and _avx2; in BF16 mode score_bf16_kern.h, built as _bf16 (portable),
+ * _avx512bf16 and _amx), same contracts as al_attn_fwd / al_attn_bwd (attn.h) plus
  * their workspace: ws holds al_attn_{fwd,bwd}_floats_*(s, nthr) floats
  * (64-byte aligned) and the call runs nthr threads. */
 #define AL_ATTN_SET_DECL(sfx)                                                                                    \
@@ -80,6 +83,9 @@ static inline void al_attn_add_partials(const al_attn_shape *s, const float *par
                            const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr);
 AL_ATTN_SET_DECL(avx512)
 AL_ATTN_SET_DECL(avx2)
+AL_ATTN_SET_DECL(bf16)
+AL_ATTN_SET_DECL(avx512bf16)
+AL_ATTN_SET_DECL(amx)
 #undef AL_ATTN_SET_DECL
 
 /* One decode work item (decode.c): the heads of one KV group against up to a

@@ -33,8 +33,16 @@
  * (strides let the same kernel read P or dS transposed for dV = P^T dO and
  * dK = dS^T Q without a transpose), each B row loaded once per k.
  */
-#ifndef KSFX
-#error "score_kern.h is included by score_avx512.c / score_avx2.c only"
+#if !defined(KSFX) && !defined(SCORE_KERN_ROWS_ONLY)
+#error "score_kern.h is included by score_avx512.c / score_avx2.c (and, rows only, score_bf16_kern.h)"
+#endif
+/* SCORE_KERN_ROWS_ONLY: only the vector helpers (exp2, the score functions
+ * on rows, the workspace cursor and the work split), for the BF16 kernels of
+ * score_bf16_kern.h, which bring their own products. SCORE_INT_MAX: the
+ * online softmax keeps its running max at whole numbers (see
+ * row_softmax_fwd); 0 unless the includer sets it. */
+#ifndef SCORE_INT_MAX
+#define SCORE_INT_MAX 0
 #endif
 
 enum { KT = 64, QBK = 64, RG = 6 };
@@ -63,6 +71,7 @@ static inline vf v_exp2(vf x) {
 /* e^x = 2^(x log2 e): for sigmoid (softmax works in base 2 directly) */
 static inline vf v_exp(vf x) { return v_exp2(V_MUL(x, V_SET1(1.44269504088896341f))); }
 
+#ifndef SCORE_KERN_ROWS_ONLY
 /* ---- the micro-kernel ----
  * C[r][0..ncols) for r < R (R, NC compile-time after inlining):
  *   mode 0: C  = A B      mode 1: C += A B      mode 2: C = alpha[r] C + A B
@@ -184,6 +193,7 @@ static void mm16(int M, int N, int K, const float *A, long sar, long sak, const 
         }
     }
 }
+#endif /* SCORE_KERN_ROWS_ONLY */
 
 /* ---- score functions on vectors ---- */
 
@@ -252,7 +262,11 @@ static inline vf v_map_bwd(const score_fn *f, vf x, vf g, vf *p) {
  * the output. s <- 2^(s - m) on visible lanes, 0 on the others; *l, the
  * row's sum as one vector of partial sums, is rescaled with the output;
  * returns alpha = 2^(m_old - m_new) (1: m unchanged). The result does not
- * depend on m (it cancels in O / l and in lse = m + log2 l). */
+ * depend on m (it cancels in O / l and in lse = m + log2 l). With
+ * SCORE_INT_MAX (the BF16 kernels) m is the ceiling of the max, a whole
+ * number: weights for different m then differ by exact powers of two, so
+ * their BF16 rounding does not depend on when m moved (nor on the tile
+ * order), and the reference can round the same values. */
 enum { LAZY = 8 };
 static inline float row_softmax_fwd(float *restrict s, int nw, int nv, float *m, vf *l) {
     const float m_old = *m;
@@ -263,7 +277,7 @@ static inline float row_softmax_fwd(float *restrict s, int nw, int nv, float *m,
     }
     float alpha = 1.0f;
     if (V_ANY_GT(vmx, V_SET1(m_old + (float)LAZY))) { /* also the first visible tile: m_old = -inf */
-        const float m_new = V_HMAX(vmx);
+        const float m_new = SCORE_INT_MAX ? ceilf(V_HMAX(vmx)) : V_HMAX(vmx);
         alpha = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
         *m = m_new;
         *l = V_MUL(*l, V_SET1(alpha));
@@ -326,6 +340,7 @@ static inline void row_bwd(const score_fn *f, const float *restrict s, const flo
     }
 }
 
+#ifndef SCORE_KERN_ROWS_ONLY
 /* Transposed tile: dst[e][j] = mul * src[(j0 + j) * ld + e] for e < d,
  * j < KT (0 past T); src points at row j0 of the head's columns. */
 static void pack_t(float *restrict dst, const float *restrict src, long ld, int T, int j0, int d, float mul) {
@@ -343,6 +358,7 @@ static void pack_t(float *restrict dst, const float *restrict src, long ld, int 
 static void pack_rows(float *restrict dst, const float *restrict src, long ld, int n, int d) {
     for (int j = 0; j < n; j++) memcpy(dst + (size_t)j * d, src + (long)j * ld, sizeof(float) * d);
 }
+#endif
 
 /* Takes n floats from a workspace cursor, keeping 64-byte alignment. */
 static float *take(float **cur, size_t n) {
@@ -359,6 +375,80 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int round_kw(int n) { return (n + KW - 1) / KW * KW; }
 
+/* Heads of a KV group per work item: all pg of them (one packed K/V tile
+ * read by all) unless that leaves fewer than `want` items (units items per
+ * chunk of heads) to spread over the threads. *nch chunks of *hpc heads. */
+static inline void split_heads(int pg, long units, long want, int *nch, int *hpc) {
+    int n = 1;
+    while (n < pg && units * n < want) n++;
+    *hpc = (pg + n - 1) / n;
+    *nch = (pg + *hpc - 1) / *hpc;
+}
+
+/* The end of a forward item: rows [i0, i0 + m) of heads h0 .. h0 + hn of
+ * sequence b. Softmax: o rows /= l, lse = (m + log2 l) ln 2 (natural log;
+ * mst, lst: each row's base-2 running max and vector of partial sums,
+ * [hn][QBK]); the others: lse = 0. */
+static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, int hn, int i0, int m, const float *mst,
+                          const vf *lst, float *o, float *lse) {
+    const int T = s->T, DV = s->dv;
+    for (int hh = 0; hh < hn; hh++) {
+        const int h = h0 + hh;
+        for (int r = 0; r < m; r++) {
+            float *orow = o + ((size_t)b * T + i0 + r) * s->ldo + (size_t)h * DV;
+            if (softmax) {
+                const float l = V_HSUM(lst[hh * QBK + r]), inv = 1.0f / l;
+                for (int e = 0; e < DV; e++) orow[e] *= inv;
+                if (lse) lse[((size_t)b * s->H + h) * T + i0 + r] = (mst[hh * QBK + r] + log2f(l)) * 0.693147180559945309f;
+            } else if (lse) {
+                lse[((size_t)b * s->H + h) * T + i0 + r] = 0.0f;
+            }
+        }
+    }
+}
+
+/* D_i = dO_i . O_i (fp32), per (sequence, head, row) into D[B][H][T]: the
+ * derivative of softmax's normalisation, for backward. A work-shared loop
+ * (omp for): call it inside a parallel region. */
+static void softmax_D(const al_attn_shape *s, const float *o, const float *dout, float *D) {
+    const int T = s->T, H = s->H, DV = s->dv;
+#pragma omp for schedule(static)
+    for (long bh = 0; bh < (long)s->B * H; bh++) {
+        const int b = (int)(bh / H), h = (int)(bh % H);
+        for (int t = 0; t < T; t++) {
+            const float *a = dout + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
+            const float *c = o + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
+            float acc = 0.0f;
+            for (int e = 0; e < DV; e++) acc += a[e] * c[e];
+            D[bh * T + t] = acc;
+        }
+    }
+}
+
+/* A key tile's dK, dV sums (rows ldka, ldva floats apart) out of an item:
+ * added into dk, dv of KV head g (the item is the whole group), or written
+ * as chunk ch's partials (part[B][G][nch][T][dk + dv], added in chunk order
+ * by al_attn_add_partials). Rows j0 .. j0 + nkt of sequence b. */
+static void tile_grads_out(const al_attn_shape *s, int b, int g, int ch, int nch, int j0, int nkt, const float *dKa,
+                           int ldka, const float *dVa, int ldva, float *part, float *dk, float *dv) {
+    const int T = s->T, DK = s->dk, DV = s->dv;
+    const size_t pw = (size_t)DK + DV;
+    for (int j = 0; j < nkt; j++) {
+        const float *a = dKa + (size_t)j * ldka, *c = dVa + (size_t)j * ldva;
+        if (nch > 1) {
+            float *pr = part + ((((size_t)b * s->G + g) * nch + ch) * T + j0 + j) * pw;
+            memcpy(pr, a, sizeof(float) * DK);
+            memcpy(pr + DK, c, sizeof(float) * DV);
+        } else {
+            float *dkr = dk + ((size_t)b * T + j0 + j) * s->ldk + (size_t)g * DK;
+            float *dvr = dv + ((size_t)b * T + j0 + j) * s->ldv + (size_t)g * DV;
+            for (int e = 0; e < DK; e++) dkr[e] += a[e];
+            for (int e = 0; e < DV; e++) dvr[e] += c[e];
+        }
+    }
+}
+
+#ifndef SCORE_KERN_ROWS_ONLY
 /* The forward's work split and workspace: items are (query block, sequence,
  * KV group, chunk of hpc of its heads); the workspace is kt | vp | per
  * thread: S[RG][KT], m[hpc][QBK], l[hpc][QBK] (vectors). */
@@ -372,12 +462,7 @@ static fwd_plan fwd_plan_of(const al_attn_shape *s, int nthr) {
     fwd_plan p;
     const int pg = s->H / s->G;
     p.ntile = (s->T + KT - 1) / KT, p.nqb = (s->T + QBK - 1) / QBK;
-    /* heads of a group per item: all (one packed K/V tile read by all of them)
-     * unless that leaves too few items to spread over threads */
-    p.nch = 1;
-    while (p.nch < pg && (long)s->B * s->G * p.nch * p.nqb < 16) p.nch++;
-    p.hpc = (pg + p.nch - 1) / p.nch;
-    p.nch = (pg + p.hpc - 1) / p.hpc;
+    split_heads(pg, (long)s->B * s->G * p.nqb, 16, &p.nch, &p.hpc);
     p.ntiles_all = (long)s->B * s->G * p.ntile;
     p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
     p.n_kt = (size_t)p.ntiles_all * s->dk * KT, p.n_vp = (size_t)p.ntiles_all * KT * s->dv;
@@ -466,22 +551,7 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                     }
                 }
             }
-            for (int hh = 0; hh < hn; hh++) {
-                const int h = h0 + hh;
-                for (int r = 0; r < m; r++) {
-                    float *orow = o + ((size_t)b * T + i0 + r) * s->ldo + (size_t)h * DV;
-                    if (softmax) {
-                        const float l = V_HSUM(lst[hh * QBK + r]), inv = 1.0f / l;
-                        for (int e = 0; e < DV; e++) orow[e] *= inv;
-                        /* natural log: (m + log2 l) ln 2 */
-                        if (lse)
-                            lse[((size_t)b * H + h) * T + i0 + r] =
-                                (mst[hh * QBK + r] + log2f(l)) * 0.693147180559945309f;
-                    } else if (lse) {
-                        lse[((size_t)b * H + h) * T + i0 + r] = 0.0f;
-                    }
-                }
-            }
+            fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, o, lse);
         }
         al_ftz_restore(csr);
     }
@@ -502,10 +572,7 @@ static bwd_plan bwd_plan_of(const al_attn_shape *s, int nthr) {
     bwd_plan p;
     const int B = s->B, T = s->T, G = s->G, DK = s->dk, DV = s->dv, pg = s->H / G;
     p.ntile = (T + KT - 1) / KT, p.nqb = (T + QBK - 1) / QBK;
-    p.nch = 1;
-    while (p.nch < pg && (long)B * G * p.nch < 8) p.nch++;
-    p.hpc = (pg + p.nch - 1) / p.nch;
-    p.nch = (pg + p.hpc - 1) / p.hpc;
+    split_heads(pg, (long)B * G, 8, &p.nch, &p.hpc);
     p.ntiles_all = (long)B * G * p.ntile, p.items = (long)B * G * p.nch;
     p.n_kt = (size_t)p.ntiles_all * DK * KT, p.n_vt = (size_t)p.ntiles_all * DV * KT;
     p.n_d = s->score == AL_SCORE_SOFTMAX ? (size_t)B * s->H * T : 0;
@@ -535,7 +602,7 @@ size_t KSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bwd_p
  * loop adds in chunk order, so results never depend on the thread count. */
 void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                        const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
-    const int B = s->B, T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+    const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
     const int causal = !s->bidirectional;
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
@@ -543,7 +610,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
     const bwd_plan pl = bwd_plan_of(s, nthr);
     const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc;
     const int shared = nch > 1;
-    const size_t pw = (size_t)DK + DV, per_thr = pl.per_thr;
+    const size_t per_thr = pl.per_thr;
     const long ntiles_all = pl.ntiles_all, items = pl.items;
     float *cur = ws;
     float *kt = take(&cur, pl.n_kt), *vt = take(&cur, pl.n_vt), *kp = take(&cur, pl.n_kt);
@@ -561,19 +628,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
             pack_t(vt + (size_t)pt * DV * KT, v + row0 * s->ldv + (size_t)g * DV, s->ldv, T, tile * KT, DV, 1.0f);
             pack_rows(kp + (size_t)pt * KT * DK, k0, s->ldk, imin(KT, T - tile * KT), DK);
         }
-        if (softmax) { /* D_i = dO_i . O_i = sum_j p_ij dP_ij, per (sequence, head, row) */
-#pragma omp for schedule(static)
-            for (long bh = 0; bh < (long)B * H; bh++) {
-                const int b = (int)(bh / H), h = (int)(bh % H);
-                for (int t = 0; t < T; t++) {
-                    const float *a = dout + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
-                    const float *c = o + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
-                    float acc = 0.0f;
-                    for (int e = 0; e < DV; e++) acc += a[e] * c[e];
-                    Dall[bh * T + t] = acc;
-                }
-            }
-        }
+        if (softmax) softmax_D(s, o, dout, Dall); /* D_i = dO_i . O_i = sum_j p_ij dP_ij */
         float *tc = thr_base + (size_t)omp_get_thread_num() * per_thr;
         float *S = take(&tc, (size_t)RG * KT), *dP = take(&tc, (size_t)RG * KT);
         float *Pb = take(&tc, (size_t)QBK * KT), *dSb = take(&tc, (size_t)QBK * KT);
@@ -636,19 +691,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                         }
                     }
                 }
-                for (int j = 0; j < nkt; j++) {
-                    const float *a = dKa + (size_t)j * DK, *c = dVa + (size_t)j * DV;
-                    if (shared) {
-                        float *pr = part + ((((size_t)b * G + g) * nch + ch) * T + j0 + j) * pw;
-                        memcpy(pr, a, sizeof(float) * DK);
-                        memcpy(pr + DK, c, sizeof(float) * DV);
-                    } else {
-                        float *dkr = dk + ((size_t)b * T + j0 + j) * s->ldk + (size_t)g * DK;
-                        float *dvr = dv + ((size_t)b * T + j0 + j) * s->ldv + (size_t)g * DV;
-                        for (int e = 0; e < DK; e++) dkr[e] += a[e];
-                        for (int e = 0; e < DV; e++) dvr[e] += c[e];
-                    }
-                }
+                tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, DK, dVa, DV, part, dk, dv);
             }
         }
         if (shared) al_attn_add_partials(s, part, nch, dk, dv); /* in chunk order */
@@ -797,3 +840,4 @@ void KSFX(al_attn_decode_group)(const al_attn_shape *s, int pg, const float *Q, 
                                                               P, ldp, cmax, csum);
     al_ftz_restore(csr);
 }
+#endif /* SCORE_KERN_ROWS_ONLY */

@@ -1,0 +1,580 @@
+/*
+ * score_bf16_kern.h: the BF16 attention kernels (forward and backward, all
+ * four score functions, causal or bidirectional, KV groups), written once
+ * and compiled three times, one per product engine:
+ *   score_bf16.c        "bf16-portable": AVX2 FMAs on the widened bf16
+ *                       pairs (exact products, fp32 sums): any CPU attnlab
+ *                       runs on (x86-64-v3)
+ *   score_avx512bf16.c  "avx512-bf16": vdpbf16ps (_mm512_dpbf16_ps)
+ *   score_amx.c         "amx": tdpbf16ps on AMX tiles
+ * so the three share their packing, loops and elementwise work and differ
+ * only in bmm (the product) below. What they compute is defined by the
+ * BF16 reference in score.c: operands of every product rounded to bf16
+ * (nearest, ties to even), products summed in fp32, everything else fp32.
+ * The including file sets AL_VEC_WIDTH, includes core/vec.h under its target
+ * pragma, defines BSFX(name) (the entry points' suffix) and either BF16_AMX
+ * or the vector product's vocabulary:
+ *   BRG, BNC        rows and vectors (of AL_VW columns) per register block
+ *   bva, bvb        an A pair broadcast, a B vector of AL_VW column pairs
+ *   BV_A(u32)       the pair (a[2k], a[2k+1]) as bva
+ *   BV_B(p)         AL_VW column pairs from p (2 AL_VW bf16) as bvb
+ *   BV_DP(c, a, b)  c + a[0] b[.][0] + a[1] b[.][1], per column
+ *
+ * Data layout (all in the caller's workspace; "pairs" is the VNNI layout
+ * both engines read their B operand in: X[K][N] as Xp[K/2][N][2], the two
+ * values of a reduction pair next to each other, K padded with zeros):
+ *   forward, shared: per key tile of KT keys (zero past T)
+ *     kT  [dkp/2][KT][2]  K^T as pairs along d (B of S = Q K^T)
+ *     vp  [KT/2][dvp][2]  V as pairs along keys (B of O += P V)
+ *   backward, shared: kT as above, vT [dvp/2][KT][2] (B of dP = dO V^T),
+ *     k2 [KT/2][dkp][2] (B of dQ += dS K), D [B][H][T], partials
+ *   per thread: the item's heads' Q rows [.][dkp] (A operands), scores S
+ *     [hpc][RB][KT] fp32, weights P (and dS) in bf16 rows, the product's
+ *     fp32 results; backward also Q and dO as pairs along rows (B of
+ *     dK += dS^T Q, dV += P^T dO) and P^T, dS^T rows (their A).
+ * dkp, dvp: d_k, d_v rounded up to KP = 32 (an AMX tile row of bf16); rows
+ * of every A operand come in blocks of RB = 16 (an AMX tile's rows), their
+ * buffers sized for whole blocks.
+ *
+ * The work split, the item order, the online softmax (with its running max
+ * kept at whole numbers, SCORE_INT_MAX), D_i, the partial sums of shared KV
+ * heads and their order are those of score_kern.h, so results do not depend
+ * on the thread count. AMX: each thread loads one tile configuration (all
+ * eight tiles 16 rows x 64 bytes) for its part of a call and releases it
+ * after; the heads of an item are multiplied against each loaded K or V
+ * tile in turn (up to six heads' accumulators in tiles 0-5), so a KV
+ * group's tile is loaded once for all its heads.
+ */
+#ifndef BSFX
+#error "score_bf16_kern.h is included by score_bf16.c, score_avx512bf16.c, score_amx.c only"
+#endif
+
+#define SCORE_KERN_ROWS_ONLY
+#define SCORE_INT_MAX 1
+#define KW AL_VW
+#include "score_kern.h"
+
+enum { RB = 16, KP = 32 };
+
+/* n rounded up to a whole number of KP */
+static inline int up_kp(int n) { return (n + KP - 1) / KP * KP; }
+
+/* n bf16 values (rounded up to whole floats) from a workspace cursor */
+static uint16_t *take16(float **cur, size_t n) { return (uint16_t *)take(cur, (n + 1) / 2); }
+
+/* ---- rounding to bf16 ---- */
+
+/* AL_VW 16-bit values to p */
+#if AL_VW == 16
+#define VH_STORE(p, h) _mm256_storeu_si256((__m256i *)(p), (h))
+#else
+#define VH_STORE(p, h) _mm_storeu_si128((__m128i *)(p), (h))
+#endif
+
+/* AL_VW floats to bf16: nearest, ties to even; NaN stays NaN (quiet), as
+ * al_f32_to_bf16. Works on the bits, so it needs no bf16 instruction. */
+static inline vhalf v_to_bf16(vf x) {
+#if AL_VW == 16
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i h = _mm512_mask_blend_epi32(nan, _mm512_srli_epi32(r, 16),
+                                              _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(h);
+#else
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i r = _mm256_add_epi32(
+        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i h = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16),
+                                         _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+    return _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+#endif
+}
+
+/* dst[0..n) = bf16(src[0..n)), n a multiple of AL_VW */
+static inline void row_to_bf16(uint16_t *restrict dst, const float *restrict src, int n) {
+    for (int c = 0; c < n; c += KW) VH_STORE(dst + c, v_to_bf16(V_LOAD(src + c)));
+}
+
+/* x[0..n) *= mul, n a multiple of AL_VW: the score scale, applied after the
+ * product (its operands are the unscaled, rounded q and k) */
+static inline void row_scale(float *restrict x, int n, float mul) {
+    const vf m = V_SET1(mul);
+    for (int c = 0; c < n; c += KW) V_STORE(x + c, V_MUL(V_LOAD(x + c), m));
+}
+
+/* ---- packing: fp32 rows (ld apart) into bf16 operands, zero-padded ---- */
+
+/* Where element (r, e) of an np x dp operand goes: (r/2) r2 + (r%2) r1 +
+ * (e/2) e2 + (e%2) e1 bf16 values from its start. */
+typedef struct layout16 {
+    long r2, r1, e2, e1;
+} layout16;
+
+/* the three layouts of an np x dp operand X:
+ *   rows   X[np][dp]          an A operand (pairs along e adjacent)
+ *   pairs  X[np/2][dp][2]     a B operand reduced over r
+ *   tpairs X^T[dp/2][np][2]   a B operand reduced over e */
+static inline layout16 lay_rows(int np, int dp) { (void)np; return (layout16){2L * dp, dp, 2, 1}; }
+static inline layout16 lay_pairs(int np, int dp) { (void)np; return (layout16){2L * dp, 1, 4, 2}; }
+static inline layout16 lay_tpairs(int np, int dp) { (void)dp; return (layout16){4, 2, 2L * np, 1}; }
+
+/* The rows r < np, columns e < dp of an operand in layout L: bf16(src[r][e])
+ * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). */
+static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src, long ld, int n, int np, int d,
+                   int dp) {
+    for (int r = 0; r < np; r++) {
+        uint16_t *restrict row = dst + (r / 2) * L.r2 + (r % 2) * L.r1;
+        for (int e = 0; e < dp; e++)
+            row[(e / 2) * L.e2 + (e % 2) * L.e1] = r < n && e < d ? al_f32_to_bf16(src[(long)r * ld + e]) : 0;
+    }
+}
+
+/* The key tiles of every (sequence, KV group) into the operands a kernel
+ * uses (NULL: not wanted): kT [dkp/2][KT][2] (K^T as pairs along d), vp
+ * [KT/2][dvp][2] (V as pairs along keys), vT [dvp/2][KT][2], k2
+ * [KT/2][dkp][2]; zero past T and past d. A work-shared loop (omp for) over
+ * the B G ntile tiles: call it inside a parallel region. */
+static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, int ntile, int dkp, int dvp,
+                       uint16_t *kT, uint16_t *vp, uint16_t *vT, uint16_t *k2) {
+    const int T = s->T, G = s->G, DK = s->dk, DV = s->dv;
+#pragma omp for schedule(static)
+    for (long pt = 0; pt < (long)s->B * G * ntile; pt++) {
+        const int tile = (int)(pt % ntile), g = (int)((pt / ntile) % G), b = (int)(pt / ((long)ntile * G));
+        const size_t row0 = (size_t)b * T + (size_t)tile * KT;
+        const int n = imin(KT, T - tile * KT);
+        const float *k0 = k + row0 * s->ldk + (size_t)g * DK, *v0 = v + row0 * s->ldv + (size_t)g * DV;
+        if (kT) pack16(kT + (size_t)pt * dkp * KT, lay_tpairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp);
+        if (vp) pack16(vp + (size_t)pt * KT * dvp, lay_pairs(KT, dvp), v0, s->ldv, n, KT, DV, dvp);
+        if (vT) pack16(vT + (size_t)pt * dvp * KT, lay_tpairs(KT, dvp), v0, s->ldv, n, KT, DV, dvp);
+        if (k2) pack16(k2 + (size_t)pt * KT * dkp, lay_pairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp);
+    }
+}
+
+/* dst[c][r] = src[r][c]: r < nr, c < nc (bf16 rows; P^T and dS^T for the
+ * products that reduce over query rows) */
+static void transpose16(uint16_t *restrict dst, int ldd, const uint16_t *restrict src, int lds, int nr, int nc) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+/* ---- the product ----
+ * C_h (acc: +=, else =) A_h B for heads h < nh: C_h[r][n] over rows r < R,
+ * columns n < N (N a multiple of 16 and of AL_VW), summing k < K (K a
+ * multiple of KP): A_h = A + h ahs, bf16 rows lda apart (pairs (2k, 2k+1)
+ * adjacent); B(k, n) = B[(k/2) ldb + 2n + k%2] (pairs), shared by the
+ * heads; C_h = C + h chs, fp32 rows ldc apart. Rows are taken in blocks of
+ * RB: the AMX engine computes (and, acc, reads) every row of the last block
+ * up to RB, so A_h and C_h hold whole blocks; the vector engines touch rows
+ * < R only. */
+#ifdef BF16_AMX
+
+/* tiles 0-5: C of up to six heads; 6: A; 7: B (pairs) */
+enum { AMX_HEADS = 6 };
+
+/* ldtilecfg's 64-byte operand: palette 1, every tile 16 rows x 64 bytes.
+ * A constant in memory: GCC's _tile_loadconfig names only its first bytes
+ * as an operand, so a local copy could be partly optimised away. */
+static _Alignas(64) const struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {RB, RB, RB, RB, RB, RB, RB, RB}};
+
+static void amx_config(void) {
+    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&amx_cfg);
+}
+
+#define BF16_THREAD_BEGIN() amx_config()
+#define BF16_THREAD_END() _tile_release()
+
+static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
+                float *C, long ldc, long chs, int acc) {
+    /* GCC's tile loads name no memory operand: make every store before them happen first */
+    __asm__ volatile("" ::: "memory");
+    for (int r0 = 0; r0 < R; r0 += RB)
+        for (int n0 = 0; n0 < N; n0 += 16)
+            for (int h0 = 0; h0 < nh; h0 += AMX_HEADS) {
+                const int hc = imin(AMX_HEADS, nh - h0);
+                float *c0 = C + (long)h0 * chs + (long)r0 * ldc + n0;
+                const uint16_t *a0 = A + (long)h0 * ahs + (long)r0 * lda;
+/* tile numbers are immediates: one statement per tile */
+#define AMX_INIT(t) \
+    if (hc > t) { \
+        if (acc) _tile_loadd(t, c0 + (long)(t) * chs, ldc * 4); \
+        else _tile_zero(t); \
+    }
+#define AMX_DP(t) \
+    if (hc > t) { \
+        _tile_loadd(6, a0 + (long)(t) * ahs + k0, lda * 2); \
+        _tile_dpbf16ps(t, 6, 7); \
+    }
+#define AMX_STORE(t) \
+    if (hc > t) _tile_stored(t, c0 + (long)(t) * chs, ldc * 4);
+                AMX_INIT(0) AMX_INIT(1) AMX_INIT(2) AMX_INIT(3) AMX_INIT(4) AMX_INIT(5)
+                for (int k0 = 0; k0 < K; k0 += KP) {
+                    _tile_loadd(7, B + (long)(k0 / 2) * ldb + 2 * n0, ldb * 2); /* loaded once for all heads */
+                    AMX_DP(0) AMX_DP(1) AMX_DP(2) AMX_DP(3) AMX_DP(4) AMX_DP(5)
+                }
+                AMX_STORE(0) AMX_STORE(1) AMX_STORE(2) AMX_STORE(3) AMX_STORE(4) AMX_STORE(5)
+#undef AMX_INIT
+#undef AMX_DP
+#undef AMX_STORE
+            }
+}
+
+#else /* the vector engines */
+
+#define BF16_THREAD_BEGIN() ((void)0)
+#define BF16_THREAD_END() ((void)0)
+
+/* C[r][0 .. NC AL_VW) (acc: +=, else =) sum over K2 pairs, R <= BRG rows,
+ * the R x NC accumulators in registers (R, NC constant after inlining) */
+static inline __attribute__((always_inline)) void bk_body(const int R, const int NC, int K2, const uint16_t *restrict A,
+                                                          long lda, const uint16_t *restrict B, long ldb,
+                                                          float *restrict C, long ldc, int acc) {
+    vf c[BRG][BNC];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; j++) c[r][j] = V_ZERO();
+    for (int kp = 0; kp < K2; kp++) {
+        bvb b[BNC];
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; j++) b[j] = BV_B(B + (long)kp * ldb + 2 * j * KW);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            uint32_t pair;
+            memcpy(&pair, A + (long)r * lda + 2 * kp, sizeof pair);
+            const bva a = BV_A(pair);
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; j++) c[r][j] = BV_DP(c[r][j], a, b[j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; j++) {
+            float *cp = C + (long)r * ldc + j * KW;
+            V_STORE(cp, acc ? V_ADD(V_LOAD(cp), c[r][j]) : c[r][j]);
+        }
+}
+
+typedef void (*bk_fn)(int K2, const uint16_t *A, long lda, const uint16_t *B, long ldb, float *C, long ldc, int acc);
+
+/* one out-of-line instance per (rows, vectors) shape */
+#define BK_DEF(R, NC)                                                                                         \
+    static __attribute__((noinline)) void bk_##R##_##NC(int K2, const uint16_t *A, long lda, const uint16_t *B, \
+                                                        long ldb, float *C, long ldc, int acc) {              \
+        bk_body(R, NC, K2, A, lda, B, ldb, C, ldc, acc);                                                      \
+    }
+#if BRG == 6 && BNC == 4
+#define BK_ROW(R) BK_DEF(R, 1) BK_DEF(R, 2) BK_DEF(R, 3) BK_DEF(R, 4)
+#define BK_TAB(R) {bk_##R##_1, bk_##R##_2, bk_##R##_3, bk_##R##_4}
+BK_ROW(1) BK_ROW(2) BK_ROW(3) BK_ROW(4) BK_ROW(5) BK_ROW(6)
+static bk_fn const bk_tab[BRG][BNC] = {BK_TAB(1), BK_TAB(2), BK_TAB(3), BK_TAB(4), BK_TAB(5), BK_TAB(6)};
+#elif BRG == 4 && BNC == 2
+#define BK_ROW(R) BK_DEF(R, 1) BK_DEF(R, 2)
+#define BK_TAB(R) {bk_##R##_1, bk_##R##_2}
+BK_ROW(1) BK_ROW(2) BK_ROW(3) BK_ROW(4)
+static bk_fn const bk_tab[BRG][BNC] = {BK_TAB(1), BK_TAB(2), BK_TAB(3), BK_TAB(4)};
+#else
+#error "BRG x BNC must be 6 x 4 or 4 x 2"
+#endif
+#undef BK_TAB
+#undef BK_ROW
+#undef BK_DEF
+
+static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
+                float *C, long ldc, long chs, int acc) {
+    for (int h = 0; h < nh; h++)
+        for (int n0 = 0; n0 < N; n0 += BNC * KW) {
+            const int nc = imin(BNC, (N - n0) / KW);
+            for (int r0 = 0; r0 < R; r0 += BRG)
+                bk_tab[imin(BRG, R - r0) - 1][nc - 1](K / 2, A + (long)h * ahs + (long)r0 * lda, lda, B + 2 * n0, ldb,
+                                                      C + (long)h * chs + (long)r0 * ldc + n0, ldc, acc);
+        }
+}
+
+#endif
+
+/* dst[0..n) (add: +=, else =) src[0..n): a product's rows into the caller's
+ * strided output, the tail masked (nothing past n is touched) */
+static inline void row_out(float *restrict dst, const float *restrict src, int n, int add) {
+    int e = 0;
+    for (; e + KW <= n; e += KW) V_STORE(dst + e, add ? V_ADD(V_LOAD(dst + e), V_LOAD(src + e)) : V_LOAD(src + e));
+    if (e < n) {
+        const vmask m = V_MASK(n - e);
+        V_STOREM(dst + e, m, add ? V_ADD(V_LOADM(dst + e, m), V_LOADM(src + e, m)) : V_LOADM(src + e, m));
+    }
+}
+
+/* ---- forward ---- */
+
+/* The forward's work split (score_kern.h's) and workspace: kT | vp | per
+ * thread: Q rows [hpc][QBK][dkp] (bf16), S [hpc][RB][KT], P [hpc][RB][KT]
+ * (bf16), O products [hpc][RB][dvp], m [hpc][QBK], alpha [hpc][RB], l
+ * [hpc][QBK] (vectors). */
+typedef struct bfwd_plan {
+    int ntile, nqb, nch, hpc, dkp, dvp;
+    long ntiles_all, per_qb, items;
+    size_t n_k, n_v, per_thr, floats; /* n_k, n_v: bf16 values */
+} bfwd_plan;
+
+static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
+    bfwd_plan p;
+    const int pg = s->H / s->G;
+    p.dkp = up_kp(s->dk), p.dvp = up_kp(s->dv);
+    p.ntile = (s->T + KT - 1) / KT, p.nqb = (s->T + QBK - 1) / QBK;
+    split_heads(pg, (long)s->B * s->G * p.nqb, 16, &p.nch, &p.hpc);
+    p.ntiles_all = (long)s->B * s->G * p.ntile;
+    p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
+    p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_v = (size_t)p.ntiles_all * KT * p.dvp;
+    const size_t h = (size_t)p.hpc;
+    p.per_thr = up16(h * QBK * p.dkp / 2) + up16(h * RB * KT) + up16(h * RB * KT / 2) + up16(h * RB * p.dvp) +
+                up16(h * QBK) + up16(h * RB) + h * QBK * KW;
+    p.floats = up16((p.n_k + 1) / 2) + up16((p.n_v + 1) / 2) + (size_t)nthr * p.per_thr;
+    return p;
+}
+
+size_t BSFX(al_attn_fwd_floats)(const al_attn_shape *s, int nthr) { return bfwd_plan_of(s, nthr).floats; }
+
+/* q[B*T, ldq] k[B*T, ldk] v[B*T, ldv] -> o[B*T, ldo] (head columns only), lse[B, H, T]
+ *
+ * Packs first (all threads): kT, vp of every key tile, rounded. Then work
+ * item (query block, sequence, KV group, chunk of its heads): the heads' Q
+ * rows rounded into the thread's buffer; for each key tile up to the block's
+ * last row (causal) or T, for each block of RB rows: S = Q K^T of every head
+ * of the chunk (one product, the tile shared), S *= scale (log2 e for
+ * softmax), the rows' online softmax (fp32 statistics, whole-number max) or
+ * f(S), P rounded to bf16, O_rows = (alpha O_rows | O_rows | 0) + P V. */
+void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
+                       float *ws, int nthr) {
+    const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+    const int causal = !s->bidirectional;
+    const score_fn f = al_score_fn_of(s);
+    const int softmax = f.kind == AL_SCORE_SOFTMAX;
+    const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
+    const bfwd_plan pl = bfwd_plan_of(s, nthr);
+    const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc, dkp = pl.dkp, dvp = pl.dvp;
+    const long per_qb = pl.per_qb;
+    float *cur = ws;
+    uint16_t *kT = take16(&cur, pl.n_k), *vp = take16(&cur, pl.n_v);
+    float *const thr_base = cur;
+#pragma omp parallel num_threads(nthr)
+    {
+        const unsigned csr = al_ftz_on();
+        BF16_THREAD_BEGIN();
+        pack_tiles(s, k, v, ntile, dkp, dvp, kT, vp, NULL, NULL);
+        float *tc = thr_base + (size_t)omp_get_thread_num() * pl.per_thr;
+        uint16_t *qr = take16(&tc, (size_t)hpc * QBK * dkp);
+        float *S = take(&tc, (size_t)hpc * RB * KT);
+        uint16_t *P = take16(&tc, (size_t)hpc * RB * KT);
+        float *Op = take(&tc, (size_t)hpc * RB * dvp), *mst = take(&tc, (size_t)hpc * QBK);
+        float *alpha = take(&tc, (size_t)hpc * RB);
+        vf *lst = (vf *)tc;
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < pl.items; it++) {
+            const int qb = nqb - 1 - (int)(it / per_qb); /* latest (largest) query blocks first */
+            const long rest = it % per_qb;
+            const int ch = (int)(rest % nch), g = (int)((rest / nch) % G), b = (int)(rest / ((long)nch * G));
+            const int h0 = g * pg + ch * hpc, hn = imin(hpc, pg - ch * hpc);
+            const int i0 = qb * QBK, m = imin(QBK, T - i0), kend = causal ? i0 + m : T;
+            for (int hh = 0; hh < hn; hh++)
+                pack16(qr + (size_t)hh * QBK * dkp, lay_rows(QBK, dkp),
+                       q + ((size_t)b * T + i0) * s->ldq + (size_t)(h0 + hh) * DK, s->ldq, m, QBK, DK, dkp);
+            for (int r = 0; r < hn * QBK; r++) mst[r] = -INFINITY, lst[r] = V_ZERO();
+            for (int j0 = 0; j0 < kend; j0 += KT) {
+                const size_t toff = (size_t)((long)b * G + g) * ntile + j0 / KT;
+                const uint16_t *ktile = kT + toff * dkp * KT, *vtile = vp + toff * KT * dvp;
+                for (int r0 = 0; r0 < m; r0 += RB) {
+                    const int R = imin(RB, m - r0), ia = i0 + r0;
+                    const int nk = imin(KT, causal ? ia + R - j0 : T - j0);
+                    if (nk <= 0) continue; /* every row of the block is before the tile */
+                    /* S_h[R, KT] = Q_h rows (bf16) . K_tile^T (bf16), every head against the one tile */
+                    bmm(hn, R, KT, dkp, qr + (size_t)r0 * dkp, dkp, (long)QBK * dkp, ktile, 2 * KT, S, KT,
+                        (long)RB * KT, 0);
+                    for (int hh = 0; hh < hn; hh++)
+                        for (int r = 0; r < R; r++) {
+                            float *srow = S + ((size_t)hh * RB + r) * KT;
+                            const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
+                            row_scale(srow, KT, kmul);
+                            if (softmax)
+                                alpha[hh * RB + r] = row_softmax_fwd(srow, KT, nv, mst + hh * QBK + r0 + r,
+                                                                     lst + hh * QBK + r0 + r);
+                            else row_map_fwd(&f, srow, KT, nv);
+                            row_to_bf16(P + ((size_t)hh * RB + r) * KT, srow, KT);
+                        }
+                    /* Op_h[R, dvp] = P_h (bf16) . V_tile (bf16) */
+                    bmm(hn, R, dvp, KT, P, KT, (long)RB * KT, vtile, 2 * dvp, Op, dvp, (long)RB * dvp, 0);
+                    for (int hh = 0; hh < hn; hh++)
+                        for (int r = 0; r < R; r++) {
+                            float *orow = o + ((size_t)b * T + ia + r) * s->ldo + (size_t)(h0 + hh) * DV;
+                            const float *prow = Op + ((size_t)hh * RB + r) * dvp;
+                            const float a = softmax ? alpha[hh * RB + r] : 1.0f;
+                            if (j0 == 0 || a == 1.0f) {
+                                row_out(orow, prow, DV, j0 > 0);
+                                continue;
+                            }
+                            for (int e = 0; e < DV; e++) orow[e] = orow[e] * a + prow[e];
+                        }
+                }
+            }
+            fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, o, lse);
+        }
+        BF16_THREAD_END();
+        al_ftz_restore(csr);
+    }
+}
+
+/* ---- backward ---- */
+
+/* The backward's work split (score_kern.h's) and workspace: kT | vT | k2
+ * (bf16) | D[B][H][T] (softmax) | part (several chunks per group) | per
+ * thread: Q rows and pairs [hpc][Tq][dkp], dO rows and pairs [hpc][Tq][dvp]
+ * (bf16; Tq = T rounded up to QBK), S, dP [hpc][RB][KT], P, dS [hpc][QBK][KT]
+ * (bf16), P^T, dS^T [KT][QBK] (bf16), dK, dV of the key tile [KT][dkp],
+ * [KT][dvp], dq products [hpc][RB][dkp], one row of weights and one of dS. */
+typedef struct bbwd_plan {
+    int ntile, nqb, nch, hpc, dkp, dvp, tq;
+    long ntiles_all, items;
+    size_t n_k, n_vt, n_d, n_part, per_thr, floats; /* n_k, n_vt: bf16 values */
+} bbwd_plan;
+
+static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
+    bbwd_plan p;
+    const int B = s->B, T = s->T, G = s->G, pg = s->H / G;
+    p.dkp = up_kp(s->dk), p.dvp = up_kp(s->dv);
+    p.ntile = (T + KT - 1) / KT, p.nqb = (T + QBK - 1) / QBK, p.tq = p.nqb * QBK;
+    split_heads(pg, (long)B * G, 8, &p.nch, &p.hpc);
+    p.ntiles_all = (long)B * G * p.ntile, p.items = (long)B * G * p.nch;
+    p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_vt = (size_t)p.ntiles_all * p.dvp * KT;
+    p.n_d = s->score == AL_SCORE_SOFTMAX ? (size_t)B * s->H * T : 0;
+    p.n_part = p.nch > 1 ? (size_t)B * G * p.nch * T * ((size_t)s->dk + s->dv) : 0;
+    const size_t h = (size_t)p.hpc;
+    p.per_thr = 2 * up16(h * p.tq * p.dkp / 2) + 2 * up16(h * p.tq * p.dvp / 2) + 2 * up16(h * RB * KT) +
+                2 * up16(h * QBK * KT / 2) + 2 * up16((size_t)KT * QBK / 2) + up16((size_t)KT * p.dkp) +
+                up16((size_t)KT * p.dvp) + up16(h * RB * p.dkp) + 2 * up16(KT);
+    p.floats = 2 * up16((p.n_k + 1) / 2) + up16((p.n_vt + 1) / 2) + up16(p.n_d) + up16(p.n_part) +
+               (size_t)nthr * p.per_thr;
+    return p;
+}
+
+size_t BSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bbwd_plan_of(s, nthr).floats; }
+
+/* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
+ *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
+ *
+ * score_kern.h's backward with bf16 operands: packs kT, vT, k2 and D_i =
+ * dO_i . O_i (fp32); an item (sequence, KV group, chunk of heads) rounds its
+ * heads' Q and dO into rows and pairs, then runs key tile outer: per block
+ * of RB query rows, S = Q K^T and dP = dO V^T for every head of the chunk
+ * (the tile shared), P and dS (row_bwd, fp32) rounded to bf16, dq_rows +=
+ * dS K (the tile shared); per query block and head, dV_tile += P^T dO and
+ * dK_tile += dS^T Q (P^T, dS^T transposed into rows; rows past T are 0).
+ * Every row of a query block at or after the tile sees some of it (KT =
+ * QBK), so causal blocks start at the tile's own. */
+void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                       const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
+    const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+    const int causal = !s->bidirectional;
+    const score_fn f = al_score_fn_of(s);
+    const int softmax = f.kind == AL_SCORE_SOFTMAX;
+    const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
+    const bbwd_plan pl = bbwd_plan_of(s, nthr);
+    const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc, dkp = pl.dkp, dvp = pl.dvp, tq = pl.tq;
+    const int shared = nch > 1;
+    float *cur = ws;
+    uint16_t *kT = take16(&cur, pl.n_k), *vT = take16(&cur, pl.n_vt), *k2 = take16(&cur, pl.n_k);
+    float *Dall = take(&cur, pl.n_d), *part = take(&cur, pl.n_part);
+    float *const thr_base = cur;
+#pragma omp parallel num_threads(nthr)
+    {
+        const unsigned csr = al_ftz_on();
+        BF16_THREAD_BEGIN();
+        pack_tiles(s, k, v, ntile, dkp, dvp, kT, NULL, vT, k2);
+        if (softmax) softmax_D(s, o, dout, Dall); /* D_i = dO_i . O_i (fp32) */
+        float *tc = thr_base + (size_t)omp_get_thread_num() * pl.per_thr;
+        uint16_t *qr = take16(&tc, (size_t)hpc * tq * dkp), *q2 = take16(&tc, (size_t)hpc * tq * dkp);
+        uint16_t *dr = take16(&tc, (size_t)hpc * tq * dvp), *d2 = take16(&tc, (size_t)hpc * tq * dvp);
+        float *S = take(&tc, (size_t)hpc * RB * KT), *dP = take(&tc, (size_t)hpc * RB * KT);
+        uint16_t *P = take16(&tc, (size_t)hpc * QBK * KT), *dS = take16(&tc, (size_t)hpc * QBK * KT);
+        uint16_t *PT = take16(&tc, (size_t)KT * QBK), *dST = take16(&tc, (size_t)KT * QBK);
+        float *dKa = take(&tc, (size_t)KT * dkp), *dVa = take(&tc, (size_t)KT * dvp);
+        float *dqp = take(&tc, (size_t)hpc * RB * dkp);
+        float *prow = take(&tc, KT), *dsrow = take(&tc, KT);
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < pl.items; it++) {
+            const int ch = (int)(it % nch), g = (int)((it / nch) % G), b = (int)(it / ((long)nch * G));
+            const int h0 = g * pg + ch * hpc, hn = imin(hpc, pg - ch * hpc);
+            for (int hh = 0; hh < hn; hh++) {
+                const float *qh = q + (size_t)b * T * s->ldq + (size_t)(h0 + hh) * DK;
+                const float *dh = dout + (size_t)b * T * s->ldo + (size_t)(h0 + hh) * DV;
+                pack16(qr + (size_t)hh * tq * dkp, lay_rows(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
+                pack16(q2 + (size_t)hh * tq * dkp, lay_pairs(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
+                pack16(dr + (size_t)hh * tq * dvp, lay_rows(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
+                pack16(d2 + (size_t)hh * tq * dvp, lay_pairs(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
+            }
+            for (int tile = 0; tile < ntile; tile++) {
+                const int j0 = tile * KT, nkt = imin(KT, T - j0);
+                const size_t toff = (size_t)((long)b * G + g) * ntile + tile;
+                const uint16_t *ktile = kT + toff * dkp * KT, *vtile = vT + toff * dvp * KT;
+                const uint16_t *krows = k2 + toff * KT * dkp;
+                memset(dKa, 0, sizeof(float) * (size_t)KT * dkp);
+                memset(dVa, 0, sizeof(float) * (size_t)KT * dvp);
+                for (int qb = causal ? j0 / QBK : 0; qb < nqb; qb++) {
+                    const int i0 = qb * QBK, m = imin(QBK, T - i0);
+                    for (int r0 = 0; r0 < m; r0 += RB) {
+                        const int R = imin(RB, m - r0), ia = i0 + r0;
+                        const int nk = causal ? imin(nkt, ia + R - j0) : nkt;
+                        /* S_h = Q_h rows K_tile^T ; dP_h = dO_h rows V_tile^T (bf16 operands, the tile shared) */
+                        bmm(hn, R, KT, dkp, qr + (size_t)ia * dkp, dkp, (long)tq * dkp, ktile, 2 * KT, S, KT,
+                            (long)RB * KT, 0);
+                        bmm(hn, R, KT, dvp, dr + (size_t)ia * dvp, dvp, (long)tq * dvp, vtile, 2 * KT, dP, KT,
+                            (long)RB * KT, 0);
+                        for (int hh = 0; hh < hn; hh++) {
+                            const float *lse_h = softmax ? lse + ((size_t)b * H + h0 + hh) * T : NULL;
+                            const float *D_h = softmax ? Dall + ((size_t)b * H + h0 + hh) * T : NULL;
+                            for (int r = 0; r < R; r++) {
+                                float *srow = S + ((size_t)hh * RB + r) * KT;
+                                const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
+                                row_scale(srow, KT, kmul);
+                                row_bwd(&f, srow, dP + ((size_t)hh * RB + r) * KT, prow, dsrow, KT, nv,
+                                        softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f,
+                                        softmax ? D_h[ia + r] : 0.0f, s->scale);
+                                row_to_bf16(P + ((size_t)hh * QBK + r0 + r) * KT, prow, KT);
+                                row_to_bf16(dS + ((size_t)hh * QBK + r0 + r) * KT, dsrow, KT);
+                            }
+                        }
+                        /* dqp_h = dS_h (bf16) . K_tile (bf16), the tile shared; added into dq's rows */
+                        bmm(hn, R, dkp, KT, dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp, dqp, dkp,
+                            (long)RB * dkp, 0);
+                        for (int hh = 0; hh < hn; hh++)
+                            for (int r = 0; r < R; r++)
+                                row_out(dq + ((size_t)b * T + ia + r) * s->ldq + (size_t)(h0 + hh) * DK,
+                                        dqp + ((size_t)hh * RB + r) * dkp, DK, 1);
+                    }
+                    /* dV_tile += P^T dO_blk ; dK_tile += dS^T Q_blk, over the block's QBK rows (rows past T: 0) */
+                    for (int hh = 0; hh < hn; hh++) {
+                        uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = dS + (size_t)hh * QBK * KT;
+                        memset(ph + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
+                        memset(dsh + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
+                        transpose16(PT, QBK, ph, KT, QBK, KT);
+                        transpose16(dST, QBK, dsh, KT, QBK, KT);
+                        bmm(1, KT, dvp, QBK, PT, QBK, 0, d2 + ((size_t)hh * tq + i0) * dvp, 2 * dvp, dVa, dvp, 0, 1);
+                        bmm(1, KT, dkp, QBK, dST, QBK, 0, q2 + ((size_t)hh * tq + i0) * dkp, 2 * dkp, dKa, dkp, 0, 1);
+                    }
+                }
+                tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
+            }
+        }
+        BF16_THREAD_END();
+        if (shared) al_attn_add_partials(s, part, nch, dk, dv); /* in chunk order */
+        al_ftz_restore(csr);
+    }
+}
