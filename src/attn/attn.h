@@ -235,8 +235,10 @@ typedef struct al_attn_shape {
 void al_attn_set_score(al_attn_shape *s, const al_config *c);
 
 void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse);
-/* The kernel set al_attn_fwd / al_attn_bwd run now: "avx512" (also on the
- * CPU sets above it, core/cpu.h), "avx2" or "generic". */
+/* The kernel set al_attn_fwd / al_attn_bwd run now. F32 products (nn.h's
+ * precision): "avx512" (also on the CPU sets above it, core/cpu.h), "avx2"
+ * or "generic"; BF16 products: "amx", "avx512-bf16" or "bf16-portable"
+ * (docs/kernels.md, "The BF16 kernels"). */
 const char *al_attn_kernel_name(void);
 /* dq, dk, dv ACCUMULATE; do[B*T, ldo] (the gradient of o). */
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
