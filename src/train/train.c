@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../io/io.h"
+#include "dist.h"
 #include "train_loop.h"
 
 void al_train_opts_default(al_train_opts *o) {
@@ -75,6 +76,7 @@ char *al_train_opts_to_json(const al_train_opts *o) {
     OPT_INTS(ADD) OPT_DBLS(ADD)
 #undef ADD
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    if (o->shards) cJSON_AddNumberToObject(j, "shards", o->shards); /* absent: chosen by how the run is started */
     if (o->model.task == AL_TASK_VISION) {
         /* the text settings mean nothing to a ViT; its own take their place */
         static const char *const text_only[] = {"data", "context", "eval_tokens", "val_fraction"};
@@ -105,6 +107,7 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     OPT_INTS(GET) OPT_DBLS(GET)
 #undef GET
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "shards")) && cJSON_IsNumber(v)) o->shards = (int)v->valuedouble;
     /* the paths ("default": the built-in corpus or image directory) */
     const char *path[2] = {NULL, NULL};
     static const char *const path_keys[2] = {"data", "images"};
@@ -398,7 +401,7 @@ al_step_pass al_lm_step_pass(al_lm_batch *b) {
 
 /* Hands p to the run's progress callback, if it has one. */
 static void report(const al_train_opts *o, const al_train_progress *p) {
-    if (o->on_step) o->on_step(p, o->on_step_ctx);
+    if (o->on_step && al_dist_rank() == 0) o->on_step(p, o->on_step_ctx); /* rank 0 speaks for an MPI job */
 }
 
 int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err *err) {
@@ -408,6 +411,8 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     al_rng rng;
     char *log_path = NULL, *config_path = NULL, *extra = NULL;
     struct sigaction sa = {0}, old_int, old_term;
+    al_grad_shards shards = {0};
+    const int lead = al_dist_rank() == 0; /* under mpirun rank 0 alone writes the run directory */
 
     m1 = al_alloc(sizeof(float) * m->n_floats);
     m2 = al_alloc(sizeof(float) * m->n_floats);
@@ -417,17 +422,20 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_errf(err, "out of memory");
         goto done;
     }
+    if (al_dist_check_run(o, m, h->data_hash, err) ||
+        al_grad_shards_init(&shards, m, &h->pass, h->select, h->ctx, al_dist_shards(o), o->batch, err))
+        goto done;
     if (o->resume) {
-        if (load_state(m, m1, m2, &step, &rng, o->out, err)) goto done;
-        if (trim_log(log_path, step, err)) goto done;
+        int failed = lead && (load_state(m, m1, m2, &step, &rng, o->out, err) || trim_log(log_path, step, err));
+        if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
     } else {
         al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
-        unlink(log_path);
+        if (lead) unlink(log_path);
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
-        if (!(extra = run_block(o, 0, err)) || al_config_save(&m->cfg, config_path, extra, err)) goto done;
+        if (!(extra = run_block(o, 0, err)) || (lead && al_config_save(&m->cfg, config_path, extra, err))) goto done;
     }
-    log = fopen(log_path, "a");
+    log = fopen(lead ? log_path : "/dev/null", "a"); /* the other ranks' log lines go nowhere */
     if (!log) {
         al_errf(err, "%s: %s", log_path, strerror(errno));
         goto done;
@@ -450,7 +458,12 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         double t0 = al_now();
         double lr = al_lr_at(o, step), loss, gn;
         h->draw(h->ctx, m, &rng, step);
-        int bad = al_train_step(m, &h->pass, m1, m2, o, lr, step + 1, &loss, &gn);
+        int bad = al_train_step(m, &shards.pass, m1, m2, o, lr, step + 1, &loss, &gn);
+        if (shards.failed) {
+            result = AL_TRAIN_ERROR;
+            *err = shards.err;
+            break;
+        }
         if (bad == AL_STEP_LOSS_NOT_FINITE) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: loss is %s at step %d; %s", isnan(loss) ? "nan" : "inf", step + 1,
@@ -471,7 +484,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         int do_eval = (o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps;
         double val_loss = NAN, val_acc = NAN;
         size_t val_count = 0;
-        if (do_eval && h->evaluate(h->ctx, m, step, step == o->steps, &val_loss, &val_acc, &val_count, err)) {
+        if (do_eval && lead && h->evaluate(h->ctx, m, step, step == o->steps, &val_loss, &val_acc, &val_count, err)) {
             result = AL_TRAIN_ERROR;
             break;
         }
@@ -479,6 +492,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
                 lr, gn, tps);
         if (h->vision) fprintf(log, "\"images_per_s\":%.2f,", ips);
         fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f", h->flops_per_step / dt, al_now() - t_start);
+        if (al_dist_active()) fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s);
         if (do_eval && h->vision)
             fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc, val_count);
         else if (do_eval)
@@ -495,10 +509,14 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         p.val_loss = val_loss, p.val_accuracy = val_acc, p.val_count = val_count;
         report(o, &p);
 
-        const int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
+        int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
+        if (al_dist_max(signalled, &signalled, err)) { /* every rank stops at the same step */
+            result = AL_TRAIN_ERROR;
+            break;
+        }
         int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || signalled;
         if (do_save) {
-            if (save_checkpoint(m, o, m1, m2, step, &rng, err)) {
+            if (lead && save_checkpoint(m, o, m1, m2, step, &rng, err)) {
                 result = AL_TRAIN_ERROR;
                 break;
             }
@@ -523,6 +541,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     report(o, &p);
 done:
     if (log) fclose(log);
+    al_grad_shards_free(&shards);
     free(log_path);
     free(config_path);
     free(extra);
@@ -538,8 +557,16 @@ typedef struct lm_task {
     al_corpus corpus;
     al_acts acts, eval_acts;
     int *batch_in, *batch_tg;
-    al_lm_batch batch; /* acts, batch_in, batch_tg */
+    al_lm_batch batch; /* acts (sized for one shard), a shard of batch_in, batch_tg */
 } lm_task;
+
+/* Points the step's pass at shard `shard` of n: its B/n sequences. */
+static void lm_select(void *ctx, int shard, int n) {
+    lm_task *t = ctx;
+    const size_t first = (size_t)shard * (size_t)(t->o->batch / n) * (size_t)t->o->context;
+    t->batch.in = t->batch_in + first;
+    t->batch.tg = t->batch_tg + first;
+}
 
 /* B random windows of the training split (rng: the training state's). */
 static void lm_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
@@ -578,7 +605,12 @@ int al_train(al_train_opts *o, al_err *err) {
         al_errf(err, "out of memory for optimizer state");
         goto done;
     }
-    if (al_acts_create(&t.acts, &m, o->batch, o->context, err) ||
+    const int shards = al_dist_shards(o);
+    if (shards <= 0 || o->batch % shards) {
+        al_errf(err, "--shards %d must divide --batch %d", shards, o->batch);
+        goto done;
+    }
+    if (al_acts_create(&t.acts, &m, o->batch / shards, o->context, err) ||
         al_acts_create(&t.eval_acts, &m, o->batch, o->context, err))
         goto done;
     const double tokens_per_step = (double)o->batch * o->context;
@@ -587,6 +619,8 @@ int al_train(al_train_opts *o, al_err *err) {
         .ctx = &t,
         .draw = lm_draw,
         .pass = al_lm_step_pass(&t.batch),
+        .select = lm_select,
+        .data_hash = al_dist_size() > 1 ? al_dist_hash(AL_DIST_HASH0, t.corpus.bytes, t.corpus.n) : 0,
         .evaluate = lm_evaluate,
         .tokens_per_step = tokens_per_step,
         .items_per_step = tokens_per_step,

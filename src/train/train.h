@@ -32,6 +32,8 @@ typedef struct al_train_opts {
     int batch, context, steps, warmup, eval_every, save_every, eval_tokens;
     int train_subset;      /* vision: train on the first N training images (0: all) */
     int eval_images;       /* vision: test images per periodic evaluation (0: all; the last step uses all) */
+    int shards;            /* the batch's gradient as a fixed tree sum of this many shards (0: 1, or under mpirun
+                            * one per item; dist.h); saved only when given */
     double lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip, val_fraction;
     uint64_t seed;
     int resume;
