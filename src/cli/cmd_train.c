@@ -284,11 +284,11 @@ int cli_dist_begin(const char *cmd) {
 }
 
 int cli_dist_fail(const char *cmd, const char *msg) {
-    const int shared = al_dist_error_shared();
-    if (al_dist_rank() == 0 || !shared) cli_fail(cmd, msg);
+    const al_dist_error kind = al_dist_error_kind();
+    if (al_dist_rank() == 0 || kind == AL_DIST_ERR_LOCAL) cli_fail(cmd, msg);
     /* every rank stops here alike and leaves the job; a rank that failed alone
      * exits without leaving it, so mpirun stops the others (they may be waiting for it) */
-    if (shared) al_dist_finalize();
+    if (kind == AL_DIST_ERR_SHARED) al_dist_finalize();
     return 1;
 }
 
@@ -371,10 +371,12 @@ int cmd_train(int argc, char **argv) {
     o.on_step_ctx = &view;
     al_err err;
     if (cli_dist_begin(cmd)) return 1;
-    if (o.batch % al_dist_size()) {
+    if (o.batch % al_dist_size()) { /* every rank finds it: rank 0 says it */
+        rc = al_dist_rank() ? CLI_USAGE
+                            : cli_usage(cmd, "--batch %d (the global batch) must be divisible by the %d ranks",
+                                        o.batch, al_dist_size());
         al_dist_finalize();
-        return cli_usage(cmd, "--batch %d (the global batch) must be divisible by the %d ranks", o.batch,
-                         al_dist_size());
+        return rc;
     }
     rc = al_train(&o, &err);
     if (rc == AL_TRAIN_ERROR) return cli_dist_fail(cmd, err.msg);

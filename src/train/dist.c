@@ -10,6 +10,7 @@
 #include <cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,13 @@
 #include <mpi.h>
 #endif
 
-static int dist_rank = 0, dist_size = 1, dist_joined = 0, dist_error_shared = 0;
+static int dist_rank = 0, dist_size = 1, dist_joined = 0;
+static al_dist_error dist_error_kind = AL_DIST_ERR_LOCAL;
+static volatile sig_atomic_t *dist_interrupt; /* al_dist_watch's flag */
+
+/* How long a collective may still wait after a signal: mpirun kills the ranks
+ * of a job about one second after it sends them SIGTERM (when one rank dies). */
+#define SIGNAL_GRACE_S 0.1
 
 /* Floats per bucket of the gradient arena: 16 MB, so the receive buffer
  * stays small and MPI's int counts never overflow. */
@@ -65,7 +72,8 @@ void al_dist_finalize(void) {
 int al_dist_rank(void) { return dist_rank; }
 int al_dist_size(void) { return dist_size; }
 int al_dist_active(void) { return dist_joined; }
-int al_dist_error_shared(void) { return dist_error_shared; }
+al_dist_error al_dist_error_kind(void) { return dist_error_kind; }
+void al_dist_watch(volatile sig_atomic_t *flag) { dist_interrupt = flag; }
 
 uint64_t al_dist_hash(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -81,6 +89,26 @@ static int mpi_fail(int rc, const char *what, al_err *err) {
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
     return al_errf(err, "rank %d: MPI %s failed: %s (another rank may have stopped)", dist_rank, what, msg);
 }
+
+/* Waits for a started non-blocking collective (rc: what starting it
+ * returned). Polls, so that a signal (al_dist_watch) while the others do not
+ * come gives up after SIGNAL_GRACE_S: a rank that died makes mpirun signal
+ * the rest, which then still say why they stop before it kills them. */
+static int collective(int rc, MPI_Request *req, const char *what, al_err *err) {
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, what, err);
+    double signalled_at = 0;
+    for (int done = 0; !done;) {
+        if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(rc, what, err);
+        if (done || !dist_interrupt || !*dist_interrupt) continue;
+        if (!signalled_at) signalled_at = al_now();
+        else if (al_now() - signalled_at > SIGNAL_GRACE_S) {
+            dist_error_kind = AL_DIST_ERR_PEER;
+            return al_errf(err, "another rank stopped (signal %d while rank %d waited for the %s)", (int)*dist_interrupt,
+                           dist_rank, what);
+        }
+    }
+    return 0;
+}
 #endif
 
 int al_dist_check_same(uint64_t hash, const char *what, al_err *err) {
@@ -88,16 +116,17 @@ int al_dist_check_same(uint64_t hash, const char *what, al_err *err) {
     if (!dist_joined || dist_size == 1) return 0;
     uint64_t *all = malloc(sizeof(uint64_t) * (size_t)dist_size);
     if (!all) return al_errf(err, "out of memory");
-    int rc = MPI_Allgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) {
+    MPI_Request req;
+    if (collective(MPI_Iallgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req), &req,
+                   "hash allgather", err)) {
         free(all);
-        return mpi_fail(rc, "allgather", err);
+        return -1;
     }
     int differs = 0;
     for (int r = 1; r < dist_size && !differs; r++)
         if (all[r] != all[0]) differs = r;
     free(all);
-    dist_error_shared = differs != 0;
+    if (differs) dist_error_kind = AL_DIST_ERR_SHARED;
     if (differs)
         return al_errf(err, "rank %d was started with other %s than rank 0 (hashes differ): every rank must run "
                             "the same command on the same files",
@@ -113,8 +142,10 @@ int al_dist_bcast(void *buf, size_t bytes, al_err *err) {
     if (!dist_joined || dist_size == 1) return 0;
     for (size_t done = 0; done < bytes;) { /* MPI counts are ints */
         const size_t n = bytes - done < (size_t)INT_MAX ? bytes - done : (size_t)INT_MAX;
-        const int rc = MPI_Bcast((char *)buf + done, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "broadcast", err);
+        MPI_Request req;
+        if (collective(MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &req), &req, "broadcast",
+                       err))
+            return -1;
         done += n;
     }
 #else
@@ -127,8 +158,10 @@ int al_dist_max(int v, int *max, al_err *err) {
     *max = v;
 #ifdef AL_HAVE_MPI
     if (!dist_joined || dist_size == 1) return 0;
-    const int rc = MPI_Allreduce(&v, max, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "allreduce", err);
+    MPI_Request req;
+    int in = v; /* a signal during the wait must not change what is sent */
+    return collective(MPI_Iallreduce(&in, max, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req), &req, "step-end allreduce",
+                      err);
 #else
     (void)err;
 #endif
@@ -160,7 +193,7 @@ int al_dist_share_state(int *failed, al_model *m, float *m1, float *m2, int *ste
     al_err mine = *err;
     if (al_dist_bcast(failed, sizeof *failed, err)) return -1;
     if (*failed) {
-        dist_error_shared = 1;
+        dist_error_kind = AL_DIST_ERR_SHARED;
         if (dist_rank == 0) *err = mine;
         else al_errf(err, "rank 0 could not read the training state");
         return -1;
@@ -235,12 +268,16 @@ static int reduce_ranks(al_grad_shards *s) {
             parts[q] = s->recv + mine * (size_t)q;
         }
         float *g = s->m->g + off;
-        int rc = MPI_Alltoallv(g, counts, displs, MPI_FLOAT, s->recv, rcounts, rdispls, MPI_FLOAT, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "gradient reduce-scatter", &s->err);
+        MPI_Request req;
+        if (collective(MPI_Ialltoallv(g, counts, displs, MPI_FLOAT, s->recv, rcounts, rdispls, MPI_FLOAT,
+                                      MPI_COMM_WORLD, &req),
+                       &req, "gradient reduce-scatter", &s->err))
+            return -1;
         tree_sum(parts, N, mine);
         memcpy(g + displs[me], parts[0], sizeof(float) * mine);
-        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, g, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "gradient allgather", &s->err);
+        if (collective(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, g, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req),
+                       &req, "gradient allgather", &s->err))
+            return -1;
     }
     return 0;
 }
@@ -250,8 +287,10 @@ static int reduce_ranks(al_grad_shards *s) {
 static int gather_losses(al_grad_shards *s) {
 #ifdef AL_HAVE_MPI
     if (dist_joined && dist_size > 1) {
-        const int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DOUBLE, s->losses, s->count, MPI_DOUBLE, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "loss allgather", &s->err);
+        MPI_Request req;
+        if (collective(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DOUBLE, s->losses, s->count, MPI_DOUBLE, MPI_COMM_WORLD, &req),
+                       &req, "loss allgather", &s->err))
+            return -1;
     }
 #else
     (void)s;
@@ -308,14 +347,14 @@ int al_grad_shards_init(al_grad_shards *s, al_model *m, const al_step_pass *inne
                         void *select_ctx, int shards, int batch, al_err *err) {
     memset(s, 0, sizeof *s);
     const int N = dist_size;
-    dist_error_shared = 1; /* the same numbers on every rank */
+    dist_error_kind = AL_DIST_ERR_SHARED; /* the same numbers on every rank */
     if (shards <= 0 || batch % shards)
         return al_errf(err, "--shards %d must divide the batch of %d", shards, batch);
     if (shards % N)
         return al_errf(err, "%d shards of the batch cannot be split evenly over %d ranks (give --shards a multiple "
                             "of the rank count that divides --batch %d)",
                        shards, N, batch);
-    dist_error_shared = 0;
+    dist_error_kind = AL_DIST_ERR_LOCAL;
     s->m = m;
     s->inner = *inner;
     s->select = select;

@@ -24,6 +24,8 @@
 #ifndef AL_DIST_H
 #define AL_DIST_H
 
+#include <signal.h>
+
 #include "train.h"
 
 /* Joins the MPI job when mpirun started this process (its OMPI_* / PMIX_*
@@ -37,10 +39,18 @@ int al_dist_rank(void);
 int al_dist_size(void);
 /* Whether this process is one rank of an MPI job (also with -np 1). */
 int al_dist_active(void);
-/* Whether the last error a collective call of this module reported is one
- * every rank reported alike (ranks that differ, too many shards, resume
- * failing on rank 0): one rank can print it and all can leave the job. */
-int al_dist_error_shared(void);
+/* What kind of failure the last error of this module's collective calls was:
+ * LOCAL: this rank's own (it exits and mpirun stops the others); SHARED:
+ * every rank reported it alike (ranks that differ, shards that do not fit the
+ * ranks, resume failing on rank 0): rank 0 says it and all leave the job;
+ * PEER: another rank stopped (a signal came while waiting for it): rank 0
+ * says it, and nobody can leave the job cleanly. */
+typedef enum { AL_DIST_ERR_LOCAL, AL_DIST_ERR_SHARED, AL_DIST_ERR_PEER } al_dist_error;
+al_dist_error al_dist_error_kind(void);
+/* The flag a signal handler sets (NULL: none): a collective that waits on a
+ * rank that does not come gives up shortly after it is set (mpirun signals
+ * every rank when one dies, and kills them a second later). */
+void al_dist_watch(volatile sig_atomic_t *flag);
 
 /* FNV-1a, 64 bits, over n bytes continuing from h (start: AL_DIST_HASH0). */
 #define AL_DIST_HASH0 0xcbf29ce484222325ULL

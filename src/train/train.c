@@ -344,6 +344,13 @@ static const char *kept_msg(char *buf, size_t cap, int last_saved) {
     return buf;
 }
 
+/* What a run that lost a rank leaves behind, for its error message. */
+static const char *stopped_msg(char *buf, size_t cap, int last_saved) {
+    if (last_saved < 0) snprintf(buf, cap, "no checkpoint was saved yet");
+    else snprintf(buf, cap, "the checkpoint of step %d is kept (--resume continues it on any rank count)", last_saved);
+    return buf;
+}
+
 void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
     const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
@@ -446,13 +453,14 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    al_dist_watch(&stop_signal); /* a rank that dies: mpirun signals the others, which then stop waiting */
 
     al_train_progress p = {.event = AL_TRAIN_STARTED, .opts = o, .vision = h->vision, .step = step,
                            .start_step = step, .result = AL_TRAIN_OK};
     report(o, &p);
     double t_start = al_now(), ema_dt = 0;
     int start_step = step, last_saved = o->resume ? step : -1;
-    char kept[96];
+    char kept[128];
     result = AL_TRAIN_OK;
     while (step < o->steps) {
         double t0 = al_now();
@@ -461,7 +469,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         int bad = al_train_step(m, &shards.pass, m1, m2, o, lr, step + 1, &loss, &gn);
         if (shards.failed) {
             result = AL_TRAIN_ERROR;
-            *err = shards.err;
+            al_errf(err, "%s; %s", shards.err.msg, stopped_msg(kept, sizeof kept, last_saved));
             break;
         }
         if (bad == AL_STEP_LOSS_NOT_FINITE) {
@@ -512,6 +520,8 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
         if (al_dist_max(signalled, &signalled, err)) { /* every rank stops at the same step */
             result = AL_TRAIN_ERROR;
+            const al_err why = *err;
+            al_errf(err, "%s after step %d; %s", why.msg, step, stopped_msg(kept, sizeof kept, last_saved));
             break;
         }
         int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || signalled;
@@ -529,6 +539,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    al_dist_watch(NULL);
     /* A signal that arrived after the last step's check (e.g. during its
      * checkpoint write) must still stop the caller: the run itself is complete. */
     if (result == AL_TRAIN_OK && stop_signal) {
