@@ -406,6 +406,13 @@ al_step_pass al_lm_step_pass(al_lm_batch *b) {
     return (al_step_pass){.ctx = b, .forward = lm_batch_forward, .backward = lm_batch_backward};
 }
 
+void al_lm_select_shard(void *ctx, int shard, int n) {
+    al_lm_shards *s = ctx;
+    const size_t first = (size_t)shard * (size_t)(s->B / n) * (size_t)s->T;
+    s->batch->in = s->in + first;
+    s->batch->tg = s->tg + first;
+}
+
 /* Hands p to the run's progress callback, if it has one. */
 static void report(const al_train_opts *o, const al_train_progress *p) {
     if (o->on_step && al_dist_rank() == 0) o->on_step(p, o->on_step_ctx); /* rank 0 speaks for an MPI job */
@@ -568,16 +575,12 @@ typedef struct lm_task {
     al_corpus corpus;
     al_acts acts, eval_acts;
     int *batch_in, *batch_tg;
-    al_lm_batch batch; /* acts (sized for one shard), a shard of batch_in, batch_tg */
+    al_lm_batch batch;   /* acts (sized for one shard), a shard of batch_in, batch_tg */
+    al_lm_shards shards; /* batch over batch_in, batch_tg */
 } lm_task;
 
-/* Points the step's pass at shard `shard` of n: its B/n sequences. */
-static void lm_select(void *ctx, int shard, int n) {
-    lm_task *t = ctx;
-    const size_t first = (size_t)shard * (size_t)(t->o->batch / n) * (size_t)t->o->context;
-    t->batch.in = t->batch_in + first;
-    t->batch.tg = t->batch_tg + first;
-}
+/* The step's pass over shard `shard` of n (al_task_hooks.select). */
+static void lm_select(void *ctx, int shard, int n) { al_lm_select_shard(&((lm_task *)ctx)->shards, shard, n); }
 
 /* B random windows of the training split (rng: the training state's). */
 static void lm_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
@@ -626,6 +629,7 @@ int al_train(al_train_opts *o, al_err *err) {
         goto done;
     const double tokens_per_step = (double)o->batch * o->context;
     t.batch = (al_lm_batch){.acts = &t.acts, .in = t.batch_in, .tg = t.batch_tg};
+    t.shards = (al_lm_shards){.batch = &t.batch, .in = t.batch_in, .tg = t.batch_tg, .B = o->batch, .T = o->context};
     const al_task_hooks h = {
         .ctx = &t,
         .draw = lm_draw,

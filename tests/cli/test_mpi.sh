@@ -165,6 +165,23 @@ else
 fi
 end
 
+# ---------------------------------------------------------------- bench
+
+begin "bench train under mpirun -np 2: rank 0 alone reports, with comm_s and the bytes all-reduced"
+mpi 2 bench train --layers 1 --hidden 32 --heads 4 --context 16 --batch 4 --iters 2 --sgemm-n 64 --triad-mb 1 \
+    --threads 1 --json
+check_ok
+check_py "bench train --json under mpirun is not one object with ranks, shards, comm_s, bytes" '
+import json, sys
+lines = [l for l in open(sys.argv[1]).read().split("\n") if l]
+assert len(lines) == 1, "%d lines on stdout" % len(lines)
+j = json.loads(lines[0])
+assert j["ranks"] == 2 and j["shards"] == 4, j
+assert j["comm_s"] > 0 and j["comm_s"] < j["step_s"], j
+assert j["allreduce_bytes_per_step"] > 0 and j["allreduce_bytes_per_step"] % 4 == 0, j
+' "$OUTF"
+end
+
 # ---------------------------------------------------------------- vision
 
 begin "vision under mpirun -np 2: the same weights as one process with --shards 8"
