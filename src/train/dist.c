@@ -10,7 +10,9 @@
 #include <cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,10 @@ static volatile sig_atomic_t *dist_interrupt; /* al_dist_watch's flag */
 /* How long a collective may still wait after a signal: mpirun kills the ranks
  * of a job about one second after it sends them SIGTERM (when one rank dies). */
 #define SIGNAL_GRACE_S 0.1
+/* A collective polls; after waiting this long it yields the core between
+ * polls, and later sleeps 0.2 ms between them. */
+#define WAIT_YIELD_AFTER_S 0.001
+#define WAIT_SLEEP_AFTER_S 0.05
 
 /* Floats per bucket of the gradient arena: 16 MB, so the receive buffer
  * stays small and MPI's int counts never overflow. */
@@ -97,9 +103,17 @@ static int mpi_fail(int rc, const char *what, al_err *err) {
 static int collective(int rc, MPI_Request *req, const char *what, al_err *err) {
     if (rc != MPI_SUCCESS) return mpi_fail(rc, what, err);
     double signalled_at = 0;
-    for (int done = 0; !done;) {
+    const double start = al_now();
+    for (int done = 0, polls = 0; !done; polls++) {
         if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(rc, what, err);
-        if (done || !dist_interrupt || !*dist_interrupt) continue;
+        if (done) break;
+        /* a long wait (rank 0 measuring, a slower rank) should not take a core from the ranks that work */
+        if (polls % 64 == 63) {
+            const double waited = al_now() - start;
+            if (waited > WAIT_SLEEP_AFTER_S) nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
+            else if (waited > WAIT_YIELD_AFTER_S) sched_yield();
+        }
+        if (!dist_interrupt || !*dist_interrupt) continue;
         if (!signalled_at) signalled_at = al_now();
         else if (al_now() - signalled_at > SIGNAL_GRACE_S) {
             dist_error_kind = AL_DIST_ERR_PEER;
