@@ -233,16 +233,6 @@ static void add_into(float *restrict dst, const float *restrict src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* Sums parts[0..n) (each len floats) into parts[0] in the left-complete
- * tree: the first half the largest power of two below n. */
-static void tree_sum(float **parts, int n, size_t len) {
-    if (n <= 1) return;
-    int p = 1;
-    while (p * 2 < n) p *= 2;
-    tree_sum(parts, p, len);
-    tree_sum(parts + p, n - p, len);
-    add_into(parts[0], parts[p], len);
-}
 
 /* Pushes the shard gradient now in m->g onto the stack, merging equal-sized
  * subtrees (left + right) as a binary counter carries. */
@@ -260,6 +250,17 @@ static void push_shard(al_grad_shards *s) {
 }
 
 #ifdef AL_HAVE_MPI
+/* Sums parts[0..n) (each len floats) into parts[0] in the left-complete
+ * tree: the first half the largest power of two below n. */
+static void tree_sum(float **parts, int n, size_t len) {
+    if (n <= 1) return;
+    int p = 1;
+    while (p * 2 < n) p *= 2;
+    tree_sum(parts, p, len);
+    tree_sum(parts + p, n - p, len);
+    add_into(parts[0], parts[p], len);
+}
+
 /* The ranks' partial sums in m->g -> their tree sum on every rank: per
  * bucket, rank q receives slice q from every rank (in rank order), adds the
  * slices in the tree over ranks, and the summed slices are gathered back. */
