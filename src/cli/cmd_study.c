@@ -224,6 +224,9 @@ int cmd_study(int argc, char **argv) {
     al_study_results_free(res);
     al_study_plan_free(&plan);
     if (st == AL_STUDY_ERROR) return cli_dist_fail(CMD, err.msg);
+    /* the other ranks wait for rank 0's report here, mostly asleep (al_dist_max polls gently), not in MPI_Finalize */
+    int ignored;
+    if (al_dist_max(0, &ignored, &err)) return cli_dist_fail(CMD, err.msg);
     al_dist_finalize();
     return st == AL_STUDY_INTERRUPTED ? 130 : st == AL_STUDY_TERMINATED ? 143 : 0;
 }
