@@ -117,8 +117,9 @@ static int collective(int rc, MPI_Request *req, const char *what, al_err *err) {
         if (!signalled_at) signalled_at = al_now();
         else if (al_now() - signalled_at > SIGNAL_GRACE_S) {
             dist_error_kind = AL_DIST_ERR_PEER;
-            return al_errf(err, "another rank stopped (signal %d while rank %d waited for the %s)", (int)*dist_interrupt,
-                           dist_rank, what);
+            return al_errf(err, "another rank stopped or the job is being killed (signal %d while rank %d waited for "
+                                "the others in the %s)",
+                           (int)*dist_interrupt, dist_rank, what);
         }
     }
     return 0;

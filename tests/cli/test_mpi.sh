@@ -157,7 +157,7 @@ else
     [ $(($(date +%s) - T0)) -le 10 ] || note "the other ranks took more than 10 s to stop"
     [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] || note "mpirun exit status $RC"
     [ "$(wc -l <"$ERRF")" -eq 1 ] || note "stderr is not one line: $(tr '\n' '|' <"$ERRF")"
-    check_stderr "^attnlab: train: another rank stopped .*the checkpoint of step [0-9]+ is kept"
+    check_stderr "^attnlab: train: another rank stopped or the job is being killed .*the checkpoint of step [0-9]+ is kept"
     STEP=$(grep -oE '"step":[[:space:]]*[0-9]+' "$K/config.json" | grep -oE '[0-9]+$')
     mpi 2 train --resume --out "$K" --steps $((STEP + 2)) --quiet
     check_ok
