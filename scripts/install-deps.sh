@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh --test   also what the tests use: PyTorch, numpy, Chromium
 set -eu
 
-want="build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libcairo2-dev fonts-dejavu-core bible-kjv dataset-fashion-mnist"
+want="build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libcairo2-dev fonts-dejavu-core bible-kjv dataset-fashion-mnist openmpi-bin libopenmpi-dev"
 if [ "${1:-}" = "--test" ]; then
     want="$want python3-torch python3-numpy chromium"
 fi

@@ -104,6 +104,7 @@ int stem_of(const char *out, char **stem, char **figure);
 typedef struct train_flags {
     const char *config, *preset, *data, *out;
     long context, batch, steps, warmup, seed, eval_every, save_every, eval_tokens, threads;
+    long shards; /* the gradient's shards (0: chosen by how the run is started; train/dist.h) */
     double lr, weight_decay, val_fraction, min_lr_ratio, grad_clip;
     int resume, quiet;
     al_config model;                     /* the config fields' flags write here (ARG_CFG) */
@@ -124,5 +125,13 @@ int train_flags_table(train_flags *f, al_arg *args);
  * hidden, the design's own defaults) and fills o.
  * Returns CLI_OK, 1 (error printed) or CLI_USAGE. */
 int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o);
+/* Joins mpirun's job when it started this process (train/dist.h); prints the
+ * failure (a build without MPI, MPI not starting) and returns 1. */
+int cli_dist_begin(const char *cmd);
+/* Prints a failure of an MPI job's command once: rank 0 prints what every rank
+ * found alike or a stopped rank (al_dist_error_kind), each rank what only it
+ * found; returns 1. Leaves the job (al_dist_finalize) when every rank failed
+ * alike. */
+int cli_dist_fail(const char *cmd, const char *msg);
 /* A duration for progress lines: "42s", "3m05s", "2h10m" ("?" when unknown). */
 void cli_duration(char *buf, size_t cap, double s);

@@ -34,6 +34,7 @@
 #include "core/cpu.h"
 #include "io/io.h"
 #include "model/model.h"
+#include "train/dist.h"
 #include "train/train.h"
 
 /* What every benchmark measures besides its own figures. */
@@ -112,7 +113,10 @@ static void json_out(cJSON *o) {
 /* One training step (forward, backward, clip, AdamW) on random tokens at the
  * flags' shape (default preset `bench`; `--preset gpt2` is 12 layers, hidden
  * 768, B=4 x T=256). MFU = model FLOP/s (6 x matmul params + causal
- * attention per token, the same count for every implementation) / sgemm. */
+ * attention per token, the same count for every implementation) / sgemm.
+ * Under mpirun the ranks step the global batch together (train/dist.h) and
+ * rank 0 reports, with the communication time per step and the bytes of the
+ * gradient arena all-reduced; the ranks meet before each timed step. */
 static int bench_train(int argc, char **argv) {
     const char *cmd = "bench train";
     train_flags f;
@@ -132,12 +136,21 @@ static int bench_train(int argc, char **argv) {
     if (iters <= 0 || sgemm_n < 64 || triad_mb < 1)
         return cli_usage(cmd, "--iters must be positive, --sgemm-n at least 64 and --triad-mb positive");
     if (o.model.task != AL_TASK_LM) return cli_usage(cmd, "language models only (--task vision is not benchmarked)");
+    if (cli_dist_begin(cmd)) return 1;
+    const int lead = al_dist_rank() == 0, shards = al_dist_shards(&o);
+    if (o.batch % al_dist_size() || o.batch % shards || shards % al_dist_size()) {
+        rc = lead ? cli_usage(cmd, "--batch %d must split into --shards %d, and those over the %d ranks", o.batch,
+                              shards, al_dist_size())
+                  : CLI_USAGE;
+        al_dist_finalize();
+        return rc;
+    }
     bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
     al_err err;
     al_model m;
     al_acts a;
     if (al_model_create(&m, &o.model, &err) || al_model_alloc_grads(&m, &err)) return cli_fail(cmd, err.msg);
-    if (al_acts_create(&a, &m, o.batch, o.context, &err)) {
+    if (al_acts_create(&a, &m, o.batch / shards, o.context, &err)) {
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
     }
@@ -156,21 +169,35 @@ static int bench_train(int argc, char **argv) {
         tg[i] = (int)(al_rng_u64(&rng) % 256);
     }
     al_lm_batch batch = {.acts = &a, .in = in, .tg = tg};
-    const al_step_pass pass = al_lm_step_pass(&batch);
-    double best = 1e30, total = 0;
-    for (long it = 0; it < iters + 2; it++) {
+    al_lm_shards select = {.batch = &batch, .in = in, .tg = tg, .B = o.batch, .T = o.context};
+    const al_step_pass inner = al_lm_step_pass(&batch);
+    al_grad_shards gs;
+    if (al_grad_shards_init(&gs, &m, &inner, al_lm_select_shard, &select, shards, o.batch, &err)) rc = -1;
+    double best = 1e30, total = 0, comm = 0;
+    for (long it = 0; !rc && it < iters + 2; it++) {
         if (it == 2 && (rc = env_start(cmd, &e))) break;
         if (it >= 2) al_sgemm_probe_run(&e.sg);
+        int ignored;
+        if (al_dist_max(0, &ignored, &err)) { /* the ranks start the step together */
+            rc = -1;
+            break;
+        }
         double t0 = al_now(), loss, gn;
-        al_train_step(&m, &pass, m1, m2, &o, 1e-4, (int)it + 1, &loss, &gn); /* timed whatever the loss */
+        al_train_step(&m, &gs.pass, m1, m2, &o, 1e-4, (int)it + 1, &loss, &gn); /* timed whatever the loss */
         double dt = al_now() - t0;
-        if (it >= 2) {
+        if (gs.failed) {
+            err = gs.err;
+            rc = -1;
+        } else if (it >= 2) {
             total += dt;
+            comm += gs.comm_s;
             if (dt < best) best = dt;
         }
     }
-    if (!rc) {
-        env_finish(&e);
+    al_grad_shards_free(&gs);
+    const double bytes_reduced = al_dist_active() ? sizeof(float) * (double)m.n_floats : 0;
+    if (!rc) env_finish(&e);
+    if (!rc && lead) {
         const double mean = total / iters, flops = al_model_train_flops_per_token(&m, o.context) * N;
         const double sgemm = al_sgemm_probe_gflops(&e.sg), gflops = flops / best / 1e9;
         if (json) {
@@ -191,6 +218,12 @@ static int bench_train(int argc, char **argv) {
             num(j, "model_gflops_per_s", gflops);
             num(j, "mfu", gflops / sgemm);
             num(j, "mfu_mean", flops / mean / 1e9 / sgemm);
+            if (al_dist_active()) { /* under mpirun only: a plain run's fields are those of bench/torch_peer.py */
+                num(j, "ranks", al_dist_size());
+                num(j, "shards", shards);
+                num(j, "comm_s", comm / iters);
+                num(j, "allreduce_bytes_per_step", bytes_reduced);
+            }
             env_json(j, &e, (int)iters);
             json_out(j);
         } else {
@@ -199,6 +232,10 @@ static int bench_train(int argc, char **argv) {
                    al_attn_name(m.cfg.attention), o.batch, o.context);
             printf("  %.1f ms/step best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> MFU %.1f%% of sgemm\n",
                    1e3 * best, 1e3 * mean, N / best, gflops, 100 * gflops / sgemm);
+            if (al_dist_active())
+                printf("  %d ranks x %d threads, %d shards: %.1f ms/step in communication (mean), %.1f MB all-reduced "
+                       "per step\n",
+                       al_dist_size(), al_threads(), shards, 1e3 * comm / iters, bytes_reduced / 1e6);
             env_text(&e);
         }
     }
@@ -208,6 +245,8 @@ static int bench_train(int argc, char **argv) {
     free(tg);
     al_acts_free(&a);
     al_model_free(&m);
+    if (rc == -1) return cli_dist_fail(cmd, err.msg); /* a step's communication failed */
+    al_dist_finalize();
     return rc;
 }
 

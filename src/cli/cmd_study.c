@@ -20,6 +20,7 @@
 #include "attnlab.h"
 #include "cli.h"
 #include "study/study.h"
+#include "train/dist.h"
 
 static const char *const CMD = "study";
 
@@ -197,6 +198,8 @@ int cmd_study(int argc, char **argv) {
                                    .first_seed = (uint64_t)seed, .n_seeds = (int)seeds, .max_runs = (int)max_runs};
     al_study_plan plan;
     al_err err;
+    if (cli_dist_begin(CMD)) return 1; /* under mpirun every run trains on all ranks (docs/distributed.md) */
+    if (al_dist_rank() != 0) v.quiet = 1; /* rank 0 speaks for the job */
     if (al_study_plan_init(&plan, &set, &err)) return cli_fail(CMD, err.msg);
     if (!plan.vision && !no_vision)
         say(&v, "study: Fashion-MNIST not found in %s: the vision pair is skipped\n", images ? images : AL_FMNIST_DIR);
@@ -206,20 +209,24 @@ int cmd_study(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    const al_study_hooks hooks = {.ctx = &v, .on_progress = show, .draw_heads = draw_heads,
+    const al_study_hooks hooks = {.ctx = &v, .on_progress = al_dist_rank() ? NULL : show, .draw_heads = draw_heads,
                                   .stop_requested = pending_signal};
     al_study_results *res = NULL;
     const int st = al_study_run_plan(&plan, &hooks, &res, &err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     if (v.line_open) fputs("\r\033[K", stderr);
-    if (st == AL_STUDY_DONE) {
+    if (st == AL_STUDY_DONE && res) { /* res: NULL on the other ranks of an MPI job */
         print_summary(res);
         printf("\nwrote %s/report.md, report.html, report.json and %d figures with their data (%.0f s)\n", plan.out,
                res->n_figures, al_now() - t0);
     }
     al_study_results_free(res);
     al_study_plan_free(&plan);
-    if (st == AL_STUDY_ERROR) return cli_fail(CMD, err.msg);
+    if (st == AL_STUDY_ERROR) return cli_dist_fail(CMD, err.msg);
+    /* the other ranks wait for rank 0's report here, mostly asleep (al_dist_max polls gently), not in MPI_Finalize */
+    int ignored;
+    if (al_dist_max(0, &ignored, &err)) return cli_dist_fail(CMD, err.msg);
+    al_dist_finalize();
     return st == AL_STUDY_INTERRUPTED ? 130 : st == AL_STUDY_TERMINATED ? 143 : 0;
 }

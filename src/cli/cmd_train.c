@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "io/io.h"
 #include "model/presets.h"
+#include "train/dist.h"
 #include "train/vision.h"
 
 /* The flags only `train` has (not `bench train`): the task and the vision
@@ -131,6 +132,8 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"eval-tokens", ARG_INT, &f->eval_tokens, "validation bytes per evaluation (0: the whole split)"},
         {"save-every", ARG_INT, &f->save_every, "checkpoint every N steps (and at the end)"},
         {"val-fraction", ARG_DOUBLE, &f->val_fraction, "last fraction of the data held out for validation"},
+        {"shards", ARG_INT, &f->shards, "sum the batch's gradient from N shards in a fixed order (default: 1; "
+                                        "under mpirun one per sequence, the same weights on any rank count)"},
         {"threads", ARG_INT, &f->threads, "worker threads (default: all cores)"},
         {"quiet", ARG_FLAG, &f->quiet, "no progress output"},
     };
@@ -239,6 +242,9 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
         return cli_usage(cmd, "--warmup, --eval-every, --save-every and --eval-tokens must not be negative");
     if (!(f->lr > 0)) return cli_usage(cmd, "--lr must be positive");
     if (!(f->val_fraction > 0 && f->val_fraction < 1)) return cli_usage(cmd, "--val-fraction must be in (0, 1)");
+    if (f->shards < 0 || (f->shards && f->batch % f->shards))
+        return cli_usage(cmd, "--shards must divide --batch %ld, got %ld", f->batch, f->shards);
+    o->shards = (int)f->shards;
     o->batch = (int)f->batch;
     o->context = (int)f->context;
     o->steps = (int)f->steps;
@@ -270,6 +276,20 @@ static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_
     if (f->threads > 0) al_set_threads((int)f->threads);
     o->resume = 1;
     return CLI_OK;
+}
+
+int cli_dist_begin(const char *cmd) {
+    al_err err;
+    return al_dist_init(&err) ? cli_fail(cmd, err.msg) : CLI_OK;
+}
+
+int cli_dist_fail(const char *cmd, const char *msg) {
+    const al_dist_error kind = al_dist_error_kind();
+    if (al_dist_rank() == 0 || kind == AL_DIST_ERR_LOCAL) cli_fail(cmd, msg);
+    /* every rank stops here alike and leaves the job; a rank that failed alone
+     * exits without leaving it, so mpirun stops the others (they may be waiting for it) */
+    if (kind == AL_DIST_ERR_SHARED) al_dist_finalize();
+    return 1;
 }
 
 /* A duration for progress lines (cli.h), shared by train and study. */
@@ -350,8 +370,17 @@ int cmd_train(int argc, char **argv) {
     o.on_step = show_progress;
     o.on_step_ctx = &view;
     al_err err;
+    if (cli_dist_begin(cmd)) return 1;
+    if (o.batch % al_dist_size()) { /* every rank finds it: rank 0 says it */
+        rc = al_dist_rank() ? CLI_USAGE
+                            : cli_usage(cmd, "--batch %d (the global batch) must be divisible by the %d ranks",
+                                        o.batch, al_dist_size());
+        al_dist_finalize();
+        return rc;
+    }
     rc = al_train(&o, &err);
-    if (rc == AL_TRAIN_ERROR) return cli_fail(cmd, err.msg);
+    if (rc == AL_TRAIN_ERROR) return cli_dist_fail(cmd, err.msg);
+    al_dist_finalize();
     /* the shell's convention for death by signal, though we exit cleanly */
     return rc == AL_TRAIN_INTERRUPTED ? 130 : rc == AL_TRAIN_TERMINATED ? 143 : 0;
 }

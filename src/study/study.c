@@ -21,6 +21,7 @@
 
 #include "../analysis/attnmap.h"
 #include "../core/blas.h"
+#include "../train/dist.h"
 
 /* A running study: its plan, hooks, and the pace of the work so far. */
 typedef struct study {
@@ -92,6 +93,13 @@ static void on_train_step(const al_train_progress *tp, void *ctx) {
 
 /* The caller's pending stop request (a signal number) or 0. */
 static int stop_requested(const study *s) { return s->h->stop_requested ? s->h->stop_requested(s->h->ctx) : 0; }
+
+/* stop_requested between runs: under mpirun every rank stops alike (the
+ * largest signal of any rank; its own when the ranks cannot agree). */
+static int stop_agreed(const study *s) {
+    int sig = stop_requested(s), any = sig;
+    return al_dist_max(sig, &any, &(al_err){0}) ? sig : any;
+}
 
 static int stop_status(int sig) { return sig == SIGTERM ? AL_STUDY_TERMINATED : AL_STUDY_INTERRUPTED; }
 
@@ -185,16 +193,18 @@ static int train_and_measure(study *s, int i, al_err *err) {
         s->left_after = nominal_left(p, i) + after;
         tell(s, AL_STUDY_RUN_BEGIN, NULL, eta(s, 0));
         al_train_opts o;
+        const int lead = al_dist_rank() == 0; /* under mpirun rank 0 alone touches the run directories */
         if (r->state == AL_RUN_PARTIAL) {
-            if (al_run_load_opts(r->opts.out, &o, err)) return AL_STUDY_ERROR;
+            if (lead && al_run_load_opts(r->opts.out, &o, err)) return AL_STUDY_ERROR;
+            if (al_dist_bcast(&o, sizeof o, err)) return AL_STUDY_ERROR; /* the other ranks' settings: rank 0's */
             o.resume = 1;
         } else {
-            if (clear_run(r->opts.out, err)) return AL_STUDY_ERROR;
+            if (lead && clear_run(r->opts.out, err)) return AL_STUDY_ERROR;
             o = r->opts;
         }
         o.on_step = on_train_step;
         o.on_step_ctx = s;
-        if (remove_file(r->opts.out, "measure.json", err)) return AL_STUDY_ERROR;
+        if (lead && remove_file(r->opts.out, "measure.json", err)) return AL_STUDY_ERROR;
         const int from = r->state == AL_RUN_PARTIAL ? r->step : 0;
         phase_begin(s, (r->opts.steps - from) * step_s, after + measure_s);
         int rc = al_train(&o, err);
@@ -213,7 +223,7 @@ static int train_and_measure(study *s, int i, al_err *err) {
         phase_begin(s, measure_s, after);
         tell(s, AL_STUDY_RUN_MEASURE, NULL, eta(s, 0));
     }
-    int rc = measure_run(p, r, err);
+    int rc = al_dist_rank() == 0 ? measure_run(p, r, err) : 0; /* rank 0 measures for an MPI job */
     phase_end(s);
     if (rc) {
         al_err_prefix(err, "measuring %s", r->name);
@@ -430,12 +440,17 @@ int al_study_run_plan(al_study_plan *p, const al_study_hooks *h, al_study_result
     for (int i = 0; i < p->n_runs; i++) {
         al_plan_run *r = &p->runs[i];
         if (strcmp(r->opts.out, r->dir)) return al_errf(err, "%s: the run's out is %s", r->dir, r->opts.out);
-        if (al_study_run_state(&r->opts, &r->state, &r->step, r->why, sizeof r->why, err)) return AL_STUDY_ERROR;
+        int failed = al_dist_rank() == 0 && /* under mpirun: rank 0's run directories decide */
+                     al_study_run_state(&r->opts, &r->state, &r->step, r->why, sizeof r->why, err);
+        if (al_dist_bcast(&failed, sizeof failed, err) || failed) return AL_STUDY_ERROR;
+        if (al_dist_bcast(&r->state, sizeof r->state, err) || al_dist_bcast(&r->step, sizeof r->step, err) ||
+            al_dist_bcast(r->why, sizeof r->why, err))
+            return AL_STUDY_ERROR;
     }
     s.left_after = nominal_after(p, -1);
     tell(&s, AL_STUDY_PLANNED, NULL, s.left_after);
     for (int i = 0; i < p->n_runs; i++) {
-        int sig = stop_requested(&s);
+        int sig = stop_agreed(&s);
         if (sig) {
             s.run = i;
             tell_halt(&s, AL_STUDY_HALT_BEFORE_RUN);
@@ -444,6 +459,7 @@ int al_study_run_plan(al_study_plan *p, const al_study_hooks *h, al_study_result
         int rc = train_and_measure(&s, i, err);
         if (rc != AL_STUDY_DONE) return rc;
     }
+    if (al_dist_rank() != 0) return AL_STUDY_DONE; /* rank 0 benchmarks, draws and reports for an MPI job */
     al_study_results *res = calloc(1, sizeof *res);
     if (!res) return al_errf(err, "out of memory");
     int rc = finish(&s, res, err);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../io/io.h"
+#include "dist.h"
 #include "train_loop.h"
 
 void al_train_opts_default(al_train_opts *o) {
@@ -75,6 +76,7 @@ char *al_train_opts_to_json(const al_train_opts *o) {
     OPT_INTS(ADD) OPT_DBLS(ADD)
 #undef ADD
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    if (o->shards) cJSON_AddNumberToObject(j, "shards", o->shards); /* absent: chosen by how the run is started */
     if (o->model.task == AL_TASK_VISION) {
         /* the text settings mean nothing to a ViT; its own take their place */
         static const char *const text_only[] = {"data", "context", "eval_tokens", "val_fraction"};
@@ -105,6 +107,7 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     OPT_INTS(GET) OPT_DBLS(GET)
 #undef GET
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "shards")) && cJSON_IsNumber(v)) o->shards = (int)v->valuedouble;
     /* the paths ("default": the built-in corpus or image directory) */
     const char *path[2] = {NULL, NULL};
     static const char *const path_keys[2] = {"data", "images"};
@@ -341,6 +344,13 @@ static const char *kept_msg(char *buf, size_t cap, int last_saved) {
     return buf;
 }
 
+/* What a run that lost a rank leaves behind, for its error message. */
+static const char *stopped_msg(char *buf, size_t cap, int last_saved) {
+    if (last_saved < 0) snprintf(buf, cap, "no checkpoint was saved yet");
+    else snprintf(buf, cap, "the checkpoint of step %d is kept (--resume continues it on any rank count)", last_saved);
+    return buf;
+}
+
 void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
     const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
@@ -396,9 +406,16 @@ al_step_pass al_lm_step_pass(al_lm_batch *b) {
     return (al_step_pass){.ctx = b, .forward = lm_batch_forward, .backward = lm_batch_backward};
 }
 
+void al_lm_select_shard(void *ctx, int shard, int n) {
+    al_lm_shards *s = ctx;
+    const size_t first = (size_t)shard * (size_t)(s->B / n) * (size_t)s->T;
+    s->batch->in = s->in + first;
+    s->batch->tg = s->tg + first;
+}
+
 /* Hands p to the run's progress callback, if it has one. */
 static void report(const al_train_opts *o, const al_train_progress *p) {
-    if (o->on_step) o->on_step(p, o->on_step_ctx);
+    if (o->on_step && al_dist_rank() == 0) o->on_step(p, o->on_step_ctx); /* rank 0 speaks for an MPI job */
 }
 
 int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err *err) {
@@ -408,6 +425,8 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     al_rng rng;
     char *log_path = NULL, *config_path = NULL, *extra = NULL;
     struct sigaction sa = {0}, old_int, old_term;
+    al_grad_shards shards = {0};
+    const int lead = al_dist_rank() == 0; /* under mpirun rank 0 alone writes the run directory */
 
     m1 = al_alloc(sizeof(float) * m->n_floats);
     m2 = al_alloc(sizeof(float) * m->n_floats);
@@ -417,17 +436,20 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_errf(err, "out of memory");
         goto done;
     }
+    if (al_dist_check_run(o, m, h->data_hash, err) ||
+        al_grad_shards_init(&shards, m, &h->pass, h->select, h->ctx, al_dist_shards(o), o->batch, err))
+        goto done;
     if (o->resume) {
-        if (load_state(m, m1, m2, &step, &rng, o->out, err)) goto done;
-        if (trim_log(log_path, step, err)) goto done;
+        int failed = lead && (load_state(m, m1, m2, &step, &rng, o->out, err) || trim_log(log_path, step, err));
+        if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
     } else {
         al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
-        unlink(log_path);
+        if (lead) unlink(log_path);
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
-        if (!(extra = run_block(o, 0, err)) || al_config_save(&m->cfg, config_path, extra, err)) goto done;
+        if (!(extra = run_block(o, 0, err)) || (lead && al_config_save(&m->cfg, config_path, extra, err))) goto done;
     }
-    log = fopen(log_path, "a");
+    log = fopen(lead ? log_path : "/dev/null", "a"); /* the other ranks' log lines go nowhere */
     if (!log) {
         al_errf(err, "%s: %s", log_path, strerror(errno));
         goto done;
@@ -438,19 +460,25 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    al_dist_watch(&stop_signal); /* a rank that dies: mpirun signals the others, which then stop waiting */
 
     al_train_progress p = {.event = AL_TRAIN_STARTED, .opts = o, .vision = h->vision, .step = step,
                            .start_step = step, .result = AL_TRAIN_OK};
     report(o, &p);
     double t_start = al_now(), ema_dt = 0;
     int start_step = step, last_saved = o->resume ? step : -1;
-    char kept[96];
+    char kept[128];
     result = AL_TRAIN_OK;
     while (step < o->steps) {
         double t0 = al_now();
         double lr = al_lr_at(o, step), loss, gn;
         h->draw(h->ctx, m, &rng, step);
-        int bad = al_train_step(m, &h->pass, m1, m2, o, lr, step + 1, &loss, &gn);
+        int bad = al_train_step(m, &shards.pass, m1, m2, o, lr, step + 1, &loss, &gn);
+        if (shards.failed) {
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "%s; %s", shards.err.msg, stopped_msg(kept, sizeof kept, last_saved));
+            break;
+        }
         if (bad == AL_STEP_LOSS_NOT_FINITE) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: loss is %s at step %d; %s", isnan(loss) ? "nan" : "inf", step + 1,
@@ -471,7 +499,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         int do_eval = (o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps;
         double val_loss = NAN, val_acc = NAN;
         size_t val_count = 0;
-        if (do_eval && h->evaluate(h->ctx, m, step, step == o->steps, &val_loss, &val_acc, &val_count, err)) {
+        if (do_eval && lead && h->evaluate(h->ctx, m, step, step == o->steps, &val_loss, &val_acc, &val_count, err)) {
             result = AL_TRAIN_ERROR;
             break;
         }
@@ -479,6 +507,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
                 lr, gn, tps);
         if (h->vision) fprintf(log, "\"images_per_s\":%.2f,", ips);
         fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f", h->flops_per_step / dt, al_now() - t_start);
+        if (al_dist_active()) fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s);
         if (do_eval && h->vision)
             fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc, val_count);
         else if (do_eval)
@@ -495,10 +524,16 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         p.val_loss = val_loss, p.val_accuracy = val_acc, p.val_count = val_count;
         report(o, &p);
 
-        const int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
+        int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
+        if (al_dist_max(signalled, &signalled, err)) { /* every rank stops at the same step */
+            result = AL_TRAIN_ERROR;
+            const al_err why = *err;
+            al_errf(err, "%s after step %d; %s", why.msg, step, stopped_msg(kept, sizeof kept, last_saved));
+            break;
+        }
         int do_save = (o->save_every > 0 && step % o->save_every == 0) || step == o->steps || signalled;
         if (do_save) {
-            if (save_checkpoint(m, o, m1, m2, step, &rng, err)) {
+            if (lead && save_checkpoint(m, o, m1, m2, step, &rng, err)) {
                 result = AL_TRAIN_ERROR;
                 break;
             }
@@ -511,6 +546,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    al_dist_watch(NULL);
     /* A signal that arrived after the last step's check (e.g. during its
      * checkpoint write) must still stop the caller: the run itself is complete. */
     if (result == AL_TRAIN_OK && stop_signal) {
@@ -523,6 +559,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     report(o, &p);
 done:
     if (log) fclose(log);
+    al_grad_shards_free(&shards);
     free(log_path);
     free(config_path);
     free(extra);
@@ -538,8 +575,12 @@ typedef struct lm_task {
     al_corpus corpus;
     al_acts acts, eval_acts;
     int *batch_in, *batch_tg;
-    al_lm_batch batch; /* acts, batch_in, batch_tg */
+    al_lm_batch batch;   /* acts (sized for one shard), a shard of batch_in, batch_tg */
+    al_lm_shards shards; /* batch over batch_in, batch_tg */
 } lm_task;
+
+/* The step's pass over shard `shard` of n (al_task_hooks.select). */
+static void lm_select(void *ctx, int shard, int n) { al_lm_select_shard(&((lm_task *)ctx)->shards, shard, n); }
 
 /* B random windows of the training split (rng: the training state's). */
 static void lm_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
@@ -578,15 +619,23 @@ int al_train(al_train_opts *o, al_err *err) {
         al_errf(err, "out of memory for optimizer state");
         goto done;
     }
-    if (al_acts_create(&t.acts, &m, o->batch, o->context, err) ||
+    const int shards = al_dist_shards(o);
+    if (shards <= 0 || o->batch % shards) {
+        al_errf(err, "--shards %d must divide --batch %d", shards, o->batch);
+        goto done;
+    }
+    if (al_acts_create(&t.acts, &m, o->batch / shards, o->context, err) ||
         al_acts_create(&t.eval_acts, &m, o->batch, o->context, err))
         goto done;
     const double tokens_per_step = (double)o->batch * o->context;
     t.batch = (al_lm_batch){.acts = &t.acts, .in = t.batch_in, .tg = t.batch_tg};
+    t.shards = (al_lm_shards){.batch = &t.batch, .in = t.batch_in, .tg = t.batch_tg, .B = o->batch, .T = o->context};
     const al_task_hooks h = {
         .ctx = &t,
         .draw = lm_draw,
         .pass = al_lm_step_pass(&t.batch),
+        .select = lm_select,
+        .data_hash = al_dist_size() > 1 ? al_dist_hash(AL_DIST_HASH0, t.corpus.bytes, t.corpus.n) : 0,
         .evaluate = lm_evaluate,
         .tokens_per_step = tokens_per_step,
         .items_per_step = tokens_per_step,

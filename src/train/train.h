@@ -32,6 +32,8 @@ typedef struct al_train_opts {
     int batch, context, steps, warmup, eval_every, save_every, eval_tokens;
     int train_subset;      /* vision: train on the first N training images (0: all) */
     int eval_images;       /* vision: test images per periodic evaluation (0: all; the last step uses all) */
+    int shards;            /* the batch's gradient as a fixed tree sum of this many shards (0: 1, or under mpirun
+                            * one per item; dist.h); saved only when given */
     double lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip, val_fraction;
     uint64_t seed;
     int resume;
@@ -111,6 +113,15 @@ typedef struct al_lm_batch {
     const int *in, *tg;
 } al_lm_batch;
 al_step_pass al_lm_step_pass(al_lm_batch *b);
+/* A language model's batch drawn whole (in, tg: B x T tokens) and stepped
+ * shard by shard (al_grad_shards, train/dist.h): al_lm_select_shard points
+ * batch at shard j of n, its B/n sequences (batch->acts sized for them). */
+typedef struct al_lm_shards {
+    al_lm_batch *batch;
+    const int *in, *tg;
+    int B, T;
+} al_lm_shards;
+void al_lm_select_shard(void *ctx, int shard, int n);
 
 enum { AL_STEP_OK = 0, AL_STEP_LOSS_NOT_FINITE = 1, AL_STEP_GRAD_NOT_FINITE = 2 };
 /* One training step, the same for training, `bench train` and the study's

@@ -12,6 +12,7 @@
 #ifndef AL_TRAIN_LOOP_H
 #define AL_TRAIN_LOOP_H
 
+#include "dist.h"
 #include "train.h"
 
 typedef struct al_task_hooks {
@@ -20,7 +21,9 @@ typedef struct al_task_hooks {
     /* Draws the batch of step `step` (0-based; from rng, which is part of the
      * training state, or from the step number) for pass. */
     void (*draw)(void *ctx, const al_model *m, al_rng *rng, int step);
-    al_step_pass pass; /* forward and backward on the drawn batch */
+    al_step_pass pass; /* forward and backward on the drawn batch (the shard select chose) */
+    al_shard_select_fn select; /* points pass at shard j of n of the drawn batch (dist.h) */
+    uint64_t data_hash;        /* of the task's data: ranks with other data are refused */
     /* Evaluation after `step` steps (final: the run's last step): mean loss,
      * accuracy (NAN when the task has none) and how many items it covered. */
     int (*evaluate)(void *ctx, const al_model *m, int step, int final, double *loss, double *acc, size_t *count,

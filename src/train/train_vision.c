@@ -161,6 +161,8 @@ typedef struct vit_task {
     float *images;        /* [B, C, S, S] */
     int *idx, *labels;    /* [B] */
     int *perm, perm_epoch; /* the current epoch's order of the training images */
+    const float *shard_images; /* the step's shard of images, labels (vit_select) */
+    const int *shard_labels;
 } vit_task;
 
 /* The shuffle of epoch e: a generator seeded from (seed, e) alone. */
@@ -191,9 +193,18 @@ static void vit_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
     al_image_batch(&t->train, t->idx, B, m->cfg.image_mean, m->cfg.image_std, t->images, t->labels);
 }
 
+/* Points the step's pass at shard `shard` of n: its B/n images. */
+static void vit_select(void *ctx, int shard, int n) {
+    vit_task *t = ctx;
+    const int per_shard = t->o->batch / n;
+    const size_t pixels = (size_t)t->train.C * t->train.S * t->train.S;
+    t->shard_images = t->images + (size_t)shard * per_shard * pixels;
+    t->shard_labels = t->labels + (size_t)shard * per_shard;
+}
+
 static double vit_forward(void *ctx, al_model *m) {
     vit_task *t = ctx;
-    return al_vit_forward(m, &t->acts, t->images, t->labels);
+    return al_vit_forward(m, &t->acts, t->shard_images, t->shard_labels);
 }
 
 static void vit_backward(void *ctx, al_model *m) { al_vit_backward(m, &((vit_task *)ctx)->acts); }
@@ -203,6 +214,18 @@ static int vit_evaluate(void *ctx, const al_model *m, int step, int final, doubl
     vit_task *t = ctx;
     (void)step;
     return al_vit_evaluate(m, &t->acts, &t->test, final ? 0 : t->o->eval_images, loss, acc, count, err);
+}
+
+/* The hash of the training and test images and labels (ranks must agree). */
+static uint64_t vit_data_hash(const vit_task *t) {
+    uint64_t h = AL_DIST_HASH0;
+    const al_image_set *sets[2] = {&t->train, &t->test};
+    for (int i = 0; i < 2; i++) {
+        const al_image_set *s = sets[i];
+        h = al_dist_hash(h, s->pixels, (size_t)s->n * s->C * s->S * s->S);
+        h = al_dist_hash(h, s->labels, (size_t)s->n);
+    }
+    return h;
 }
 
 int al_train_vision(al_train_opts *o, al_err *err) {
@@ -226,7 +249,13 @@ int al_train_vision(al_train_opts *o, al_err *err) {
     if (al_image_set_check(&t.train, c, "training images", err) || al_image_set_check(&t.test, c, "test images", err))
         goto done;
     o->context = c->max_position;
-    if (al_model_create(&m, c, err) || al_model_alloc_grads(&m, err) || al_vit_acts_create(&t.acts, &m, o->batch, err))
+    const int shards = al_dist_shards(o); /* the training batch runs shard by shard (dist.h) */
+    if (shards <= 0 || o->batch % shards) {
+        al_errf(err, "--shards %d must divide --batch %d", shards, o->batch);
+        goto done;
+    }
+    if (al_model_create(&m, c, err) || al_model_alloc_grads(&m, err) ||
+        al_vit_acts_create(&t.acts, &m, o->batch / shards, err))
         goto done;
     const size_t per = (size_t)c->num_channels * c->image_size * c->image_size;
     t.images = malloc(sizeof(float) * per * o->batch);
@@ -242,6 +271,8 @@ int al_train_vision(al_train_opts *o, al_err *err) {
         .vision = 1,
         .draw = vit_draw,
         .pass = {.ctx = &t, .forward = vit_forward, .backward = vit_backward},
+        .select = vit_select,
+        .data_hash = al_dist_size() > 1 ? vit_data_hash(&t) : 0,
         .evaluate = vit_evaluate,
         .tokens_per_step = (double)o->batch * c->max_position,
         .items_per_step = o->batch,
