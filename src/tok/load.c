@@ -7,9 +7,9 @@
  * non-negative integer ids, merges must name vocabulary tokens whose
  * concatenation is a token too, added tokens need an id and non-empty
  * content. Every normalizer, pre-tokenizer, post-processor and decoder node is
- * either understood or refused by name (docs/tokenizers.md lists them), and a
- * Split regex must be one of the patterns pretok.c implements. Each error is
- * one line that starts with the file's path.
+ * either understood or refused by name (docs/tokenizers.md lists them), and
+ * Split patterns are compiled here (regex.c), once. Each error is one line
+ * that starts with the file's path.
  *
  * Strings (tokens, pieces, added-token texts) are copied into an arena of
  * large blocks owned by the tokenizer, so freeing is a walk over the blocks.
@@ -88,6 +88,7 @@ void al_tok_free(al_tokenizer *t) {
     tok_strmap_free(&t->vocab);
     tok_pairmap_free(&t->merges);
     free(t->norms);
+    for (int i = 0; i < t->n_pres; i++) tok_regex_free(t->pres[i].re);
     free(t->pres);
     free(t->decs);
     free(t->raw_added.tokens);
@@ -274,27 +275,37 @@ static int get_prepend(loader *ld, const cJSON *node, const char *what, tok_prep
     return 0;
 }
 
-/* Recognises a Split regex as one of the implemented patterns. Literal CR and
- * LF characters count as the escapes "\r" and "\n". */
-static int known_pattern(const char *re, tok_pattern *out) {
-    char buf[512]; /* longer than every known pattern: a longer regex, cut, still matches none */
-    size_t k = 0;
-    for (const char *p = re; *p && k + 3 < sizeof buf; p++) {
-        if (*p == '\r' || *p == '\n') {
-            buf[k++] = '\\';
-            buf[k++] = *p == '\r' ? 'r' : 'n';
-        } else {
-            buf[k++] = *p;
+/* Compiles a Split pattern ({"Regex": r} or {"String": s}) into p->re. */
+static int compile_split_pattern(loader *ld, const cJSON *node, tok_pre *p) {
+    const cJSON *pat = field(node, "pattern");
+    const cJSON *re = cJSON_IsObject(pat) ? field(pat, "Regex") : NULL;
+    const cJSON *str = cJSON_IsObject(pat) ? field(pat, "String") : NULL;
+    const cJSON *v = cJSON_IsString(re) ? re : str;
+    if (!cJSON_IsString(v)) return fail(ld, "pre_tokenizer Split.pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    char why[200], buf[120];
+    p->re = tok_regex_compile(v->valuestring, strlen(v->valuestring), v == str, why, sizeof why);
+    if (p->re) return 0;
+    shown(v->valuestring, buf, sizeof buf);
+    return fail(ld, "unsupported pre_tokenizer Split %s '%s': %s", v == str ? "string" : "regex", buf, why);
+}
+
+/* A Split behavior name (TOK_SPLIT_BEHAVIORS). */
+static int split_behavior(loader *ld, const char *name, tok_split_behavior *out) {
+    static const struct {
+        const char *name;
+        tok_split_behavior b;
+    } names[] = {
+#define TOK_SPLIT_ROW(e, n) {n, SPLIT_##e},
+        TOK_SPLIT_BEHAVIORS(TOK_SPLIT_ROW)
+#undef TOK_SPLIT_ROW
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].b;
+            return 0;
         }
-    }
-    buf[k] = 0;
-    const tok_pattern all[] = {PAT_GPT2, PAT_LLAMA3, PAT_QWEN2};
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(buf, tok_pattern_regex(all[i]))) {
-            *out = all[i];
-            return 1;
-        }
-    return 0;
+    return fail(ld, "unsupported pre_tokenizer Split behavior '%s' (Removed, Isolated, MergedWithPrevious, "
+                "MergedWithNext or Contiguous)", name);
 }
 
 static int load_pre_tokenizer(loader *ld, const cJSON *node, int depth) {
@@ -312,35 +323,21 @@ static int load_pre_tokenizer(loader *ld, const cJSON *node, int depth) {
     tok_pre p = {0};
     if (!strcmp(type, "Split")) {
         p.kind = PRE_SPLIT;
-        const cJSON *pat = field(node, "pattern");
-        const cJSON *re = cJSON_IsObject(pat) ? field(pat, "Regex") : NULL;
-        const cJSON *str = cJSON_IsObject(pat) ? field(pat, "String") : NULL;
-        char buf[120];
-        if (cJSON_IsString(str)) {
-            shown(str->valuestring, buf, sizeof buf);
-            return fail(ld, "unsupported pre_tokenizer Split on the string '%s' (attnlab knows the GPT-2, Llama-3 "
-                        "and Qwen2 regexes)", buf);
-        }
-        if (!cJSON_IsString(re)) return fail(ld, "pre_tokenizer Split.pattern must be {\"Regex\": ...}");
-        if (!known_pattern(re->valuestring, &p.pattern)) {
-            shown(re->valuestring, buf, sizeof buf);
-            return fail(ld, "unsupported pre_tokenizer Split regex '%s' (attnlab knows the GPT-2, Llama-3 and "
-                        "Qwen2 patterns)", buf);
-        }
         const char *behavior;
-        int invert = 0;
+        p.behavior = SPLIT_ISOLATED;
         if (get_string(ld, node, "pre_tokenizer Split", "behavior", 1, &behavior) ||
-            get_bool(ld, node, "pre_tokenizer Split", "invert", 0, &invert))
+            (behavior && split_behavior(ld, behavior, &p.behavior)) ||
+            get_bool(ld, node, "pre_tokenizer Split", "invert", 0, &p.invert) || compile_split_pattern(ld, node, &p))
             return -1;
-        if (behavior && strcmp(behavior, "Isolated"))
-            return fail(ld, "unsupported pre_tokenizer Split behavior '%s' (only Isolated)", behavior);
-        if (invert) return fail(ld, "unsupported pre_tokenizer Split with invert true");
     } else if (!strcmp(type, "ByteLevel")) {
         p.kind = PRE_BYTELEVEL;
-        p.pattern = PAT_GPT2;
+        p.behavior = SPLIT_ISOLATED;
         if (get_bool(ld, node, "pre_tokenizer ByteLevel", "add_prefix_space", 1, &p.add_prefix_space) ||
             get_bool(ld, node, "pre_tokenizer ByteLevel", "use_regex", 1, &p.use_regex))
             return -1;
+        char why[200];
+        if (p.use_regex && !(p.re = tok_regex_compile(tok_gpt2_regex, strlen(tok_gpt2_regex), 0, why, sizeof why)))
+            return fail(ld, "pre_tokenizer ByteLevel: %s", why);
     } else if (!strcmp(type, "Metaspace")) {
         p.kind = PRE_METASPACE;
         if (get_char(ld, node, "pre_tokenizer Metaspace", "replacement", &p.replacement) ||
@@ -351,7 +348,10 @@ static int load_pre_tokenizer(loader *ld, const cJSON *node, int depth) {
         return fail(ld, "unsupported pre_tokenizer '%s' (attnlab supports Split, ByteLevel, Metaspace and Sequence)",
                     type);
     }
-    if (grow(ld, (void **)&t->pres, &t->n_pres, sizeof p)) return -1;
+    if (grow(ld, (void **)&t->pres, &t->n_pres, sizeof p)) {
+        tok_regex_free(p.re);
+        return -1;
+    }
     t->pres[t->n_pres - 1] = p;
     return 0;
 }

@@ -1,8 +1,8 @@
 /*
  * tok_internal.h: the inside of an al_tokenizer, shared by the files of
  * src/tok (load.c reads tokenizer.json into it, encode.c / decode.c run it,
- * pretok.c holds the pre-tokenizer pattern matchers, bpe.c the hash tables
- * and the merge loop).
+ * regex.c the Split patterns' regex engine, pretok.c GPT-2's byte map and
+ * pattern, bpe.c the hash tables and the merge loop).
  *
  * Data structure: a tokenizer.json becomes
  *   - the id table: for each id its token string as tokenizer.json spells it
@@ -25,6 +25,7 @@
 
 #include <stdint.h>
 
+#include "regex.h"
 #include "tokenizer.h"
 
 /* ---- hash maps (bpe.c) ---- */
@@ -72,12 +73,25 @@ typedef struct tok_norm {
     size_t alen, blen;
 } tok_norm;
 
-typedef enum { PAT_GPT2, PAT_LLAMA3, PAT_QWEN2 } tok_pattern;
+/* What Split does with the matches (Hugging Face's SplitDelimiterBehavior):
+ * X(enum suffix, tokenizer.json name). */
+#define TOK_SPLIT_BEHAVIORS(X) \
+    X(REMOVED, "Removed") X(ISOLATED, "Isolated") X(MERGED_PREVIOUS, "MergedWithPrevious") \
+    X(MERGED_NEXT, "MergedWithNext") X(CONTIGUOUS, "Contiguous")
+typedef enum {
+#define TOK_SPLIT_ENUM(e, name) SPLIT_##e,
+    TOK_SPLIT_BEHAVIORS(TOK_SPLIT_ENUM)
+#undef TOK_SPLIT_ENUM
+} tok_split_behavior;
+
 typedef enum { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE } tok_pre_kind;
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } tok_prepend;
 typedef struct tok_pre {
     tok_pre_kind kind;
-    tok_pattern pattern;      /* SPLIT; BYTELEVEL with use_regex uses PAT_GPT2 */
+    tok_regex *re;            /* SPLIT: its pattern (a String compiled as a literal); BYTELEVEL with
+                                 use_regex: GPT-2's; owned */
+    tok_split_behavior behavior; /* SPLIT (BYTELEVEL: ISOLATED) */
+    int invert;               /* SPLIT */
     int use_regex;            /* BYTELEVEL */
     int add_prefix_space;     /* BYTELEVEL */
     uint32_t replacement;     /* METASPACE */
@@ -159,13 +173,10 @@ int tok_normalize(const al_tokenizer *t, const char *s, size_t n, char **out, si
 int tok_decode_ids(const al_tokenizer *t, const int *ids, int n, int skip_special, int piece_mode, int lossy,
                    char **out, size_t *out_len);
 
-/* ---- pre-tokenizer patterns (pretok.c) ---- */
+/* ---- pre-tokenizer data (pretok.c) ---- */
 
-/* Length in code points of the match of `pattern` at cps[i] (cps[0..n) is one
- * piece of text), leftmost-first as Oniguruma matches the regex; 0 if none. */
-size_t tok_pattern_match(tok_pattern pattern, const uint32_t *cps, size_t n, size_t i);
-/* The regex text of a pattern as tokenizer.json spells it, or NULL. */
-const char *tok_pattern_regex(tok_pattern p);
+/* GPT-2's pre-tokenizer regex, which ByteLevel with use_regex splits by. */
+extern const char tok_gpt2_regex[];
 /* GPT-2's bytes_to_unicode: byte -> code point, and back (-1: not a byte's) */
 uint32_t tok_byte_to_cp(unsigned char b);
 int tok_cp_to_byte(uint32_t cp);
