@@ -277,7 +277,10 @@ static int encode_segment(const al_tokenizer *t, const char *s, size_t len, int 
     int rc = tok_sl_add(&cur, s, len, at_start);
     for (int k = 0; k < t->n_pres && !rc; k++) {
         const tok_pre *p = &t->pres[k];
-        tok_regex_ws *ws = p->re ? tok_regex_ws_new(p->re) : NULL;
+        size_t longest = 0; /* in bytes, at least the characters */
+        for (size_t i = 0; i < cur.n; i++)
+            if (cur.s[i].len > longest) longest = cur.s[i].len;
+        tok_regex_ws *ws = p->re ? tok_regex_ws_new(p->re, longest + (p->add_prefix_space != 0)) : NULL;
         if (p->re && !ws) rc = -1;
         for (size_t i = 0; i < cur.n && !rc; i++) {
             const char *ps = cur.buf + cur.s[i].off;

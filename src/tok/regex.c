@@ -919,7 +919,7 @@ struct tok_regex_ws {
     bt_frame *stack;
 };
 
-tok_regex_ws *tok_regex_ws_new(const tok_regex *re) {
+tok_regex_ws *tok_regex_ws_new(const tok_regex *re, size_t max_len) {
     tok_regex_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
     ws->n_levels = re->look_depth + 1;
@@ -933,6 +933,7 @@ tok_regex_ws *tok_regex_ws_new(const tok_regex *re) {
     ws->row_words = (re->n + 63) / 64;
     ws->rows = BT_WORDS / (size_t)ws->row_words;
     if (ws->rows > BT_MAX_ROWS) ws->rows = BT_MAX_ROWS;
+    if (max_len < ws->rows - 1) ws->rows = max_len + 1; /* positions 0..max_len */
     ws->visited = malloc(sizeof(uint64_t) * (size_t)ws->row_words * ws->rows);
     ws->row_stamp = calloc(ws->rows, sizeof(uint32_t));
     ws->stack = malloc(sizeof(bt_frame) * BT_STACK);

@@ -30,10 +30,12 @@ typedef struct tok_regex_ws tok_regex_ws;
 tok_regex *tok_regex_compile(const char *pattern, size_t len, int literal, char *why, size_t why_cap);
 void tok_regex_free(tok_regex *re);
 
-/* The matching workspace of re (thread lists for each lookahead depth),
- * allocated once per use so that matching never allocates; NULL when out of
- * memory. A workspace serves one thread at a time. */
-tok_regex_ws *tok_regex_ws_new(const tok_regex *re);
+/* The matching workspace of re (thread lists for each lookahead depth, the
+ * backtracker's memory, sized for texts of up to max_len characters, past
+ * which the Pike VM takes over; SIZE_MAX: no bound), allocated once per use
+ * so that matching never allocates; NULL when out of memory. A workspace
+ * serves one thread at a time. */
+tok_regex_ws *tok_regex_ws_new(const tok_regex *re, size_t max_len);
 void tok_regex_ws_free(tok_regex_ws *ws);
 
 /* The leftmost match of re in cps[0..n) that starts at or after `from`, the

@@ -161,6 +161,31 @@ struct al_tokenizer {
 /* A copy of s[0..n) (NUL-terminated) in t's arena; NULL when out of memory. */
 const char *tok_intern(al_tokenizer *t, const char *s, size_t n);
 
+/* ---- model.vocab and model.merges read from the raw text (rawjson.c) ---- */
+
+typedef struct {
+    const char *p, *end;
+} tok_raw_span;
+
+/* The readers' answers besides 0 and a callback's -1: a form they leave to
+ * cJSON, out of memory. Ids are below TOK_MAX_VOCAB (16.7M: far beyond any
+ * real vocabulary, small enough to allocate). */
+enum { TOK_RAW_FALLBACK = 1, TOK_RAW_NOMEM = 2, TOK_MAX_VOCAB = 1 << 24 };
+/* The spans of the values of model.vocab and model.merges in text[0..len)
+ * (first occurrences): 0, or -1 when the text is not an object holding them. */
+int tok_raw_model_spans(const char *text, size_t len, tok_raw_span *vocab, tok_raw_span *merges);
+/* About how many entries the vocabulary / merges span holds (from its
+ * quotes), to size the hash tables. */
+size_t tok_raw_count(tok_raw_span span);
+/* Each token -> id entry (id: 0..TOK_MAX_VOCAB - 1), in file order. */
+typedef int (*tok_raw_vocab_fn)(void *ctx, const char *token, size_t len, long id);
+/* Each merge: an "a b" string as (s, n, NULL, 0), a pair as (a, alen, b, blen). */
+typedef int (*tok_raw_merge_fn)(void *ctx, const char *a, size_t alen, const char *b, size_t blen);
+/* 0, TOK_RAW_FALLBACK, TOK_RAW_NOMEM, or the -1 of a callback (which
+ * reported its error). */
+int tok_raw_vocab(tok_raw_span span, tok_raw_vocab_fn fn, void *ctx);
+int tok_raw_merges(tok_raw_span span, tok_raw_merge_fn fn, void *ctx);
+
 /* ---- encoding and decoding (encode.c, decode.c) ---- */
 
 /* Runs the normalizer steps over s[0..n): a malloc'd, NUL-terminated string. */

@@ -40,7 +40,7 @@ static void matches(const char *pattern, const char *text, char *out, size_t cap
         snprintf(out, cap, "ERR: %s", why);
         return;
     }
-    tok_regex_ws *ws = tok_regex_ws_new(re);
+    tok_regex_ws *ws = tok_regex_ws_new(re, SIZE_MAX);
     CHECK(ws != NULL);
     out[0] = 0;
     size_t last_end = 0, prev = 0, s, e;
@@ -158,7 +158,7 @@ static void test_refusals(void) {
     /* a literal (Split on a String) takes the text as it is */
     char why[200];
     tok_regex *re = tok_regex_compile("a+(", 3, 1, why, sizeof why);
-    tok_regex_ws *ws = re ? tok_regex_ws_new(re) : NULL;
+    tok_regex_ws *ws = re ? tok_regex_ws_new(re, SIZE_MAX) : NULL;
     uint32_t cps[8];
     size_t offs[9], n = to_cps("aa+(a+(", cps, offs, 8), s = 0, e = 0;
     CHECK(ws && tok_regex_find(re, ws, cps, n, 0, &s, &e) && s == 1 && e == 4);
@@ -222,7 +222,8 @@ static void test_random(void) {
         tok_regex *re = tok_regex_compile(pat, strlen(pat), 0, why, sizeof why);
         if (!re) continue; /* e.g. a quantifier after an anchor */
         compiled++;
-        tok_regex_ws *ws = tok_regex_ws_new(re);
+        /* every third pattern: a workspace for 4 positions, so most searches end in the Pike VM */
+        tok_regex_ws *ws = tok_regex_ws_new(re, iter % 3 == 1 ? 4 : SIZE_MAX);
         CHECK(ws != NULL);
         /* mostly short texts; some longer than the backtracker's window (16384 positions) */
         size_t want = iter % 50 == 0 ? 20000 : 1 + rnd(30);
@@ -261,7 +262,7 @@ static void test_pathological(void) {
         tok_regex *re = tok_regex_compile(pats[i], strlen(pats[i]), 0, why, sizeof why);
         CHECK_MSG(re != NULL, "/%s/: %s", pats[i], why);
         if (!re) continue;
-        tok_regex_ws *ws = tok_regex_ws_new(re);
+        tok_regex_ws *ws = tok_regex_ws_new(re, SIZE_MAX);
         size_t n = 20000;
         for (size_t k = 0; k < n; k++) cps[k] = 'a';
         clock_t t0 = clock();
@@ -294,7 +295,7 @@ static void test_long_searches(void) {
         cps[n - 3] = ' ', cps[n - 2] = ' ', cps[n - 1] = 'b';
         char why[200];
         tok_regex *re = tok_regex_compile(cases[i].re, strlen(cases[i].re), 0, why, sizeof why);
-        tok_regex_ws *ws = re ? tok_regex_ws_new(re) : NULL;
+        tok_regex_ws *ws = re ? tok_regex_ws_new(re, SIZE_MAX) : NULL;
         size_t s = 0, e = 0, s2 = 0, e2 = 0;
         int f = ws && tok_regex_find(re, ws, cps, n, 0, &s, &e);
         int f2 = ws && tok_regex_find_pike(re, ws, cps, n, 0, &s2, &e2);

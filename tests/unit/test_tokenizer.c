@@ -190,7 +190,7 @@ static void split_with(int p, const char *text, char *out, size_t cap) {
     offs[n] = len;
     char why[200] = "";
     tok_regex *re = tok_regex_compile(pattern_text[p], strlen(pattern_text[p]), 0, why, sizeof why);
-    tok_regex_ws *ws = re ? tok_regex_ws_new(re) : NULL;
+    tok_regex_ws *ws = re ? tok_regex_ws_new(re, SIZE_MAX) : NULL;
     CHECK_MSG(re && ws, "pattern %d: %s", p, why);
     size_t w = 0;
     out[0] = 0;
