@@ -20,13 +20,20 @@
  * lookbehind, atomic groups, possessive quantifiers, nested classes, \G \K \R
  * \X and other escapes, unknown properties.
  *
- * Why a Pike VM: it matches in O(program size x text) whatever the pattern,
- * where backtracking (Oniguruma's way) is exponential on patterns such as
- * (a|a)*b; with threads kept in priority order it still reports exactly the
- * match backtracking finds first, since the dialect has no backreferences.
- * Memoised backtracking would also be linear but needs a bit per (instruction,
- * position) of the text. The parser builds a small tree first so that a
- * counted repetition can emit its body several times.
+ * Matching, and why: the patterns are tried where Oniguruma would, leftmost
+ * first, and the alternatives in priority order, so a depth-first search
+ * (backtracking) finds Oniguruma's match; plain backtracking is exponential on
+ * patterns such as (a|a)*b, so it is memoised: a (branch, position) tried once
+ * in a search is never tried again (its outcome depends on nothing else: the
+ * dialect has no backreferences), which bounds a search by the program size
+ * times the text it reads. First-character sets let it skip alternatives that
+ * cannot start at the next character, which on real patterns is most of them.
+ * The memo covers a window of positions (a bit per instruction each); a
+ * search that runs past it is redone by a Pike VM, which runs all threads in
+ * lock step, in priority order, and reports the same match in O(program size
+ * x text) with memory for one step only. Lookahead bodies always run as an
+ * anchored Pike VM. The parser builds a small tree first so that a counted
+ * repetition can emit its body several times.
  */
 #include "regex.h"
 

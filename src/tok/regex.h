@@ -3,17 +3,16 @@
  * pre-tokenizer (the dialect of Oniguruma, which `tokenizers` runs), compiled
  * once when a tokenizer loads and matched over arrays of code points.
  *
- * Data structure: a tok_regex is a program for a Pike VM: instructions
+ * Data structure: a tok_regex is a program of instructions for a Thompson NFA
  * (consume one character: a literal, a character class, any character; fork
  * with a preferred branch; jump; zero-width assertions; lookahead, whose body
  * follows it and ends with its own MATCH) and the character classes they name
- * (sorted code point ranges, category / property items, an ASCII bitmap). The
- * VM runs every thread in lock step over the text, in priority order, so the
- * match it reports is the one a backtracking matcher (Oniguruma) finds first:
- * ordered alternatives, greedy and lazy quantifiers. Matching costs
- * O(program size) per character whatever the pattern (no exponential
- * backtracking); a lookahead runs its body as a nested anchored VM. regex.c
- * says what the dialect covers.
+ * (sorted code point ranges, category / property items, an ASCII bitmap),
+ * with the set of characters a match may start with from each instruction.
+ * Matching reports the match Oniguruma finds first (ordered alternatives,
+ * greedy and lazy quantifiers) with a memoised backtracker, and a Pike VM for
+ * the searches that reach past the backtracker's window: no pattern is
+ * exponential. regex.c says what the dialect covers.
  */
 #ifndef AL_TOK_REGEX_H
 #define AL_TOK_REGEX_H
