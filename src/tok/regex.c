@@ -18,7 +18,9 @@
  * character of a literal's orbit matches; a class gains the orbits of what it
  * holds before it is negated). Refused with a message: backreferences,
  * lookbehind, atomic groups, possessive quantifiers, nested classes, \G \K \R
- * \X and other escapes, unknown properties.
+ * \X and other escapes, unknown properties, and repeating (*, +, {n,m} with
+ * m > 1) something that can match empty, whose iterations Oniguruma ends in
+ * a way this engine does not model.
  *
  * Matching, and why: the patterns are tried where Oniguruma would, leftmost
  * first, and the alternatives in priority order, so a depth-first search
@@ -583,7 +585,30 @@ static int parse_interval(parser *ps, int *min, int *max) {
     return 1;
 }
 
-/* An atom and its quantifiers. */
+/* Whether node x can match without consuming a character. */
+static int nullable(const parser *ps, int x) {
+    const node *nd = &ps->nodes[x];
+    switch (nd->kind) {
+    case N_CHAR:
+    case N_CLASS:
+    case N_ANY: return 0;
+    case N_CAT:
+        for (int k = nd->kid; k >= 0; k = ps->nodes[k].next)
+            if (!nullable(ps, k)) return 0;
+        return 1;
+    case N_ALT:
+        for (int k = nd->kid; k >= 0; k = ps->nodes[k].next)
+            if (nullable(ps, k)) return 1;
+        return 0;
+    case N_REP: return nd->min == 0 || nullable(ps, nd->kid);
+    default: return 1; /* empty, assertions, lookahead */
+    }
+}
+
+/* An atom and its quantifiers. A repetition (more than once) of something
+ * that can match empty is refused: Oniguruma ends a loop whose iteration
+ * matched empty and goes on after it, at that iteration's priority, which
+ * this engine does not model (no real tokenizer pattern needs it). */
 static int parse_repeat(parser *ps, int atom) {
     for (;;) {
         int min, max;
@@ -599,6 +624,8 @@ static int parse_repeat(parser *ps, int atom) {
         int greedy = 1;
         if (peek(ps) == '?') greedy = 0, ps->i++;
         else if (peek(ps) == '+' && c != '{') return perr(ps, "possessive quantifiers are not supported");
+        if ((max < 0 || max > 1) && nullable(ps, atom))
+            return perr(ps, "a repetition of something that can match empty is not supported");
         int r = new_node(ps, N_REP);
         if (r < 0) return -1;
         ps->nodes[r].min = min, ps->nodes[r].max = max, ps->nodes[r].greedy = greedy;
