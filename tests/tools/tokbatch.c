@@ -1,5 +1,6 @@
 /*
  * tokbatch.c: al_tokbatch [--loads N] TOKENIZER.json TEXTS.json OUT.json
+ *             al_tokbatch --regex < LINES
  * Loads one tokenizer.json (without tokenizer_config.json, as the Hugging Face
  * library's Tokenizer.fromFile does) once and runs it over many texts, for the
  * comparison with the real library (tests/ref/hf_tokenizers): TEXTS.json is
@@ -12,15 +13,23 @@
  * disturbs the measurement less. A tokenizer that does not load is
  * {"error": "..."} alone (exit status 0: the caller reports it; 1 only for
  * the tool's own failures).
+ *
+ * --regex: the Split regex engine alone, for tests/ref/test_tokenizer_regex.py:
+ * each input line is PATTERN \t TEXT \t FROM (newlines in TEXT written as
+ * \x01), and each output line the search's match "START END" in code points,
+ * "-1" for none, or "ERR" if the pattern does not compile.
  */
 #include <cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "io/io.h"
+#include "tok/regex.h"
 #include "tok/tokenizer.h"
+#include "tok/unicode.h"
 
 /* Seconds of process CPU time / of the monotonic clock. */
 static double cpu_s(void) { return (double)clock() / CLOCKS_PER_SEC; }
@@ -59,7 +68,36 @@ static cJSON *run_text(const al_tokenizer *t, const char *text, size_t len) {
     return r;
 }
 
+/* --regex: one search per input line. */
+static int regex_lines(void) {
+    static char line[1 << 16];
+    static uint32_t cps[1 << 16];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\n")] = 0;
+        char *text = strchr(line, '\t'), *from_s = text ? strchr(text + 1, '\t') : NULL;
+        if (!from_s) return 1;
+        *text++ = 0, *from_s++ = 0;
+        size_t n = 0, len = strlen(text), s, e;
+        for (size_t i = 0; i < len && n < sizeof cps / sizeof cps[0];) {
+            if (text[i] == 1) text[i] = '\n';
+            int l = al_utf8_decode((const unsigned char *)text + i, len - i, &cps[n++]);
+            i += (size_t)(l ? l : 1);
+        }
+        char why[200];
+        tok_regex *re = tok_regex_compile(line, strlen(line), 0, why, sizeof why);
+        tok_regex_ws *ws = re ? tok_regex_ws_new(re, SIZE_MAX) : NULL;
+        if (!ws) printf("ERR\n");
+        else if (tok_regex_find(re, ws, cps, n, (size_t)atol(from_s), &s, &e)) printf("%zu %zu\n", s, e);
+        else printf("-1\n");
+        fflush(stdout);
+        tok_regex_ws_free(ws);
+        tok_regex_free(re);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--regex")) return regex_lines();
     int loads = 1;
     if (argc == 6 && !strcmp(argv[1], "--loads")) {
         loads = atoi(argv[2]);

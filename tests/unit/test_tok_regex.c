@@ -5,10 +5,8 @@
  * patterns it refuses and their messages, the memoised backtracker against
  * the Pike VM on random patterns and texts (every search start, texts long
  * enough for the backtracker to hand over to the VM), and patterns that are
- * exponential for a plain backtracker, timed on long texts. (Against Python's
- * re on random ASCII patterns, where the two dialects agree, 11,777 searches
- * gave no difference when this was written; that check is not part of the
- * suite, which has no Python regex of Oniguruma's dialect to run.)
+ * exponential for a plain backtracker, timed on long texts. The comparison
+ * with an independent engine, Python's re, is tests/ref/test_tokenizer_regex.py.
  */
 #include "test.h"
 #include "tok/regex.h"
