@@ -1,76 +1,165 @@
 #!/usr/bin/python3
 """gen_unicode_tables.py: writes src/tok/unicode_tables.c, the Unicode data the
-tokenizers need, from Python's unicodedata (its Unicode version is written into
-the file as al_uc_version):
+tokenizers need, from the Unicode Character Database files of Debian's
+`unicode-data` package (/usr/share/unicode; its version, read from PropList.txt,
+is written into the file as al_uc_version):
 
-* letters (general category L*: Lu Ll Lt Lm Lo) and numbers (N*: Nd Nl No) as
-  sorted, merged [first, last] code point ranges, for the pre-tokenizer
-  patterns' \\p{L} and \\p{N};
-* White_Space (what Oniguruma's \\s matches under Unicode): U+0009..U+000D,
-  U+0085 and the categories Zs, Zl, Zp, as ranges;
-* for the NFC normalizer: canonical combining classes (ranges of equal class),
-  canonical decompositions (code point -> one or two code points, not yet
-  applied recursively) and primary composites (pair -> code point, every
-  two-code-point canonical decomposition whose result NFC keeps, i.e. without
-  the composition exclusions). Hangul syllables are algorithmic and not listed.
+* one property byte per code point, as a two-stage table (al_uc_stage1: the
+  block of each 256 code points; al_uc_stage2: the distinct blocks of 256
+  bytes): the general category in the low 5 bits (the order of
+  AL_UC_CATEGORIES in unicode.h, also written as al_uc_gc_names so that a test
+  can check the two agree; unassigned code points are Cn) and the bits
+  White_Space (Oniguruma's \\s), Alphabetic and Join_Control (for \\w);
+* case-fold orbits (CaseFolding.txt, statuses C and S: the simple folding
+  Oniguruma applies to (?i) single characters): for every code point that
+  shares its folding with another, the next code point of its orbit, sorted
+  by code point (al_uc_fold_orbit), so that a case-insensitive literal is the
+  cycle through its orbit;
+* for the NFC normalizer: canonical combining classes (ranges of equal
+  class), canonical decompositions (code point -> one or two code points, not
+  yet applied recursively) and primary composites (pair -> code point: every
+  two-code-point canonical decomposition whose code point is not
+  Full_Composition_Exclusion). Hangul syllables are algorithmic, not listed.
 
-Run it from the repository root when Python's Unicode version changes:
+Run it from the repository root when the Unicode version changes:
     /usr/bin/python3 tools/gen_unicode_tables.py > src/tok/unicode_tables.c
+`--check` compares src/tok/unicode_tables.c with what the installed files give
+(exit 1 and the first differing line if they differ).
 """
+import os
+import re
 import sys
-import unicodedata
 
+UCD = os.environ.get("AL_UCD_DIR", "/usr/share/unicode")
 MAX_CP = 0x110000
+# the order of AL_UC_CATEGORIES in src/tok/unicode.h
+CATEGORIES = ["Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
+              "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn"]
+BIT_WHITE_SPACE, BIT_ALPHABETIC, BIT_JOIN_CONTROL = 0x20, 0x40, 0x80
 
 
-def ranges(pred):
-    """Sorted [first, last] ranges of the code points where pred holds."""
-    out, start = [], None
-    for cp in range(MAX_CP):
-        if pred(cp):
-            if start is None:
-                start = cp
-        elif start is not None:
-            out.append((start, cp - 1))
-            start = None
-    if start is not None:
-        out.append((start, MAX_CP - 1))
+def ucd_lines(name):
+    """The data lines of a UCD file as lists of stripped fields (comments cut)."""
+    with open(os.path.join(UCD, name), encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                yield [x.strip() for x in line.split(";")]
+
+
+def cp_range(s):
+    """'0041' or '0041..005A' -> range."""
+    a, _, b = s.partition("..")
+    return range(int(a, 16), int(b or a, 16) + 1)
+
+
+def version():
+    with open(os.path.join(UCD, "PropList.txt"), encoding="utf-8") as f:
+        m = re.match(r"# PropList-(\d+\.\d+\.\d+)\.txt", f.readline())
+    if not m:
+        sys.exit("gen_unicode_tables: cannot read the version from %s/PropList.txt" % UCD)
+    return m.group(1)
+
+
+def unicode_data():
+    """{cp: fields} for every assigned code point (First/Last ranges expanded)."""
+    out, first = {}, None
+    for f in ucd_lines("UnicodeData.txt"):
+        cp = int(f[0], 16)
+        if f[1].endswith(", First>"):
+            first = cp
+            continue
+        if f[1].endswith(", Last>"):
+            for c in range(first, cp + 1):
+                out[c] = f
+            continue
+        out[cp] = f
     return out
 
 
-def cat(cp):
-    return unicodedata.category(chr(cp))
+def binary_property(name, prop):
+    """The code points with a binary property in a UCD property file."""
+    s = set()
+    for f in ucd_lines(name):
+        if f[1] == prop:
+            s.update(cp_range(f[0]))
+    return s
 
 
-def is_white_space(cp):
-    return 0x09 <= cp <= 0x0D or cp == 0x85 or cat(cp) in ("Zs", "Zl", "Zp")
+def property_bytes(ud):
+    gc_index = {c: i for i, c in enumerate(CATEGORIES)}
+    ws = binary_property("PropList.txt", "White_Space")
+    jc = binary_property("PropList.txt", "Join_Control")
+    alpha = binary_property("DerivedCoreProperties.txt", "Alphabetic")
+    props = bytearray(MAX_CP)
+    for cp in range(MAX_CP):
+        f = ud.get(cp)
+        v = gc_index[f[2]] if f else gc_index["Cn"]
+        if cp in ws:
+            v |= BIT_WHITE_SPACE
+        if cp in alpha:
+            v |= BIT_ALPHABETIC
+        if cp in jc:
+            v |= BIT_JOIN_CONTROL
+        props[cp] = v
+    return props
 
 
-def emit_ranges(w, name, rs):
-    w("const uint32_t %s[][2] = {\n" % name)
-    for i in range(0, len(rs), 4):
-        w("    " + " ".join("{0x%05X, 0x%05X}," % r for r in rs[i:i + 4]) + "\n")
-    w("};\nconst int %s_n = %d;\n\n" % (name, len(rs)))
+def fold_orbits():
+    """[(cp, next cp of its orbit)] sorted by cp, over every orbit of two or more."""
+    fold = {}
+    for f in ucd_lines("CaseFolding.txt"):
+        if f[1] in ("C", "S"):
+            fold[int(f[0], 16)] = int(f[2], 16)
+    orbits = {}
+    for cp, to in fold.items():
+        orbits.setdefault(to, {to}).add(cp)
+    nxt = []
+    for members in orbits.values():
+        m = sorted(members)
+        nxt += [(m[i], m[(i + 1) % len(m)]) for i in range(len(m))]
+    return sorted(nxt)
 
 
-def main():
-    out = sys.stdout
-    w = out.write
-    w("/*\n * unicode_tables.c: GENERATED by tools/gen_unicode_tables.py from Python %s's\n"
-      " * unicodedata (Unicode %s). Do not edit; rerun the script instead.\n"
-      " * Tables: letter, number and White_Space ranges; canonical combining classes;\n"
-      " * canonical decompositions; primary composites (unicode.h describes them).\n */\n"
-      % (sys.version.split()[0], unicodedata.unidata_version))
+def emit(w, ver):
+    ud = unicode_data()
+    w("/*\n * unicode_tables.c: GENERATED by tools/gen_unicode_tables.py from the Unicode\n"
+      " * Character Database %s (Debian's unicode-data, /usr/share/unicode). Do not edit;\n"
+      " * rerun the script instead. Tables: the property byte of every code point (two\n"
+      " * stages), case-fold orbits, canonical combining classes, canonical\n"
+      " * decompositions, primary composites (unicode.h describes them).\n */\n" % ver)
     w('#include "unicode.h"\n\n')
-    w('const char al_uc_version[] = "%s";\n\n' % unicodedata.unidata_version)
-    emit_ranges(w, "al_uc_letter", ranges(lambda cp: cat(cp).startswith("L")))
-    emit_ranges(w, "al_uc_number", ranges(lambda cp: cat(cp).startswith("N")))
-    emit_ranges(w, "al_uc_space", ranges(is_white_space))
+    w('const char al_uc_version[] = "%s";\n\n' % ver)
+    w("const char *const al_uc_gc_names[AL_UC_GC_COUNT] = {\n    ")
+    w(", ".join('"%s"' % c for c in CATEGORIES) + ",\n};\n\n")
 
-    # combining classes: runs of equal non-zero class
+    props = property_bytes(ud)
+    blocks, index = {}, []
+    for b in range(MAX_CP // 256):
+        chunk = bytes(props[b * 256:(b + 1) * 256])
+        index.append(blocks.setdefault(chunk, len(blocks)))
+    w("const uint16_t al_uc_stage1[0x1100] = {\n")
+    for i in range(0, len(index), 16):
+        w("    " + " ".join("%d," % x for x in index[i:i + 16]) + "\n")
+    w("};\n\n")
+    w("const uint8_t al_uc_stage2[%d][256] = {\n" % len(blocks))
+    for chunk in blocks:  # dicts keep insertion order: block k is the k-th distinct chunk
+        w("    {\n")
+        for i in range(0, 256, 32):
+            w("        " + "".join("%d," % x for x in chunk[i:i + 32]) + "\n")
+        w("    },\n")
+    w("};\n\n")
+
+    orbit = fold_orbits()
+    w("const uint32_t al_uc_fold_orbit[][2] = {\n")
+    for i in range(0, len(orbit), 4):
+        w("    " + " ".join("{0x%05X, 0x%05X}," % r for r in orbit[i:i + 4]) + "\n")
+    w("};\nconst int al_uc_fold_orbit_n = %d;\n\n" % len(orbit))
+
     ccc = []
     for cp in range(MAX_CP):
-        c = unicodedata.combining(chr(cp))
+        f = ud.get(cp)
+        c = int(f[3]) if f else 0
         if c == 0:
             continue
         if ccc and ccc[-1][1] == cp - 1 and ccc[-1][2] == c:
@@ -82,15 +171,16 @@ def main():
         w("    " + " ".join("{0x%05X, 0x%05X, %d}," % tuple(r) for r in ccc[i:i + 4]) + "\n")
     w("};\nconst int al_uc_ccc_n = %d;\n\n" % len(ccc))
 
+    excluded = binary_property("DerivedNormalizationProps.txt", "Full_Composition_Exclusion")
     decomp, comp = [], []
-    for cp in range(MAX_CP):
-        d = unicodedata.decomposition(chr(cp))
-        if not d or d.startswith("<"):
+    for cp in sorted(ud):
+        d = ud[cp][5]
+        if not d or d.startswith("<") or (0xAC00 <= cp <= 0xD7A3):
             continue
         parts = [int(x, 16) for x in d.split()]
         assert 1 <= len(parts) <= 2, (cp, d)
         decomp.append((cp, parts[0], parts[1] if len(parts) == 2 else 0))
-        if len(parts) == 2 and unicodedata.normalize("NFC", chr(cp)) == chr(cp):
+        if len(parts) == 2 and cp not in excluded:
             comp.append((parts[0], parts[1], cp))
     comp.sort()
     w("const al_uc_decomp al_uc_decomps[] = {\n")
@@ -103,5 +193,25 @@ def main():
     w("};\nconst int al_uc_composes_n = %d;\n" % len(comp))
 
 
+def main():
+    parts = []
+    emit(parts.append, version())
+    text = "".join(parts)
+    if sys.argv[1:] == ["--check"]:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "tok", "unicode_tables.c")
+        with open(path, encoding="utf-8") as f:
+            have = f.read()
+        if have != text:
+            a, b = have.splitlines(), text.splitlines()
+            k = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
+            print("src/tok/unicode_tables.c differs from %s at line %d:\n  file: %s\n  UCD:  %s"
+                  % (UCD, k + 1, a[k] if k < len(a) else "(end)", b[k] if k < len(b) else "(end)"))
+            return 1
+        print("src/tok/unicode_tables.c matches %s (Unicode %s)" % (UCD, version()))
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

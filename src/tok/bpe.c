@@ -30,10 +30,11 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-/* Smallest power of two holding `expected` entries at most half full. */
+/* Smallest power of two holding `expected` entries at most half full (the
+ * puts grow a table before it passes half). */
 static size_t table_cap(size_t expected) {
     size_t cap = 16;
-    while (cap < 2 * expected + 2) cap *= 2;
+    while (cap < 2 * expected) cap *= 2;
     return cap;
 }
 

@@ -6,8 +6,8 @@
  *      each match becoming its id, never split further;
  *   2. normalize every other segment (NFC, Prepend, Replace, in order), and
  *      split it again on the added tokens matched in normalized text;
- *   3. pre-tokenize each remaining segment into pieces (Split by one of the
- *      known regexes, ByteLevel, Metaspace, in order);
+ *   3. pre-tokenize each remaining segment into pieces (Split by a compiled
+ *      pattern with its behavior, ByteLevel, Metaspace, in order);
  *   4. run the BPE model on each piece (bpe.c);
  *   5. add the special tokens around the text (BOS, EOS) when asked.
  *
@@ -101,25 +101,105 @@ static int decode_cps(const char *s, size_t len, uint32_t **cps, size_t **offs, 
     return 0;
 }
 
-/* Split (Isolated): every match of the pattern is a piece, and so is any
- * text between matches. */
-static int pre_split(tok_pattern pat, const char *s, size_t len, int flag, tok_strlist *dst) {
-    uint32_t *cps = NULL;
-    size_t *offs = NULL, n = 0;
-    int rc = decode_cps(s, len, &cps, &offs, &n);
-    size_t gap = 0, i = 0;
-    while (!rc && i < n) {
-        size_t m = tok_pattern_match(pat, cps, n, i);
-        if (!m) {
-            i++;
+/* One stretch of a piece: code points [a, b), whether it is a match of the
+ * pattern (before a behavior is applied) or to be removed (after). */
+typedef struct {
+    size_t a, b;
+    int flag;
+} split_span;
+
+typedef struct {
+    split_span *v;
+    size_t n, cap;
+} span_list;
+
+static int span_push(span_list *l, size_t a, size_t b, int flag) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        split_span *v = realloc(l->v, sizeof *v * cap);
+        if (!v) return -1;
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = (split_span){a, b, flag};
+    return 0;
+}
+
+/* The matches of re over cps[0..n) and the stretches between them, as
+ * Hugging Face lists them: Oniguruma's find_iter (an empty match right where
+ * the previous match ended is skipped, the search moving one character on),
+ * a gap before each match that does not start where the last one ended, and
+ * the tail. */
+static int find_matches(const tok_regex *re, tok_regex_ws *ws, const uint32_t *cps, size_t n, span_list *out) {
+    size_t last_end = 0, prev = 0, ms, me;
+    int have_match = 0;
+    while (last_end <= n && tok_regex_find(re, ws, cps, n, last_end, &ms, &me)) {
+        if (ms == me && have_match && prev == me) {
+            last_end++;
             continue;
         }
-        if (gap < i) rc = tok_sl_add(dst, s + offs[gap], offs[i] - offs[gap], flag && gap == 0);
-        if (!rc) rc = tok_sl_add(dst, s + offs[i], offs[i + m] - offs[i], flag && i == 0);
-        i += m;
-        gap = i;
+        if (prev != ms && span_push(out, prev, ms, 0)) return -1;
+        if (span_push(out, ms, me, 1)) return -1;
+        last_end = prev = me;
+        have_match = 1;
     }
-    if (!rc && gap < n) rc = tok_sl_add(dst, s + offs[gap], offs[n] - offs[gap], flag && gap == 0);
+    return prev != n ? span_push(out, prev, n, 0) : 0;
+}
+
+/* Applies a Split behavior in place: flags become "remove" (Hugging Face's
+ * NormalizedString::split): Isolated keeps everything, Removed drops the
+ * matches, Contiguous joins neighbours that are both matches or both not,
+ * MergedWithPrevious appends a match to the stretch before it,
+ * MergedWithNext prepends it to the stretch after it. */
+static void apply_behavior(tok_split_behavior b, span_list *l) {
+    size_t w = 0;
+    int prev_match = 0;
+    switch (b) {
+    case SPLIT_ISOLATED:
+        for (size_t i = 0; i < l->n; i++) l->v[i].flag = 0;
+        return;
+    case SPLIT_REMOVED: return;
+    case SPLIT_CONTIGUOUS:
+    case SPLIT_MERGED_PREVIOUS:
+        for (size_t i = 0; i < l->n; i++) {
+            int m = l->v[i].flag;
+            int join = b == SPLIT_CONTIGUOUS ? (m == prev_match && w > 0) : (m && !prev_match && w > 0);
+            if (join) l->v[w - 1].b = l->v[i].b;
+            else l->v[w++] = (split_span){l->v[i].a, l->v[i].b, 0};
+            prev_match = m;
+        }
+        l->n = w;
+        return;
+    case SPLIT_MERGED_NEXT:
+        /* from the end: a match joins the stretch after it unless that is a match too */
+        w = l->n;
+        for (size_t i = l->n; i-- > 0;) {
+            int m = l->v[i].flag;
+            if (m && !prev_match && w < l->n) l->v[w].a = l->v[i].a;
+            else l->v[--w] = (split_span){l->v[i].a, l->v[i].b, 0};
+            prev_match = m;
+        }
+        memmove(l->v, l->v + w, sizeof *l->v * (l->n - w));
+        l->n -= w;
+        return;
+    }
+}
+
+/* Split: the pieces the pattern, the behavior and invert make of s[0..len),
+ * appended to dst (empty pieces dropped, as Hugging Face drops them). */
+static int pre_split(const tok_pre *p, tok_regex_ws *ws, const char *s, size_t len, int flag, tok_strlist *dst) {
+    uint32_t *cps = NULL;
+    size_t *offs = NULL, n = 0;
+    span_list l = {0};
+    int rc = decode_cps(s, len, &cps, &offs, &n);
+    if (!rc && n) rc = find_matches(p->re, ws, cps, n, &l);
+    for (size_t i = 0; !rc && p->invert && i < l.n; i++) l.v[i].flag = !l.v[i].flag;
+    if (!rc) apply_behavior(p->behavior, &l);
+    for (size_t i = 0; !rc && i < l.n; i++) {
+        const split_span *x = &l.v[i];
+        if (!x->flag && x->b > x->a)
+            rc = tok_sl_add(dst, s + offs[x->a], offs[x->b] - offs[x->a], flag && x->a == 0);
+    }
+    free(l.v);
     free(cps);
     free(offs);
     return rc;
@@ -138,7 +218,7 @@ static int append_bytelevel(tok_strlist *dst, const char *s, size_t len) {
 
 /* ByteLevel: a space before a piece that has none (add_prefix_space), the
  * GPT-2 split (use_regex), then the byte map. */
-static int pre_bytelevel(const tok_pre *p, const char *s, size_t len, int flag, tok_strlist *dst) {
+static int pre_bytelevel(const tok_pre *p, tok_regex_ws *ws, const char *s, size_t len, int flag, tok_strlist *dst) {
     char *tmp = NULL;
     if (p->add_prefix_space && (len == 0 || s[0] != ' ')) {
         tmp = malloc(len + 1);
@@ -149,7 +229,7 @@ static int pre_bytelevel(const tok_pre *p, const char *s, size_t len, int flag, 
         len++;
     }
     tok_strlist parts = {0};
-    int rc = p->use_regex ? pre_split(PAT_GPT2, s, len, flag, &parts) : tok_sl_add(&parts, s, len, flag);
+    int rc = p->use_regex ? pre_split(p, ws, s, len, flag, &parts) : tok_sl_add(&parts, s, len, flag);
     for (size_t i = 0; !rc && i < parts.n; i++)
         rc = tok_sl_begin(dst, parts.s[i].flag) || append_bytelevel(dst, parts.buf + parts.s[i].off, parts.s[i].len);
     tok_sl_free(&parts);
@@ -190,20 +270,27 @@ static int pre_metaspace(const tok_pre *p, const char *s, size_t len, int flag, 
     return rc ? -1 : 0;
 }
 
-/* Pre-tokenizes one segment and runs the model on every piece. */
+/* Pre-tokenizes one segment and runs the model on every piece. A step with
+ * a pattern gets one matching workspace for all its pieces. */
 static int encode_segment(const al_tokenizer *t, const char *s, size_t len, int at_start, tok_ids *out) {
     tok_strlist cur = {0}, next = {0};
     int rc = tok_sl_add(&cur, s, len, at_start);
     for (int k = 0; k < t->n_pres && !rc; k++) {
         const tok_pre *p = &t->pres[k];
+        size_t longest = 0; /* in bytes, at least the characters */
+        for (size_t i = 0; i < cur.n; i++)
+            if (cur.s[i].len > longest) longest = cur.s[i].len;
+        tok_regex_ws *ws = p->re ? tok_regex_ws_new(p->re, longest + (p->add_prefix_space != 0)) : NULL;
+        if (p->re && !ws) rc = -1;
         for (size_t i = 0; i < cur.n && !rc; i++) {
             const char *ps = cur.buf + cur.s[i].off;
             size_t pl = cur.s[i].len;
             int flag = cur.s[i].flag;
-            if (p->kind == PRE_SPLIT) rc = pre_split(p->pattern, ps, pl, flag, &next);
-            else if (p->kind == PRE_BYTELEVEL) rc = pre_bytelevel(p, ps, pl, flag, &next);
+            if (p->kind == PRE_SPLIT) rc = pre_split(p, ws, ps, pl, flag, &next);
+            else if (p->kind == PRE_BYTELEVEL) rc = pre_bytelevel(p, ws, ps, pl, flag, &next);
             else rc = pre_metaspace(p, ps, pl, flag, &next);
         }
+        tok_regex_ws_free(ws);
         tok_sl_free(&cur);
         cur = next;
         memset(&next, 0, sizeof next);

@@ -7,9 +7,9 @@
  * non-negative integer ids, merges must name vocabulary tokens whose
  * concatenation is a token too, added tokens need an id and non-empty
  * content. Every normalizer, pre-tokenizer, post-processor and decoder node is
- * either understood or refused by name (docs/tokenizers.md lists them), and a
- * Split regex must be one of the patterns pretok.c implements. Each error is
- * one line that starts with the file's path.
+ * either understood or refused by name (docs/tokenizers.md lists them), and
+ * Split patterns are compiled here (regex.c), once. Each error is one line
+ * that starts with the file's path.
  *
  * Strings (tokens, pieces, added-token texts) are copied into an arena of
  * large blocks owned by the tokenizer, so freeing is a walk over the blocks.
@@ -28,7 +28,6 @@
 #include "tok_internal.h"
 #include "unicode.h"
 
-enum { TOK_MAX_VOCAB = 1 << 24 }; /* 16.7M ids: far beyond any real vocabulary, small enough to allocate */
 
 /* ---- the arena ---- */
 
@@ -88,6 +87,7 @@ void al_tok_free(al_tokenizer *t) {
     tok_strmap_free(&t->vocab);
     tok_pairmap_free(&t->merges);
     free(t->norms);
+    for (int i = 0; i < t->n_pres; i++) tok_regex_free(t->pres[i].re);
     free(t->pres);
     free(t->decs);
     free(t->raw_added.tokens);
@@ -108,6 +108,11 @@ typedef struct loader {
     al_tokenizer *t;
     const char *path;
     al_err *err;
+    tok_raw_span raw_vocab, raw_merges; /* set: model.vocab / merges are read from the text (rawjson.c) */
+    int fallback;                       /* the raw readers met a form they leave to cJSON: load again without */
+    long max_id, rank;                  /* while reading the vocabulary / the merges */
+    char *buf;                          /* the merge being checked, a ‖ b */
+    size_t cap;
 } loader;
 
 /* "PATH: message" into err; returns -1. */
@@ -274,27 +279,37 @@ static int get_prepend(loader *ld, const cJSON *node, const char *what, tok_prep
     return 0;
 }
 
-/* Recognises a Split regex as one of the implemented patterns. Literal CR and
- * LF characters count as the escapes "\r" and "\n". */
-static int known_pattern(const char *re, tok_pattern *out) {
-    char buf[512]; /* longer than every known pattern: a longer regex, cut, still matches none */
-    size_t k = 0;
-    for (const char *p = re; *p && k + 3 < sizeof buf; p++) {
-        if (*p == '\r' || *p == '\n') {
-            buf[k++] = '\\';
-            buf[k++] = *p == '\r' ? 'r' : 'n';
-        } else {
-            buf[k++] = *p;
+/* Compiles a Split pattern ({"Regex": r} or {"String": s}) into p->re. */
+static int compile_split_pattern(loader *ld, const cJSON *node, tok_pre *p) {
+    const cJSON *pat = field(node, "pattern");
+    const cJSON *re = cJSON_IsObject(pat) ? field(pat, "Regex") : NULL;
+    const cJSON *str = cJSON_IsObject(pat) ? field(pat, "String") : NULL;
+    const cJSON *v = cJSON_IsString(re) ? re : str;
+    if (!cJSON_IsString(v)) return fail(ld, "pre_tokenizer Split.pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    char why[200], buf[120];
+    p->re = tok_regex_compile(v->valuestring, strlen(v->valuestring), v == str, why, sizeof why);
+    if (p->re) return 0;
+    shown(v->valuestring, buf, sizeof buf);
+    return fail(ld, "unsupported pre_tokenizer Split %s '%s': %s", v == str ? "string" : "regex", buf, why);
+}
+
+/* A Split behavior name (TOK_SPLIT_BEHAVIORS). */
+static int split_behavior(loader *ld, const char *name, tok_split_behavior *out) {
+    static const struct {
+        const char *name;
+        tok_split_behavior b;
+    } names[] = {
+#define TOK_SPLIT_ROW(e, n) {n, SPLIT_##e},
+        TOK_SPLIT_BEHAVIORS(TOK_SPLIT_ROW)
+#undef TOK_SPLIT_ROW
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].b;
+            return 0;
         }
-    }
-    buf[k] = 0;
-    const tok_pattern all[] = {PAT_GPT2, PAT_LLAMA3, PAT_QWEN2};
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(buf, tok_pattern_regex(all[i]))) {
-            *out = all[i];
-            return 1;
-        }
-    return 0;
+    return fail(ld, "unsupported pre_tokenizer Split behavior '%s' (Removed, Isolated, MergedWithPrevious, "
+                "MergedWithNext or Contiguous)", name);
 }
 
 static int load_pre_tokenizer(loader *ld, const cJSON *node, int depth) {
@@ -312,35 +327,21 @@ static int load_pre_tokenizer(loader *ld, const cJSON *node, int depth) {
     tok_pre p = {0};
     if (!strcmp(type, "Split")) {
         p.kind = PRE_SPLIT;
-        const cJSON *pat = field(node, "pattern");
-        const cJSON *re = cJSON_IsObject(pat) ? field(pat, "Regex") : NULL;
-        const cJSON *str = cJSON_IsObject(pat) ? field(pat, "String") : NULL;
-        char buf[120];
-        if (cJSON_IsString(str)) {
-            shown(str->valuestring, buf, sizeof buf);
-            return fail(ld, "unsupported pre_tokenizer Split on the string '%s' (attnlab knows the GPT-2, Llama-3 "
-                        "and Qwen2 regexes)", buf);
-        }
-        if (!cJSON_IsString(re)) return fail(ld, "pre_tokenizer Split.pattern must be {\"Regex\": ...}");
-        if (!known_pattern(re->valuestring, &p.pattern)) {
-            shown(re->valuestring, buf, sizeof buf);
-            return fail(ld, "unsupported pre_tokenizer Split regex '%s' (attnlab knows the GPT-2, Llama-3 and "
-                        "Qwen2 patterns)", buf);
-        }
         const char *behavior;
-        int invert = 0;
+        p.behavior = SPLIT_ISOLATED;
         if (get_string(ld, node, "pre_tokenizer Split", "behavior", 1, &behavior) ||
-            get_bool(ld, node, "pre_tokenizer Split", "invert", 0, &invert))
+            (behavior && split_behavior(ld, behavior, &p.behavior)) ||
+            get_bool(ld, node, "pre_tokenizer Split", "invert", 0, &p.invert) || compile_split_pattern(ld, node, &p))
             return -1;
-        if (behavior && strcmp(behavior, "Isolated"))
-            return fail(ld, "unsupported pre_tokenizer Split behavior '%s' (only Isolated)", behavior);
-        if (invert) return fail(ld, "unsupported pre_tokenizer Split with invert true");
     } else if (!strcmp(type, "ByteLevel")) {
         p.kind = PRE_BYTELEVEL;
-        p.pattern = PAT_GPT2;
+        p.behavior = SPLIT_ISOLATED;
         if (get_bool(ld, node, "pre_tokenizer ByteLevel", "add_prefix_space", 1, &p.add_prefix_space) ||
             get_bool(ld, node, "pre_tokenizer ByteLevel", "use_regex", 1, &p.use_regex))
             return -1;
+        char why[200];
+        if (p.use_regex && !(p.re = tok_regex_compile(tok_gpt2_regex, strlen(tok_gpt2_regex), 0, why, sizeof why)))
+            return fail(ld, "pre_tokenizer ByteLevel: %s", why);
     } else if (!strcmp(type, "Metaspace")) {
         p.kind = PRE_METASPACE;
         if (get_char(ld, node, "pre_tokenizer Metaspace", "replacement", &p.replacement) ||
@@ -351,7 +352,10 @@ static int load_pre_tokenizer(loader *ld, const cJSON *node, int depth) {
         return fail(ld, "unsupported pre_tokenizer '%s' (attnlab supports Split, ByteLevel, Metaspace and Sequence)",
                     type);
     }
-    if (grow(ld, (void **)&t->pres, &t->n_pres, sizeof p)) return -1;
+    if (grow(ld, (void **)&t->pres, &t->n_pres, sizeof p)) {
+        tok_regex_free(p.re);
+        return -1;
+    }
     t->pres[t->n_pres - 1] = p;
     return 0;
 }
@@ -481,72 +485,68 @@ static int load_post_processor(loader *ld, const cJSON *node, int depth) {
 
 /* ---- the model ---- */
 
-/* A merge as two token texts: "a b" or ["a", "b"]. */
-static int merge_parts(loader *ld, const cJSON *m, long rank, const char **a, size_t *alen, const char **b,
-                       size_t *blen) {
-    if (cJSON_IsString(m)) {
-        const char *s = m->valuestring, *sp = strchr(s, ' ');
-        if (!sp || strchr(sp + 1, ' ') || sp == s || !sp[1])
-            return fail(ld, "model.merges[%ld] '%s' is not two tokens separated by one space", rank, s);
-        *a = s, *alen = (size_t)(sp - s), *b = sp + 1, *blen = strlen(sp + 1);
-        return 0;
+/* One merge (rank ld->rank): an "a b" string when b is NULL, else the pair;
+ * both must be tokens and so must their concatenation. */
+static int merge_entry(void *ctx, const char *a, size_t alen, const char *b, size_t blen) {
+    loader *ld = ctx;
+    al_tokenizer *t = ld->t;
+    long rank = ld->rank;
+    char sa[80], sb[80];
+    if (!b) {
+        const char *sp = memchr(a, ' ', alen);
+        if (!sp || memchr(sp + 1, ' ', alen - (size_t)(sp + 1 - a)) || sp == a || sp + 1 == a + alen)
+            return fail(ld, "model.merges[%ld] '%s' is not two tokens separated by one space", rank, a);
+        b = sp + 1, blen = alen - (size_t)(sp + 1 - a), alen = (size_t)(sp - a);
     }
-    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(cJSON_GetArrayItem(m, 0)) &&
-        cJSON_IsString(cJSON_GetArrayItem(m, 1))) {
-        *a = cJSON_GetArrayItem(m, 0)->valuestring, *alen = strlen(*a);
-        *b = cJSON_GetArrayItem(m, 1)->valuestring, *blen = strlen(*b);
-        return 0;
+    int ia = tok_strmap_get(&t->vocab, a, alen), ib = tok_strmap_get(&t->vocab, b, blen);
+    if (ia < 0 || ib < 0) {
+        char tmp[160];
+        snprintf(tmp, sizeof tmp, "%.*s", (int)(ia < 0 ? alen : blen), ia < 0 ? a : b);
+        shown(tmp, sa, sizeof sa);
+        return fail(ld, "model.merges[%ld] names '%s', which is not in the vocabulary", rank, sa);
     }
-    return fail(ld, "model.merges[%ld] must be \"a b\" or [\"a\", \"b\"]", rank);
+    if (alen + blen + 1 > ld->cap) {
+        size_t cap = 2 * (alen + blen + 1);
+        char *nb = realloc(ld->buf, cap);
+        if (!nb) return fail(ld, "out of memory");
+        ld->buf = nb, ld->cap = cap;
+    }
+    memcpy(ld->buf, a, alen);
+    memcpy(ld->buf + alen, b, blen);
+    int merged = tok_strmap_get(&t->vocab, ld->buf, alen + blen);
+    if (merged < 0) {
+        ld->buf[alen + blen] = 0;
+        shown(ld->buf, sb, sizeof sb);
+        return fail(ld, "model.merges[%ld] makes '%s', which is not in the vocabulary", rank, sb);
+    }
+    if (tok_pairmap_put(&t->merges, ia, ib, (int)rank, merged)) return fail(ld, "out of memory");
+    ld->rank++;
+    return 0;
 }
 
+/* The merges: from the raw text when the loader found them there, else from
+ * the cJSON array ("a b" strings or ["a", "b"] pairs). */
 static int load_merges(loader *ld, const cJSON *merges) {
     al_tokenizer *t = ld->t;
-    if (tok_pairmap_init(&t->merges, (size_t)cJSON_GetArraySize(merges))) return fail(ld, "out of memory");
-    char *buf = NULL;
-    size_t cap = 0;
-    long rank = 0;
-    const cJSON *m;
-    int rc = 0;
-    cJSON_ArrayForEach(m, merges) {
-        const char *a = NULL, *b = NULL;
-        size_t alen = 0, blen = 0;
-        char sa[80], sb[80];
-        if ((rc = merge_parts(ld, m, rank, &a, &alen, &b, &blen))) break;
-        int ia = tok_strmap_get(&t->vocab, a, alen), ib = tok_strmap_get(&t->vocab, b, blen);
-        if (ia < 0 || ib < 0) {
-            char tmp[160];
-            snprintf(tmp, sizeof tmp, "%.*s", (int)(ia < 0 ? alen : blen), ia < 0 ? a : b);
-            shown(tmp, sa, sizeof sa);
-            rc = fail(ld, "model.merges[%ld] names '%s', which is not in the vocabulary", rank, sa);
-            break;
-        }
-        if (alen + blen + 1 > cap) {
-            cap = 2 * (alen + blen + 1);
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = fail(ld, "out of memory");
-                break;
-            }
-            buf = nb;
-        }
-        memcpy(buf, a, alen);
-        memcpy(buf + alen, b, blen);
-        int merged = tok_strmap_get(&t->vocab, buf, alen + blen);
-        if (merged < 0) {
-            buf[alen + blen] = 0;
-            shown(buf, sb, sizeof sb);
-            rc = fail(ld, "model.merges[%ld] makes '%s', which is not in the vocabulary", rank, sb);
-            break;
-        }
-        if (tok_pairmap_put(&t->merges, ia, ib, (int)rank, merged)) {
-            rc = fail(ld, "out of memory");
-            break;
-        }
-        rank++;
+    size_t expected = ld->raw_merges.p ? tok_raw_count(ld->raw_merges) : (size_t)cJSON_GetArraySize(merges);
+    if (tok_pairmap_init(&t->merges, expected)) return fail(ld, "out of memory");
+    ld->rank = 0;
+    if (ld->raw_merges.p) {
+        int rc = tok_raw_merges(ld->raw_merges, merge_entry, ld);
+        if (rc == TOK_RAW_FALLBACK) ld->fallback = 1;
+        return rc == TOK_RAW_NOMEM ? fail(ld, "out of memory") : rc ? -1 : 0;
     }
-    free(buf);
-    return rc;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, merges) {
+        const cJSON *x = cJSON_GetArrayItem(m, 0), *y = cJSON_GetArrayItem(m, 1);
+        int rc;
+        if (cJSON_IsString(m)) rc = merge_entry(ld, m->valuestring, strlen(m->valuestring), NULL, 0);
+        else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(x) && cJSON_IsString(y))
+            rc = merge_entry(ld, x->valuestring, strlen(x->valuestring), y->valuestring, strlen(y->valuestring));
+        else rc = fail(ld, "model.merges[%ld] must be \"a b\" or [\"a\", \"b\"]", ld->rank);
+        if (rc) return -1;
+    }
+    return 0;
 }
 
 /* One added token's fields. */
@@ -659,6 +659,16 @@ static int build_matchers(loader *ld, const added_spec *a, int n) {
     return 0;
 }
 
+/* One vocabulary entry token -> id. */
+static int vocab_entry(void *ctx, const char *token, size_t len, long id) {
+    loader *ld = ctx;
+    if (len == 0) return fail(ld, "model.vocab has an empty token");
+    const char *key = tok_intern(ld->t, token, len);
+    if (!key || tok_strmap_put(&ld->t->vocab, key, len, (int)id)) return fail(ld, "out of memory");
+    if (id > ld->max_id) ld->max_id = id;
+    return 0;
+}
+
 static int load_model(loader *ld, const cJSON *root, const added_spec *added, int n_added, long max_added) {
     al_tokenizer *t = ld->t;
     const cJSON *model = field(root, "model");
@@ -684,9 +694,15 @@ static int load_model(loader *ld, const cJSON *root, const added_spec *added, in
     if ((prefix && prefix[0]) || (suffix && suffix[0]))
         return fail(ld, "unsupported BPE model with continuing_subword_prefix or end_of_word_suffix");
 
-    /* vocabulary */
-    if (tok_strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab))) return fail(ld, "out of memory");
-    long max_id = max_added;
+    /* vocabulary: from the raw text when the loader found it there */
+    size_t expected = ld->raw_vocab.p ? tok_raw_count(ld->raw_vocab) : (size_t)cJSON_GetArraySize(vocab);
+    if (tok_strmap_init(&t->vocab, expected)) return fail(ld, "out of memory");
+    ld->max_id = max_added;
+    if (ld->raw_vocab.p) {
+        int rc = tok_raw_vocab(ld->raw_vocab, vocab_entry, ld);
+        if (rc == TOK_RAW_FALLBACK) ld->fallback = 1;
+        if (rc) return rc == TOK_RAW_NOMEM ? fail(ld, "out of memory") : -1;
+    }
     const cJSON *v;
     cJSON_ArrayForEach(v, vocab) {
         long id;
@@ -695,12 +711,9 @@ static int load_model(loader *ld, const cJSON *root, const added_spec *added, in
             shown(v->string, buf, sizeof buf);
             return fail(ld, "model.vocab['%s'] must be an integer id in 0..%d", buf, TOK_MAX_VOCAB - 1);
         }
-        size_t len = strlen(v->string);
-        if (len == 0) return fail(ld, "model.vocab has an empty token");
-        const char *key = tok_intern(t, v->string, len);
-        if (!key || tok_strmap_put(&t->vocab, key, len, (int)id)) return fail(ld, "out of memory");
-        if (id > max_id) max_id = id;
+        if (vocab_entry(ld, v->string, strlen(v->string), id)) return -1;
     }
+    long max_id = ld->max_id;
     if (max_id < 0) return fail(ld, "the vocabulary is empty");
     t->vocab_size = (int)max_id + 1;
     size_t V = (size_t)t->vocab_size;
@@ -821,21 +834,61 @@ done:
     return rc;
 }
 
-al_tokenizer *al_tok_load_json(const char *json_path, const char *config_path, al_err *err) {
-    char *text;
-    size_t len;
-    if (al_read_file(json_path, &text, &len, err)) return NULL;
+/* text[0..len) with the values of model.vocab and model.merges (spans v and
+ * m) replaced by {} and [], for cJSON; NULL when out of memory. */
+static char *without_model_tables(const char *text, size_t len, tok_raw_span v, tok_raw_span m, size_t *out_len) {
+    tok_raw_span first = v.p < m.p ? v : m, second = v.p < m.p ? m : v;
+    const char *r1 = v.p < m.p ? "{}" : "[]", *r2 = v.p < m.p ? "[]" : "{}";
+    size_t n = len - (size_t)(first.end - first.p) - (size_t)(second.end - second.p) + 4, w = 0;
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+#define AL_PUT(src, k) (memcpy(out + w, (src), (k)), w += (k))
+    AL_PUT(text, (size_t)(first.p - text));
+    AL_PUT(r1, 2);
+    AL_PUT(first.end, (size_t)(second.p - first.end));
+    AL_PUT(r2, 2);
+    AL_PUT(second.end, (size_t)(text + len - second.end));
+#undef AL_PUT
+    out[w] = 0;
+    *out_len = w;
+    return out;
+}
+
+/* A tokenizer from tokenizer.json's text. raw: read model.vocab and
+ * model.merges from the text directly (rawjson.c) and the rest through
+ * cJSON; *fallback is set (and NULL returned) when that cannot be done, for a
+ * load without it, which reads everything through cJSON. */
+static al_tokenizer *load_text(const char *text, size_t len, const char *json_path, const char *config_path, int raw,
+                               int *fallback, al_err *err) {
     al_tokenizer *t = calloc(1, sizeof *t);
     loader ld = {t, json_path, err};
     added_spec *added = NULL;
     int n_added = 0, rc = -1;
     cJSON *root = NULL;
+    char *reduced = NULL;
+    size_t reduced_len = 0;
     if (!t) {
         al_errf(err, "out of memory");
         goto done;
     }
     t->bos = t->eos = t->unk_id = -1;
-    root = cJSON_ParseWithLength(text, len);
+    if (raw && !tok_raw_model_spans(text, len, &ld.raw_vocab, &ld.raw_merges)) {
+        if (!(reduced = without_model_tables(text, len, ld.raw_vocab, ld.raw_merges, &reduced_len))) {
+            al_errf(err, "out of memory");
+            goto done;
+        }
+        root = cJSON_ParseWithLength(reduced, reduced_len);
+        if (!root) { /* let the full parse say where the error is */
+            *fallback = 1;
+            goto done;
+        }
+    } else {
+        if (raw) { /* not shaped as expected: the full parse decides */
+            *fallback = 1;
+            goto done;
+        }
+        root = cJSON_ParseWithLength(text, len);
+    }
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         long off = at && at >= text && at <= text + len ? (long)(at - text) : -1;
@@ -871,13 +924,26 @@ al_tokenizer *al_tok_load_json(const char *json_path, const char *config_path, a
     }
     rc = 0;
 done:
+    if (ld.fallback) *fallback = 1;
     cJSON_Delete(root);
-    free(text);
+    free(reduced);
+    free(ld.buf);
     free(added);
     if (rc) {
         al_tok_free(t);
         return NULL;
     }
+    return t;
+}
+
+al_tokenizer *al_tok_load_json(const char *json_path, const char *config_path, al_err *err) {
+    char *text;
+    size_t len;
+    if (al_read_file(json_path, &text, &len, err)) return NULL;
+    int fallback = 0;
+    al_tokenizer *t = load_text(text, len, json_path, config_path, 1, &fallback, err);
+    if (!t && fallback) t = load_text(text, len, json_path, config_path, 0, &fallback, err);
+    free(text);
     return t;
 }
 

@@ -1,8 +1,8 @@
 /*
  * tok_internal.h: the inside of an al_tokenizer, shared by the files of
  * src/tok (load.c reads tokenizer.json into it, encode.c / decode.c run it,
- * pretok.c holds the pre-tokenizer pattern matchers, bpe.c the hash tables
- * and the merge loop).
+ * regex.c the Split patterns' regex engine, pretok.c GPT-2's byte map and
+ * pattern, bpe.c the hash tables and the merge loop).
  *
  * Data structure: a tokenizer.json becomes
  *   - the id table: for each id its token string as tokenizer.json spells it
@@ -25,6 +25,7 @@
 
 #include <stdint.h>
 
+#include "regex.h"
 #include "tokenizer.h"
 
 /* ---- hash maps (bpe.c) ---- */
@@ -72,12 +73,25 @@ typedef struct tok_norm {
     size_t alen, blen;
 } tok_norm;
 
-typedef enum { PAT_GPT2, PAT_LLAMA3, PAT_QWEN2 } tok_pattern;
+/* What Split does with the matches (Hugging Face's SplitDelimiterBehavior):
+ * X(enum suffix, tokenizer.json name). */
+#define TOK_SPLIT_BEHAVIORS(X) \
+    X(REMOVED, "Removed") X(ISOLATED, "Isolated") X(MERGED_PREVIOUS, "MergedWithPrevious") \
+    X(MERGED_NEXT, "MergedWithNext") X(CONTIGUOUS, "Contiguous")
+typedef enum {
+#define TOK_SPLIT_ENUM(e, name) SPLIT_##e,
+    TOK_SPLIT_BEHAVIORS(TOK_SPLIT_ENUM)
+#undef TOK_SPLIT_ENUM
+} tok_split_behavior;
+
 typedef enum { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE } tok_pre_kind;
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } tok_prepend;
 typedef struct tok_pre {
     tok_pre_kind kind;
-    tok_pattern pattern;      /* SPLIT; BYTELEVEL with use_regex uses PAT_GPT2 */
+    tok_regex *re;            /* SPLIT: its pattern (a String compiled as a literal); BYTELEVEL with
+                                 use_regex: GPT-2's; owned */
+    tok_split_behavior behavior; /* SPLIT (BYTELEVEL: ISOLATED) */
+    int invert;               /* SPLIT */
     int use_regex;            /* BYTELEVEL */
     int add_prefix_space;     /* BYTELEVEL */
     uint32_t replacement;     /* METASPACE */
@@ -147,6 +161,31 @@ struct al_tokenizer {
 /* A copy of s[0..n) (NUL-terminated) in t's arena; NULL when out of memory. */
 const char *tok_intern(al_tokenizer *t, const char *s, size_t n);
 
+/* ---- model.vocab and model.merges read from the raw text (rawjson.c) ---- */
+
+typedef struct {
+    const char *p, *end;
+} tok_raw_span;
+
+/* The readers' answers besides 0 and a callback's -1: a form they leave to
+ * cJSON, out of memory. Ids are below TOK_MAX_VOCAB (16.7M: far beyond any
+ * real vocabulary, small enough to allocate). */
+enum { TOK_RAW_FALLBACK = 1, TOK_RAW_NOMEM = 2, TOK_MAX_VOCAB = 1 << 24 };
+/* The spans of the values of model.vocab and model.merges in text[0..len)
+ * (first occurrences): 0, or -1 when the text is not an object holding them. */
+int tok_raw_model_spans(const char *text, size_t len, tok_raw_span *vocab, tok_raw_span *merges);
+/* About how many entries the vocabulary / merges span holds (from its
+ * quotes), to size the hash tables. */
+size_t tok_raw_count(tok_raw_span span);
+/* Each token -> id entry (id: 0..TOK_MAX_VOCAB - 1), in file order. */
+typedef int (*tok_raw_vocab_fn)(void *ctx, const char *token, size_t len, long id);
+/* Each merge: an "a b" string as (s, n, NULL, 0), a pair as (a, alen, b, blen). */
+typedef int (*tok_raw_merge_fn)(void *ctx, const char *a, size_t alen, const char *b, size_t blen);
+/* 0, TOK_RAW_FALLBACK, TOK_RAW_NOMEM, or the -1 of a callback (which
+ * reported its error). */
+int tok_raw_vocab(tok_raw_span span, tok_raw_vocab_fn fn, void *ctx);
+int tok_raw_merges(tok_raw_span span, tok_raw_merge_fn fn, void *ctx);
+
 /* ---- encoding and decoding (encode.c, decode.c) ---- */
 
 /* Runs the normalizer steps over s[0..n): a malloc'd, NUL-terminated string. */
@@ -159,13 +198,10 @@ int tok_normalize(const al_tokenizer *t, const char *s, size_t n, char **out, si
 int tok_decode_ids(const al_tokenizer *t, const int *ids, int n, int skip_special, int piece_mode, int lossy,
                    char **out, size_t *out_len);
 
-/* ---- pre-tokenizer patterns (pretok.c) ---- */
+/* ---- pre-tokenizer data (pretok.c) ---- */
 
-/* Length in code points of the match of `pattern` at cps[i] (cps[0..n) is one
- * piece of text), leftmost-first as Oniguruma matches the regex; 0 if none. */
-size_t tok_pattern_match(tok_pattern pattern, const uint32_t *cps, size_t n, size_t i);
-/* The regex text of a pattern as tokenizer.json spells it, or NULL. */
-const char *tok_pattern_regex(tok_pattern p);
+/* GPT-2's pre-tokenizer regex, which ByteLevel with use_regex splits by. */
+extern const char tok_gpt2_regex[];
 /* GPT-2's bytes_to_unicode: byte -> code point, and back (-1: not a byte's) */
 uint32_t tok_byte_to_cp(unsigned char b);
 int tok_cp_to_byte(uint32_t cp);

@@ -1,7 +1,9 @@
 /*
  * unicode.c: UTF-8, general-category lookups and NFC over the generated
- * tables (unicode.h). Lookups bisect sorted range tables, with ASCII answered
- * directly since it is most of most text.
+ * tables (unicode.h). Categories and properties are two table reads (the
+ * two-stage property byte), with ASCII answered directly since it is most of
+ * most text; case-fold orbits, combining classes and the NFC tables are
+ * bisected.
  *
  * NFC follows UAX #15: full canonical decomposition (recursive, Hangul
  * algorithmic), canonical ordering of each run of non-starters by combining
@@ -80,31 +82,30 @@ size_t al_utf8_check(const unsigned char *s, size_t n) {
     return n;
 }
 
-/* 1 if cp lies in one of the n sorted [first, last] ranges. */
-static int in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
-    int lo = 0, hi = n - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < r[mid][0]) hi = mid - 1;
-        else if (cp > r[mid][1]) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
 int al_uc_is_letter(uint32_t cp) {
     if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-    return in_ranges(al_uc_letter, al_uc_letter_n, cp);
+    return (AL_UC_L_MASK >> al_uc_gc(cp)) & 1;
 }
 
 int al_uc_is_number(uint32_t cp) {
     if (cp < 0x80) return cp >= '0' && cp <= '9';
-    return in_ranges(al_uc_number, al_uc_number_n, cp);
+    return (AL_UC_N_MASK >> al_uc_gc(cp)) & 1;
 }
 
 int al_uc_is_space(uint32_t cp) {
     if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
-    return in_ranges(al_uc_space, al_uc_space_n, cp);
+    return (al_uc_props(cp) & AL_UC_WHITE_SPACE) != 0;
+}
+
+uint32_t al_uc_fold_next(uint32_t cp) {
+    int lo = 0, hi = al_uc_fold_orbit_n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < al_uc_fold_orbit[mid][0]) hi = mid - 1;
+        else if (cp > al_uc_fold_orbit[mid][0]) lo = mid + 1;
+        else return al_uc_fold_orbit[mid][1];
+    }
+    return cp;
 }
 
 int al_uc_ccc_of(uint32_t cp) {

@@ -140,8 +140,8 @@ bad_json "merge of unknown tokens" "merges\[1\] names 'q'" \
     '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b", "q b"]}}'
 bad_json "vocab id not an integer" "vocab\['b'\] must be an integer" \
     '{"model": {"type": "BPE", "vocab": {"a": 0, "b": "one"}, "merges": []}}'
-bad_json "unknown pre-tokenizer regex" "unsupported pre_tokenizer Split regex '\[\^a-z\]\+'" \
-    '{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[^a-z]+"}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}'
+bad_json "unsupported pre-tokenizer regex" "unsupported pre_tokenizer Split regex '\\[\\^a-z\\]\\+\\(\\?<=x\\)': lookbehind" \
+    '{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[^a-z]+(?<=x)"}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}'
 bad_json "unknown normalizer" "unsupported normalizer 'BertNormalizer'" \
     '{"normalizer": {"type": "BertNormalizer"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}'
 
