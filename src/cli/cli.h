@@ -69,7 +69,7 @@ int cli_precision(const char *cmd, const char *value, const char *fallback, al_p
 /* The one stderr line naming the precision a command runs in and the engine
  * of its bf16 products ("attnlab: precision BF16 (...)"). */
 void cli_precision_line(al_precision p);
-/* What a command with an f32 default says once its inputs are loaded: the
+/* What a command with an f32 default says after its work succeeded: the
  * precision line when it runs in BF16, and when it runs in F32 by default
  * (given: the --precision value, NULL when not given) on a CPU where bf16 is
  * faster, a one-line hint; nothing otherwise (exact F32 is the quiet case). */
