@@ -20,6 +20,7 @@ attnlab C code.
 """
 import argparse
 import contextlib
+import json
 import os
 import subprocess
 import tempfile
@@ -234,26 +235,80 @@ class _Bf16Linear(torch.autograd.Function):
         return gx, gwt
 
 
+class _Bf16Product(torch.autograd.Function):
+    """Any product f(a, b) (a matmul or a two-operand einsum) with both
+    operands rounded to bf16, and its backward from the bf16-rounded incoming
+    gradient and rounded operands: for the attention products S = Q K^T and
+    O = P V this is dQ = bf16(dS) bf16(K), dK = bf16(dS)^T bf16(Q), dP =
+    bf16(dO) bf16(V)^T, dV = bf16(P)^T bf16(dO), as attnlab's BF16 attention
+    kernels define them (docs/kernels.md)."""
+
+    @staticmethod
+    def forward(ctx, f, a, b):
+        ctx.f = f
+        ctx.save_for_backward(a, b)
+        return f(_bf16(a), _bf16(b))
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        with torch.enable_grad():
+            ar, br = _bf16(a).detach().requires_grad_(), _bf16(b).detach().requires_grad_()
+            ga, gb = torch.autograd.grad(ctx.f(ar, br), (ar, br), _bf16(g))
+        return None, ga, gb
+
+
 _MATMUL = torch.Tensor.__matmul__
+_EINSUM = torch.einsum
+# the einsums of the references that are attention products (MLA's scores and
+# weighted values); others (LRKV's per-head up-projections) stay exact
+_ATTENTION_EINSUMS = ("bihe,bjhe->bhij", "bhij,bjhe->bihe")
+_attention_bf16 = {}
+
+
+def attention_in_bf16(attnlab):
+    """Whether attnlab's attention kernels round their products to bf16 in
+    BF16 mode (the set `bench attention --precision bf16` names has "bf16"
+    in it; a library without BF16 attention kernels computes them in fp32)."""
+    if attnlab not in _attention_bf16:
+        ok, out = run([attnlab, "bench", "attention", "--precision", "bf16", "--context", "8", "--heads", "1",
+                       "--head-dim", "8", "--iters", "1", "--sgemm-n", "64", "--triad-mb", "1", "--json"])
+        try:
+            line = [l for l in out.splitlines() if l.startswith("{")][-1]  # stderr may hold a precision line
+            _attention_bf16[attnlab] = ok and "bf16" in json.loads(line)["kernels"]
+        except (ValueError, KeyError, IndexError):
+            _attention_bf16[attnlab] = False
+    return _attention_bf16[attnlab]
 
 
 @contextlib.contextmanager
-def bf16_products():
+def bf16_products(attention=False):
     """Within it, every `activations @ W.T` of the references (2-D weight
     operand, 2-D or 3-D activations) is a _Bf16Linear: the float64
-    emulation of attnlab's --precision bf16. The attention products (4-D, or
-    einsum) stay exact, as attnlab's fp32 score kernels compute them."""
+    emulation of attnlab's --precision bf16. With `attention` (the library's
+    attention kernels run in bf16: attention_in_bf16) the attention products
+    (4-D matmuls, MLA's einsums) are rounded the same way (_Bf16Product);
+    else they stay exact, as fp32 score kernels compute them."""
 
     def matmul(a, b):
         if b.dim() == 2 and a.dim() in (2, 3):
             return _Bf16Linear.apply(a, b)
+        if attention and a.dim() == 4 and b.dim() == 4:
+            return _Bf16Product.apply(_MATMUL, a, b)
         return _MATMUL(a, b)
 
+    def einsum(eq, *ops):
+        if attention and eq.replace(" ", "") in _ATTENTION_EINSUMS and len(ops) == 2:
+            return _Bf16Product.apply(lambda a, b: _EINSUM(eq, a, b), *ops)
+        return _EINSUM(eq, *ops)
+
     torch.Tensor.__matmul__ = matmul
+    torch.einsum = einsum
     try:
         yield
     finally:
         torch.Tensor.__matmul__ = _MATMUL
+        torch.einsum = _EINSUM
 
 
 def _norm_rel(got, ref):
@@ -301,7 +356,7 @@ def dump_bf16(chk, args, cases, reference):
         if out is None:
             continue
         exact = expected_tensors(reference(cfg, weights, tokens))
-        with bf16_products():
+        with bf16_products(attention_in_bf16(args.attnlab)):
             emulated = expected_tensors(reference(cfg, weights, tokens))
         check_bf16(chk, name, out, exact, emulated)
 

@@ -282,13 +282,14 @@ def embed_as_product(cfg, p, images):
     return torch.cat([cls, e], dim=1) + p["vit.pos_embed"]
 
 
-def bf16_emulated(cfg, w, images, labels):
-    """The reference under harness.bf16_products, the patch embedding as a
-    product too: the float64 emulation of --precision bf16."""
+def bf16_emulated(cfg, w, images, labels, attention):
+    """The reference under harness.bf16_products (attention products too
+    when `attention`), the patch embedding as a product too: the float64
+    emulation of --precision bf16."""
     global embed
     exact_embed, embed = embed, embed_as_product
     try:
-        with harness.bf16_products():
+        with harness.bf16_products(attention):
             return reference(cfg, w, images, labels)
     finally:
         embed = exact_embed
@@ -392,7 +393,7 @@ def expected(ref):
     return expect
 
 
-def run_dump(chk, exe, workdir, name, cfg, w, images, labels, precision=None):
+def run_dump(chk, exe, workdir, name, cfg, w, images, labels, precision=None, attention_bf16=False):
     """al_testdump on a ViT checkpoint (products in `precision`, default f32)
     against the reference: TOL, or in bf16 harness.check_bf16."""
     mdir = os.path.join(workdir, name)
@@ -408,7 +409,7 @@ def run_dump(chk, exe, workdir, name, cfg, w, images, labels, precision=None):
     out = R.read_safetensors(opath)
     expect = expected(reference(cfg, w, images, labels))
     if precision:
-        emulated = expected(bf16_emulated(cfg, w, images, labels))
+        emulated = expected(bf16_emulated(cfg, w, images, labels, attention_bf16))
         return harness.check_bf16(chk, name, out, expect, emulated)
     extra = sorted(k for k in out if k not in expect)
     if extra:
@@ -471,7 +472,8 @@ def main_checks(args):
         cfg, w, images, labels = build_case(case, rng)
         built[case[0]] = (cfg, w)
         run_dump(chk, args.exe, args.workdir, case[0], cfg, w, images, labels)
-        run_dump(chk, args.exe, args.workdir, case[0] + "_bf16prec", cfg, w, images, labels, precision="bf16")
+        run_dump(chk, args.exe, args.workdir, case[0] + "_bf16prec", cfg, w, images, labels, precision="bf16",
+                 attention_bf16=harness.attention_in_bf16(args.attnlab))
     for name in EVAL_CASES:
         cfg, w = built[name]
         run_eval(chk, args.attnlab, args.workdir, name, cfg, w, rng)
