@@ -410,7 +410,7 @@ def run_dump(chk, exe, workdir, name, cfg, w, images, labels, precision=None, at
     expect = expected(reference(cfg, w, images, labels))
     if precision:
         emulated = expected(bf16_emulated(cfg, w, images, labels, attention_bf16))
-        return harness.check_bf16(chk, name, out, expect, emulated)
+        return harness.check_bf16(chk, name, out, expect, emulated, harness.emulation_tol(attention_bf16))
     extra = sorted(k for k in out if k not in expect)
     if extra:
         chk.fail(name + "/unexpected", "unexpected tensors: " + ", ".join(extra))
