@@ -25,7 +25,18 @@ benchmark (one line each) with the field names of `attnlab bench ... --json`.
 peak_rss_bytes is the process's high-water mark after that benchmark's
 warm-up (benchmarks run in the order attention, prefill, train, so each
 includes the earlier ones' peak; run one with --bench for its own).
+
+--bf16 runs the same work under torch.autocast("cpu", dtype=torch.bfloat16)
+(the products in bf16 through oneDNN, what a PyTorch user would pick for
+speed; the backward outside the autocast region, as autocast prescribes) and
+reports "precision": "BF16" (else "F32"). Beside the sgemm ceiling every
+benchmark measures, after its timed runs, the bf16 ceiling of the same run:
+torch.mm in bf16 at --sgemm-n^3, which PyTorch runs on oneDNN
+("bf16_onednn_gflops", and the ratios to it as "<ratio>_bf16_onednn", as
+attnlab reports them); PyTorch has no AMX tile loop, so "amx_tile_gflops"
+and the "<ratio>_amx_tile" fields are null.
 """
+import contextlib
 import argparse
 import ctypes
 import json
@@ -113,8 +124,38 @@ def timed(fn, iters, probe):
     return min(ts), sum(ts) / len(ts)
 
 
-def common(d, probe, iters, load_start, rss):
+def bf16_mm_gflops(n, reps=2):
+    """Best of `reps` n x n x n torch.mm in bf16 (oneDNN), GFLOP/s."""
+    a = torch.full((n, n), 0.1, dtype=torch.bfloat16)
+    b = torch.full((n, n), 0.2, dtype=torch.bfloat16)
+    torch.mm(a, b)  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best / 1e9
+
+
+def precision_ctx(args):
+    """The region the products of a benchmark run in: autocast to bf16 with --bf16."""
+    if args.bf16:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def common(d, probe, iters, load_start, rss, args):
+    """The fields every benchmark reports; ratio fields get their bf16-ceiling twins."""
+    bf16 = bf16_mm_gflops(probe.n)
+    for k in [k for k in d if k in ("fwd_ratio", "bwd_ratio", "ratio", "mfu")]:
+        rate = d[{"fwd_ratio": "fwd_gflops_per_s", "bwd_ratio": "bwd_gflops_per_s"}.get(k, "model_gflops_per_s")]
+        d[k + "_bf16_onednn"] = rate / bf16
+        d[k + "_amx_tile"] = None
     d.update({
+        "precision": "BF16" if args.bf16 else "F32",
+        "bf16_engine": "onednn (torch.autocast)",
+        "bf16_onednn_gflops": bf16,
+        "amx_tile_gflops": None,
         "framework": "torch " + torch.__version__,
         "threads": torch.get_num_threads(),
         "blas_kernels": blas_kernels(),
@@ -150,11 +191,12 @@ def bench_attention(args):
     state = {}
 
     def fwd():
-        with torch.no_grad():
+        with torch.no_grad(), precision_ctx(args):
             state["o"] = attention(q, k, v, scale, mask)
 
     def fwd_bwd_graph():
-        state["og"] = attention(q, k, v, scale, mask)
+        with precision_ctx(args):
+            state["og"] = attention(q, k, v, scale, mask)
 
     def bwd():
         q.grad = k.grad = v.grad = None
@@ -184,7 +226,7 @@ def bench_attention(args):
         "head_dim": dh, "causal": True, "fwd_ms": 1e3 * best_f, "bwd_ms": 1e3 * best_b,
         "fwd_gflops": fwd_flops / 1e9, "bwd_gflops": bwd_flops / 1e9, "fwd_gflops_per_s": gf,
         "bwd_gflops_per_s": gb, "fwd_ratio": gf / sg, "bwd_ratio": gb / sg,
-    }, probe, args.iters, load_start, rss)
+    }, probe, args.iters, load_start, rss, args)
 
 
 # ---- the model ----
@@ -273,7 +315,7 @@ def bench_prefill(args):
     tokens = torch.randint(0, 256, (1, T), generator=torch.Generator().manual_seed(4))
 
     def fwd():
-        with torch.no_grad():
+        with torch.no_grad(), precision_ctx(args):
             m(tokens)
 
     fwd()
@@ -286,7 +328,7 @@ def bench_prefill(args):
         "bench": "prefill", "attention": "mha", "layers": 12, "hidden": 768, "heads": 12, "kv_heads": 12,
         "tokens": T, "ms_best": 1e3 * best, "ms_mean": 1e3 * mean, "tokens_per_s": T / best,
         "model_gflops": flops / 1e9, "model_gflops_per_s": gf, "ratio": gf / probe.gflops(), "weights": "F32",
-    }, probe, args.iters, load_start, rss)
+    }, probe, args.iters, load_start, rss, args)
 
 
 def bench_train(args):
@@ -304,7 +346,8 @@ def bench_train(args):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(m(x).view(-1, 256), y.view(-1))
+        with precision_ctx(args):
+            loss = F.cross_entropy(m(x).view(-1, 256).float(), y.view(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
@@ -321,7 +364,7 @@ def bench_train(args):
         "head_dim": 64, "batch": B, "context": T, "step_s_best": best, "step_s": mean, "tokens_per_s": B * T / best,
         "model_gflops_per_step": flops / 1e9, "model_gflops_per_s": gf, "mfu": gf / probe.gflops(),
         "mfu_mean": flops / mean / 1e9 / probe.gflops(),
-    }, probe, args.iters, load_start, rss)
+    }, probe, args.iters, load_start, rss, args)
 
 
 def text(r):
@@ -341,6 +384,8 @@ def text(r):
         print("train step: 12 layers, hidden 768, B=%d x T=%d [%s]" % (r["batch"], r["context"], r["framework"]))
         print("  %.1f ms/step best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> MFU %.1f%% of sgemm" % (
             1e3 * r["step_s_best"], 1e3 * r["step_s"], r["tokens_per_s"], r["model_gflops_per_s"], 100 * r["mfu"]))
+    print("  precision %s; bf16 ceiling: torch.mm bf16 (oneDNN) %.1f GFLOP/s (n=%d)" % (
+        r["precision"], r["bf16_onednn_gflops"], r["sgemm_n"]))
     print("  sgemm %.1f GFLOP/s (torch.mm n=%d, same run, OpenBLAS %s kernels); peak RSS %.1f MB; load average "
           "%.2f -> %.2f on %d threads" % (r["sgemm_gflops"], r["sgemm_n"], r["blas_kernels"],
                                           r["peak_rss_bytes"] / 1048576.0, r["loadavg_start"], r["loadavg_end"],
@@ -363,6 +408,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=512, help="prefill: prompt length")
     ap.add_argument("--sgemm-n", type=int, default=2048)
     ap.add_argument("--json", action="store_true", help="one JSON object per benchmark, one line each")
+    ap.add_argument("--bf16", action="store_true",
+                    help='the products under torch.autocast("cpu", dtype=torch.bfloat16) ("precision": "BF16")')
     args = ap.parse_args()
     if args.threads < 1 or args.iters < 1:
         print("torch_peer.py: --threads and --iters must be positive", file=sys.stderr)

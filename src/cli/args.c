@@ -41,6 +41,28 @@ int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out) {
     return 0;
 }
 
+int cli_precision(const char *cmd, const char *value, const char *fallback, al_precision *out) {
+    const char *v = value ? value : fallback;
+    if (al_precision_from_name(v, out))
+        return cli_usage(cmd, "--precision must be f32, bf16 or auto, got '%s'", v);
+    al_precision_set(*out);
+    return 0;
+}
+
+void cli_precision_line(al_precision p) {
+    if (p == AL_PREC_BF16)
+        fprintf(stderr, "attnlab: precision BF16 (bf16 inputs, fp32 sums; engine: %s)\n", al_precision_engine());
+    else
+        fprintf(stderr, "attnlab: precision F32 (fp32 products; bf16 engine here: %s)\n", al_precision_engine());
+}
+
+void cli_precision_note(const char *given, al_precision p) {
+    if (p == AL_PREC_BF16) cli_precision_line(p);
+    else if (!given && al_precision_auto() == AL_PREC_BF16)
+        fprintf(stderr, "attnlab: hint: --precision bf16 would be faster on this CPU (engine: %s; bf16 inputs, "
+                        "fp32 sums)\n", al_precision_engine());
+}
+
 /* A switch's text: 1/true or 0/false into *out; -1 for anything else. */
 static int switch_value(const char *value, int *out) {
     if (strcmp(value, "1") && strcmp(value, "true") && strcmp(value, "0") && strcmp(value, "false")) return -1;

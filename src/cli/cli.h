@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "model/config.h"
+#include "nn/nn.h"
 #include "tok/tokenizer.h"
 
 /* ARG_CFG: a model config field (al_config_field, model/config.h) written
@@ -50,6 +51,29 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 /* --kv-dtype: "f32" or "bf16" into *out; anything else is a usage error
  * (message printed, returns CLI_USAGE). */
 int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out);
+
+/* --precision of every command that multiplies matrices (nn/nn.h's
+ * al_precision): f32, bf16 or auto (al_precision_auto: bf16 where the CPU
+ * has bf16 products). train, study and bench default to auto; eval,
+ * generate and the analyses to f32, so their numbers stay exact unless asked.
+ * cli_precision parses value (NULL: the command's default `fallback`) into
+ * *out and makes it the process's mode (al_precision_set); anything else is a
+ * usage error (message printed, returns CLI_USAGE). */
+#define CLI_PRECISION_HELP_F32                                                                                         \
+    "matrix products: f32 (default, exact), bf16 (bf16 inputs, fp32 sums) or auto (bf16 where the CPU has AMX or "    \
+    "AVX512-BF16)"
+#define CLI_PRECISION_HELP_AUTO                                                                                        \
+    "matrix products: auto (default: bf16 where the CPU has AMX or AVX512-BF16, else f32), f32 or bf16 (bf16 "         \
+    "inputs, fp32 sums)"
+int cli_precision(const char *cmd, const char *value, const char *fallback, al_precision *out);
+/* The one stderr line naming the precision a command runs in and the engine
+ * of its bf16 products ("attnlab: precision BF16 (...)"). */
+void cli_precision_line(al_precision p);
+/* What a command with an f32 default says after its work succeeded: the
+ * precision line when it runs in BF16, and when it runs in F32 by default
+ * (given: the --precision value, NULL when not given) on a CPU where bf16 is
+ * faster, a one-line hint; nothing otherwise (exact F32 is the quiet case). */
+void cli_precision_note(const char *given, al_precision p);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
@@ -103,6 +127,7 @@ int stem_of(const char *out, char **stem, char **figure);
 
 typedef struct train_flags {
     const char *config, *preset, *data, *out;
+    const char *precision; /* --precision as given (NULL: auto) */
     long context, batch, steps, warmup, seed, eval_every, save_every, eval_tokens, threads;
     long shards; /* the gradient's shards (0: chosen by how the run is started; train/dist.h) */
     double lr, weight_decay, val_fraction, min_lr_ratio, grad_clip;
@@ -122,7 +147,8 @@ int train_flags_table(train_flags *f, al_arg *args);
 
 /* Applies preset < --config file < explicit flags, derives the config
  * (al_config_resolve: head_dim = hidden/heads, kv_heads = heads, ffn ~ 8/3
- * hidden, the design's own defaults) and fills o.
+ * hidden, the design's own defaults) and fills o; --precision (default auto)
+ * becomes o->precision and the process's mode.
  * Returns CLI_OK, 1 (error printed) or CLI_USAGE. */
 int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o);
 /* Joins mpirun's job when it started this process (train/dist.h); prints the

@@ -103,7 +103,8 @@ static int draw_grid(const char *path, const float *P, int T, const int *layers,
 int cmd_attnmap(int argc, char **argv) {
     const char *cmd = "attnmap";
     const char *model_dir = NULL, *text = NULL, *layers_s = "0", *heads_s = "0", *out = NULL, *scale = "log";
-    const char *images_dir = NULL;
+    const char *images_dir = NULL, *precision = NULL;
+    al_precision prec;
     long max_tokens = 4096, topk = 10, threads = 0, image = -1;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
@@ -117,6 +118,7 @@ int cmd_attnmap(int argc, char **argv) {
         {"scale", ARG_STRING, &scale, "colour scale of the figure: log (1e-6..1) or linear"},
         {"out", ARG_STRING, &out, "output stem or FILE.png/.svg/.pdf; writes STEM.npy and STEM.json"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd, "--model DIR --text FILE --layer L[,L..] --head H[,H..] --out FILE", args, n, argc, argv);
@@ -126,6 +128,7 @@ int cmd_attnmap(int argc, char **argv) {
         return cli_usage(cmd, "--model, --out and one of --text FILE or --image N are required");
     if (strcmp(scale, "log") && strcmp(scale, "linear")) return cli_usage(cmd, "--scale must be log or linear");
     if (max_tokens < 2 || topk < 1) return cli_usage(cmd, "--max-tokens must be at least 2 and --topk positive");
+    if ((rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
@@ -227,10 +230,10 @@ int cmd_attnmap(int argc, char **argv) {
                                 "{\"command\":\"attnmap\",\"model\":\"%s\",\"text\":\"%s\",\"image\":%ld,\"tokens\":%d,"
                                 "\"trained_context\":%d,\"attention\":\"%s\",\"score\":\"%s\",\"scale\":\"%s\","
                                 "\"figure\":\"%s\",\"npy\":\"%s.npy\",\"npy_shape\":[%d,%d,%d],\"npy_layout\":\"[pair, query, key]\","
-                                "\"topk\":%ld,\"pairs\":[",
+                                "\"topk\":%ld,\"precision\":\"%s\",\"pairs\":[",
                                 model_dir, vision ? "" : text, image, T, trained, al_attn_name(cfg.attention),
                                 al_score_name(cfg.score),
-                                scale, figure, stem, npairs, T, T, topk);
+                                scale, figure, stem, npairs, T, T, topk, al_precision_name(prec));
         for (int i = 0; i < nl; i++)
             for (int jj = 0; jj < nh; jj++) {
                 const al_head_stats *h = &st[i * nh + jj];
@@ -275,5 +278,6 @@ done:
     cli_free_labels(labels, T);
     al_acts_free(&a);
     al_model_free(&m);
+    if (!failed) cli_precision_note(precision, prec); /* after the work: errors stay one line */
     return failed ? 1 : 0;
 }

@@ -18,6 +18,12 @@
  * ceiling (3 arrays of --triad-mb MB, beyond the last-level cache by
  * default) runs last.
  *
+ * --precision (default auto: bf16 where the CPU has bf16 products) sets the
+ * precision of the products (nn/nn.h); besides the sgemm ratio every FLOP
+ * benchmark reports its ratio to the two bf16 ceilings of the same run (the
+ * oneDNN bf16 matmul at --sgemm-n^3 and the AMX tile peak), "unavailable"
+ * (JSON null) where the CPU or the build has none.
+ *
  * Output: a few lines of text, or with --json one JSON object (cJSON) whose
  * fields docs/bench.md documents. `bench wmat` (products over BF16/F16
  * weights, nn/wmat.c, against fp32 CBLAS) serves the Hugging Face path.
@@ -44,6 +50,7 @@ typedef struct bench_env {
     al_sgemm_probe sg;   /* interleaved sgemm ceiling */
     long sgemm_n, triad_mb;
     double triad;        /* GB/s */
+    double bf16_onednn, amx_tile; /* the bf16 ceilings, GFLOP/s (<= 0: unavailable) */
 } bench_env;
 
 /* The flags every benchmark shares; returns how many were appended. */
@@ -66,6 +73,8 @@ static int env_start(const char *cmd, bench_env *e) {
 static void env_finish(bench_env *e) {
     al_sgemm_probe_free(&e->sg);
     e->triad = al_measure_triad_gbs((int)e->triad_mb, 3);
+    e->bf16_onednn = al_measure_bf16_onednn_gflops((int)e->sgemm_n, 3);
+    e->amx_tile = al_measure_amx_tile_gflops(3);
     e->load_end = al_loadavg1();
 }
 
@@ -77,7 +86,35 @@ static void num(cJSON *o, const char *name, double v) {
     cJSON_AddNumberToObject(o, name, strtod(buf, NULL));
 }
 
+/* A number, or null when v <= 0 (a ceiling this machine does not have). */
+static void num_or_null(cJSON *o, const char *name, double v) {
+    if (v > 0) num(o, name, v);
+    else cJSON_AddNullToObject(o, name);
+}
+
+/* Beside a ratio to sgemm (field `name`): the same GFLOP/s as ratios to the
+ * bf16 ceilings, `name`_bf16_onednn and `name`_amx_tile (null: unavailable). */
+static void bf16_ratios_json(cJSON *o, const char *name, double gflops, const bench_env *e) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_bf16_onednn", name);
+    num_or_null(o, key, e->bf16_onednn > 0 ? gflops / e->bf16_onednn : 0);
+    snprintf(key, sizeof key, "%s_amx_tile", name);
+    num_or_null(o, key, e->amx_tile > 0 ? gflops / e->amx_tile : 0);
+}
+
+/* The text of the same: "; 12.3% of oneDNN bf16, 4.5% of the AMX tile peak". */
+static void bf16_ratios_text(double gflops, const bench_env *e) {
+    if (e->bf16_onednn > 0) printf("; %.1f%% of oneDNN bf16", 100 * gflops / e->bf16_onednn);
+    else printf("; oneDNN bf16 ceiling unavailable");
+    if (e->amx_tile > 0) printf(", %.1f%% of the AMX tile peak", 100 * gflops / e->amx_tile);
+    else printf(", AMX tile ceiling unavailable");
+}
+
 static void env_json(cJSON *o, const bench_env *e, int iters) {
+    cJSON_AddStringToObject(o, "precision", al_precision_name(al_precision_now()));
+    cJSON_AddStringToObject(o, "bf16_engine", al_precision_engine());
+    num_or_null(o, "bf16_onednn_gflops", e->bf16_onednn);
+    num_or_null(o, "amx_tile_gflops", e->amx_tile);
     num(o, "threads", al_threads());
     cJSON_AddStringToObject(o, "kernels", al_attn_kernel_name());
     cJSON_AddStringToObject(o, "blas_kernels", al_blas_kernels());
@@ -95,6 +132,11 @@ static void env_text(const bench_env *e) {
     printf("  ceilings (same run): sgemm %.1f GFLOP/s (n=%ld, best of the runs interleaved with the timed ones), "
            "triad %.1f GB/s (%ld MB arrays)\n",
            al_sgemm_probe_gflops(&e->sg), e->sgemm_n, e->triad, e->triad_mb);
+    char onednn[48] = "unavailable", amx[48] = "unavailable";
+    if (e->bf16_onednn > 0) snprintf(onednn, sizeof onednn, "%.1f GFLOP/s (n=%ld)", e->bf16_onednn, e->sgemm_n);
+    if (e->amx_tile > 0) snprintf(amx, sizeof amx, "%.1f GFLOP/s", e->amx_tile);
+    printf("  precision %s (bf16 engine: %s); bf16 ceilings: oneDNN matmul %s, AMX tile peak %s\n",
+           al_precision_name(al_precision_now()), al_precision_engine(), onednn, amx);
     printf("  peak RSS %.1f MB; kernels: attention %s, OpenBLAS %s; load average %.2f -> %.2f on %d threads\n",
            e->rss / 1048576.0, al_attn_kernel_name(), al_blas_kernels(), e->load_start, e->load_end,
            al_threads());
@@ -145,6 +187,7 @@ static int bench_train(int argc, char **argv) {
         al_dist_finalize();
         return rc;
     }
+    if (o.precision == AL_PREC_BF16) cli_precision_line(o.precision);
     bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
     al_err err;
     al_model m;
@@ -158,9 +201,10 @@ static int bench_train(int argc, char **argv) {
     float *m1 = al_alloc(sizeof(float) * m.n_floats), *m2 = al_alloc(sizeof(float) * m.n_floats);
     const int N = o.batch * o.context;
     int *in = malloc(sizeof(int) * N), *tg = malloc(sizeof(int) * N);
-    if (!m1 || !m2 || !in || !tg) {
+    /* as in training: the step reads (and refreshes) the weights' BF16 copy */
+    if (!m1 || !m2 || !in || !tg || al_train_precision_begin(&m, o.precision, &err)) {
         al_free(m1), al_free(m2), free(in), free(tg), al_acts_free(&a), al_model_free(&m);
-        return cli_fail(cmd, "out of memory");
+        return cli_fail(cmd, m1 && m2 && in && tg ? err.msg : "out of memory");
     }
     al_rng rng;
     al_rng_seed(&rng, 1);
@@ -224,14 +268,17 @@ static int bench_train(int argc, char **argv) {
                 num(j, "comm_s", comm / iters);
                 num(j, "allreduce_bytes_per_step", bytes_reduced);
             }
+            bf16_ratios_json(j, "mfu", gflops, &e);
             env_json(j, &e, (int)iters);
             json_out(j);
         } else {
             printf("train step: %d layers, hidden %d, %d heads (%d KV), %s attention, B=%d x T=%d\n",
                    m.cfg.num_layers, m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads,
                    al_attn_name(m.cfg.attention), o.batch, o.context);
-            printf("  %.1f ms/step best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> MFU %.1f%% of sgemm\n",
+            printf("  %.1f ms/step best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> MFU %.1f%% of sgemm",
                    1e3 * best, 1e3 * mean, N / best, gflops, 100 * gflops / sgemm);
+            bf16_ratios_text(gflops, &e);
+            printf("\n");
             if (al_dist_active())
                 printf("  %d ranks x %d threads, %d shards: %.1f ms/step in communication (mean), %.1f MB all-reduced "
                        "per step\n",
@@ -239,6 +286,7 @@ static int bench_train(int argc, char **argv) {
             env_text(&e);
         }
     }
+    al_train_precision_end(&m);
     al_free(m1);
     al_free(m2);
     free(in);
@@ -298,10 +346,12 @@ static int bench_prefill(int argc, char **argv) {
         al_acts_free(&a), al_model_free(&m);
         return rc;
     }
+    if (o.precision == AL_PREC_BF16) cli_precision_line(o.precision);
     int *in = malloc(sizeof(int) * tokens);
-    if (!in) {
-        al_acts_free(&a), al_model_free(&m);
-        return cli_fail(cmd, "out of memory");
+    /* fp32 weights in BF16: rounded once, as a serving engine would hold them */
+    if (!in || (!m.w16 && al_train_precision_begin(&m, o.precision, &err))) {
+        free(in), al_acts_free(&a), al_model_free(&m);
+        return cli_fail(cmd, in ? err.msg : "out of memory");
     }
     al_rng rng;
     al_rng_seed(&rng, 4);
@@ -335,6 +385,7 @@ static int bench_prefill(int argc, char **argv) {
             num(j, "model_gflops", flops / 1e9);
             num(j, "model_gflops_per_s", gflops);
             num(j, "ratio", gflops / sgemm);
+            bf16_ratios_json(j, "ratio", gflops, &e);
             cJSON_AddStringToObject(j, "weights", al_dtype_name(m.embed_dt));
             env_json(j, &e, (int)iters);
             json_out(j);
@@ -342,11 +393,14 @@ static int bench_prefill(int argc, char **argv) {
             printf("prefill: %d layers, hidden %d, %d heads (%d KV), %s attention, %ld tokens, %s weights\n",
                    cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, al_attn_name(cfg.attention), tokens,
                    al_dtype_name(m.embed_dt));
-            printf("  %.1f ms best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> %.1f%% of sgemm\n", 1e3 * best,
+            printf("  %.1f ms best (mean %.1f), %.0f tokens/s, %.1f model GFLOP/s -> %.1f%% of sgemm", 1e3 * best,
                    1e3 * total / iters, tokens / best, gflops, 100 * gflops / sgemm);
+            bf16_ratios_text(gflops, &e);
+            printf("\n");
             env_text(&e);
         }
     }
+    al_train_precision_end(&m);
     free(in);
     al_acts_free(&a);
     al_model_free(&m);
@@ -388,7 +442,9 @@ static int bench_decode(int argc, char **argv) {
     if (context < 2 || tokens < 1 || tokens >= context || triad_mb < 1 || iters < 1 || sgemm_n < 64)
         return cli_usage(cmd, "need 0 < --tokens < --decode-context, positive --iters and --triad-mb, --sgemm-n >= 64");
     al_dtype kv_dt;
-    if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt))) return rc;
+    al_precision prec;
+    if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt)) || (rc = cli_precision(cmd, f.precision, "auto", &prec))) return rc;
+    if (prec == AL_PREC_BF16) cli_precision_line(prec);
     al_err err;
     al_config cfg;
     al_model m;
@@ -515,7 +571,8 @@ static int bench_decode(int argc, char **argv) {
  * tiles): both O(T). */
 static int bench_attention(int argc, char **argv) {
     const char *cmd = "bench attention";
-    const char *score = "softmax";
+    const char *score = "softmax", *precision = NULL;
+    al_precision prec;
     long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 10, bidir = 0, sgemm_n = 2048, threads = 0, power = 3;
     long triad_mb = 256;
     int json = 0;
@@ -530,8 +587,9 @@ static int bench_attention(int argc, char **argv) {
         {"bidirectional", ARG_FLAG, &bidir, "no causal mask (vision)"},
         {"iters", ARG_INT, &iters, "timed repetitions (best is reported)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_AUTO},
     };
-    int n = 10;
+    int n = 11;
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd, "[--score S] [--context T] [--heads H] [--kv-heads G] [--head-dim D] [--json]", args, n,
                        argc, argv);
@@ -541,6 +599,8 @@ static int bench_attention(int argc, char **argv) {
     if (B < 1 || H < 1 || G < 1 || H % G || T < 1 || dh < 1 || iters < 1 || power < 1 || sgemm_n < 64 ||
         triad_mb < 1 || (long)B * T * H * dh > (1L << 28))
         return cli_usage(cmd, "sizes must be positive, --kv-heads must divide --heads, and the tensors fit in memory");
+    if ((rc = cli_precision(cmd, precision, "auto", &prec))) return rc;
+    if (prec == AL_PREC_BF16) cli_precision_line(prec);
     if (threads > 0) al_set_threads((int)threads);
     bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
     al_config cfg;
@@ -602,6 +662,8 @@ static int bench_attention(int argc, char **argv) {
             num(j, "bwd_gflops_per_s", gb);
             num(j, "fwd_ratio", gf / sgemm);
             num(j, "bwd_ratio", gb / sgemm);
+            bf16_ratios_json(j, "fwd_ratio", gf, &e);
+            bf16_ratios_json(j, "bwd_ratio", gb, &e);
             num(j, "saved_bytes", saved);
             num(j, "workspace_bytes", ws);
             env_json(j, &e, (int)iters);
@@ -609,8 +671,11 @@ static int bench_attention(int argc, char **argv) {
         } else {
             printf("attention (%s, %s): B=%ld H=%ld G=%ld T=%ld d_h=%ld\n", score, bidir ? "bidirectional" : "causal", B,
                    H, G, T, dh);
-            printf("  forward  %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_f, gf, 100 * gf / sgemm);
-            printf("  backward %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm\n", 1e3 * best_b, gb, 100 * gb / sgemm);
+            printf("  forward  %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm", 1e3 * best_f, gf, 100 * gf / sgemm);
+            bf16_ratios_text(gf, &e);
+            printf("\n  backward %8.2f ms  %7.1f GFLOP/s  %5.1f%% of sgemm", 1e3 * best_b, gb, 100 * gb / sgemm);
+            bf16_ratios_text(gb, &e);
+            printf("\n");
             printf("  kept for backward: o + lse %.2f MB; kernel workspace %.2f MB (both O(T))\n", saved / 1048576.0,
                    ws / 1048576.0);
             env_text(&e);

@@ -49,7 +49,8 @@ static int compare_tokens(const char *const *dirs, int n, const char *text, int 
 int cmd_compare(int argc, char **argv) {
     const char *cmd = "compare";
     al_strlist models = {0}, titles = {0};
-    const char *text = NULL, *out = NULL, *images_dir = NULL;
+    const char *text = NULL, *out = NULL, *images_dir = NULL, *precision = NULL;
+    al_precision prec;
     long layer = -1, head = 0, max_tokens = 256, threads = 0, image = -1;
     int overlay = 0;
     al_arg args[] = {
@@ -64,6 +65,7 @@ int cmd_compare(int argc, char **argv) {
         {"max-tokens", ARG_INT, &max_tokens, "use at most the first N tokens of the text (bytes for byte models)"},
         {"out", ARG_STRING, &out, "figure FILE.png/.svg/.pdf (or a stem); also writes STEM.npy ([models, T, T]) and STEM.json"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd, "--model A --model B [...] --text FILE [--layer L --head H] --out FILE", args, n, argc, argv);
@@ -74,6 +76,7 @@ int cmd_compare(int argc, char **argv) {
     if (titles.n && titles.n != models.n) return cli_usage(cmd, "give one --title per --model (or none)");
     if (models.n > 8) return cli_usage(cmd, "at most 8 models side by side");
     if (max_tokens < 2 || head < 0) return cli_usage(cmd, "--max-tokens must be at least 2 and --head not negative");
+    if ((rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
@@ -157,6 +160,7 @@ int cmd_compare(int argc, char **argv) {
     }
     if (!failed) {
         cJSON_AddStringToObject(root, "command", "compare");
+        cJSON_AddStringToObject(root, "precision", al_precision_name(prec));
         if (vision) {
             cJSON_AddNumberToObject(root, "image", (double)image);
             cJSON_AddNumberToObject(root, "label", label);
@@ -225,5 +229,6 @@ int cmd_compare(int argc, char **argv) {
     free(names);
     free(P);
     free(tok);
+    if (!failed) cli_precision_note(precision, prec); /* after the work: errors stay one line */
     return failed ? 1 : 0;
 }

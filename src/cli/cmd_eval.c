@@ -60,8 +60,8 @@ static int eval_vision(const char *cmd, const char *model_dir, al_model *m, cons
         const size_t correct = (size_t)llround(acc * (double)count);
         if (json)
             printf("{\"model\":\"%s\",\"task\":\"vision\",\"images\":\"%s\",\"split\":\"test\",\"count\":%zu,"
-                   "\"correct\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,\"seconds\":%.3f}\n",
-                   model_dir, dir, count, correct, acc, loss, dt);
+                   "\"correct\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,\"seconds\":%.3f,\"precision\":\"%s\"}\n",
+                   model_dir, dir, count, correct, acc, loss, dt, al_precision_name(al_precision_now()));
         else
             printf("%s: test accuracy %.2f%% (%zu of %zu images), loss %.4f nats (%s, %.0f images/s)\n", model_dir,
                    100.0 * acc, correct, count, loss, dir, count / dt);
@@ -110,7 +110,8 @@ static int eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, siz
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
     const char *model_dir = NULL, *data = NULL, *text_arg = NULL, *logits_path = NULL, *images = NULL;
-    const char *weights = "f32";
+    const char *weights = "f32", *precision = NULL;
+    al_precision prec;
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
     int json = 0, verbose = 0;
     al_arg args[] = {
@@ -125,13 +126,14 @@ int cmd_eval(int argc, char **argv) {
         {"max-images", ARG_INT, &max_images, "vision: evaluate the first N test images (0: all 10000)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
         {"json", ARG_FLAG, &json, "print one JSON object"},
         {"verbose", ARG_FLAG, &verbose, "also report memory: weights mapped / copied, activations, resident set"},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd,
                        "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR] "
-                       "[--weights bf16]",
+                       "[--weights bf16] [--precision f32|bf16|auto]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
@@ -139,7 +141,7 @@ int cmd_eval(int argc, char **argv) {
     if (data && text_arg) return cli_usage(cmd, "give --data FILE or --text STR, not both");
     if (batch <= 0 || context < 0 || max_tokens < 0 || max_images < 0 || max_images > 100000000)
         return cli_usage(cmd, "--batch must be positive, --context, --max-tokens and --max-images not negative");
-    if ((rc = cli_weights_check(cmd, weights))) return rc;
+    if ((rc = cli_weights_check(cmd, weights)) || (rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
@@ -170,6 +172,7 @@ int cmd_eval(int argc, char **argv) {
         rc = eval_vision(cmd, model_dir, &m, images, tj, cli_find(args, n, "batch")->seen ? batch : 100, max_images,
                          json);
         free(tj);
+        if (!rc) cli_precision_note(precision, prec); /* after the work: errors stay one line */
         return rc;
     }
     al_train_opts o;
@@ -278,8 +281,10 @@ int cmd_eval(int argc, char **argv) {
         const int byte_model = al_tok_is_bytes(tk);
         if (json)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
-                   "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f}\n",
-                   model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt);
+                   "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
+                   "\"precision\":\"%s\"}\n",
+                   model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt,
+                   al_precision_name(al_precision_now()));
         else if (byte_model)
             printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
                    loss, bpb, count, what, T, count / dt);
@@ -301,5 +306,6 @@ int cmd_eval(int argc, char **argv) {
     al_tok_free(tk);
     al_corpus_free(&corpus);
     al_model_free(&m);
+    if (!failed) cli_precision_note(precision, prec); /* after the work: errors stay one line */
     return failed ? 1 : 0;
 }

@@ -51,7 +51,8 @@ static void human_size(double bytes, char *buf, size_t cap) {
 
 int cmd_explore(int argc, char **argv) {
     const char *cmd = "explore";
-    const char *model_dir = NULL, *text = NULL, *out = NULL;
+    const char *model_dir = NULL, *text = NULL, *out = NULL, *precision = NULL;
+    al_precision prec;
     long max_tokens = 256, topk = 10, threads = 0;
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
@@ -60,6 +61,7 @@ int cmd_explore(int argc, char **argv) {
         {"max-tokens", ARG_INT, &max_tokens, "use at most the first N tokens of the text (2..1024; default 256)"},
         {"topk", ARG_INT, &topk, "k of the top-k mass statistic"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd, "--model DIR --text FILE --out FILE.html [--max-tokens N]", args, n, argc, argv);
@@ -71,6 +73,7 @@ int cmd_explore(int argc, char **argv) {
         return cli_usage(cmd, "--max-tokens must be between 2 and %d (the page holds every weight)",
                          EXPLORE_MAX_TOKENS);
     if (topk < 1) return cli_usage(cmd, "--topk must be positive");
+    if ((rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
 
     al_err err;
@@ -172,5 +175,6 @@ done:
     cli_free_labels(labels, T);
     al_acts_free(&a);
     al_model_free(&m);
+    if (!failed) cli_precision_note(precision, prec); /* after the work: errors stay one line */
     return failed ? 1 : 0;
 }

@@ -36,7 +36,8 @@ static void put_token(int id, void *ctx) {
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
-    const char *model_dir = NULL, *prompt = NULL, *kv_dtype = "f32", *weights = "f32";
+    const char *model_dir = NULL, *prompt = NULL, *kv_dtype = "f32", *weights = "f32", *precision = NULL;
+    al_precision prec;
     long count = 200, top_k = 0, seed = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int print_ids = 0;
@@ -52,6 +53,7 @@ int cmd_generate(int argc, char **argv) {
         {"kv-dtype", ARG_STRING, &kv_dtype, "KV cache values: f32 or bf16 (half the cache bytes)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
     };
     int n = (int)(sizeof args / sizeof args[0]);
     int rc = cli_parse(cmd,
@@ -65,7 +67,7 @@ int cmd_generate(int argc, char **argv) {
         return cli_usage(cmd, "-n, --top-k and --temperature must not be negative; --top-p must be in (0, 1]");
     al_dtype kv_dt;
     if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt))) return rc;
-    if ((rc = cli_weights_check(cmd, weights))) return rc;
+    if ((rc = cli_weights_check(cmd, weights)) || (rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
     al_err err;
     al_model m;
@@ -101,5 +103,6 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "attnlab: %d prompt tokens in %.3f s, %d new tokens in %.3f s (%.1f tokens/s), KV cache %zu bytes\n",
             st.prompt_tokens, st.prefill_s, st.generated, st.decode_s,
             st.decode_s > 0 ? st.generated / st.decode_s : 0.0, st.cache_bytes);
+    cli_precision_note(precision, prec);
     return 0;
 }

@@ -119,6 +119,7 @@ static cJSON *config_json(const heads_model *hm) {
 static char *report_json(const heads_run *r) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "analysis", "head similarity s_ij = <A_i, A_j>_F / (|A_i| |A_j|), A_h = Wq_h^T Wk_h");
+    cJSON_AddStringToObject(root, "precision", al_precision_name(al_precision_now())); /* of the products */
     if (r->layer < 0)
         cJSON_AddStringToObject(root, "layer", "mean");
     else
@@ -335,13 +336,15 @@ static void free_run(heads_run *r) {
 
 int cmd_heads(int argc, char **argv) {
     const char *cmd = "heads";
-    const char *model_help = NULL, *title_help = NULL, *layer = "mean", *out = NULL;
+    const char *model_help = NULL, *title_help = NULL, *layer = "mean", *out = NULL, *precision = NULL;
+    al_precision prec;
     al_arg args[] = {
         {"model", ARG_STRING, &model_help, "model directory; repeat for each model (panels in this order)"},
         {"title", ARG_STRING, &title_help,
          "panel title, one per --model in the same order (default: Standard MHA, LRKV (r=R), GQA, MQA, MLA)"},
         {"layer", ARG_STRING, &layer, "layer index to show, or 'mean' over layers (default: mean)"},
         {"out", ARG_STRING, &out, "figure FILE.png/.svg/.pdf or a stem; also writes STEM.json, STEM.csv, STEM.npy"},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
     };
     const int n = (int)(sizeof args / sizeof args[0]);
     const char *synopsis = "--model DIR [--model DIR ...] [--title T ...] [--layer L|mean] --out STEM";
@@ -387,7 +390,10 @@ int cmd_heads(int argc, char **argv) {
     if (n_titles && n_titles != n_dirs)
         return cli_usage(cmd, "%d --title for %d --model: give one title per model or none", n_titles, n_dirs);
     if (!out) return cli_usage(cmd, "--out STEM is required");
-    return heads_write(cmd, dirs, n_titles ? titles : NULL, n_dirs, layer, out);
+    if ((rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
+    rc = heads_write(cmd, dirs, n_titles ? titles : NULL, n_dirs, layer, out);
+    if (!rc) cli_precision_note(precision, prec); /* after the work: errors stay one line */
+    return rc;
 }
 
 int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,

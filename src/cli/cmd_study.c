@@ -165,7 +165,8 @@ static void print_summary(const al_study_results *res) {
 
 int cmd_study(int argc, char **argv) {
     const double t0 = al_now();
-    const char *out = NULL, *budget = "quick", *data = NULL, *images = NULL;
+    const char *out = NULL, *budget = "quick", *data = NULL, *images = NULL, *precision = NULL;
+    al_precision prec;
     long seed = 1337, seeds = 0, max_runs = 0, threads = 0;
     int no_vision = 0, quiet = 0;
     al_arg args[] = {
@@ -178,6 +179,7 @@ int cmd_study(int argc, char **argv) {
         {"seeds", ARG_INT, &seeds, "seeds per design (default: the budget's, 1 or 3)"},
         {"max-runs", ARG_INT, &max_runs, "train at most N runs in this invocation, then stop (rerun to continue)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
+        {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_AUTO},
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
     };
     const int n = (int)(sizeof args / sizeof args[0]);
@@ -192,15 +194,18 @@ int cmd_study(int argc, char **argv) {
     if (max_runs < 0 || max_runs > 1000000) return cli_usage(CMD, "--max-runs must not be negative");
     if (seed < 0) return cli_usage(CMD, "--seed must not be negative");
     if (threads < 0 || threads > 1024) return cli_usage(CMD, "--threads must be 1..1024");
+    if ((rc = cli_precision(CMD, precision, "auto", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
     view v = {.quiet = quiet, .tty = isatty(2)};
     const al_study_settings set = {.budget = b, .out = out, .data = data, .images = images, .no_vision = no_vision,
-                                   .first_seed = (uint64_t)seed, .n_seeds = (int)seeds, .max_runs = (int)max_runs};
+                                   .first_seed = (uint64_t)seed, .n_seeds = (int)seeds, .max_runs = (int)max_runs,
+                                   .precision = prec};
     al_study_plan plan;
     al_err err;
     if (cli_dist_begin(CMD)) return 1; /* under mpirun every run trains on all ranks (docs/distributed.md) */
     if (al_dist_rank() != 0) v.quiet = 1; /* rank 0 speaks for the job */
     if (al_study_plan_init(&plan, &set, &err)) return cli_fail(CMD, err.msg);
+    if (!quiet || prec == AL_PREC_BF16) cli_precision_line(prec); /* once planned: errors before stay one line */
     if (!plan.vision && !no_vision)
         say(&v, "study: Fashion-MNIST not found in %s: the vision pair is skipped\n", images ? images : AL_FMNIST_DIR);
 

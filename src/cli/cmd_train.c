@@ -135,6 +135,7 @@ int train_flags_table(train_flags *f, al_arg *args) {
         {"shards", ARG_INT, &f->shards, "sum the batch's gradient from N shards in a fixed order (default: 1; "
                                         "under mpirun one per sequence, the same weights on any rank count)"},
         {"threads", ARG_INT, &f->threads, "worker threads (default: all cores)"},
+        {"precision", ARG_STRING, &f->precision, CLI_PRECISION_HELP_AUTO},
         {"quiet", ARG_FLAG, &f->quiet, "no progress output"},
     };
     const int n_tail = (int)(sizeof tail / sizeof tail[0]);
@@ -222,6 +223,7 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     }
     cJSON *tree = NULL;
     int rc = f->config ? apply_config_file(cmd, f->config, args, n, &tree) : CLI_OK;
+    if (!rc) rc = cli_precision(cmd, f->precision, "auto", &o->precision);
     if (!rc && f->threads < 0) rc = cli_usage(cmd, "--threads must be positive");
     if (rc) {
         cJSON_Delete(tree);
@@ -262,16 +264,28 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
 }
 
 /* --resume: settings come from the run's own config.json; only --steps (to
- * extend the run), --threads and --quiet may be given with it. */
+ * extend the run), --threads, --quiet and --precision may be given with it.
+ * The run continues in the precision it was saved with (bit-exact resume);
+ * another --precision is allowed, with a note: the steps from here on are
+ * not those of an uninterrupted run, and config.json records the new one. */
 static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
     for (int i = 0; i < n; i++) {
         const char *nm = args[i].name;
         if (args[i].seen && strcmp(nm, "out") && strcmp(nm, "resume") && strcmp(nm, "steps") && strcmp(nm, "threads") &&
-            strcmp(nm, "quiet"))
+            strcmp(nm, "quiet") && strcmp(nm, "precision"))
             return cli_usage(cmd, "--%s cannot be given with --resume (the run's settings are in its config.json)", nm);
     }
+    al_precision wanted = AL_PREC_F32;
+    int rc = f->precision ? cli_precision(cmd, f->precision, NULL, &wanted) : CLI_OK;
+    if (rc) return rc;
     al_err err;
     if (al_run_load_opts(f->out, o, &err)) return cli_fail(cmd, err.msg);
+    if (f->precision && wanted != o->precision) {
+        fprintf(stderr, "attnlab: note: %s was trained in %s; continuing in %s (not bit-exact with an uninterrupted run)\n",
+                f->out, al_precision_name(o->precision), al_precision_name(wanted));
+        o->precision = wanted;
+    }
+    al_precision_set(o->precision);
     if (cli_find(args, n, "steps")->seen) o->steps = (int)f->steps;
     if (f->threads > 0) al_set_threads((int)f->threads);
     o->resume = 1;
@@ -313,6 +327,7 @@ static void show_progress(const al_train_progress *p, void *ctx) {
     const al_train_opts *o = p->opts;
     if (p->event == AL_TRAIN_STARTED) {
         if (o->resume) fprintf(stderr, "attnlab: resuming %s at step %d of %d\n", o->out, p->step, o->steps);
+        if (!v->quiet || o->precision == AL_PREC_BF16) cli_precision_line(o->precision); /* F32: quiet stays silent */
         return;
     }
     if (p->event == AL_TRAIN_STOPPED) {

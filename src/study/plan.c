@@ -183,6 +183,7 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
     p->data = s->data;
     p->no_vision = s->no_vision;
     p->max_runs = s->max_runs;
+    p->precision = s->precision;
     p->n_seeds = s->n_seeds ? s->n_seeds : p->budget->seeds;
     for (int i = 0; i < p->n_seeds; i++) p->seeds[i] = s->first_seed + (uint64_t)i;
     const al_study_budget *b = p->budget;
@@ -226,6 +227,7 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
             else
                 snprintf(r->name, sizeof r->name, "%s-seed%llu", al_study_design(k), (unsigned long long)r->seed);
             al_train_opts_default(&r->opts);
+            r->opts.precision = p->precision;
             if (al_study_set_path(r->dir, sizeof r->dir, "run directory", err, "%s/runs/%s", p->out, r->name) ||
                 (r->vision ? vit_run_opts(p, r, err) : lm_run_opts(p, r, err))) {
                 al_err_prefix(err, "%s", r->name);

@@ -488,6 +488,12 @@ static cJSON *stat_json(const al_stat *s) {
 
 /* The config's JSON view (al_config_view: one key per field that applies),
  * plus the patches of a vision model. NULL when out of memory. */
+/* The precision the study's runs trained in (every run has the plan's; a
+ * study without language models reports its ViTs'). */
+static al_precision study_precision(const al_study_results *r) {
+    return r->n_lm ? r->lm_opts.precision : r->vit_opts.precision;
+}
+
 static cJSON *config_json(const al_config *c) {
     cJSON *o = cJSON_CreateObject();
     if (!o || al_config_view(c, o)) {
@@ -541,6 +547,8 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
     cJSON *mj = cJSON_AddObjectToObject(root, "machine");
     cJSON_AddNumberToObject(mj, "threads", r->threads);
     cJSON_AddStringToObject(mj, "blas_kernels", r->blas_kernels ? r->blas_kernels : "");
+    cJSON_AddStringToObject(mj, "bf16_engine", al_precision_engine());
+    cJSON_AddStringToObject(root, "precision", al_precision_name(study_precision(r)));
     cJSON *seeds = cJSON_AddArrayToObject(root, "seeds");
     for (int i = 0; i < r->n_seeds; i++) cJSON_AddItemToArray(seeds, cJSON_CreateNumber((double)r->seeds[i]));
     cJSON *cj = cJSON_AddObjectToObject(root, "corpus");
@@ -595,6 +603,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "design", al_study_design(x->design));
         cJSON_AddNumberToObject(o, "seed", (double)x->seed);
+        cJSON_AddStringToObject(o, "precision", al_precision_name(x->precision));
         cJSON_AddStringToObject(o, "dir", x->dir);
         cJSON_AddNumberToObject(o, "params", (double)x->m.params);
         cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)x->m.kv_bytes_per_token);
@@ -646,6 +655,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "score", x->poly ? "poly" : "softmax");
         cJSON_AddNumberToObject(o, "seed", (double)x->seed);
+        cJSON_AddStringToObject(o, "precision", al_precision_name(x->precision));
         cJSON_AddStringToObject(o, "dir", x->dir);
         cJSON_AddNumberToObject(o, "params", (double)x->m.params);
         cJSON_AddNumberToObject(o, "accuracy", x->m.accuracy);
@@ -809,9 +819,11 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
                   "1px 4px}\n</style></head><body>\n");
     d_heading(d, 1, "attnlab study: five KV designs and two score functions");
     d_printf(d, D_PARA,
-             "Budget %s (%s); %d seed%s; attnlab %s; %s; %d thread%s, OpenBLAS %s kernels; this invocation took %.0f s.",
+             "Budget %s (%s); %d seed%s; attnlab %s; %s; %d thread%s, OpenBLAS %s kernels; matrix products in %s "
+             "(bf16 engine: %s); this invocation took %.0f s.",
              b->name, b->summary, r->n_seeds, r->n_seeds == 1 ? "" : "s", AL_VERSION, r->created, r->threads,
-             r->threads == 1 ? "" : "s", r->blas_kernels ? r->blas_kernels : "?", r->wall_s);
+             r->threads == 1 ? "" : "s", r->blas_kernels ? r->blas_kernels : "?",
+             al_precision_name(study_precision(r)), al_precision_engine(), r->wall_s);
 
     d_heading(d, 2, "What the numbers show");
     sb_printf(&d->b, d->html ? "<ul>\n" : "");

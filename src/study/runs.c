@@ -78,6 +78,11 @@ static int same_train(const al_train_opts *a, const al_train_opts *b, int vision
     D(min_lr_ratio);
     D(weight_decay);
     D(grad_clip);
+    if (a->precision != b->precision) {
+        al_strfmt(why, cap, "it was trained in %s (planned %s)", al_precision_name(a->precision),
+                  al_precision_name(b->precision));
+        return 0;
+    }
     if (vision) {
         I(train_subset);
         I(eval_images);
@@ -411,15 +416,26 @@ static int speed_model_open(speed_model *s, const char *dir, int batch, int cont
 /* Seconds of the fastest of `steps` training steps (after one warm-up), the
  * step of `attnlab bench train` and of the run's own training (al_train_step
  * with its settings), at a tiny learning rate. */
-static double speed_train_step(speed_model *s, int steps) {
+static double speed_train_step(speed_model *s, int steps, al_err *err) {
     const al_step_pass pass = al_lm_step_pass(&s->batch);
     double best = INFINITY;
+    /* in the run's precision, with its weights' BF16 copy as in training
+     * (attached for this model's turn only: the copies of all five would
+     * not fit the table of arenas) */
+    const al_precision before = al_precision_now();
+    al_precision_set(s->o.precision);
+    if (al_train_precision_begin(&s->m, s->o.precision, err)) {
+        al_precision_set(before);
+        return -1;
+    }
     for (int it = 0; it <= steps; it++) {
         double t0 = al_now(), loss, gn;
         al_train_step(&s->m, &pass, s->m1, s->m2, &s->o, 1e-6, it + 1, &loss, &gn); /* timed whatever the loss */
         double dt = al_now() - t0;
         if (it > 0 && dt < best) best = dt;
     }
+    al_train_precision_end(&s->m);
+    al_precision_set(before);
     return best;
 }
 
@@ -433,7 +449,11 @@ int al_study_speed(const char *const *dirs, int n, int batch, int context, int s
     const int threads = al_threads();
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < n && !rc; i++) {
-            double dt = speed_train_step(&sm[i], steps > 0 ? steps : 1), tps = 0;
+            double dt = speed_train_step(&sm[i], steps > 0 ? steps : 1, err), tps = 0;
+            if (dt < 0) {
+                rc = al_err_prefix(err, "%s", dirs[i]);
+                break;
+            }
             out[i].train_tokens_per_s = fmax(out[i].train_tokens_per_s, (double)batch * context / dt);
             /* one thread: a decode step is many small kernels, whose barriers
              * make multi-threaded timings collapse whenever anything else runs */

@@ -244,7 +244,7 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
         const al_train_opts *o = &r->opts;
         if (r->vision) {
             al_study_vit_run *v = &res->vit[res->n_vit];
-            v->poly = r->poly, v->seed = r->seed;
+            v->poly = r->poly, v->seed = r->seed, v->precision = o->precision;
             if (al_study_set_path(v->dir, sizeof v->dir, "run directory", err, "%s", o->out)) return -1;
             if (al_config_load_dir(&v->cfg, o->out, NULL, err) || al_study_load_vit_measure(o->out, o->steps, &v->m) ||
                 al_run_log_read(o->out, &v->log, err))
@@ -255,7 +255,7 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
             if (res->n_vit++ == 0) res->vit_opts = *o;
         } else {
             al_study_lm_run *l = &res->lm[res->n_lm];
-            l->design = r->design, l->seed = r->seed;
+            l->design = r->design, l->seed = r->seed, l->precision = o->precision;
             if (al_study_set_path(l->dir, sizeof l->dir, "run directory", err, "%s", o->out)) return -1;
             if (al_config_load_dir(&l->cfg, o->out, NULL, err) || al_study_load_lm_measure(o->out, o->steps, &l->m) ||
                 al_run_log_read(o->out, &l->log, err))

@@ -115,6 +115,7 @@ typedef struct al_study_settings {
     uint64_t first_seed;
     int n_seeds;  /* 1..AL_STUDY_MAX_SEEDS (0: the budget's) */
     int max_runs; /* train at most this many runs, then stop (0: all) */
+    al_precision precision; /* of every run's matrix products (a run saved in another one is stale) */
 } al_study_settings;
 
 typedef struct al_study_plan {
@@ -127,6 +128,7 @@ typedef struct al_study_plan {
     char images[AL_STUDY_PATH_LEN]; /* the directory the ViTs train from (a subset under out, or the source) */
     uint64_t seeds[AL_STUDY_MAX_SEEDS];
     int n_seeds, max_runs;
+    al_precision precision; /* every run's opts.precision */
     al_plan_run *runs; /* seed-major: the five designs, then the softmax and poly ViTs */
     int n_runs;
     double t0; /* al_now() when planned: the report's wall time */
@@ -303,6 +305,7 @@ typedef struct al_study_lm_run {
     char dir[AL_STUDY_PATH_LEN];
     al_config cfg;
     al_lm_measure m;
+    al_precision precision; /* of its training products */
     double train_tokens_per_s, train_seconds;
     al_run_log log;
 } al_study_lm_run;
@@ -314,6 +317,7 @@ typedef struct al_study_vit_run {
     char title[96]; /* "Attention with (1/14)x^3" */
     al_config cfg;
     al_vit_measure m;
+    al_precision precision; /* of its training products */
     double train_images_per_s, train_seconds;
     al_run_log log;
 } al_study_vit_run;

@@ -77,6 +77,7 @@ char *al_train_opts_to_json(const al_train_opts *o) {
 #undef ADD
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     if (o->shards) cJSON_AddNumberToObject(j, "shards", o->shards); /* absent: chosen by how the run is started */
+    cJSON_AddStringToObject(j, "precision", al_precision_name(o->precision));
     if (o->model.task == AL_TASK_VISION) {
         /* the text settings mean nothing to a ViT; its own take their place */
         static const char *const text_only[] = {"data", "context", "eval_tokens", "val_fraction"};
@@ -108,6 +109,10 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
 #undef GET
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "shards")) && cJSON_IsNumber(v)) o->shards = (int)v->valuedouble;
+    /* absent: a run of before --precision, trained in F32 */
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "precision")) &&
+        (!cJSON_IsString(v) || !strcmp(v->valuestring, "auto") || al_precision_from_name(v->valuestring, &o->precision)))
+        rc = al_errf(err, "training setting 'precision' must be \"F32\" or \"BF16\"");
     /* the paths ("default": the built-in corpus or image directory) */
     const char *path[2] = {NULL, NULL};
     static const char *const path_keys[2] = {"data", "images"};
@@ -381,6 +386,12 @@ double al_grad_norm(const al_model *m) {
     return sqrt(total);
 }
 
+int al_train_precision_begin(al_model *m, al_precision p, al_err *err) {
+    return p == AL_PREC_BF16 ? al_bf16_shadow_attach(m->w, m->n_floats, err) : 0;
+}
+
+void al_train_precision_end(al_model *m) { al_bf16_shadow_detach(m->w); }
+
 int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, const al_train_opts *o, double lr,
                   int t, double *loss, double *grad_norm) {
     al_model_zero_grads(m);
@@ -392,6 +403,7 @@ int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, c
     if (!isfinite(gn)) return AL_STEP_GRAD_NOT_FINITE;
     const float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
     al_adamw_update(m, m1, m2, lr, o, t, gscale);
+    al_bf16_shadow_refresh(m->w); /* the products of the next step read the new weights (no-op in F32) */
     return AL_STEP_OK;
 }
 
@@ -427,7 +439,9 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     struct sigaction sa = {0}, old_int, old_term;
     al_grad_shards shards = {0};
     const int lead = al_dist_rank() == 0; /* under mpirun rank 0 alone writes the run directory */
+    const al_precision mode_before = al_precision_now();
 
+    al_precision_set(o->precision);
     m1 = al_alloc(sizeof(float) * m->n_floats);
     m2 = al_alloc(sizeof(float) * m->n_floats);
     log_path = al_sprintf("%s/log.jsonl", o->out);
@@ -449,6 +463,8 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
         if (!(extra = run_block(o, 0, err)) || (lead && al_config_save(&m->cfg, config_path, extra, err))) goto done;
     }
+    /* after init or resume: the copy is rounded from the weights the next step starts from */
+    if (al_train_precision_begin(m, o->precision, err)) goto done;
     log = fopen(lead ? log_path : "/dev/null", "a"); /* the other ranks' log lines go nowhere */
     if (!log) {
         al_errf(err, "%s: %s", log_path, strerror(errno));
@@ -506,7 +522,8 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,", step, loss,
                 lr, gn, tps);
         if (h->vision) fprintf(log, "\"images_per_s\":%.2f,", ips);
-        fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f", h->flops_per_step / dt, al_now() - t_start);
+        fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f,\"precision\":\"%s\"", h->flops_per_step / dt,
+                al_now() - t_start, al_precision_name(o->precision));
         if (al_dist_active()) fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s);
         if (do_eval && h->vision)
             fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc, val_count);
@@ -558,6 +575,8 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     p.result = result;
     report(o, &p);
 done:
+    al_train_precision_end(m);
+    al_precision_set(mode_before);
     if (log) fclose(log);
     al_grad_shards_free(&shards);
     free(log_path);

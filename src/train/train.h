@@ -12,7 +12,15 @@
  *                            single file, so resume reads one consistent
  *                            snapshot even if a kill interrupted a save
  *   log.jsonl                one object per step (val_loss on eval steps;
- *                            vision adds val_accuracy, over the test images)
+ *                            vision adds val_accuracy, over the test images;
+ *                            "precision" of the step's products)
+ *
+ * Precision (opts.precision, nn/nn.h): in BF16 the run is mixed precision:
+ * the products take bf16 inputs and sum in fp32, the weights they read are
+ * the BF16 copy of the fp32 arena (attached at start, rounded again after
+ * every optimizer step in al_train_step); master weights, gradients, AdamW
+ * moments, norms, softmax, the loss and the checkpoint stay fp32, so a run
+ * trained in BF16 is an ordinary fp32 run directory.
  */
 #ifndef AL_TRAIN_H
 #define AL_TRAIN_H
@@ -36,6 +44,7 @@ typedef struct al_train_opts {
                             * one per item; dist.h); saved only when given */
     double lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip, val_fraction;
     uint64_t seed;
+    al_precision precision; /* of the matrix products (F32 by default; config.json "precision") */
     int resume;
     /* Progress (the library prints nothing): called when the loop starts,
      * after every step and when it stops; NULL for none. Not saved. */
@@ -128,10 +137,19 @@ enum { AL_STEP_OK = 0, AL_STEP_LOSS_NOT_FINITE = 1, AL_STEP_GRAD_NOT_FINITE = 2 
  * speed benchmark: zero the gradients, forward, backward, the global gradient
  * norm, clip it to o->grad_clip (0: off), AdamW at lr (t: 1-based step; m1,
  * m2: the moments). *loss and *grad_norm are the step's (grad_norm NAN when
- * the loss was not finite). A non-finite loss or norm leaves the weights
+ * the loss was not finite). After the update the weights' BF16 copy, if
+ * one is attached (al_train_precision_begin), is rounded again, once per
+ * step. A non-finite loss or norm leaves the weights
  * unchanged and returns AL_STEP_LOSS_NOT_FINITE / AL_STEP_GRAD_NOT_FINITE. */
 int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, const al_train_opts *o, double lr,
                   int t, double *loss, double *grad_norm);
+
+/* The BF16 copy of m's weight arena that BF16 products read
+ * (al_bf16_shadow_attach of m->w): attached when p is BF16, nothing for F32.
+ * al_train_step keeps an attached copy up to date; detach it with
+ * al_train_precision_end before m is freed. 0, or -1 with err. */
+int al_train_precision_begin(al_model *m, al_precision p, al_err *err);
+void al_train_precision_end(al_model *m);
 
 /* One AdamW update of every parameter from m->g scaled by gscale (t: 1-based
  * step for bias correction); m1, m2: moment arenas shaped like m->w. */

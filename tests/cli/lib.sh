@@ -188,7 +188,7 @@ train_tiny() {
         name=${spec%%:*}
         # shellcheck disable=SC2206
         local extra=(${spec#*:})
-        run train --data "$data" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 4 --eval-every 4 \
+        run train --precision f32 --data "$data" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 4 --eval-every 4 \
             --eval-tokens 128 --threads 2 --quiet "${extra[@]}" --out "$WORK/$name"
         check_ok
         check_exists "$WORK/$name/model.safetensors"

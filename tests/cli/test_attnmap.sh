@@ -13,7 +13,7 @@ for design in mha gqa mqa mla lrkv; do
     extra=""
     [ "$design" = gqa ] && extra="--kv-heads 2"
     [ "$design" = mqa ] && extra="--kv-heads 1"
-    run train --attention "$design" $extra --layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 \
+    run train --precision f32 --attention "$design" $extra --layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 \
         --eval-tokens 64 --data "$WORK/text.txt" --out "$WORK/$design" --quiet
     check_ok
     end

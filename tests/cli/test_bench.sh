@@ -12,7 +12,7 @@
 # shellcheck source=tests/cli/lib.sh
 . "$(dirname "$0")/lib.sh" "$@"
 
-SMALL="--sgemm-n 128 --triad-mb 8"
+SMALL="--sgemm-n 128 --triad-mb 8 --precision f32"
 
 # common fields and their consistency, for every benchmark's JSON
 COMMON='

@@ -15,7 +15,7 @@
 
 DATA=$WORK/data.txt
 make_text "$DATA" 300
-SMALL=(--sgemm-n 128 --triad-mb 8 --iters 1)
+SMALL=(--sgemm-n 128 --triad-mb 8 --iters 1 --precision f32)
 DESIGNS="mha gqa mqa mla lrkv lrkv0"
 
 begin "setup: tiny models of every design"
@@ -32,7 +32,7 @@ for m in $DESIGNS; do
     run eval --model "$WORK/$m" --data "$DATA" --context 16 --max-tokens 400 --json
     check_ok
     cp "$OUTF" "$WORK/$m.f32.json"
-    run eval --model "$WORK/$m" --data "$DATA" --context 16 --max-tokens 400 --json --weights bf16
+    run eval --model "$WORK/$m" --data "$DATA" --context 16 --max-tokens 400 --json --weights bf16 --precision f32
     check_ok
     check_stderr_empty
     check_py "bf16 loss is not within 1% of the fp32 loss" '

@@ -32,9 +32,9 @@ PYEOF
 fi
 
 begin "train language models: softmax and poly"
-run train $LM --out "$WORK/lm_soft"
+run train --precision f32 $LM --out "$WORK/lm_soft"
 check_ok
-run train $LM --score poly --poly-power 3 --poly-scale 0.25 --out "$WORK/lm_poly"
+run train --precision f32 $LM --score poly --poly-power 3 --poly-scale 0.25 --out "$WORK/lm_poly"
 check_ok
 end
 
@@ -56,9 +56,9 @@ end
 
 if [ -e "$IMG/t10k-images-idx3-ubyte.gz" ]; then
     begin "train vision models: softmax and poly (1/14) x^3"
-    run train $VIT --out "$WORK/vit_soft"
+    run train --precision f32 $VIT --out "$WORK/vit_soft"
     check_ok
-    run train $VIT --score poly --out "$WORK/vit_poly"
+    run train --precision f32 $VIT --score poly --out "$WORK/vit_poly"
     check_ok
     end
 

@@ -50,12 +50,12 @@ check_error 2 "benchmark"
 end
 
 begin "unexpected positional argument"
-run train stray --out "$WORK/x"
+run train --precision f32 stray --out "$WORK/x"
 check_error 2 "unexpected argument.*stray"
 end
 
 begin "flag missing its value: train --out"
-run train --out
+run train --precision f32 --out
 check_error 2 "out.*needs a value"
 end
 begin "flag missing its value: eval --model"
@@ -71,12 +71,12 @@ run info --model "$WORK/good" --context
 check_error 2 "context.*needs a value"
 end
 begin "flag with empty value: train --layers="
-run train --out "$WORK/x" --layers=
+run train --precision f32 --out "$WORK/x" --layers=
 check_error 2 "layers.*integer"
 end
 
 begin "non-numeric integer: train --layers abc"
-run train --out "$WORK/x" --layers abc
+run train --precision f32 --out "$WORK/x" --layers abc
 check_error 2 "layers.*integer.*abc"
 end
 begin "non-numeric integer: eval --context 12x"
@@ -97,15 +97,15 @@ check_error 2 "kv-dtype.*fp8"
 check_stdout_empty
 end
 begin "non-numeric number: train --lr fast"
-run train --out "$WORK/x" --lr fast
+run train --precision f32 --out "$WORK/x" --lr fast
 check_error 2 "lr.*number.*fast"
 end
 begin "switch with a value: train --tied=maybe"
-run train --out "$WORK/x" --tied=maybe
+run train --precision f32 --out "$WORK/x" --tied=maybe
 check_error 2 "tied.*maybe"
 end
 begin "integer beyond int is refused, not truncated: --layers 4294967297"
-run train "${TINY[@]}" --out "$WORK/trunc" --layers 4294967297
+run train --precision f32 "${TINY[@]}" --out "$WORK/trunc" --layers 4294967297
 check_error 2 "layers.*range"
 check_absent "$WORK/trunc/model.safetensors"
 end
@@ -115,7 +115,7 @@ check_error 2 "threads"
 end
 
 begin "missing required flag: train without --out"
-run train "${TINY[@]}"
+run train --precision f32 "${TINY[@]}"
 check_error 2 "--out.*required"
 end
 begin "missing required flag: eval without --model"
@@ -166,7 +166,7 @@ train_bad() {
     out=$WORK/bad_$BAD_N
     shift 3
     begin "$name"
-    run train "${TINY[@]}" --out "$out" "$@"
+    run train --precision f32 "${TINY[@]}" --out "$out" "$@"
     check_error "$st" "$re"
     check_absent "$out/model.safetensors"
     check_no_tmp "$out"
@@ -199,7 +199,7 @@ train_bad "data file too short for the context" 1 "short.txt.*too short" --data 
 # ---------------------------------------------------------------- checkpoints
 
 begin "setup: train the tiny model to damage"
-run train "${TINY[@]}" --out "$WORK/good"
+run train --precision f32 "${TINY[@]}" --out "$WORK/good"
 check_ok
 check_exists "$WORK/good/model.safetensors"
 check_exists "$WORK/good/config.json"
@@ -279,14 +279,14 @@ begin "resume from a truncated training state"
 d=$(damaged bad_state)
 cp "$WORK/good/train_state.safetensors" "$d/"
 truncate -s 100 "$d/train_state.safetensors"
-run train --out "$d" --resume --steps 8 --quiet
+run train --precision f32 --out "$d" --resume --steps 8 --quiet
 check_error 1 "train_state.safetensors"
 check_no_tmp "$d"
 end
 
 begin "resume in a directory that is not a run"
 mkdir -p "$WORK/not_a_run"
-run train --out "$WORK/not_a_run" --resume
+run train --precision f32 --out "$WORK/not_a_run" --resume
 check_error 1 "config.json"
 check_no_tmp "$WORK/not_a_run"
 end

@@ -66,10 +66,10 @@ def load_page(path):
 '
 
 begin "train tiny models (softmax, and poly: signed weights)"
-run train --layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 --eval-tokens 64 \
+run train --precision f32 --layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 --eval-tokens 64 \
     --data "$WORK/text.txt" --out "$WORK/m" --quiet
 check_ok
-run train --score poly --layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 --eval-tokens 64 \
+run train --precision f32 --score poly --layers 2 --hidden 32 --heads 4 --context 32 --batch 2 --steps 3 --eval-tokens 64 \
     --data "$WORK/text.txt" --out "$WORK/poly" --quiet
 check_ok
 end
@@ -222,7 +222,7 @@ check_absent "$WORK/big.html"
 end
 
 begin "a page too large for a browser is refused before any work, naming the --max-tokens that fits"
-run train --layers 16 --hidden 64 --heads 32 --context 32 --batch 2 --steps 1 --eval-tokens 64 \
+run train --precision f32 --layers 16 --hidden 64 --heads 32 --context 32 --batch 2 --steps 1 --eval-tokens 64 \
     --data "$WORK/text.txt" --out "$WORK/wide" --quiet
 check_ok
 run explore --model "$WORK/wide" --text "$WORK/text.txt" --max-tokens 1024 --out "$WORK/wide.html"

@@ -54,7 +54,7 @@ end
 begin "a version-1 run resumes and is rewritten as version 2 with the same meaning"
 cp -r mha resumed
 cp text.txt resumed/
-run train --resume --out resumed --steps 3 --quiet --threads 1
+run train --precision f32 --resume --out resumed --steps 3 --quiet --threads 1
 check_ok
 check_py "format_version 2, same model keys, same block settings" '
 import json, sys

@@ -71,7 +71,7 @@ for r in rows:
 # ---------------------------------------------------------------- success
 
 begin "five designs, mean over layers: json, csv, npy [5, H, H]"
-run heads "${FIVE[@]}" --out "$WORK/out/five"
+run heads "${FIVE[@]}" --precision f32 --out "$WORK/out/five"
 check_ok
 check_exists "$WORK/out/five.json"
 check_exists "$WORK/out/five.csv"

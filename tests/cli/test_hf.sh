@@ -91,13 +91,13 @@ check_exists "$WORK/ex.html"
 end
 
 begin "bench decode on an HF checkpoint"
-run bench decode --model "$WORK/qwen" --decode-context 48 --tokens 4 --triad-mb 4 --json
+run bench decode --model "$WORK/qwen" --decode-context 48 --tokens 4 --triad-mb 4 --precision f32 --json
 check_ok
 check_stdout '"weights":"BF16"'
 end
 
 begin "--weights bf16: a BF16 checkpoint runs as stored, an F32 one is refused"
-run bench decode --model "$WORK/qwen" --decode-context 48 --tokens 4 --triad-mb 4 --json --weights bf16
+run bench decode --model "$WORK/qwen" --decode-context 48 --tokens 4 --triad-mb 4 --precision f32 --json --weights bf16
 check_ok
 check_stdout '"weights":"BF16"'
 run generate --ids --model "$WORK/llama" --prompt "the" -n 4 --temperature 0 --weights bf16
@@ -135,7 +135,7 @@ check_stdout_empty
 end
 
 begin "training an HF checkpoint is refused"
-run train --out "$WORK/llama" --resume
+run train --precision f32 --out "$WORK/llama" --resume
 check_error 1 "."
 check_stdout_empty
 end

@@ -16,7 +16,7 @@ lrkv 288 56.25"
 
 while read -r p vpt pct; do
     begin "preset $p trains one step"
-    run train --preset "$p" --data "$WORK/text.txt" --out "$WORK/$p" --steps 1 --batch 2 --context 32 \
+    run train --precision f32 --preset "$p" --data "$WORK/text.txt" --out "$WORK/$p" --steps 1 --batch 2 --context 32 \
         --eval-tokens 64 --quiet
     check_ok
     end

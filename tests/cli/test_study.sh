@@ -34,7 +34,7 @@ VISION=1
 # timeout than `run`: a tiny study trains seven models). One thread: models
 # this small are all synchronisation, which a busy machine makes very slow.
 study() {
-    timeout 600 "$BIN" study --budget tiny --data "$DATA" --threads 1 "$@" >"$OUTF" 2>"$ERRF" </dev/null
+    timeout 600 "$BIN" study --budget tiny --data "$DATA" --threads 1 --precision f32 "$@" >"$OUTF" 2>"$ERRF" </dev/null
     RC=$?
 }
 
@@ -304,6 +304,34 @@ assert c["attnlab"]["train"]["lr"] == 0.002, c["attnlab"]["train"]["lr"]
 ' "$S1/runs/lrkv-seed1337/config.json"
 end
 
+begin "the report records the precision of the study and of every run"
+check_py "precision missing from report.json" '
+import json, sys
+r = json.load(open(sys.argv[1] + "/report.json"))
+assert r["precision"] == "F32", r.get("precision")
+runs = r["language_models"]["runs"] + (r["vision"]["runs"] if r.get("vision") else [])
+assert runs and all(x["precision"] == "F32" for x in runs), [x.get("precision") for x in runs]
+' "$S1"
+grep -q "matrix products in F32 (bf16 engine: " "$S1/report.md" || note "report.md does not name the precision"
+end
+
+begin "a run trained in another precision is trained again"
+"$PY" - "$S1/runs/gqa-seed1337/config.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["attnlab"]["train"]["precision"] = "BF16"
+json.dump(c, open(p, "w"), indent=1)
+EOF
+study --out "$S1"
+check_ok
+check_stderr "gqa-seed1337: it was trained in BF16 \(planned F32\).*training it again"
+check_py "gqa not retrained in F32" '
+import json, sys
+assert json.load(open(sys.argv[1]))["attnlab"]["train"]["precision"] == "F32"
+' "$S1/runs/gqa-seed1337/config.json"
+end
+
 # ---------------------------------------------------------------- stop and resume, several seeds
 
 S2=$WORK/s2
@@ -380,7 +408,7 @@ begin "SIGINT during the study: exit 130, no temp files; the rerun skips the fin
 # job control on: a background job of a non-interactive shell would otherwise
 # start with SIGINT ignored, unlike a command a user interrupts with Ctrl-C
 set -m
-"$BIN" study --budget tiny --data "$DATA" --threads 1 --no-vision --out "$S3" >"$OUTF" 2>"$ERRF" </dev/null &
+"$BIN" study --budget tiny --data "$DATA" --threads 1 --precision f32 --no-vision --out "$S3" >"$OUTF" 2>"$ERRF" </dev/null &
 pid=$!
 set +m
 # wait until the first run is complete (its checkpoint exists), then interrupt

@@ -227,7 +227,7 @@ make_text "$WORK/text.txt" 200
 head -c 400 "$WORK/text.txt" >"$WORK/short.txt"
 
 begin "train a tiny byte model"
-run train --layers 2 --hidden 32 --heads 4 --context 32 --batch 4 --steps 20 --eval-tokens 256 \
+run train --precision f32 --layers 2 --hidden 32 --heads 4 --context 32 --batch 4 --steps 20 --eval-tokens 256 \
     --data "$WORK/text.txt" --out "$WORK/m" --quiet
 check_ok
 end

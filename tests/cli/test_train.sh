@@ -15,7 +15,7 @@ make_text "$DATA" 1200 # ~50 KB of template sentences
 
 M=$WORK/learn
 begin "training lowers validation loss by >= 0.5 nats"
-run train --data "$DATA" --out "$M" --layers 1 --hidden 64 --heads 4 --context 32 --batch 8 --steps 60 \
+run train --precision f32 --data "$DATA" --out "$M" --layers 1 --hidden 64 --heads 4 --context 32 --batch 8 --steps 60 \
     --lr 5e-3 --warmup 5 --eval-every 5 --eval-tokens 2048 --threads 2 --quiet
 check_ok
 check_stderr_empty
@@ -48,11 +48,11 @@ end
 
 # ---------------------------------------------------------------- resume
 
-RFLAGS=(--data "$DATA" --layers 2 --hidden 128 --heads 4 --context 64 --batch 8 --steps 40 --eval-every 10
+RFLAGS=(--precision f32 --data "$DATA" --layers 2 --hidden 128 --heads 4 --context 64 --batch 8 --steps 40 --eval-every 10
     --eval-tokens 512 --threads 2 --save-every 1000 --quiet)
 
 begin "uninterrupted reference run (40 steps)"
-run train "${RFLAGS[@]}" --out "$WORK/runA"
+run train --precision f32 "${RFLAGS[@]}" --out "$WORK/runA"
 check_ok
 check_exists "$WORK/runA/model.safetensors"
 end
@@ -105,7 +105,7 @@ for sig in INT TERM; do
     end
 
     begin "SIG$sig: --resume completes the run"
-    run train --out "$D" --resume --threads 2 --quiet
+    run train --precision f32 --out "$D" --resume --threads 2 --quiet
     check_ok
     check_stderr "resuming"
     end
@@ -121,13 +121,13 @@ done
 
 begin "--resume with another flag (--lr) is a usage error"
 cp "$WORK/runA/model.safetensors" "$WORK/runA.model.before"
-run train --out "$WORK/runA" --resume --lr 0.5
+run train --precision f32 --out "$WORK/runA" --resume --lr 0.5
 check_error 2 "--lr.*resume"
 check_same_file "$WORK/runA.model.before" "$WORK/runA/model.safetensors"
 end
 
 begin "--resume of a finished run changes nothing"
-run train --out "$WORK/runA" --resume --threads 2 --quiet
+run train --precision f32 --out "$WORK/runA" --resume --threads 2 --quiet
 check_ok
 check_stderr "already trained"
 check_same_file "$WORK/runA.model.before" "$WORK/runA/model.safetensors"
@@ -138,7 +138,7 @@ end
 
 N=$WORK/nan
 begin "divergence (--lr 1e30): exit 1, one-line error"
-run train --data "$DATA" --out "$N" --layers 1 --hidden 32 --heads 2 --context 16 --batch 2 --steps 20 \
+run train --precision f32 --data "$DATA" --out "$N" --layers 1 --hidden 32 --heads 2 --context 16 --batch 2 --steps 20 \
     --eval-every 3 --eval-tokens 256 --lr 1e30 --warmup 0 --save-every 1 --threads 2 --quiet
 check_error 1 "diverged|nan|inf"
 check_no_tmp "$N"
@@ -224,7 +224,7 @@ info_kv() {
     local name=$1 attn=$2 kvh=$3 d=$WORK/info_$1
     shift 3
     begin "info --json KV cache: $name"
-    run train --data "$DATA" --out "$d" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 1 \
+    run train --precision f32 --data "$DATA" --out "$d" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --steps 1 \
         --eval-tokens 64 --threads 2 --quiet "$@"
     check_ok
     for ctx in "" 8 bf16; do
@@ -272,20 +272,20 @@ cd "$WORK" || exit 1
 mkdir -p "$(dirname "$LONG")" || exit 1 # the commands make the last level themselves
 
 begin "long paths: a run 3,841 bytes deep trains and resumes"
-run train --data "$DATA" --out "$LONG" --steps 4 "${TINY[@]}"
+run train --precision f32 --data "$DATA" --out "$LONG" --steps 4 "${TINY[@]}"
 check_ok
 check_exists "$LONG/model.safetensors"
 check_exists "$LONG/train_state.safetensors"
-run train --out "$LONG" --resume --steps 6 --threads 2 --quiet
+run train --precision f32 --out "$LONG" --resume --steps 6 --threads 2 --quiet
 check_ok
 check_py "log.jsonl does not reach step 6" 'import json, sys; assert json.loads(open(sys.argv[1]).readlines()[-1])["step"] == 6' \
     "$LONG/log.jsonl"
 end
 
 begin "long paths: --out or --data longer than a path field: one line, exit 1"
-run train --data "$DATA" --out "$TOO_LONG" --steps 4 "${TINY[@]}"
+run train --precision f32 --data "$DATA" --out "$TOO_LONG" --steps 4 "${TINY[@]}"
 check_error 1 "out path too long \(${#TOO_LONG} bytes, at most 4095\)"
-run train --data "$TOO_LONG" --out "$WORK/never" --steps 4 "${TINY[@]}"
+run train --precision f32 --data "$TOO_LONG" --out "$WORK/never" --steps 4 "${TINY[@]}"
 check_error 1 "data path too long \(${#TOO_LONG} bytes, at most 4095\)"
 [ ! -e "$WORK/never" ] || note "$WORK/never was created"
 end

@@ -46,7 +46,7 @@ TINY=(--task vision --images "$IMG" --patch 7 --layers 1 --hidden 32 --heads 2 -
 
 M=$WORK/vit
 begin "train --task vision: exit 0, checkpoint, training state, log"
-run train "${TINY[@]}" --out "$M" --steps 60 --lr 3e-3 --warmup 5 --eval-every 20 --eval-images 50 --train-subset 400
+run train --precision f32 "${TINY[@]}" --out "$M" --steps 60 --lr 3e-3 --warmup 5 --eval-every 20 --eval-images 50 --train-subset 400
 check_ok
 check_stderr_empty
 for f in config.json model.safetensors train_state.safetensors log.jsonl; do check_exists "$M/$f"; done
@@ -154,7 +154,7 @@ assert j["fwd_flops_per_image"] > 2 * 17 * j["params_blocks"], j
 end
 
 begin "--score poly: N = patches (16), poly_scale auto, trains"
-run train "${TINY[@]}" --out "$WORK/poly" --steps 5 --score poly --train-subset 64 --eval-images 20
+run train --precision f32 "${TINY[@]}" --out "$WORK/poly" --steps 5 --score poly --train-subset 64 --eval-images 20
 check_ok
 check_py "poly config" '
 import json, sys
@@ -166,10 +166,10 @@ end
 # ---------------------------------------------------------------- resume
 
 # enough steps that a signal sent after the fifth logged step lands mid-run even with fast kernels
-RFLAGS=("${TINY[@]}" --steps 300 --train-subset 100 --eval-every 50 --eval-images 40 --save-every 1000)
+RFLAGS=("${TINY[@]}" --precision f32 --steps 300 --train-subset 100 --eval-every 50 --eval-images 40 --save-every 1000)
 
 begin "uninterrupted reference run (300 steps, 100 images: many epochs)"
-run train "${RFLAGS[@]}" --out "$WORK/runA"
+run train --precision f32 "${RFLAGS[@]}" --out "$WORK/runA"
 check_ok
 end
 
@@ -193,7 +193,7 @@ check_exists "$WORK/runB/train_state.safetensors"
 end
 
 begin "--resume completes it, byte-identical to the uninterrupted run"
-run train --out "$WORK/runB" --resume --threads 2 --quiet
+run train --precision f32 --out "$WORK/runB" --resume --threads 2 --quiet
 check_ok
 check_stderr "resuming"
 check_same_file "$WORK/runA/model.safetensors" "$WORK/runB/model.safetensors"
@@ -211,7 +211,7 @@ end
 # ---------------------------------------------------------------- bad input
 
 begin "--images DIR that does not exist: one-line error"
-run train --task vision --images "$WORK/nowhere" --out "$WORK/bad1" --steps 2 --quiet
+run train --precision f32 --task vision --images "$WORK/nowhere" --out "$WORK/bad1" --steps 2 --quiet
 check_error 1 "nowhere.*(no such file|fashion-mnist)"
 end
 
@@ -219,7 +219,7 @@ begin "truncated training images: one-line error naming the file"
 mkdir -p "$WORK/trunc"
 cp "$IMG"/*.gz "$WORK/trunc/"
 head -c 3000 "$IMG/train-images-idx3-ubyte.gz" >"$WORK/trunc/train-images-idx3-ubyte.gz"
-run train "${TINY[@]}" --images "$WORK/trunc" --out "$WORK/bad2" --steps 2
+run train --precision f32 "${TINY[@]}" --images "$WORK/trunc" --out "$WORK/bad2" --steps 2
 check_error 1 "train-images-idx3-ubyte.gz.*(truncated|gzip)"
 end
 
@@ -227,7 +227,7 @@ begin "labels that do not match the images: one-line error"
 mkdir -p "$WORK/mismatch"
 cp "$IMG"/*.gz "$WORK/mismatch/"
 cp "$IMG/t10k-labels-idx1-ubyte.gz" "$WORK/mismatch/train-labels-idx1-ubyte.gz"
-run train "${TINY[@]}" --images "$WORK/mismatch" --out "$WORK/bad3" --steps 2
+run train --precision f32 "${TINY[@]}" --images "$WORK/mismatch" --out "$WORK/bad3" --steps 2
 check_error 1 "200 labels for 600 images"
 end
 
@@ -237,28 +237,58 @@ check_error 1 "nowhere"
 end
 
 begin "--context with --task vision: usage error"
-run train "${TINY[@]}" --out "$WORK/bad4" --context 64
+run train --precision f32 "${TINY[@]}" --out "$WORK/bad4" --context 64
 check_error 2 "--context does not apply to --task vision"
 end
 
 begin "--patch 5 (does not divide 28): usage error"
-run train "${TINY[@]}" --out "$WORK/bad5" --patch 5
+run train --precision f32 "${TINY[@]}" --out "$WORK/bad5" --patch 5
 check_error 2 "--patch must divide"
 end
 
 begin "--patch without --task vision: usage error"
-run train --out "$WORK/bad6" --patch 2
+run train --precision f32 --out "$WORK/bad6" --patch 2
 check_error 2 "--patch applies only to --task vision"
 end
 
 begin "--task speech: usage error"
-run train --out "$WORK/bad7" --task speech
+run train --precision f32 --out "$WORK/bad7" --task speech
 check_error 2 "unknown task"
 end
 
 begin "eval --data on a vision model: usage error"
 run eval --model "$M" --data "$IMG/t10k-labels-idx1-ubyte.gz"
 check_error 2 "--data does not apply to a vision model"
+end
+
+# ---------------------------------------------------------------- bf16 (issue 14)
+
+begin "train --task vision --precision bf16: repeats bit for bit, --resume bit-exact, eval in both precisions"
+BF=("${TINY[@]}" --precision bf16 --train-subset 100 --eval-every 10 --eval-images 40)
+run train "${BF[@]}" --steps 20 --out "$WORK/vbf"
+check_ok
+run train "${BF[@]}" --steps 20 --out "$WORK/vbf2"
+check_ok
+check_same_file "$WORK/vbf/model.safetensors" "$WORK/vbf2/model.safetensors"
+run train "${BF[@]}" --steps 10 --out "$WORK/vbf3"
+check_ok
+run train --out "$WORK/vbf3" --resume --steps 20 --threads 2 --quiet
+check_ok
+check_same_file "$WORK/vbf/model.safetensors" "$WORK/vbf3/model.safetensors"
+run eval --model "$WORK/vbf" --max-images 50 --json --precision f32
+check_ok
+cp "$OUTF" "$WORK/vbf_f32.json"
+run eval --model "$WORK/vbf" --max-images 50 --json --precision bf16
+check_ok
+check_py "vision bf16 run or its eval wrong" '
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))["attnlab"]["train"]
+assert c["precision"] == "BF16", c
+assert all(json.loads(l)["precision"] == "BF16" for l in open(sys.argv[1] + "/log.jsonl"))
+a, b = (json.load(open(p)) for p in sys.argv[2:4])
+assert (a["precision"], b["precision"]) == ("F32", "BF16"), (a, b)
+assert a["count"] == b["count"] == 50 and abs(a["loss"] - b["loss"]) <= 0.02 * a["loss"], (a, b)
+' "$WORK/vbf" "$WORK/vbf_f32.json" "$OUTF"
 end
 
 begin "no temp files anywhere in the work dir"

@@ -68,6 +68,8 @@ def main_checks(args):
     harness.dump_low_precision(chk, args, LOWP_CONFIG, cases[LOWP_CONFIG], ("BF16", "F16"), R.reference)
     # 3. attnlab eval --logits
     harness.eval_cases(chk, args, cases, EVAL_CONFIGS, rng, R.reference)
+    # 4. --precision bf16 (mixed precision) on the same weights, every design
+    harness.dump_bf16(chk, args, cases, R.reference)
     return chk.summary()
 
 # --------------------------------------------------------------------------

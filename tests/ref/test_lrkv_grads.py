@@ -261,6 +261,7 @@ def main_checks(args):
 
     harness.dump_low_precision(chk, args, LOWP_CONFIG, cases[LOWP_CONFIG], ("BF16",), reference)
     harness.eval_cases(chk, args, cases, [EVAL_CONFIG], rng, reference)
+    harness.dump_bf16(chk, args, cases, reference)  # --precision bf16 on the same weights
     return chk.summary()
 
 

@@ -234,6 +234,7 @@ def main_checks(args):
     cases = harness.dump_cases(chk, args, CONFIGS, build_case, reference, rng)
     harness.dump_low_precision(chk, args, LOWP_CONFIG, cases[LOWP_CONFIG], ("BF16",), reference)
     harness.eval_cases(chk, args, cases, EVAL_CONFIGS, rng, reference)
+    harness.dump_bf16(chk, args, cases, reference)  # --precision bf16 on the same weights
     return chk.summary()
 
 

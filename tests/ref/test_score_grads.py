@@ -214,6 +214,7 @@ def main_checks(args):
     harness.eval_cases(chk, args, cases, (("gqa_poly2_auto", 19), ("mha_relu", 16), ("gqa_sigmoid", 5)), rng,
                        reference, data_len=lambda T: 2 * T + 5)
     check_train(chk, args.attnlab, args.exe, args.workdir, rng)
+    harness.dump_bf16(chk, args, cases, reference)  # --precision bf16: every score function and shape
     return chk.summary()
 
 

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reflib as R  # noqa: E402
+import harness  # noqa: E402  (its bf16 bar: harness.bf16_tol)
 
 TOL = 1e-4
 SEED = 2024
@@ -89,39 +90,9 @@ EVAL_CASES = ["mha_softmax", "mla_qlora_poly3_auto"]
 # Checks
 
 
-class Checker:
-    """One PASS/FAIL line per check and a closing summary."""
-
-    def __init__(self):
-        self.failures = 0
-        self.count = 0
-
-    def fail(self, name, msg):
-        self.count += 1
-        self.failures += 1
-        print("FAIL %-44s %s" % (name, msg), flush=True)
-
-    def ok(self, name, msg):
-        self.count += 1
-        print("PASS %-44s %s" % (name, msg), flush=True)
-
-    def compare(self, name, got, ref, tol=TOL):
-        got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-        if got.shape != ref.shape:
-            return self.fail(name, "shape %s, expected %s" % (list(got.shape), list(ref.shape)))
-        if not np.all(np.isfinite(got)):
-            return self.fail(name, "non-finite values")
-        scale = np.max(np.abs(ref)) if ref.size else 0.0
-        diff = np.max(np.abs(got - ref)) if ref.size else 0.0
-        rel = diff / scale if scale > 0 else diff
-        if rel <= tol:
-            self.ok(name, "max_rel_err=%.3e" % rel)
-        else:
-            self.fail(name, "max_rel_err=%.3e > %.0e" % (rel, tol))
-
-    def summary(self):
-        print("%d checks, %d failed" % (self.count, self.failures))
-        return 0 if self.failures == 0 else 1
+def Checker():
+    """One PASS/FAIL line per check and a closing summary (harness's)."""
+    return harness.Checker(44)
 
 
 def run(cmd, timeout=300):
@@ -300,6 +271,30 @@ def embed(cfg, p, images):
     return torch.cat([cls, e], dim=1) + p["vit.pos_embed"]
 
 
+def embed_as_product(cfg, p, images):
+    """embed() as attnlab computes it: the patches (channel, row, column
+    order, raster order of patches) times the patch matrix, so that
+    harness.bf16_products rounds its operands as attnlab's BF16 mode does."""
+    d, ps = cfg["hidden_size"], cfg["patch_size"]
+    patches = F.unfold(images, ps, stride=ps).transpose(1, 2)  # [B, P, C ps ps]
+    e = patches @ p["vit.patch_embed.weight"].reshape(d, -1).T + p["vit.patch_embed.bias"]
+    cls = p["vit.cls_token"].expand(images.shape[0], 1, d)
+    return torch.cat([cls, e], dim=1) + p["vit.pos_embed"]
+
+
+def bf16_emulated(cfg, w, images, labels, attention):
+    """The reference under harness.bf16_products (attention products too
+    when `attention`), the patch embedding as a product too: the float64
+    emulation of --precision bf16."""
+    global embed
+    exact_embed, embed = embed, embed_as_product
+    try:
+        with harness.bf16_products(attention):
+            return reference(cfg, w, images, labels)
+    finally:
+        embed = exact_embed
+
+
 def forward(cfg, p, images, attn=attention):
     x = embed(cfg, p, images)
     for n in range(cfg["num_hidden_layers"]):
@@ -390,7 +385,17 @@ def build_case(case, rng):
     return cfg, w, images, labels
 
 
-def run_dump(chk, exe, workdir, name, cfg, w, images, labels):
+def expected(ref):
+    """al_testdump's names for a reference (logits, loss, grad.<name>)."""
+    ref_logits, ref_loss, ref_grads = ref
+    expect = {"logits": ref_logits, "loss": np.array([ref_loss])}
+    expect.update(("grad." + k, v) for k, v in ref_grads.items())
+    return expect
+
+
+def run_dump(chk, exe, workdir, name, cfg, w, images, labels, precision=None, attention_bf16=False):
+    """al_testdump on a ViT checkpoint (products in `precision`, default f32)
+    against the reference: TOL, or in bf16 harness.check_bf16."""
     mdir = os.path.join(workdir, name)
     R.write_model_dir(mdir, cfg, w)
     ipath, lpath, opath = (os.path.join(mdir, f) for f in ("images.npy", "labels.npy", "out.safetensors"))
@@ -398,13 +403,14 @@ def run_dump(chk, exe, workdir, name, cfg, w, images, labels):
     R.write_npy_f32(lpath, labels.astype(np.float32))
     if os.path.exists(opath):
         os.remove(opath)
-    ok, msg = run([exe, mdir, ipath, lpath, opath])
+    ok, msg = run([exe] + (["--precision", precision] if precision else []) + [mdir, ipath, lpath, opath])
     if not ok:
         return chk.fail(name, "al_testdump failed: " + msg)
     out = R.read_safetensors(opath)
-    ref_logits, ref_loss, ref_grads = reference(cfg, w, images, labels)
-    expect = {"logits": ref_logits, "loss": np.array([ref_loss])}
-    expect.update(("grad." + k, v) for k, v in ref_grads.items())
+    expect = expected(reference(cfg, w, images, labels))
+    if precision:
+        emulated = expected(bf16_emulated(cfg, w, images, labels, attention_bf16))
+        return harness.check_bf16(chk, name, out, expect, emulated, harness.emulation_tol(attention_bf16))
     extra = sorted(k for k in out if k not in expect)
     if extra:
         chk.fail(name + "/unexpected", "unexpected tensors: " + ", ".join(extra))
@@ -466,6 +472,8 @@ def main_checks(args):
         cfg, w, images, labels = build_case(case, rng)
         built[case[0]] = (cfg, w)
         run_dump(chk, args.exe, args.workdir, case[0], cfg, w, images, labels)
+        run_dump(chk, args.exe, args.workdir, case[0] + "_bf16prec", cfg, w, images, labels, precision="bf16",
+                 attention_bf16=harness.attention_in_bf16(args.attnlab))
     for name in EVAL_CASES:
         cfg, w = built[name]
         run_eval(chk, args.attnlab, args.workdir, name, cfg, w, rng)

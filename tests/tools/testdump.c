@@ -15,6 +15,11 @@
  * BF16 cache: "decode_bf16_cache_logits"), and
  * "memory" [4]: weight bytes used in place from the mapping, bytes copied to
  * the heap, the model's weight bytes, and 1 if the model is mapped.
+ *
+ * A leading --precision f32|bf16 sets the precision of the matrix products
+ * (nn/nn.h) for any form; with bf16 the forward/backward forms also attach
+ * the weights' BF16 copy as training does (al_train_precision_begin), so the
+ * dump is what one step of bf16 mixed-precision training computes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,7 @@
 #include "core/blas.h"
 #include "io/io.h"
 #include "model/model.h"
+#include "train/train.h"
 
 /* Writes logits, loss and "grad.<name>" of every parameter to path. */
 static int write_dump(const al_model *m, const float *logits, int ndim, const int64_t *lshape, float loss,
@@ -70,7 +76,8 @@ static int dump_vision(al_model *m, const char *images_path, const char *labels_
     int *labels = malloc(sizeof(int) * B);
     for (int b = 0; b < B; b++) labels[b] = (int)lab[b];
     al_acts a;
-    if (al_model_alloc_grads(m, &err) || al_vit_acts_create(&a, m, B, &err)) {
+    if (al_model_alloc_grads(m, &err) || al_vit_acts_create(&a, m, B, &err) ||
+        al_train_precision_begin(m, al_precision_now(), &err)) {
         fprintf(stderr, "al_testdump: %s\n", err.msg);
         return 1;
     }
@@ -79,6 +86,7 @@ static int dump_vision(al_model *m, const char *images_path, const char *labels_
     al_vit_backward(m, &a);
     const int64_t lshape[2] = {B, c->num_labels};
     int rc = write_dump(m, a.logits, 2, lshape, loss, out_path);
+    al_train_precision_end(m);
     free(labels);
     free(img);
     free(lab);
@@ -148,11 +156,22 @@ static int dump_infer(const char *dir, const char *tok_path, const char *out_pat
 
 int main(int argc, char **argv) {
     al_blas_fix_kernels(argv);
+    if (argc >= 3 && strcmp(argv[1], "--precision") == 0) {
+        al_precision p;
+        if (al_precision_from_name(argv[2], &p)) {
+            fprintf(stderr, "al_testdump: --precision must be f32, bf16 or auto, got '%s'\n", argv[2]);
+            return 2;
+        }
+        al_precision_set(p);
+        argv[2] = argv[0];
+        argv += 2;
+        argc -= 2;
+    }
     if (argc == 5 && strcmp(argv[1], "--infer") == 0) return dump_infer(argv[2], argv[3], argv[4]);
     if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: al_testdump MODEL_DIR TOKENS.npy OUT.safetensors\n"
-                        "       al_testdump VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors\n"
-                        "       al_testdump --infer MODEL_DIR TOKENS.npy OUT.safetensors\n");
+        fprintf(stderr, "usage: al_testdump [--precision f32|bf16] MODEL_DIR TOKENS.npy OUT.safetensors\n"
+                        "       al_testdump [--precision f32|bf16] VIT_DIR IMAGES.npy LABELS.npy OUT.safetensors\n"
+                        "       al_testdump [--precision f32|bf16] --infer MODEL_DIR TOKENS.npy OUT.safetensors\n");
         return 2;
     }
     al_err err = {{0}};
@@ -186,7 +205,8 @@ int main(int argc, char **argv) {
             tg[b * T + t] = (int)tok[b * (T + 1) + t + 1];
         }
     al_acts a;
-    if (al_model_alloc_grads(&m, &err) || al_acts_create(&a, &m, B, T, &err)) {
+    if (al_model_alloc_grads(&m, &err) || al_acts_create(&a, &m, B, T, &err) ||
+        al_train_precision_begin(&m, al_precision_now(), &err)) {
         fprintf(stderr, "al_testdump: %s\n", err.msg);
         return 1;
     }
@@ -195,6 +215,7 @@ int main(int argc, char **argv) {
     al_model_backward(&m, &a);
     const int64_t lshape[3] = {B, T, V};
     int rc = write_dump(&m, a.logits, 3, lshape, loss, argv[3]);
+    al_train_precision_end(&m);
     free(in);
     free(tg);
     free(tok);
