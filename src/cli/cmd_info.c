@@ -29,6 +29,18 @@ static const char *weights_dtype(const al_model *m) {
 }
 
 /* The design in one line (shared by both tasks): the design's own words. */
+/* The MLP part of the shape line: "SwiGLU 2048", "GeGLU 16384", or for a
+ * mixture of experts its dense width, experts, top-k and shared experts. */
+static void mlp_text(char *buf, size_t cap, const al_config *c) {
+    const char *glu = c->mlp_act == AL_ACT_GELU_TANH ? "GeGLU" : "SwiGLU";
+    if (c->n_routed_experts <= 0) {
+        al_strfmt(buf, cap, "%s %d", glu, c->intermediate_size);
+        return;
+    }
+    al_strfmt(buf, cap, "%s %d (dense layers), MoE %d experts x %d, top %d, %d shared", glu, c->intermediate_size,
+              c->n_routed_experts, c->moe_intermediate_size, c->num_experts_per_tok, c->n_shared_experts);
+}
+
 static void design_line(const al_config *c) {
     char text[256];
     al_attn_describe(c, text, sizeof text);
@@ -175,8 +187,10 @@ int cmd_info(int argc, char **argv) {
     } else {
         printf("model       %s\n", model_dir);
         design_line(c);
-        printf("shape       %d layers, hidden %d, SwiGLU %d, vocab %d, %s head, max context %d\n", c->num_layers,
-               c->hidden_size, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied",
+        char mlp[160];
+        mlp_text(mlp, sizeof mlp, c);
+        printf("shape       %d layers, hidden %d, %s, vocab %d, %s head, max context %d\n", c->num_layers,
+               c->hidden_size, mlp, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied",
                c->max_position);
         printf("parameters  %zu (%zu without the embedding)\n", total, total - embed);
         if (m.mapped)
