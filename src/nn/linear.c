@@ -62,11 +62,11 @@ static int block_start(int n, int quantum, int blocks, int b) {
 /* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call
  * (F32), or precision.c's BF16 product of that tile (plan: NULL for F32). */
 static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
-                       int c1, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                       float *C, int ldc) {
+                       int c1, int K, float alpha, const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb,
+                       float beta, float *C, int ldc) {
     if (plan) {
-        al_sgemm_tile_bf16(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C,
-                           ldc);
+        al_sgemm_tile_bf16(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, Bbf, ldb, beta,
+                           C, ldc);
         return;
     }
     const float *A_rows = A + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
@@ -80,15 +80,17 @@ static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int
  * only outside an active parallel region and when the calling task's OpenMP
  * thread count is above 1, so each call below sets that count to 1 first (a
  * setting of the calling task alone, restored or dropped at the end). */
-void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc) {
+/* al_sgemm, with B either fp32 (B) or BF16 itself (Bbf, B NULL: the product
+ * then runs in BF16 whatever the mode). */
+static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *B, const uint16_t *Bbf, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     /* inside a parallel region (e.g. per-head products) the tiles run on
      * this thread alone: a nested region gets one thread */
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     al_bf16_plan bf16;
     const al_bf16_plan *plan = NULL;
-    if (al_precision_now() == AL_PREC_BF16) {
+    if (Bbf || al_precision_now() == AL_PREC_BF16) {
         al_bf16_plan_product(&bf16, threads);
         plan = &bf16;
     }
@@ -112,7 +114,7 @@ void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alp
             const int rb = t / col_blocks, cb = t % col_blocks;
             sgemm_tile(plan, 0, a_transposed, b_transposed, block_start(M, ROW_QUANTUM, row_blocks, rb),
                        block_start(M, ROW_QUANTUM, row_blocks, rb + 1), block_start(N, COL_QUANTUM, col_blocks, cb),
-                       block_start(N, COL_QUANTUM, col_blocks, cb + 1), K, alpha, A, lda, B, ldb, beta, C, ldc);
+                       block_start(N, COL_QUANTUM, col_blocks, cb + 1), K, alpha, A, lda, B, Bbf, ldb, beta, C, ldc);
         }
         omp_set_num_threads(max_threads);
         return;
@@ -129,10 +131,22 @@ void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alp
             const int c0 = block_start(N, COL_QUANTUM, col_blocks, cb);
             const int c1 = block_start(N, COL_QUANTUM, col_blocks, cb + 1);
             if (r1 > r0 && c1 > c0)
-                sgemm_tile(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C,
-                           ldc);
+                sgemm_tile(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, Bbf, ldb, beta,
+                           C, ldc);
         }
     }
+}
+
+void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
+    sgemm_product(a_transposed, b_transposed, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc);
+}
+
+/* A BF16 B (mapped checkpoint weights) goes to the BF16 engines as it is:
+ * no fp32 panel, the same tiles and bits as al_sgemm over its widened values. */
+void al_sgemm_bf16_b(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
+                     const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    sgemm_product(a_transposed, b_transposed, M, N, K, alpha, A, lda, NULL, B, ldb, beta, C, ldc);
 }
 
 /* y[N,out] (+)= x[N,in] . W[out,in]^T */

@@ -26,6 +26,12 @@
  * arguments (op: transposed when a_transposed / b_transposed is nonzero). */
 void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
+/* al_sgemm in BF16 with B given as BF16 values (e.g. a memory-mapped BF16
+ * checkpoint's weights), whatever the precision mode: A rounded to bf16, B
+ * read as it is, fp32 sums; the same bits as al_sgemm in BF16 mode over B's
+ * widened values. */
+void al_sgemm_bf16_b(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
+                     const uint16_t *B, int ldb, float beta, float *C, int ldc);
 /* How many blocks of rows (run in parallel) al_sgemm cuts M rows of C into. */
 int al_sgemm_row_blocks(int M);
 /* y[N,out] (+)= x[N,in] . W[out,in]^T ; accumulate: 0 overwrite, 1 add */

@@ -333,10 +333,16 @@ static operand operand_of(const float *X, int transposed, int ld, int is_b) {
     return (operand){X, al_bf16_shadow_of(X), rows_contiguous ? (size_t)ld : 1, rows_contiguous ? 1 : (size_t)ld};
 }
 
+/* The B operand when B itself is BF16 (a memory-mapped checkpoint's weights):
+ * read as its own BF16 copy, no fp32 values behind it. */
+static operand operand_of_bf16(const uint16_t *B, int transposed, int ld) {
+    return (operand){NULL, B, transposed ? (size_t)ld : 1, transposed ? 1 : (size_t)ld};
+}
+
 /* The operand from element (i0, k0) on. */
 static operand operand_at(operand o, int i0, int k0) {
     const size_t off = (size_t)i0 * o.rs + (size_t)k0 * o.cs;
-    return (operand){o.x + off, o.bf ? o.bf + off : NULL, o.rs, o.cs};
+    return (operand){o.x ? o.x + off : NULL, o.bf ? o.bf + off : NULL, o.rs, o.cs};
 }
 
 /* dst[i ld + k] = element (i, k) rounded to bf16, kept as fp32 (mb x kb). */
@@ -486,15 +492,15 @@ static void tile_on_stack(const block *b, float alpha, float beta, float *C, int
 }
 
 void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
-                        int c1, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc) {
+                        int c1, int K, float alpha, const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb,
+                        float beta, float *C, int ldc) {
     if (K <= 0) { /* C = beta C, as sgemm does */
         for (int i = r0; i < r1; i++)
             for (int j = c0; j < c1; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
         return;
     }
     const al_bf16_engine e = p->engine;
-    const operand oa = operand_of(A, a_transposed, lda, 0), ob = operand_of(B, b_transposed, ldb, 1);
+    const operand oa = operand_of(A, a_transposed, lda, 0), ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
     if (!p->ws) {
         const block whole = {operand_at(oa, r0, 0), operand_at(ob, c0, 0), r1 - r0, c1 - c0, K, NULL, 0, 0, NULL};
         tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);

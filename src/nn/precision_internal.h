@@ -36,10 +36,11 @@ typedef struct al_bf16_plan {
 /* Plans a product whose tiles run on `slots` threads (thread t uses slot t). */
 void al_bf16_plan_product(al_bf16_plan *p, int slots);
 /* One tile of al_sgemm's product in BF16 mode, with al_sgemm's arguments;
- * single-threaded, with workspace slot `slot` of the plan. */
+ * single-threaded, with workspace slot `slot` of the plan. B is fp32 (B,
+ * Bbf NULL) or BF16 itself (Bbf, B NULL: al_sgemm_bf16_b). */
 void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
-                        int c1, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc);
+                        int c1, int K, float alpha, const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb,
+                        float beta, float *C, int ldc);
 
 enum { AL_BF16_PAD_M = 32, AL_BF16_PAD_N = 32, AL_BF16_PAD_K = 32 };
 /* C[mb, nb] = alpha A B + beta C (beta 0: C is not read) over packed blocks

@@ -135,6 +135,15 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
         CHECK(al_bf16_shadow_of(d.B) == NULL);
         CHECK_MSG(!memcmp(plain, with_b, sizeof(float) * d.c_n) && !memcmp(plain, with_ab, sizeof(float) * d.c_n),
                   "%s: case %d: BF16 copies change the result", label, ci);
+        /* B given as BF16 itself (a mapped checkpoint's weights): the bits of B's BF16 copy */
+        uint16_t *Bbf = malloc(sizeof(uint16_t) * d.b_n);
+        float *bf16_b = malloc(sizeof(float) * d.c_n);
+        for (size_t i = 0; i < d.b_n; i++) Bbf[i] = al_f32_to_bf16(d.B[i]);
+        memcpy(bf16_b, d.C0, sizeof(float) * d.c_n);
+        al_sgemm_bf16_b(d.c.ta, d.c.tb, d.c.M, d.c.N, d.c.K, d.c.alpha, d.A, d.lda, Bbf, d.ldb, d.c.beta, bf16_b, d.ldc);
+        CHECK_MSG(!memcmp(plain, bf16_b, sizeof(float) * d.c_n), "%s: case %d: a BF16 B differs from its fp32 values",
+                  label, ci);
+        free(Bbf), free(bf16_b);
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
         float *one = run(&d);
@@ -145,6 +154,26 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
                   "%s: case %d: 1 and 2 threads differ", label, ci);
         free(plain), free(with_b), free(with_ab), free(one), free(two);
         data_free(&d);
+    }
+}
+
+/* al_matmul over BF16 weights (a Hugging Face BF16 checkpoint) in BF16 mode
+ * feeds them to the engine as they are (no fp32 panel): the very bits of
+ * al_sgemm in BF16 mode over their widened values, for products of more rows
+ * than the direct (decode) kernel takes. */
+static void check_bf16_weights(const char *label, al_rng *r) {
+    enum { N = 37, IN = 83, OUT = 61, LDX = 90, LDY = 70 };
+    static float x[N * LDX], Wf[OUT * IN], got[N * LDY], want[N * LDY];
+    static uint16_t Wb[OUT * IN];
+    for (int i = 0; i < N * LDX; i++) x[i] = rnd(r);
+    for (int i = 0; i < OUT * IN; i++) Wb[i] = al_f32_to_bf16(rnd(r)), Wf[i] = al_bf16_to_f32(Wb[i]);
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        for (int i = 0; i < N * LDY; i++) got[i] = want[i] = accumulate ? rnd(r) : NAN;
+        al_matmul(got, LDY, x, LDX, (al_wref){Wb, AL_DT_BF16}, N, IN, OUT, accumulate);
+        al_sgemm(0, 1, N, OUT, IN, 1.0f, x, LDX, Wf, IN, accumulate ? 1.0f : 0.0f, want, LDY);
+        int same = 1;
+        for (int n = 0; n < N; n++) same &= !memcmp(got + n * LDY, want + n * LDY, sizeof(float) * OUT);
+        CHECK_MSG(same, "%s: al_matmul over BF16 weights (accumulate %d) differs from BF16 al_sgemm", label, accumulate);
     }
 }
 
@@ -313,6 +342,7 @@ int main(void) {
         CHECK(al_bf16_engine_force(e) == (al_bf16_engine)e);
         check_engine(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_shadow_and_threads(al_bf16_engine_name((al_bf16_engine)e), &r);
+        check_bf16_weights(al_bf16_engine_name((al_bf16_engine)e), &r);
         fprintf(stderr, "ran: engine %s\n", al_bf16_engine_name((al_bf16_engine)e));
     }
     /* oneDNN's plumbing with fp32 primitives over rounded operands */
