@@ -514,6 +514,11 @@ static int bench_decode(int argc, char **argv) {
         size_t weight_bytes = al_model_weight_bytes(&m);
         const size_t esz = al_dtype_size(m.embed_dt);
         if (!cfg.tie_word_embeddings) weight_bytes -= m.params[0].numel * esz - cfg.hidden_size * esz;
+        /* a mixture of experts reads the experts a token is routed to, not the others (gate, up, down each) */
+        const size_t expert_bytes = (size_t)3 * cfg.hidden_size * cfg.moe_intermediate_size * esz;
+        for (int l = 0; l < cfg.num_layers; l++)
+            if (al_config_layer_moe(&cfg, l))
+                weight_bytes -= (size_t)(cfg.n_routed_experts - cfg.num_experts_per_tok) * expert_bytes;
         const double avg_pos = (double)context - tokens / 2.0;
         const size_t kv_per_pos = dec.values_per_token * al_dtype_size(kv_dt) * cfg.num_layers;
         const double cache_read = avg_pos * (double)kv_per_pos;
