@@ -194,4 +194,22 @@ check_ok
 check_same_file "$WORK/vis_ref/model.safetensors" "$WORK/vis2/model.safetensors"
 end
 
+# ---------------------------------------------------------------- study
+
+begin "study under mpirun -np 2, stopped after 2 runs and continued: every run as in one uninterrupted job"
+mpi 2 study --budget tiny --out "$WORK/study_whole" --threads 1
+check_ok
+mpi 2 study --budget tiny --out "$WORK/study_parts" --threads 1 --max-runs 2
+check_ok
+grep -q "stopped after 2 runs" "$ERRF" "$OUTF" || note "--max-runs 2 did not stop after 2 runs"
+mpi 2 study --budget tiny --out "$WORK/study_parts" --threads 1
+check_ok
+for f in report.json report.md heads.npy attnmaps.npy; do
+    [ -s "$WORK/study_parts/$f" ] || note "the continued study lacks $f"
+done
+for r in "$WORK"/study_whole/runs/*/; do
+    check_same_file "$r/model.safetensors" "$WORK/study_parts/runs/$(basename "$r")/model.safetensors"
+done
+end
+
 finish
