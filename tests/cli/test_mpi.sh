@@ -35,7 +35,7 @@ mpi() {
 DATA=$WORK/data.txt
 make_text "$DATA" 600
 TINY=(--data "$DATA" --layers 2 --hidden 32 --heads 4 --kv-heads 2 --context 24 --batch 4 --steps 4 --warmup 1
-    --lr 3e-3 --eval-every 2 --eval-tokens 512 --save-every 2 --threads 1 --quiet)
+    --lr 3e-3 --eval-every 2 --eval-tokens 512 --save-every 2 --threads 1 --quiet --precision f32)
 
 # A build without MPI refuses mpirun's environment (and the rest cannot run).
 mpi 2 train "${TINY[@]}" --out "$WORK/probe"
@@ -169,7 +169,7 @@ end
 
 begin "bench train under mpirun -np 2: rank 0 alone reports, with comm_s and the bytes all-reduced"
 mpi 2 bench train --layers 1 --hidden 32 --heads 4 --context 16 --batch 4 --iters 2 --sgemm-n 64 --triad-mb 1 \
-    --threads 1 --json
+    --threads 1 --precision f32 --json
 check_ok
 check_py "bench train --json under mpirun is not one object with ranks, shards, comm_s, bytes" '
 import json, sys
@@ -186,7 +186,7 @@ end
 
 begin "vision under mpirun -np 2: the same weights as one process with --shards 8"
 VIS=(--task vision --layers 1 --hidden 32 --heads 2 --patch 7 --batch 8 --steps 3 --train-subset 64 --eval-images 32
-    --eval-every 0 --warmup 1 --threads 1 --quiet)
+    --eval-every 0 --warmup 1 --threads 1 --quiet --precision f32)
 run train "${VIS[@]}" --shards 8 --out "$WORK/vis_ref"
 check_ok
 mpi 2 train "${VIS[@]}" --out "$WORK/vis2"
@@ -197,12 +197,12 @@ end
 # ---------------------------------------------------------------- study
 
 begin "study under mpirun -np 2, stopped after 2 runs and continued: every run as in one uninterrupted job"
-mpi 2 study --budget tiny --out "$WORK/study_whole" --threads 1
+mpi 2 study --budget tiny --out "$WORK/study_whole" --threads 1 --precision f32
 check_ok
-mpi 2 study --budget tiny --out "$WORK/study_parts" --threads 1 --max-runs 2
+mpi 2 study --budget tiny --out "$WORK/study_parts" --threads 1 --precision f32 --max-runs 2
 check_ok
 grep -q "stopped after 2 runs" "$ERRF" "$OUTF" || note "--max-runs 2 did not stop after 2 runs"
-mpi 2 study --budget tiny --out "$WORK/study_parts" --threads 1
+mpi 2 study --budget tiny --out "$WORK/study_parts" --threads 1 --precision f32
 check_ok
 for f in report.json report.md heads.npy attnmaps.npy; do
     [ -s "$WORK/study_parts/$f" ] || note "the continued study lacks $f"
