@@ -55,7 +55,6 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,6 +63,7 @@
 #include "attn.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
+#include "../core/thread_buf.h"
 #include "../core/dtype.h"
 #include "../nn/fastmath.h"
 
@@ -414,46 +414,22 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
  * item): slower, the same results within fp32 rounding. The kernels never
  * fail, print or exit. */
 
-typedef struct arena {
-    float *buf;
-    size_t cap; /* floats */
-} arena;
-static _Thread_local arena my_arena;
-static pthread_key_t arena_key; /* its destructor frees a thread's arena when the thread exits */
-static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
-static int arena_key_ok;
+static _Thread_local al_thread_buf my_arena; /* core/thread_buf.h: freed when the thread exits */
 static int test_no_workspace;
-
-static void arena_key_make(void) { arena_key_ok = pthread_key_create(&arena_key, free) == 0; }
-
-/* Points the thread's exit destructor at its current buffer. */
-static void arena_track(void) {
-    pthread_once(&arena_once, arena_key_make);
-    if (arena_key_ok) pthread_setspecific(arena_key, my_arena.buf);
-}
 
 /* The calling thread's arena, grown to at least `floats` floats (64-byte
  * aligned); NULL if memory ran out (the arena is then empty). */
 static float *arena_get(size_t floats) {
-    arena *a = &my_arena;
     if (test_no_workspace) return NULL;
-    if (a->buf && floats <= a->cap) return a->buf;
-    const size_t n = (floats + floats / 4 + 15) & ~(size_t)15; /* some room for the next, larger call */
-    free(a->buf); /* first: the old and new arenas never add up */
-    a->buf = n >= floats && n <= SIZE_MAX / sizeof(float) ? aligned_alloc(64, n * sizeof(float)) : NULL;
-    a->cap = a->buf ? n : 0;
-    arena_track();
-    return a->buf;
+    if (floats > SIZE_MAX / sizeof(float) / 2) return NULL;
+    /* some room for the next, larger call */
+    return al_thread_buf_get(&my_arena, AL_THREAD_BUF_ATTENTION, floats * sizeof(float),
+                             ((floats + floats / 4 + 15) & ~(size_t)15) * sizeof(float));
 }
 
-void al_attn_release(void) {
-    free(my_arena.buf);
-    my_arena.buf = NULL;
-    my_arena.cap = 0;
-    arena_track();
-}
+void al_attn_release(void) { al_thread_buf_release(&my_arena, AL_THREAD_BUF_ATTENTION); }
 
-size_t al_attn_workspace_bytes(void) { return my_arena.cap * sizeof(float); }
+size_t al_attn_workspace_bytes(void) { return my_arena.cap; }
 
 void al_attn_test_no_workspace(int on) { test_no_workspace = on; }
 

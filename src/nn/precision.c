@@ -35,13 +35,13 @@
  */
 #include <cblas.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "../core/cpu.h"
+#include "../core/thread_buf.h"
 #include "nn.h"
 #include "precision_internal.h"
 
@@ -253,39 +253,12 @@ const uint16_t *al_bf16_shadow_of(const float *p) {
  * page-fault every time); freed by al_precision_release or at thread exit.
  * A plan it cannot be grown for gets NULL: the stack blocks. */
 
-typedef struct workspace {
-    char *buf;
-    size_t cap;
-} workspace;
-static _Thread_local workspace my_ws;
-static pthread_key_t ws_key; /* its destructor frees a thread's buffer when the thread exits */
-static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
-static int ws_key_ok;
-
-static void ws_key_make(void) { ws_key_ok = pthread_key_create(&ws_key, free) == 0; }
-
-static void ws_track(void) {
-    pthread_once(&ws_once, ws_key_make);
-    if (ws_key_ok) pthread_setspecific(ws_key, my_ws.buf);
-}
+static _Thread_local al_thread_buf my_ws; /* core/thread_buf.h: freed when the thread exits */
 
 /* The calling thread's buffer, grown to at least `bytes` (64-byte aligned). */
-static char *ws_get(size_t bytes) {
-    workspace *w = &my_ws;
-    if (w->buf && bytes <= w->cap) return w->buf;
-    const size_t n = (bytes + 63) & ~(size_t)63;
-    free(w->buf); /* first: the old and new buffers never add up */
-    w->buf = n >= bytes ? aligned_alloc(64, n) : NULL;
-    w->cap = w->buf ? n : 0;
-    ws_track();
-    return w->buf;
-}
+static char *ws_get(size_t bytes) { return al_thread_buf_get(&my_ws, AL_THREAD_BUF_BF16, bytes, bytes); }
 
-void al_precision_release(void) {
-    free(my_ws.buf);
-    my_ws = (workspace){0};
-    ws_track();
-}
+void al_precision_release(void) { al_thread_buf_release(&my_ws, AL_THREAD_BUF_BF16); }
 
 /* Bytes of one element of engine e's blocks (emulated: fp32; oneDNN's test
  * mode: fp32; else bf16), and of one thread's slot (each block sized up to
