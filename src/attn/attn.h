@@ -89,6 +89,8 @@ static inline int al_attn_adjacent(float *const *w, const al_dtype *dt, int i, s
 
 enum { AL_ATTN_MAX_FIELDS = 8 };
 
+struct al_attn_source; /* convert.h */
+
 typedef struct al_attn_ops {
     /* ---- descriptor: what the program asks about the design ---- */
     const char *name;  /* "mla": --attention, the "attention" of config.json's attnlab block */
@@ -164,6 +166,25 @@ typedef struct al_attn_ops {
      * q[T, d_qk], k[T, d_qk]. Returns d_qk (NULL q, k: only returns it).
      * Attention maps come from these, one head at a time. */
     int (*head_qk)(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k);
+
+    /* ---- conversion from MHA/GQA (attnlab convert; convert.h, docs/convert.md) ----
+     * Both NULL for a design that cannot be a conversion's target (MHA).
+     * convert_shape: fills the target config dst (a copy of the source's with
+     * this design's index and the fields the user gave: given[i] for
+     * fields[i], num_kv_heads 0 unless --kv-heads was given) with what the
+     * conversion needs, and refuses what it cannot honour in one line
+     * (al_err). With layers == NULL it only decides from the shapes (before
+     * any calibration); with the source's layers (src[0..L)) it may also
+     * choose from their calibration activations (MLA: which RoPE pairs stay
+     * rotated, through rope_theta). Fields it does not set stay as given. */
+    int (*convert_shape)(const struct al_attn_source *layers, const al_config *src, al_config *dst,
+                         const unsigned char *given, al_err *err);
+    /* Fills the target layer's weights dst->w[] (fp32 arena tensors of the
+     * target config) from one source layer, and writes each head's relative
+     * Frobenius error of its key and value maps (RoPE at position 0) in
+     * k_err[H], v_err[H]. Workspace is its own (conversion is not a kernel). */
+    int (*convert)(const struct al_attn_source *src, const al_attn_layer *dst, double *k_err, double *v_err,
+                   al_err *err);
 } al_attn_ops;
 
 /* ---- the registry (registry.c) ----

@@ -60,9 +60,11 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
+#include "convert.h"
 
 enum { W_Q, W_KS, W_VS, W_KD, W_VD, W_KU, W_VU, W_O, N_W };
 
@@ -468,6 +470,96 @@ static void lrkv_describe(const al_config *c, char *buf, size_t cap) {
 
 static void lrkv_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "LRKV (r=%d)", c->lrkv_rank); }
 
+/* ---- conversion from MHA/GQA (convert.h, docs/convert.md) ---- */
+
+/* The rank: --lrkv-rank, else the design's default (d_h / 2, even); the
+ * source's head_dim is kept, so lrkv_validate refuses r > d_h and odd r. */
+static int lrkv_convert_shape(const al_attn_source *layers, const al_config *src, al_config *dst,
+                              const unsigned char *given, al_err *err) {
+    (void)layers, (void)src, (void)err;
+    if (!given[0]) dst->lrkv_rank = (dst->head_dim / 2) / 2 * 2;
+    dst->num_kv_heads = dst->num_heads;
+    return 0;
+}
+
+/* The d_h-space RoPE pair that r-space pair i feeds through B_K: the one of
+ * the same frequency, j = i d_h / r (theta^(-2i/r) = theta^(-2j/d_h)); when
+ * d_h / r is not an integer some i fall between two pairs and take the
+ * nearest (then that pair's rotation is only approximate). */
+static int pair_of(int i, int dh, int r) { return (int)lround((double)i * dh / r); }
+
+/* W_Ks, W_Vs: the mean over heads of the source key / value maps (the
+ * common component: the Frobenius-nearest shared map). Keys: B_K[h] is built
+ * from 2 x 2 identity blocks that send r-space RoPE pair (i, i + r/2) to
+ * d_h-space pair (j, j + d_h/2) of the same frequency, j = pair_of(i), so
+ * B_K RoPE^(r)(R) = RoPE^(d_h)(B_K R) holds exactly and U_K[h] is head h's
+ * residual W_K[h] - W_Ks on those pairs: exact at r = d_h (B_K = I), and
+ * below it the residual of the other pairs is dropped (the heads share them).
+ * Values: B_V[h] U_V[h] is the rank-r fit of W_V[h] - W_Vs weighted by the
+ * calibration activations (al_cv_lowrank; exact at r = d_h). Query and
+ * output maps are copied. */
+static int lrkv_convert(const al_attn_source *s, const al_attn_layer *L, double *k_err, double *v_err, al_err *err) {
+    const dims m = dims_of(L->cfg);
+    const int H = m.H, dh = m.dh, r = m.r, d = m.d;
+    const size_t map = (size_t)dh * d;
+    double *shk = calloc(2 * map, sizeof(double)), *shv = shk ? shk + map : NULL;
+    double *res = malloc(sizeof(double) * map), *eff = malloc(sizeof(double) * map);
+    double *P = malloc(sizeof(double) * ((size_t)dh * (r > 0 ? r : 1))), *Q = malloc(sizeof(double) * ((size_t)(r > 0 ? r : 1) * d));
+    int rc = -1;
+    if (!shk || !res || !eff || !P || !Q) {
+        al_errf(err, "out of memory");
+        goto done;
+    }
+    memcpy(L->w[W_Q], s->wq, sizeof(float) * m.hd * d);
+    memcpy(L->w[W_O], s->wo, sizeof(float) * m.hd * d);
+    for (int h = 0; h < H; h++) {
+        const float *k = al_cv_head_k(s, h), *v = al_cv_head_v(s, h);
+        for (size_t i = 0; i < map; i++) shk[i] += (double)k[i] / H, shv[i] += (double)v[i] / H;
+    }
+    for (size_t i = 0; i < map; i++) L->w[W_KS][i] = (float)shk[i], L->w[W_VS][i] = (float)shv[i];
+    for (int h = 0; h < H; h++) {
+        const float *k = al_cv_head_k(s, h), *v = al_cv_head_v(s, h);
+        float *UK = L->w[W_KD] + (size_t)h * r * d, *BK = L->w[W_KU] + (size_t)h * dh * r;
+        float *UV = L->w[W_VD] + (size_t)h * r * d, *BV = L->w[W_VU] + (size_t)h * dh * r;
+        /* keys: frequency-matched pairs */
+        memcpy(eff, shk, sizeof(double) * map);
+        memset(BK, 0, sizeof(float) * dh * r);
+        for (int i = 0; i < r / 2; i++) {
+            const int j = pair_of(i, dh, r);
+            const int src_rows[2] = {j, j + dh / 2}, dst_rows[2] = {i, i + r / 2};
+            for (int t = 0; t < 2; t++) {
+                BK[(size_t)src_rows[t] * r + dst_rows[t]] = 1.0f;
+                for (int e = 0; e < d; e++) {
+                    const size_t at = (size_t)src_rows[t] * d + e;
+                    UK[(size_t)dst_rows[t] * d + e] = (float)((double)k[at] - shk[at]);
+                    eff[at] = (double)L->w[W_KS][at] + UK[(size_t)dst_rows[t] * d + e];
+                }
+            }
+        }
+        k_err[h] = al_cv_rel_err(k, eff, map);
+        /* values: activation-weighted rank-r fit of the residual */
+        for (size_t i = 0; i < map; i++) res[i] = (double)v[i] - (double)L->w[W_VS][i];
+        if (al_cv_lowrank(res, dh, d, s->cov, r, P, Q, err)) goto done;
+        for (size_t i = 0; i < (size_t)dh * r; i++) BV[i] = (float)P[i];
+        for (size_t i = 0; i < (size_t)r * d; i++) UV[i] = (float)Q[i];
+        for (int a = 0; a < dh; a++)
+            for (int e = 0; e < d; e++) {
+                double acc = L->w[W_VS][(size_t)a * d + e];
+                for (int j = 0; j < r; j++) acc += (double)BV[(size_t)a * r + j] * UV[(size_t)j * d + e];
+                eff[(size_t)a * d + e] = acc;
+            }
+        v_err[h] = al_cv_rel_err(v, eff, map);
+    }
+    rc = 0;
+done:
+    free(shk);
+    free(res);
+    free(eff);
+    free(P);
+    free(Q);
+    return rc;
+}
+
 const al_attn_ops al_attn_lrkv_ops = {
     .name = "lrkv",
     .title = "LRKV",
@@ -493,4 +585,6 @@ const al_attn_ops al_attn_lrkv_ops = {
     .cache_fill = lrkv_cache_fill,
     .head_maps = lrkv_head_maps,
     .head_qk = lrkv_head_qk,
+    .convert_shape = lrkv_convert_shape,
+    .convert = lrkv_convert,
 };

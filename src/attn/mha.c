@@ -34,9 +34,11 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
+#include "convert.h"
 
 enum { W_Q, W_K, W_V, W_O, B_Q, B_K, B_V };
 
@@ -315,8 +317,64 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
     return dh;
 }
 
+/* ---- conversion from MHA/GQA (convert.h, docs/convert.md) ---- */
+
+/* GQA target: --kv-heads G' (default half the source's KV heads) must give
+ * 1 < G' < H and divide H; MQA: G' = 1. Whether G' differs from the source
+ * is the caller's check (a target equal to the source). */
+static int heads_convert_shape(const al_attn_source *layers, const al_config *src, al_config *dst,
+                               const unsigned char *given, al_err *err) {
+    (void)layers, (void)given;
+    if (dst->attention == AL_ATTN_MQA) {
+        if (dst->num_kv_heads > 1) return al_errf(err, "--kv-heads applies only to --to gqa (mqa has 1)");
+        dst->num_kv_heads = 1;
+        return 0;
+    }
+    if (dst->num_kv_heads == 0) dst->num_kv_heads = src->num_kv_heads / 2;
+    if (dst->num_kv_heads <= 1 || dst->num_kv_heads >= dst->num_heads || dst->num_heads % dst->num_kv_heads)
+        return al_errf(err, "gqa needs --kv-heads G with 1 < G < %d dividing %d (got %d)", dst->num_heads,
+                       dst->num_heads, dst->num_kv_heads);
+    return 0;
+}
+
+/* Mean pooling (Ainslie et al. 2023): target KV head g' is the mean of the
+ * source key (value) maps of the query heads it serves, so a source whose
+ * heads are equal within each target group converts exactly. The query and
+ * output maps are copied. Why the mean: it is the least-squares common map of
+ * a group in weight space (the Frobenius-nearest single map to the group's
+ * maps), needs no calibration, and is what the GQA paper found best among
+ * its simple choices; an activation-weighted choice does not change it (the
+ * mean also minimises E ||(W_h - W) x||^2 summed over the group for any x). */
+static int heads_convert(const al_attn_source *s, const al_attn_layer *L, double *k_err, double *v_err, al_err *err) {
+    const al_config *c = L->cfg;
+    const int H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim, d = c->hidden_size, per = H / G;
+    const size_t map = (size_t)dh * d;
+    double *acc = malloc(sizeof(double) * map * 2);
+    if (!acc) return al_errf(err, "out of memory");
+    memcpy(L->w[W_Q], s->wq, sizeof(float) * H * map);
+    memcpy(L->w[W_O], s->wo, sizeof(float) * H * map);
+    for (int g = 0; g < G; g++) {
+        memset(acc, 0, sizeof(double) * map * 2);
+        for (int h = g * per; h < (g + 1) * per; h++) {
+            const float *k = al_cv_head_k(s, h), *v = al_cv_head_v(s, h);
+            for (size_t i = 0; i < map; i++) acc[i] += k[i], acc[map + i] += v[i];
+        }
+        for (size_t i = 0; i < 2 * map; i++) acc[i] /= per;
+        for (size_t i = 0; i < map; i++) {
+            L->w[W_K][(size_t)g * map + i] = (float)acc[i];
+            L->w[W_V][(size_t)g * map + i] = (float)acc[map + i];
+        }
+        for (int h = g * per; h < (g + 1) * per; h++) {
+            k_err[h] = al_cv_rel_err(al_cv_head_k(s, h), acc, map);
+            v_err[h] = al_cv_rel_err(al_cv_head_v(s, h), acc + map, map);
+        }
+    }
+    free(acc);
+    return 0;
+}
+
 /* One implementation, three descriptors. */
-#define HEADS_DESIGN(ops, nm, ttl, check, matches, title_fn)                                                            \
+#define HEADS_DESIGN(ops, nm, ttl, check, matches, title_fn, cv_shape, cv)                                                            \
     const al_attn_ops ops = {                                                                                          \
         .name = nm,                                                                                                    \
         .title = ttl,                                                                                                  \
@@ -341,8 +399,10 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
         .cache_fill = gqa_cache_fill,                                                                                  \
         .head_maps = gqa_head_maps,                                                                                    \
         .head_qk = gqa_head_qk,                                                                                        \
+        .convert_shape = cv_shape,                                                                                     \
+        .convert = cv,                                                                                                 \
     }
 
-HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title);
-HEADS_DESIGN(al_attn_gqa_ops, "gqa", "GQA", gqa_validate, gqa_matches, gqa_title);
-HEADS_DESIGN(al_attn_mqa_ops, "mqa", "MQA", mqa_validate, mqa_matches, mqa_title);
+HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title, NULL, NULL);
+HEADS_DESIGN(al_attn_gqa_ops, "gqa", "GQA", gqa_validate, gqa_matches, gqa_title, heads_convert_shape, heads_convert);
+HEADS_DESIGN(al_attn_mqa_ops, "mqa", "MQA", mqa_validate, mqa_matches, mqa_title, heads_convert_shape, heads_convert);

@@ -53,9 +53,11 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
+#include "convert.h"
 
 /* The shapes of one layer, from the config. */
 typedef struct mla_dims {
@@ -530,6 +532,226 @@ static void mla_describe(const al_config *c, char *buf, size_t cap) {
 
 static void mla_title(const al_config *c, char *buf, size_t cap) { snprintf(buf, cap, "MLA"); }
 
+/* ---- conversion from MHA/GQA (convert.h, docs/convert.md), after MHA2MLA ----
+ * The source's head of d_h dims (rotate-half RoPE, pairs (j, j + d_h/2) at
+ * frequency theta^(-2j/d_h)) becomes dn = d_h - dr dims without RoPE and dr
+ * dims of RoPE, so the key width and the softmax scale stay 1/sqrt(d_h), and
+ * dv = d_h. attnlab's MLA rotates its dr dims with its own table (interleaved
+ * pairs (2i, 2i+1) at theta'^(-2i/dr)), so the dr/2 pairs kept rotated must
+ * be evenly spaced from pair 0, j_i = s i: then theta' = theta^(s dr/d_h)
+ * gives each exactly its source frequency. Of the strides s that fit
+ * (s (dr/2 - 1) <= d_h/2 - 1), the one whose pairs carry most of q.k on the
+ * calibration text is kept (MHA2MLA's 2-norm criterion: the mean over tokens
+ * of ||q_h,j|| ||k_h,j||, summed over heads and layers; a pair's norm does
+ * not depend on its rotation). */
+
+/* the source pair of MLA RoPE pair i for stride s */
+static int rope_pair(int i, int s) { return i * s; }
+
+/* the largest stride whose dr/2 pairs fit in the source's d_h/2 */
+static int max_stride(int dh, int dr) { return dr / 2 > 1 ? (dh / 2 - 1) / (dr / 2 - 1) : 1; }
+
+/* crit[dh/2] += mean over tokens of ||q_h,j|| ||k_h,j|| of one source layer, summed over heads */
+static int pair_criterion(const al_attn_source *s, double *crit, al_err *err) {
+    const al_config *c = s->cfg;
+    const int H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim, d = c->hidden_size, half = dh / 2;
+    const int n = s->n < 2048 ? (int)s->n : 2048;
+    float *q = malloc(sizeof(float) * n * H * dh), *k = malloc(sizeof(float) * n * G * dh);
+    if (!q || !k) {
+        free(q);
+        free(k);
+        return al_errf(err, "out of memory");
+    }
+    al_sgemm(0, 1, n, H * dh, d, 1.0f, s->x, d, s->wq, d, 0.0f, q, H * dh);
+    al_sgemm(0, 1, n, G * dh, d, 1.0f, s->x, d, s->wk, d, 0.0f, k, G * dh);
+    for (int h = 0; h < H; h++) {
+        const int g = h / (H / G);
+        for (int j = 0; j < half; j++) {
+            double sum = 0;
+            for (int t = 0; t < n; t++) {
+                const float *qh = q + (size_t)t * H * dh + (size_t)h * dh, *kg = k + (size_t)t * G * dh + (size_t)g * dh;
+                sum += sqrt((double)qh[j] * qh[j] + (double)qh[j + half] * qh[j + half]) *
+                       sqrt((double)kg[j] * kg[j] + (double)kg[j + half] * kg[j + half]);
+            }
+            crit[j] += n ? sum / n : 0;
+        }
+    }
+    free(q);
+    free(k);
+    return 0;
+}
+
+/* The MLA shape of a converted MHA/GQA: dr (--qk-rope-dim, default the
+ * design's d_h/2 rounded to even) even in 2..d_h, dn = d_h - dr and dv = d_h
+ * (given values must agree), no query latent, d_c (--kv-lora-rank, default
+ * hidden/4) at most min(hidden, H (dn + dv)) (a larger latent has nothing
+ * more to hold). With the layers, rope_theta = theta^(s dr/d_h) for the
+ * stride s chosen by pair_criterion. */
+static int mla_convert_shape(const al_attn_source *layers, const al_config *src, al_config *dst,
+                             const unsigned char *given, al_err *err) {
+    const int dh = src->head_dim;
+    if (!given[F_ROPE]) dst->qk_rope_head_dim = (dh / 2 + 1) / 2 * 2;
+    const int dr = dst->qk_rope_head_dim;
+    if (dr <= 0 || dr % 2 || dr > dh)
+        return al_errf(err, "--qk-rope-dim must be even and in 2..%d (the source's head_dim), got %d", dh, dr);
+    if (given[F_NOPE] && dst->qk_nope_head_dim != dh - dr)
+        return al_errf(err, "--qk-nope-dim must be head_dim - qk_rope_dim = %d for a conversion, got %d", dh - dr,
+                       dst->qk_nope_head_dim);
+    if (given[F_V] && dst->v_head_dim != dh)
+        return al_errf(err, "--v-head-dim must be the source's head_dim %d for a conversion, got %d", dh, dst->v_head_dim);
+    if (given[F_Q_LORA] && dst->q_lora_rank != 0)
+        return al_errf(err, "--q-lora-rank must be 0 for a conversion (the source's queries are kept), got %d",
+                       dst->q_lora_rank);
+    dst->qk_nope_head_dim = dh - dr;
+    dst->v_head_dim = dh;
+    dst->q_lora_rank = 0;
+    if (!given[F_KV_LORA]) dst->kv_lora_rank = src->hidden_size / 4;
+    const int cap_h = dst->num_heads * (dh - dr + dh), cap = cap_h < src->hidden_size ? cap_h : src->hidden_size;
+    if (dst->kv_lora_rank <= 0 || dst->kv_lora_rank > cap)
+        return al_errf(err, "--kv-lora-rank must be in 1..%d (min of hidden %d and heads x (nope + value dims) %d), got %d",
+                       cap, src->hidden_size, cap_h, dst->kv_lora_rank);
+    dst->head_dim = dh;
+    dst->num_kv_heads = dst->num_heads;
+    dst->rope_theta = src->rope_theta;
+    if (!layers || dr / 2 <= 1) return 0;
+    double *crit = calloc((size_t)dh / 2, sizeof(double));
+    if (!crit) return al_errf(err, "out of memory");
+    for (int l = 0; l < src->num_layers; l++)
+        if (pair_criterion(&layers[l], crit, err)) {
+            free(crit);
+            return -1;
+        }
+    int best = 1;
+    double best_sum = -1;
+    for (int st = 1; st <= max_stride(dh, dr); st++) {
+        double sum = 0;
+        for (int i = 0; i < dr / 2; i++) sum += crit[rope_pair(i, st)];
+        if (sum > best_sum) best_sum = sum, best = st;
+    }
+    free(crit);
+    dst->rope_theta = pow(src->rope_theta, (double)best * dr / dh);
+    return 0;
+}
+
+/* The stride a target config's rope_theta encodes (mla_convert_shape). */
+static int stride_of(const al_config *src, const al_config *dst) {
+    const int dh = src->head_dim, dr = dst->qk_rope_head_dim;
+    if (dr / 2 <= 1) return 1;
+    const long s = lround(log(dst->rope_theta) / log(src->rope_theta) * dh / dr);
+    return s < 1 ? 1 : s > max_stride(dh, dr) ? max_stride(dh, dr) : (int)s;
+}
+
+/* Fills one MLA layer from a source layer:
+ *   q_proj: head h's rows reordered [nope dims (the source dims of the pairs
+ *     not kept, ascending); rope dims (pair j_i as elements 2i, 2i+1)];
+ *   k_pe (rows dc.. of kv_a_proj_with_mqa): the mean over heads of their
+ *     rope rows (one key shared by all heads: the Frobenius-nearest);
+ *   latent: the stacked map M = [k_nope_h; v_h] over heads [H (dn + dv), d]
+ *     fitted at rank dc weighted by the calibration activations
+ *     (al_cv_lowrank: M ~ P Q): W_dkv = Q, kv_b_proj = P;
+ *   kv_a_layernorm's gain g_i: least squares over the calibration tokens of
+ *     g_i c_i / rms(c) ~ c_i (c = Q x), so the normed latent stays ~ Q x;
+ *   o_proj copied. The per-token 1/rms(c) is what cannot be exact: the
+ *   output error on calibration text measures it. Key and value errors are
+ *   of the linear maps (P Q, the shared k_pe), RoPE at position 0. */
+static int mla_convert(const al_attn_source *s, const al_attn_layer *L, double *k_err, double *v_err, al_err *err) {
+    const al_config *c = L->cfg;
+    const mla_dims D = dims_of(c);
+    const int H = D.H, d = D.d, dh = s->cfg->head_dim, half = dh / 2, dn = D.dn, dr = D.dr, dc = D.dc, dv = D.dv;
+    const int st = stride_of(s->cfg, c), m = H * (dn + dv);
+    const mla_w W = views(c, L->w);
+    int *order = malloc(sizeof(int) * dh); /* MLA key dim e <- source dim order[e] */
+    double *M = malloc(sizeof(double) * m * d), *P = malloc(sizeof(double) * m * dc), *Q = malloc(sizeof(double) * dc * d);
+    double *kpe = calloc((size_t)dr * d, sizeof(double)), *eff = malloc(sizeof(double) * (size_t)dh * d);
+    float *lat = malloc(sizeof(float) * s->n * dc), *lat_rms = malloc(sizeof(float) * (s->n + 1));
+    int rc = -1;
+    if (!order || !M || !P || !Q || !kpe || !eff || !lat || !lat_rms) {
+        al_errf(err, "out of memory");
+        goto done;
+    }
+    /* the dim order: nope dims ascending, then the rope pairs interleaved */
+    unsigned char *kept = (unsigned char *)eff; /* dh flags, before eff is used */
+    memset(kept, 0, (size_t)dh);
+    for (int i = 0; i < dr / 2; i++) {
+        kept[rope_pair(i, st)] = kept[rope_pair(i, st) + half] = 1;
+        order[dn + 2 * i] = rope_pair(i, st);
+        order[dn + 2 * i + 1] = rope_pair(i, st) + half;
+    }
+    for (int e = 0, n = 0; e < dh; e++)
+        if (!kept[e]) order[n++] = e;
+    for (int h = 0; h < H; h++) {
+        const float *k = al_cv_head_k(s, h), *v = al_cv_head_v(s, h);
+        for (int e = 0; e < dh; e++) {
+            memcpy(W.q + ((size_t)h * dh + e) * d, s->wq + ((size_t)h * dh + order[e]) * d, sizeof(float) * d);
+            for (int t = 0; t < d; t++) {
+                const double kv = k[(size_t)order[e] * d + t];
+                if (e < dn) M[((size_t)h * (dn + dv) + e) * d + t] = kv;
+                else kpe[(size_t)(e - dn) * d + t] += kv / H;
+            }
+        }
+        for (size_t i = 0; i < (size_t)dv * d; i++) M[((size_t)h * (dn + dv) + dn) * d + i] = v[i];
+    }
+    if (al_cv_lowrank(M, m, d, s->cov, dc, P, Q, err)) goto done;
+    for (size_t i = 0; i < (size_t)dc * d; i++) W.kva[i] = (float)Q[i];
+    for (size_t i = 0; i < (size_t)dr * d; i++) W.kva[(size_t)dc * d + i] = (float)kpe[i];
+    for (size_t i = 0; i < (size_t)m * dc; i++) W.kvb[i] = (float)P[i];
+    memcpy(W.o, s->wo, sizeof(float) * d * H * dv);
+    /* the latent's gain on the calibration tokens */
+    al_sgemm(0, 1, (int)s->n, dc, d, 1.0f, s->x, d, W.kva, d, 0.0f, lat, dc);
+    for (size_t t = 0; t < s->n; t++) { /* each token's latent divided by its rms, in place */
+        float *ct = lat + t * dc;
+        double ms = 0;
+        for (int e = 0; e < dc; e++) ms += (double)ct[e] * ct[e];
+        const double inv = 1.0 / sqrt(ms / dc + c->rms_norm_eps);
+        for (int e = 0; e < dc; e++) ct[e] = (float)(ct[e] * inv); /* a = c / rms(c) */
+        lat_rms[t] = (float)(1.0 / inv);
+    }
+    for (int i = 0; i < dc; i++) {
+        double num = 0, den = 0; /* least squares of g a ~ c = a rms */
+        for (size_t t = 0; t < s->n; t++) {
+            const double a = lat[t * dc + i];
+            num += a * a * lat_rms[t];
+            den += a * a;
+        }
+        W.kv_norm[i] = den > 0 ? (float)(num / den) : 1.0f;
+    }
+    /* errors of the linear maps in the MLA's dim order */
+    for (int h = 0; h < H; h++) {
+        const float *k = al_cv_head_k(s, h), *v = al_cv_head_v(s, h);
+        double num = 0, den = 0;
+        for (int e = 0; e < dh; e++)
+            for (int t = 0; t < d; t++) {
+                double fit = 0;
+                if (e < dn)
+                    for (int j = 0; j < dc; j++) fit += P[((size_t)h * (dn + dv) + e) * dc + j] * Q[(size_t)j * d + t];
+                else
+                    fit = kpe[(size_t)(e - dn) * d + t];
+                const double ref = k[(size_t)order[e] * d + t];
+                num += (ref - fit) * (ref - fit);
+                den += ref * ref;
+            }
+        k_err[h] = den > 0 ? sqrt(num / den) : sqrt(num);
+        for (int e = 0; e < dv; e++)
+            for (int t = 0; t < d; t++) {
+                double fit = 0;
+                for (int j = 0; j < dc; j++) fit += P[((size_t)h * (dn + dv) + dn + e) * dc + j] * Q[(size_t)j * d + t];
+                eff[(size_t)e * d + t] = fit;
+            }
+        v_err[h] = al_cv_rel_err(v, eff, (size_t)dv * d);
+    }
+    rc = 0;
+done:
+    free(order);
+    free(M);
+    free(P);
+    free(Q);
+    free(kpe);
+    free(eff);
+    free(lat);
+    free(lat_rms);
+    return rc;
+}
+
 const al_attn_ops al_attn_mla_ops = {
     .name = "mla",
     .title = "MLA",
@@ -554,4 +776,6 @@ const al_attn_ops al_attn_mla_ops = {
     .cache_fill = mla_cache_fill,
     .head_maps = mla_head_maps,
     .head_qk = mla_head_qk,
+    .convert_shape = mla_convert_shape,
+    .convert = mla_convert,
 };

@@ -28,6 +28,7 @@
 #include "cli.h"
 #include "core/ceiling.h"
 #include "io/io.h"
+#include "model/convert.h"
 #include "train/vision.h"
 
 /* Vision models: accuracy and mean cross-entropy over the test images of
@@ -69,42 +70,6 @@ static int eval_vision(const char *cmd, const char *model_dir, al_model *m, cons
     al_image_set_free(&test);
     al_model_free(m);
     return failed ? 1 : 0;
-}
-
-/* Mean cross-entropy over ids[0..n): windows of T tokens (B per forward
- * pass) starting every T tokens, each token i < n - 1 predicting i + 1 from
- * the tokens of its window up to i; at most max_predictions (0: all). *count
- * is the number of predictions. */
-static int eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_predictions, double *loss,
-                    size_t *count, al_err *err) {
-    const int B = a->B, T = a->T;
-    size_t n_pred = n > 0 ? n - 1 : 0;
-    if (max_predictions && n_pred > max_predictions) n_pred = max_predictions;
-    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 tokens)");
-    int *in = malloc(sizeof(int) * (size_t)B * T), *tg = malloc(sizeof(int) * (size_t)B * T);
-    if (!in || !tg) {
-        free(in);
-        free(tg);
-        return al_errf(err, "out of memory");
-    }
-    double sum = 0;
-    for (size_t done = 0; done < n_pred; done += (size_t)B * T) {
-        size_t batch_count = 0;
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                size_t i = done + (size_t)b * T + (size_t)t;
-                int ok = i < n_pred;
-                in[b * T + t] = ok ? ids[i] : 0;
-                tg[b * T + t] = ok ? ids[i + 1] : -1;
-                batch_count += ok;
-            }
-        sum += al_model_forward(m, a, in, tg) * (double)batch_count;
-    }
-    free(in);
-    free(tg);
-    *count = n_pred;
-    *loss = sum / (double)n_pred;
-    return 0;
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -250,7 +215,7 @@ int cmd_eval(int argc, char **argv) {
     double t0 = al_now();
     if (!failed) {
         if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
-            eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
+            al_model_eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
             act_bytes = a.n_floats * sizeof(float);

@@ -25,6 +25,7 @@ static const struct {
     {"study", cmd_study, "train and compare the five KV designs and two score functions; report + figures"},
     {"bench", cmd_bench, "measure speed against this machine's ceilings"},
     {"tokenize", cmd_tokenize, "text -> token ids and back with a model's tokenizer"},
+    {"convert", cmd_convert, "convert a trained MHA/GQA model into GQA, MQA, MLA or LRKV"},
 };
 
 static void usage(FILE *f) {

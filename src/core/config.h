@@ -125,6 +125,10 @@ typedef struct al_config {
     int first_k_dense_replace, moe_layer_freq;
     int moe_group_limited, n_group, topk_group, norm_topk_prob;
     double routed_scaling_factor;
+    /* attnlab's own models whose token ids are a tokenizer.json's (a model
+     * converted from a Hugging Face checkpoint, `attnlab convert`): any
+     * vocab_size; 0 (every earlier config): bytes, vocab_size 256 */
+    int tokenizer_vocab;
 } al_config;
 
 /* ---- field descriptors ----
@@ -236,7 +240,9 @@ typedef struct al_config_field {
     X(norm_topk_prob, AL_CF_BOOL, "norm_topk_prob", "norm_topk_prob", AL_CF_TOP, AL_CF_HF_MOE, 0,                     \
       "renormalise the chosen experts' weights")                                                                       \
     X(routed_scaling_factor, AL_CF_DOUBLE, "routed_scaling", "routed_scaling_factor", AL_CF_TOP, AL_CF_HF_MOE, 0,      \
-      "factor of the routed experts' weights (without norm_topk_prob)")
+      "factor of the routed experts' weights (without norm_topk_prob)")                                                \
+    X(tokenizer_vocab, AL_CF_BOOL, "tokenizer_vocab", "tokenizer_vocab", AL_CF_BLOCK, AL_CF_LM, 0,                     \
+      "token ids are those of the directory's tokenizer.json (any vocab_size), not bytes")
 /* clang-format on */
 
 const char *al_task_name(al_task t);

@@ -374,7 +374,7 @@ int al_config_validate(const al_config *c, al_err *err) {
     if (c->task == AL_TASK_VISION) {
         if (validate_vision(c, err)) return -1;
     } else {
-        if (c->hf == AL_HF_NONE && c->vocab_size != 256)
+        if (c->hf == AL_HF_NONE && !c->tokenizer_vocab && c->vocab_size != 256)
             return al_errf(err, "invalid config: vocab_size must be 256 (bytes), got %d", c->vocab_size);
         if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
             return al_errf(err, "invalid config: vocab_size must be in 1..%d, got %d", 1 << 24, c->vocab_size);
