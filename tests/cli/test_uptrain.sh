@@ -124,6 +124,18 @@ run tokenize --model "$WORK/src_sp" --file "$DATA2" --ids-only
 [ "$(ids "$WORK/t1/data_tokens.bin")" = "$(cat "$OUTF")" ] || note "the cache does not hold the new text's ids"
 end
 
+begin "token cache: a damaged one is encoded again; the run is a model directory every command reads"
+head -c 100 "$WORK/t1/data_tokens.bin" >"$WORK/t1/cut" && mv "$WORK/t1/cut" "$WORK/t1/data_tokens.bin"
+run train --out "$WORK/t1" --resume --steps 4 --threads 2 --quiet
+check_ok
+run tokenize --model "$WORK/t1" --file "$DATA2" --ids-only
+[ "$(ids "$WORK/t1/data_tokens.bin")" = "$(cat "$OUTF")" ] || note "the damaged cache was not rewritten"
+run generate --model "$WORK/t1" --prompt "the cat" -n 4 --temperature 0
+check_ok
+run info --model "$WORK/t1"
+check_ok
+end
+
 # resume: constant lr (warmup 0, min-lr-ratio 1) so that 10 steps + 10 more are the 20 of one run
 RES=("${FLAGS[@]}" --warmup 0 --min-lr-ratio 1 --lr 3e-3 --eval-every 5 --save-every 100)
 begin "uptraining resumes bit for bit"
