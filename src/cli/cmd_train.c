@@ -179,6 +179,8 @@ static int apply_config_file(const char *cmd, const char *path, al_arg *args, in
     for (cJSON *it = j->child; it && !rc; it = it->next) {
         al_arg *a = cli_find(args, n, it->string);
         if (!a) return cli_usage(cmd, "%s: unknown setting '%s'", path, it->string);
+        if (!strcmp(it->string, "init-from")) /* it decides how the rest is read: the command line's alone */
+            return cli_usage(cmd, "%s: 'init-from' can only be given on the command line", path);
         if (a->seen || !strcmp(it->string, "config")) continue;
         char buf[64];
         const char *value = buf;

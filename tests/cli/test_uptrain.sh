@@ -208,8 +208,11 @@ bad "--out = DIR" 2 "same directory" --init-from "$WORK/src" --out "$WORK/src/" 
 bad "vision flags for a language model" 2 "--patch does not apply" --init-from "$WORK/src" --out "$WORK/x6" --patch 4
 bad "tokenizer ids beyond the vocabulary" 1 "tokenizer.json has 300 token ids but the model only 256" \
     --init-from "$WORK/src_big" --out "$WORK/x7" "${FLAGS[@]}"
+echo "{\"init-from\": \"$WORK/src\"}" >"$WORK/init.json"
+bad "--init-from in a --config file" 2 "'init-from' can only be given on the command line" --out "$WORK/x8" \
+    --config "$WORK/init.json"
 begin "bad input writes nothing"
-for d in x1 x2 x3 x4 x5 x6 x7; do check_absent "$WORK/$d"; done
+for d in x1 x2 x3 x4 x5 x6 x7 x8; do check_absent "$WORK/$d"; done
 end
 begin "a repeated flag with DIR's own value is fine"
 run train --init-from "$WORK/src" --out "$WORK/same" "${FLAGS[@]}" --steps 1 --heads 4 --layers 2 --attention mha
