@@ -7,7 +7,9 @@
  *
  * The text becomes tokens through the model directory's tokenizer
  * (tokenizer.json, or bytes for attnlab's own models; the BOS it adds
- * included). The loss is the mean cross-entropy per predicted token, in
+ * included; the default validation split of a run trained on a tokenizer's
+ * ids is those ids, from the run's cache, train/data.h). The loss is the mean
+ * cross-entropy per predicted token, in
  * consecutive windows of T predictions; bits per byte are the total nats /
  * ln 2 / the UTF-8 bytes of text those predictions cover, so for a byte model
  * it is the loss / ln 2 as before.
@@ -28,7 +30,6 @@
 #include "cli.h"
 #include "core/ceiling.h"
 #include "io/io.h"
-#include "model/convert.h"
 #include "train/vision.h"
 
 /* Vision models: accuracy and mean cross-entropy over the test images of
@@ -175,8 +176,9 @@ int cmd_eval(int argc, char **argv) {
         return cli_fail(cmd, err.msg);
     }
     al_corpus corpus = {0};
-    const uint8_t *bytes;
-    size_t nbytes;
+    al_token_data tokens = {0}; /* a tokenized run's data, for its validation split */
+    const uint8_t *bytes = NULL;
+    size_t nbytes = 0;
     const char *what;
     int failed = 0;
     if (text_arg) {
@@ -195,6 +197,10 @@ int cmd_eval(int argc, char **argv) {
         }
         bytes = corpus.bytes;
         what = data;
+    } else if (!al_tok_is_bytes(tk)) { /* the validation ids the run trained with (its cache, or encoded again) */
+        if (al_token_data_load(&tokens, o.data, model_dir, model_dir, 0, o.val_fraction, 1, m.cfg.vocab_size, &err))
+            failed = cli_fail(cmd, err.msg);
+        what = "validation split";
     } else {
         if (al_corpus_load(&corpus, o.data, o.val_fraction, 1, &err)) failed = cli_fail(cmd, err.msg);
         bytes = corpus.bytes + corpus.n_train;
@@ -203,7 +209,11 @@ int cmd_eval(int argc, char **argv) {
     }
 
     int *ids = NULL, n_ids = 0;
-    if (!failed && al_tok_encode(tk, (const char *)bytes, nbytes, 1, &ids, &n_ids, &err)) {
+    if (!failed && tokens.ids) { /* ids of the validation split, as training evaluates them */
+        n_ids = (int)(tokens.n - tokens.n_train);
+        if (!(ids = malloc(sizeof(int) * (size_t)n_ids))) failed = cli_fail(cmd, "out of memory");
+        else memcpy(ids, tokens.ids + tokens.n_train, sizeof(int) * (size_t)n_ids);
+    } else if (!failed && al_tok_encode(tk, (const char *)bytes, nbytes, 1, &ids, &n_ids, &err)) {
         al_err_prefix(&err, "%s", what);
         failed = cli_fail(cmd, err.msg);
     }
@@ -211,11 +221,11 @@ int cmd_eval(int argc, char **argv) {
         failed = cli_failf(cmd, "%s: the text makes %d token%s (needs at least 2)", what, n_ids, n_ids == 1 ? "" : "s");
     al_acts a;
     double loss = NAN;
-    size_t count = 0, text_bytes = 0, first_bytes = 0, act_bytes = 0;
+    size_t count = 0, text_bytes = 0, act_bytes = 0;
     double t0 = al_now();
     if (!failed) {
         if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
-            al_model_eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
+            al_eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
             act_bytes = a.n_floats * sizeof(float);
@@ -224,10 +234,7 @@ int cmd_eval(int argc, char **argv) {
     }
     double dt = al_now() - t0;
     /* the bytes the predictions cover: those of tokens 1..count (the first token is never predicted) */
-    if (!failed && (al_tok_text_bytes(tk, ids, (int)count + 1, &text_bytes, &err) ||
-                    al_tok_text_bytes(tk, ids, 1, &first_bytes, &err)))
-        failed = cli_fail(cmd, err.msg);
-    text_bytes -= failed ? 0 : first_bytes;
+    if (!failed && al_predicted_bytes(tk, ids, count, &text_bytes, &err)) failed = cli_fail(cmd, err.msg);
     if (!failed && logits_path) {
         /* the first window: T tokens (or the whole text if shorter) */
         int W = n_ids < T ? n_ids : T;
@@ -270,6 +277,7 @@ int cmd_eval(int argc, char **argv) {
     free(ids);
     al_tok_free(tk);
     al_corpus_free(&corpus);
+    if (tokens.tok) al_token_data_free(&tokens);
     al_model_free(&m);
     if (!failed) cli_precision_note(precision, prec); /* after the work: errors stay one line */
     return failed ? 1 : 0;

@@ -6,6 +6,12 @@
  * (docs/vision.md): the model flags are shared, the text-only ones
  * (--data, --context, ...) are refused, and --patch, --images,
  * --train-subset, --eval-images are its own.
+ *
+ * --init-from DIR starts a new run from another run's config and weights
+ * (uptraining, e.g. a converted model): the model flags may only repeat
+ * DIR's values, --preset is refused; the schedule, data and precision are the
+ * command line's, the optimizer starts fresh, DIR's tokenizer comes along
+ * (docs/uptraining.md).
  */
 #include <cJSON.h>
 #include <limits.h>
@@ -18,6 +24,7 @@
 
 #include "cli.h"
 #include "io/io.h"
+#include "model/model.h"
 #include "model/presets.h"
 #include "train/dist.h"
 #include "train/vision.h"
@@ -27,9 +34,10 @@
 typedef struct task_flags {
     const char *task, *images;
     long patch, train_subset, eval_images;
+    const char *init_from; /* --init-from DIR */
 } task_flags;
 
-enum { TASK_ARGS = 5 };
+enum { TASK_ARGS = 6 };
 
 /* Appends the task flags to args (returns their count). */
 static int task_flags_table(task_flags *v, al_arg *args) {
@@ -44,6 +52,8 @@ static int task_flags_table(task_flags *v, al_arg *args) {
         {"images", ARG_STRING, &v->images, "vision: directory of the IDX files (default " AL_FMNIST_DIR ")"},
         {"train-subset", ARG_INT, &v->train_subset, "vision: train on the first N training images (default all 60000)"},
         {"eval-images", ARG_INT, &v->eval_images, "vision: test images per periodic evaluation (0: all; the last uses all)"},
+        {"init-from", ARG_STRING, &v->init_from, "start from this run's config and weights, with a fresh optimizer "
+                                                 "(uptraining; model flags may only repeat its values)"},
     };
     memcpy(args, t, sizeof t);
     return TASK_ARGS;
@@ -169,6 +179,8 @@ static int apply_config_file(const char *cmd, const char *path, al_arg *args, in
     for (cJSON *it = j->child; it && !rc; it = it->next) {
         al_arg *a = cli_find(args, n, it->string);
         if (!a) return cli_usage(cmd, "%s: unknown setting '%s'", path, it->string);
+        if (!strcmp(it->string, "init-from")) /* it decides how the rest is read: the command line's alone */
+            return cli_usage(cmd, "%s: 'init-from' can only be given on the command line", path);
         if (a->seen || !strcmp(it->string, "config")) continue;
         char buf[64];
         const char *value = buf;
@@ -208,9 +220,14 @@ static void given_fields(const train_flags *f, const al_arg *args, int n, unsign
         if (args[i].type == ARG_CFG && args[i].set) given[field_index(f, &args[i])] = 1;
 }
 
-int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
+/* train_flags_resolve, or with base (train --init-from: the source's config,
+ * named base_dir in messages) that config as it is: no preset, and a model
+ * flag (or --config entry) that contradicts it is a usage error. */
+static int resolve_flags(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o, const al_config *base,
+                         const char *base_dir) {
     al_train_opts_default(o);
     unsigned char given[AL_CONFIG_MAX_FIELDS];
+    if (base && f->preset) return cli_usage(cmd, "--preset cannot be given with --init-from (the model is %s's)", base_dir);
     if (f->preset) {
         const al_preset *p = al_preset_find(f->preset);
         char names[256];
@@ -232,10 +249,19 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     if (f->threads > 0) al_set_threads((int)f->threads);
     given_fields(f, args, n, given);
     al_config *c = &o->model;
-    *c = f->model;
-    c->max_position = f->context > 0 ? (int)f->context : 1;
     al_err err;
-    rc = al_config_resolve(c, given, &err) ? cli_usage(cmd, "%s", err.msg) : CLI_OK; /* impossible values: usage */
+    char why[256];
+    if (base) { /* the source's model; context: the one it was trained at unless given */
+        rc = al_config_contradicts(&f->model, given, base, why, sizeof why)
+                 ? cli_usage(cmd, "--init-from %s: %s", base_dir, why)
+                 : CLI_OK;
+        *c = *base;
+        if (!cli_find(args, n, "context")->set) f->context = base->max_position;
+    } else {
+        *c = f->model;
+        c->max_position = f->context > 0 ? (int)f->context : 1;
+        rc = al_config_resolve(c, given, &err) ? cli_usage(cmd, "%s", err.msg) : CLI_OK; /* impossible values: usage */
+    }
     cJSON_Delete(tree);
     if (rc) return rc;
     if (f->context <= 0 || f->batch <= 0 || f->steps <= 0)
@@ -261,6 +287,60 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
     o->val_fraction = f->val_fraction;
     o->seed = (uint64_t)f->seed;
     return al_train_opts_set_paths(o, f->data, NULL, f->out, &err) ? cli_fail(cmd, err.msg) : CLI_OK;
+}
+
+int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
+    return resolve_flags(cmd, f, args, n, o, NULL, NULL);
+}
+
+/* --init-from DIR: the source must be an attnlab run (config.json with
+ * model.safetensors; a Hugging Face checkpoint is converted first), other
+ * than --out; its config, the flags' settings, and its path (resolved)
+ * recorded as the run's origin. A vision source takes the vision flags. */
+static int init_from_opts(const char *cmd, train_flags *f, const task_flags *v, al_arg *args, int n,
+                          al_train_opts *o) {
+    const char *dir = v->init_from;
+    al_config base;
+    al_err err;
+    char *weights = al_sprintf("%s/model.safetensors", dir), *src = realpath(dir, NULL), *out = realpath(f->out, NULL);
+    int rc = CLI_OK;
+    if (!weights) rc = cli_fail(cmd, "out of memory");
+    else if (al_config_load_dir(&base, dir, NULL, &err)) rc = cli_failf(cmd, "--init-from: %s", err.msg);
+    else if (base.hf != AL_HF_NONE)
+        rc = cli_failf(cmd, "--init-from %s: a Hugging Face checkpoint (convert it into an attnlab run first: "
+                            "attnlab convert)", dir);
+    else if (access(weights, R_OK))
+        rc = cli_failf(cmd, "--init-from %s: no model.safetensors (not an attnlab run directory)", dir);
+    else if (src && out && !strcmp(src, out))
+        rc = cli_usage(cmd, "--init-from and --out are the same directory (%s): the run would overwrite its source", dir);
+    else if (v->task && strcmp(v->task, al_task_name(base.task)))
+        rc = cli_usage(cmd, "--init-from %s: --task %s, but its model is %s", dir, v->task, al_task_name(base.task));
+    static const char *const vision_only[] = {"patch", "images", "train-subset", "eval-images"};
+    static const char *const text_only[] = {"data", "context", "eval-tokens", "val-fraction"};
+    for (int i = 0; i < 4 && !rc; i++) {
+        const char *flag = base.task == AL_TASK_VISION ? text_only[i] : vision_only[i];
+        if (cli_find(args, n, flag)->seen)
+            rc = cli_usage(cmd, "--%s does not apply to %s's %s model", flag, dir,
+                           base.task == AL_TASK_VISION ? "vision" : "language");
+    }
+    if (!rc && base.task == AL_TASK_VISION && cli_find(args, n, "patch")->seen && v->patch != base.patch_size)
+        rc = cli_usage(cmd, "--init-from %s: --patch %ld, but its config has %d", dir, v->patch, base.patch_size);
+    al_tokenizer *tok = !rc && base.task == AL_TASK_LM ? cli_tokenizer(dir, base.vocab_size, &err) : NULL;
+    if (!rc && base.task == AL_TASK_LM && !tok) rc = cli_failf(cmd, "--init-from: %s", err.msg); /* before anything is written */
+    al_tok_free(tok);
+    if (!rc) rc = resolve_flags(cmd, f, args, n, o, &base, dir);
+    if (!rc && al_train_opts_set_init_from(o, src ? src : dir, &err)) rc = cli_fail(cmd, err.msg);
+    if (!rc && base.task == AL_TASK_VISION) {
+        if (!cli_find(args, n, "batch")->seen && o->batch == 8) o->batch = 64; /* as task_resolve */
+        o->context = base.max_position;
+        o->train_subset = (int)v->train_subset;
+        o->eval_images = (int)v->eval_images;
+        if (al_train_opts_set_paths(o, NULL, v->images, NULL, &err)) rc = cli_fail(cmd, err.msg);
+    }
+    free(weights);
+    free(src);
+    free(out);
+    return rc;
 }
 
 /* --resume: settings come from the run's own config.json; only --steps (to
@@ -327,6 +407,12 @@ static void show_progress(const al_train_progress *p, void *ctx) {
     const al_train_opts *o = p->opts;
     if (p->event == AL_TRAIN_STARTED) {
         if (o->resume) fprintf(stderr, "attnlab: resuming %s at step %d of %d\n", o->out, p->step, o->steps);
+        if (p->evaluated && !v->quiet && p->vision)
+            fprintf(stderr, "attnlab: starting from %s: test loss %.4f, accuracy %.2f%%\n", o->init_from, p->val_loss,
+                    100.0 * p->val_accuracy);
+        else if (p->evaluated && !v->quiet)
+            fprintf(stderr, "attnlab: starting from %s: val loss %.4f%s (%.4f bits/byte)\n", o->init_from, p->val_loss,
+                    p->tokenized ? " nats/token" : "", p->val_bpb);
         if (!v->quiet || o->precision == AL_PREC_BF16) cli_precision_line(o->precision); /* F32: quiet stays silent */
         return;
     }
@@ -361,8 +447,8 @@ static void show_progress(const al_train_progress *p, void *ctx) {
         fprintf(stderr, "%sstep %d: test loss %.4f, accuracy %.2f%% (%zu test images)\n", v->tty ? "\n" : "", p->step,
                 p->val_loss, 100.0 * p->val_accuracy, p->val_count);
     else if (p->evaluated)
-        fprintf(stderr, "%sstep %d: val loss %.4f (%.4f bits/byte)\n", v->tty ? "\n" : "", p->step, p->val_loss,
-                p->val_loss / M_LN2);
+        fprintf(stderr, "%sstep %d: val loss %.4f%s (%.4f bits/byte)\n", v->tty ? "\n" : "", p->step, p->val_loss,
+                p->tokenized ? " nats/token" : "", p->val_bpb);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -378,8 +464,12 @@ int cmd_train(int argc, char **argv) {
     if (rc) return rc;
     if (!f.out) return cli_usage(cmd, "--out DIR is required");
     al_train_opts o;
-    rc = f.resume ? resume_opts(cmd, &f, args, n, &o) : train_flags_resolve(cmd, &f, args, n, &o);
-    if (!rc && !f.resume) rc = task_resolve(cmd, &v, args, n, &o);
+    if (f.resume && v.init_from)
+        return cli_usage(cmd, "--init-from starts a new run and --resume continues one: give one of them (an "
+                              "uptraining run resumes with --resume alone)");
+    if (v.init_from) rc = init_from_opts(cmd, &f, &v, args, n, &o);
+    else rc = f.resume ? resume_opts(cmd, &f, args, n, &o) : train_flags_resolve(cmd, &f, args, n, &o);
+    if (!rc && !f.resume && !v.init_from) rc = task_resolve(cmd, &v, args, n, &o);
     if (rc) return rc;
     train_view view = {.quiet = f.quiet, .tty = !f.quiet && isatty(2)};
     o.on_step = show_progress;

@@ -220,6 +220,45 @@ int al_config_view(const al_config *c, cJSON *obj) {
 /* Relative equality of two settings that went through JSON. */
 static int same_d(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
 
+/* Whether field f holds the same value in a and b (numbers within 1e-9 relative). */
+static int field_same(const al_config_field *f, const al_config *a, const al_config *b) {
+    if (f->type == AL_CF_POLY_SCALE)
+        return a->poly_scale_auto == b->poly_scale_auto && (a->poly_scale_auto || same_d(a->poly_scale, b->poly_scale));
+    if (f->type == AL_CF_DOUBLE || f->type == AL_CF_FLOAT) return same_d(field_num(f, a), field_num(f, b));
+    return field_num(f, a) == field_num(f, b);
+}
+
+/* Field f of c as config.json writes it, without quotes ("mha", "4", "auto"), into buf[cap]. */
+static void field_text(const al_config_field *f, const al_config *c, char *buf, size_t cap) {
+    cJSON *j = field_json(f, c, 0);
+    char *printed = j && !cJSON_IsString(j) ? cJSON_PrintUnformatted(j) : NULL;
+    al_strfmt(buf, cap, "%s", cJSON_IsString(j) ? j->valuestring : printed ? printed : "?");
+    free(printed);
+    cJSON_Delete(j);
+}
+
+int al_config_contradicts(const al_config *values, const unsigned char *given, const al_config *base, char *why,
+                          size_t cap) {
+    const int n = al_config_field_count();
+    for (int i = 0; i < n; i++) {
+        const al_config_field *f = al_config_field_at(i, NULL);
+        char flag[64], mine[64], theirs[64];
+        if (!given[i]) continue;
+        al_config_field_flag(f, flag, sizeof flag);
+        field_text(f, values, mine, sizeof mine);
+        if (!al_config_field_used(i, base)) {
+            al_strfmt(why, cap, "--%s %s does not apply to its model (attention %s, score %s)", flag, mine,
+                      al_attn_name(base->attention), al_score_name(base->score));
+            return 1;
+        }
+        if (field_same(f, values, base)) continue;
+        field_text(f, base, theirs, sizeof theirs);
+        al_strfmt(why, cap, "--%s %s, but its config has %s", flag, mine, theirs);
+        return 1;
+    }
+    return 0;
+}
+
 int al_config_same(const al_config *a, const al_config *b, char *why, size_t cap) {
     const int n = al_config_field_count();
     /* the task, design and score first: they decide which other fields apply */
@@ -228,14 +267,7 @@ int al_config_same(const al_config *a, const al_config *b, char *why, size_t cap
             const al_config_field *f = al_config_field_at(i, NULL);
             const int decides = f->type == AL_CF_TASK || f->type == AL_CF_DESIGN || f->type == AL_CF_SCORE;
             if (decides != (pass == 0) || (f->flags & AL_CF_MEASURED) || !al_config_field_used(i, b)) continue;
-            int same;
-            if (f->type == AL_CF_POLY_SCALE)
-                same = a->poly_scale_auto == b->poly_scale_auto && (a->poly_scale_auto || same_d(a->poly_scale, b->poly_scale));
-            else if (f->type == AL_CF_DOUBLE || f->type == AL_CF_FLOAT)
-                same = same_d(field_num(f, a), field_num(f, b));
-            else
-                same = field_num(f, a) == field_num(f, b);
-            if (!same) {
+            if (!field_same(f, a, b)) {
                 if (f->type == AL_CF_POLY_SCALE) al_strfmt(why, cap, "its poly scale differs");
                 else if (f->type == AL_CF_DESIGN)
                     al_strfmt(why, cap, "its attention differs (%s, planned %s)", al_attn_name(a->attention),

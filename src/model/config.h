@@ -84,6 +84,12 @@ int al_config_resolve(al_config *c, const unsigned char *given, al_err *err);
  * measures from its data, such as the pixel statistics, excepted); else 0
  * with the first difference in why ("its layers differs (2, planned 4)"). */
 int al_config_same(const al_config *a, const al_config *b, char *why, size_t cap);
+/* 1 if a field given[i] holds another value in `values` than in `base`, or
+ * does not apply to base (another design's or score's field), with the first
+ * such in why ("--heads 8, but its config has 4"); else 0. For flags given
+ * beside a model that already exists (train --init-from). */
+int al_config_contradicts(const al_config *values, const unsigned char *given, const al_config *base, char *why,
+                          size_t cap);
 
 /* Adds the config's fields (those that apply) to a JSON object under their
  * view names: the one JSON view of a config that info, heads and the study

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../attn/convert.h"
+#include "../train/train.h"
 #include "config.h"
 #include "convert.h"
 
@@ -113,38 +114,6 @@ static void fill_windows(const int *ids, size_t n_win, int T, size_t k0, int B, 
     }
 }
 
-int al_model_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_predictions, double *loss,
-                      size_t *count, al_err *err) {
-    const int B = a->B, T = a->T;
-    size_t n_pred = n > 0 ? n - 1 : 0;
-    if (max_predictions && n_pred > max_predictions) n_pred = max_predictions;
-    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 tokens)");
-    int *in = malloc(sizeof(int) * (size_t)B * T), *tg = malloc(sizeof(int) * (size_t)B * T);
-    if (!in || !tg) {
-        free(in);
-        free(tg);
-        return al_errf(err, "out of memory");
-    }
-    double sum = 0;
-    for (size_t done = 0; done < n_pred; done += (size_t)B * T) {
-        size_t batch_count = 0;
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                size_t i = done + (size_t)b * T + (size_t)t;
-                int ok = i < n_pred;
-                in[b * T + t] = ok ? ids[i] : 0;
-                tg[b * T + t] = ok ? ids[i + 1] : -1;
-                batch_count += ok;
-            }
-        sum += al_model_forward(m, a, in, tg) * (double)batch_count;
-    }
-    free(in);
-    free(tg);
-    *count = n_pred;
-    *loss = sum / (double)n_pred;
-    return 0;
-}
-
 /* Every layer's attention input over the calibration windows: X[l] [n, d]
  * (n = windows x T), and cov[l] = X^T X / n [d, d]. */
 static int capture(const al_model *w, const int *ids, size_t n_win, int T, int B, float **X, double **cov, al_err *err) {
@@ -219,7 +188,7 @@ static int heldout_loss(const al_model *m, const int *ids, size_t n, int T, int 
                         al_err *err) {
     al_acts a;
     if (al_acts_create_infer(&a, m, B, T, NULL, 0, err)) return -1;
-    int rc = al_model_eval_ids(m, &a, ids, n, 0, loss, count, err);
+    int rc = al_eval_ids(m, &a, ids, n, 0, loss, count, err);
     al_acts_free(&a);
     return rc;
 }

@@ -55,10 +55,5 @@ int al_model_convert(const al_model *src, const al_config *target, const unsigne
 void al_convert_report_free(al_convert_report *r);
 /* The report as one JSON object text (malloc'd; NULL when out of memory). */
 char *al_convert_report_json(const al_convert_report *r, const al_config *src, const al_config *dst);
-/* Mean cross-entropy over ids[0..n) in consecutive windows of a->T tokens
- * (B = a->B per forward), each token i < n - 1 predicting i + 1 from its
- * window; at most max_predictions (0: all); *count predictions. */
-int al_model_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_predictions, double *loss,
-                      size_t *count, al_err *err);
 
 #endif

@@ -46,15 +46,17 @@ void al_train_opts_default(al_train_opts *o) {
     o->eval_images = 2000;
 }
 
-int al_train_opts_set_paths(al_train_opts *o, const char *data, const char *images, const char *out, al_err *err) {
-    const struct {
-        const char *what, *value;
-        char *field;
-        size_t cap;
-    } paths[] = {{"data", data, o->data, sizeof o->data},
-                 {"images", images, o->images, sizeof o->images},
-                 {"out", out, o->out, sizeof o->out}};
-    const size_t n = sizeof paths / sizeof paths[0];
+/* A path field of al_train_opts: what it is called in messages, the value to
+ * set (NULL: keep), the field and its size. */
+typedef struct path_field {
+    const char *what, *value;
+    char *field;
+    size_t cap;
+} path_field;
+
+/* Sets every path of paths[n] whose value is given, or none when one would
+ * not fit its field (err names it): a path is never cut. */
+static int set_path_fields(const path_field *paths, size_t n, al_err *err) {
     for (size_t i = 0; i < n; i++) /* all checked before any is set */
         if (paths[i].value && strlen(paths[i].value) >= paths[i].cap)
             return al_errf(err, "%s path too long (%zu bytes, at most %zu)", paths[i].what, strlen(paths[i].value),
@@ -62,6 +64,18 @@ int al_train_opts_set_paths(al_train_opts *o, const char *data, const char *imag
     for (size_t i = 0; i < n; i++)
         if (paths[i].value) memcpy(paths[i].field, paths[i].value, strlen(paths[i].value) + 1);
     return 0;
+}
+
+int al_train_opts_set_paths(al_train_opts *o, const char *data, const char *images, const char *out, al_err *err) {
+    const path_field paths[] = {{"data", data, o->data, sizeof o->data},
+                                {"images", images, o->images, sizeof o->images},
+                                {"out", out, o->out, sizeof o->out}};
+    return set_path_fields(paths, sizeof paths / sizeof paths[0], err);
+}
+
+int al_train_opts_set_init_from(al_train_opts *o, const char *dir, al_err *err) {
+    const path_field path = {"init-from", dir, o->init_from, sizeof o->init_from};
+    return set_path_fields(&path, 1, err);
 }
 
 /* ---- settings as JSON ---- */
@@ -78,6 +92,7 @@ char *al_train_opts_to_json(const al_train_opts *o) {
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     if (o->shards) cJSON_AddNumberToObject(j, "shards", o->shards); /* absent: chosen by how the run is started */
     cJSON_AddStringToObject(j, "precision", al_precision_name(o->precision));
+    if (o->init_from[0]) cJSON_AddStringToObject(j, "init_from", o->init_from); /* absent: trained from scratch */
     if (o->model.task == AL_TASK_VISION) {
         /* the text settings mean nothing to a ViT; its own take their place */
         static const char *const text_only[] = {"data", "context", "eval_tokens", "val_fraction"};
@@ -120,6 +135,9 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
         if ((v = cJSON_GetObjectItemCaseSensitive(j, path_keys[i])) && cJSON_IsString(v))
             path[i] = strcmp(v->valuestring, "default") ? v->valuestring : "";
     if (al_train_opts_set_paths(o, path[0], path[1], NULL, err)) rc = -1;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "init_from")) &&
+        (!cJSON_IsString(v) || al_train_opts_set_init_from(o, v->valuestring, err)))
+        rc = cJSON_IsString(v) ? -1 : al_errf(err, "training setting 'init_from' must be a string");
     static const char *const vision_ints[] = {"train_subset", "eval_images"};
     int *vision_dst[] = {&o->train_subset, &o->eval_images};
     for (int i = 0; i < 2; i++)
@@ -164,46 +182,53 @@ double al_lr_at(const al_train_opts *o, int step) {
 
 /* ---- evaluation ---- */
 
-int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n, size_t max_tokens, double *loss,
-                  size_t *count, al_err *err) {
+int al_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_tokens, double *loss,
+                size_t *count, al_err *err) {
     const int B = a->B, T = a->T;
     size_t n_pred = n > 0 ? n - 1 : 0;
     if (max_tokens && n_pred > max_tokens) n_pred = max_tokens;
-    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 bytes)");
-    if (m->cfg.vocab_size < 256) /* bytes are token ids: each must be in the vocabulary */
-        for (size_t i = 0; i <= n_pred; i++)
-            if (bytes[i] >= m->cfg.vocab_size)
-                return al_errf(err, "byte %d is not a token of this model's %d-token vocabulary", bytes[i],
-                               m->cfg.vocab_size);
-    double sum = 0;
-    size_t done = 0;
-    int *in = a->tokens, *tg = malloc(sizeof(int) * (size_t)B * T), *tmp = malloc(sizeof(int) * (size_t)B * T);
-    if (!tg || !tmp) {
+    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 tokens)");
+    int *in = malloc(sizeof(int) * (size_t)B * T), *tg = malloc(sizeof(int) * (size_t)B * T);
+    if (!in || !tg) {
+        free(in);
         free(tg);
-        free(tmp);
         return al_errf(err, "out of memory");
     }
-    (void)in;
-    while (done < n_pred) {
-        /* B windows of T predictions starting at byte `done` */
+    double sum = 0;
+    for (size_t done = 0; done < n_pred; done += (size_t)B * T) {
+        /* B windows of T predictions starting at token `done` */
         size_t batch_count = 0;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
-                size_t i = done + (size_t)b * T + (size_t)t; /* predicts byte i+1 from bytes <= i in its window */
+                size_t i = done + (size_t)b * T + (size_t)t; /* predicts token i+1 from tokens <= i in its window */
                 int ok = i < n_pred;
-                tmp[b * T + t] = ok ? bytes[i] : 0;
-                tg[b * T + t] = ok ? bytes[i + 1] : -1;
+                in[b * T + t] = ok ? ids[i] : 0;
+                tg[b * T + t] = ok ? ids[i + 1] : -1;
                 batch_count += ok;
             }
-        double mean = al_model_forward(m, a, tmp, tg);
-        sum += mean * (double)batch_count;
-        done += (size_t)B * T;
+        sum += al_model_forward(m, a, in, tg) * (double)batch_count;
     }
+    free(in);
     free(tg);
-    free(tmp);
     *count = n_pred;
     *loss = sum / (double)n_pred;
     return 0;
+}
+
+int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n, size_t max_tokens, double *loss,
+                  size_t *count, al_err *err) {
+    size_t n_pred = n > 0 ? n - 1 : 0;
+    if (max_tokens && n_pred > max_tokens) n_pred = max_tokens;
+    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 bytes)");
+    int *ids = malloc(sizeof(int) * (n_pred + 1)); /* the bytes the windows read, as token ids */
+    if (!ids) return al_errf(err, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i <= n_pred && !rc; i++)
+        if ((ids[i] = bytes[i]) >= m->cfg.vocab_size)
+            rc = al_errf(err, "byte %d is not a token of this model's %d-token vocabulary", bytes[i], m->cfg.vocab_size);
+    if (!rc) rc = al_eval_ids(m, a, ids, n_pred + 1, 0, loss, count, err);
+    free(ids);
+    return rc;
 }
 
 /* ---- checkpoints ---- */
@@ -425,6 +450,47 @@ void al_lm_select_shard(void *ctx, int shard, int n) {
     s->batch->tg = s->tg + first;
 }
 
+/* The weights of the run in dir (its model.safetensors) into m: where an
+ * uptraining run starts. */
+static int load_init_weights(al_model *m, const char *dir, al_err *err) {
+    char *path = al_sprintf("%s/model.safetensors", dir);
+    if (!path) return al_errf(err, "out of memory");
+    int rc = al_model_load_weights(m, path, err);
+    free(path);
+    return rc ? al_err_prefix(err, "initial weights") : 0;
+}
+
+/* A language model's loss in bits per byte of text (NAN for vision). */
+static double val_bpb(const al_task_hooks *h, double loss) {
+    return h->val_bytes_per_token > 0 ? loss / M_LN2 / h->val_bytes_per_token : NAN;
+}
+
+/* An evaluation's fields of a log line (after its other fields). */
+static void log_eval(FILE *log, const al_task_hooks *h, double loss, double acc, size_t count) {
+    if (h->vision) {
+        fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", loss, acc, count);
+        return;
+    }
+    fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", loss, val_bpb(h, loss));
+    if (h->tokenized) fprintf(log, ",\"val_tokens\":%zu", count);
+}
+
+/* The first log line of a run started from another run's weights: step 0,
+ * the source and its evaluation on this run's data. */
+static int log_init_line(FILE *log, const al_train_opts *o, const al_task_hooks *h, const al_train_progress *p,
+                         al_err *err) {
+    cJSON *src = cJSON_CreateString(o->init_from);
+    char *quoted = src ? cJSON_PrintUnformatted(src) : NULL;
+    cJSON_Delete(src);
+    if (!quoted) return al_errf(err, "out of memory");
+    fprintf(log, "{\"step\":0,\"init_from\":%s,\"precision\":\"%s\"", quoted, al_precision_name(o->precision));
+    free(quoted);
+    log_eval(log, h, p->val_loss, p->val_accuracy, p->val_count);
+    fprintf(log, "}\n");
+    fflush(log);
+    return 0;
+}
+
 /* Hands p to the run's progress callback, if it has one. */
 static void report(const al_train_opts *o, const al_train_progress *p) {
     if (o->on_step && al_dist_rank() == 0) o->on_step(p, o->on_step_ctx); /* rank 0 speaks for an MPI job */
@@ -456,9 +522,15 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     if (o->resume) {
         int failed = lead && (load_state(m, m1, m2, &step, &rng, o->out, err) || trim_log(log_path, step, err));
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
+    } else if (o->init_from[0]) { /* another run's weights; the moments stay zero: a fresh optimizer */
+        al_rng_seed(&rng, o->seed ^ 0xda7aULL);
+        int failed = lead && load_init_weights(m, o->init_from, err);
+        if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
     } else {
         al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
+    }
+    if (!o->resume) {
         if (lead) unlink(log_path);
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
         if (!(extra = run_block(o, 0, err)) || (lead && al_config_save(&m->cfg, config_path, extra, err))) goto done;
@@ -471,6 +543,16 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         goto done;
     }
 
+    al_train_progress init_eval = {.val_loss = NAN, .val_accuracy = NAN, .val_bpb = NAN};
+    if (!o->resume && o->init_from[0]) { /* where the run starts: the source's loss on this run's data */
+        init_eval.evaluated = 1;
+        if (lead && (h->evaluate(h->ctx, m, 0, 0, &init_eval.val_loss, &init_eval.val_accuracy, &init_eval.val_count,
+                                 err) ||
+                     log_init_line(log, o, h, &init_eval, err)))
+            goto done;
+        init_eval.val_bpb = val_bpb(h, init_eval.val_loss);
+    }
+
     stop_signal = 0;
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -479,7 +561,9 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     al_dist_watch(&stop_signal); /* a rank that dies: mpirun signals the others, which then stop waiting */
 
     al_train_progress p = {.event = AL_TRAIN_STARTED, .opts = o, .vision = h->vision, .step = step,
-                           .start_step = step, .result = AL_TRAIN_OK};
+                           .start_step = step, .result = AL_TRAIN_OK, .tokenized = h->tokenized};
+    p.evaluated = init_eval.evaluated, p.val_count = init_eval.val_count;
+    p.val_loss = init_eval.val_loss, p.val_accuracy = init_eval.val_accuracy, p.val_bpb = init_eval.val_bpb;
     report(o, &p);
     double t_start = al_now(), ema_dt = 0;
     int start_step = step, last_saved = o->resume ? step : -1;
@@ -525,10 +609,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f,\"precision\":\"%s\"", h->flops_per_step / dt,
                 al_now() - t_start, al_precision_name(o->precision));
         if (al_dist_active()) fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s);
-        if (do_eval && h->vision)
-            fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc, val_count);
-        else if (do_eval)
-            fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", val_loss, val_loss / M_LN2);
+        if (do_eval) log_eval(log, h, val_loss, val_acc, val_count);
         fprintf(log, "}\n");
         fflush(log);
 
@@ -539,6 +620,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         p.eta_s = ema_dt * (o->steps - step);
         p.evaluated = do_eval;
         p.val_loss = val_loss, p.val_accuracy = val_acc, p.val_count = val_count;
+        p.val_bpb = val_bpb(h, val_loss);
         report(o, &p);
 
         int signalled = stop_signal; /* read once: a signal between two reads must not skip the save */
@@ -591,7 +673,7 @@ done:
 
 typedef struct lm_task {
     const al_train_opts *o;
-    al_corpus corpus;
+    al_token_data data; /* the corpus as token ids */
     al_acts acts, eval_acts;
     int *batch_in, *batch_tg;
     al_lm_batch batch;   /* acts (sized for one shard), a shard of batch_in, batch_tg */
@@ -605,7 +687,7 @@ static void lm_select(void *ctx, int shard, int n) { al_lm_select_shard(&((lm_ta
 static void lm_draw(void *ctx, const al_model *m, al_rng *rng, int step) {
     lm_task *t = ctx;
     (void)m, (void)step;
-    al_sample_batch(t->corpus.bytes, 0, t->corpus.n_train, t->o->batch, t->o->context, rng, t->batch_in, t->batch_tg);
+    al_sample_batch(t->data.ids, 0, t->data.n_train, t->o->batch, t->o->context, rng, t->batch_in, t->batch_tg);
 }
 
 /* Loss over (at most eval_tokens of) the validation split. */
@@ -614,8 +696,19 @@ static int lm_evaluate(void *ctx, const al_model *m, int step, int final, double
     lm_task *t = ctx;
     (void)step, (void)final;
     *acc = NAN;
-    return al_eval_bytes(m, &t->eval_acts, t->corpus.bytes + t->corpus.n_train, t->corpus.n - t->corpus.n_train,
-                         (size_t)t->o->eval_tokens, loss, count, err);
+    return al_eval_ids(m, &t->eval_acts, t->data.ids + t->data.n_train, t->data.n - t->data.n_train,
+                       (size_t)t->o->eval_tokens, loss, count, err);
+}
+
+/* Text bytes per prediction of every evaluation (it always covers the same
+ * first eval_tokens predictions of the validation split): 1 for bytes. */
+static int lm_val_bytes_per_token(const lm_task *t, double *ratio, al_err *err) {
+    const size_t n_val = t->data.n - t->data.n_train, max = (size_t)t->o->eval_tokens;
+    const size_t count = max && n_val - 1 > max ? max : n_val - 1;
+    size_t bytes;
+    if (al_predicted_bytes(t->data.tok, t->data.ids + t->data.n_train, count, &bytes, err)) return -1;
+    *ratio = bytes ? (double)bytes / (double)count : NAN;
+    return 0;
 }
 
 int al_train(al_train_opts *o, al_err *err) {
@@ -623,6 +716,7 @@ int al_train(al_train_opts *o, al_err *err) {
     al_model m = {0};
     lm_task t = {.o = o};
     int result = AL_TRAIN_ERROR;
+    const int lead = al_dist_rank() == 0;
 
     if (o->batch <= 0 || o->context <= 0 || o->steps <= 0 || o->warmup < 0 || o->eval_every < 0 || o->save_every < 0)
         return al_errf(err, "invalid training settings: batch, context and steps must be positive");
@@ -630,8 +724,16 @@ int al_train(al_train_opts *o, al_err *err) {
     if (o->context > o->model.max_position) o->model.max_position = o->context;
     if (mkdir(o->out, 0777) && errno != EEXIST)
         return al_errf(err, "%s: cannot create output directory: %s", o->out, strerror(errno));
-    if (al_corpus_load(&t.corpus, o->data, o->val_fraction, o->context, err)) return -1;
-    if (al_model_create(&m, &o->model, err) || al_model_alloc_grads(&m, err)) goto done;
+    /* an uptraining run starts with its source's tokenizer (read from there, and copied: the run's own from then on) */
+    const int fresh_init = o->init_from[0] && !o->resume;
+    if (fresh_init && lead && al_tokenizer_copy(o->init_from, o->out, err)) return -1;
+    if (al_token_data_load(&t.data, o->data, fresh_init ? o->init_from : o->out, o->out, lead, o->val_fraction,
+                           o->context, o->model.vocab_size, err))
+        return -1;
+    double bytes_per_token;
+    if (lm_val_bytes_per_token(&t, &bytes_per_token, err) || al_model_create(&m, &o->model, err) ||
+        al_model_alloc_grads(&m, err))
+        goto done;
     t.batch_in = malloc(sizeof(int) * (size_t)o->batch * o->context);
     t.batch_tg = malloc(sizeof(int) * (size_t)o->batch * o->context);
     if (!t.batch_in || !t.batch_tg) {
@@ -654,11 +756,13 @@ int al_train(al_train_opts *o, al_err *err) {
         .draw = lm_draw,
         .pass = al_lm_step_pass(&t.batch),
         .select = lm_select,
-        .data_hash = al_dist_size() > 1 ? al_dist_hash(AL_DIST_HASH0, t.corpus.bytes, t.corpus.n) : 0,
+        .data_hash = al_dist_size() > 1 ? al_dist_hash(AL_DIST_HASH0, t.data.ids, sizeof(int) * t.data.n) : 0,
         .evaluate = lm_evaluate,
         .tokens_per_step = tokens_per_step,
         .items_per_step = tokens_per_step,
         .flops_per_step = al_model_train_flops_per_token(&m, o->context) * tokens_per_step,
+        .val_bytes_per_token = bytes_per_token,
+        .tokenized = !al_tok_is_bytes(t.data.tok),
     };
     result = al_train_loop(o, &m, &h, err);
 done:
@@ -667,6 +771,6 @@ done:
     al_acts_free(&t.acts);
     al_acts_free(&t.eval_acts);
     al_model_free(&m);
-    al_corpus_free(&t.corpus);
+    al_token_data_free(&t.data);
     return result;
 }

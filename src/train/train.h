@@ -7,13 +7,20 @@
  *
  * A run directory holds:
  *   config.json              model config + "attnlab": {"train": settings}
+ *                            (an uptraining run's settings name its source:
+ *                            "init_from")
  *   model.safetensors        the weights (HF names, F32)
  *   train_state.safetensors  weights + AdamW moments + step + data RNG: a
  *                            single file, so resume reads one consistent
  *                            snapshot even if a kill interrupted a save
  *   log.jsonl                one object per step (val_loss on eval steps;
  *                            vision adds val_accuracy, over the test images;
- *                            "precision" of the step's products)
+ *                            "precision" of the step's products; a run
+ *                            started from another run's weights begins with
+ *                            a step-0 line: its source and val_loss there)
+ *   tokenizer.json           (optional) the model's tokenizer: the run trains
+ *                            on the text's token ids, cached in
+ *                            data_tokens.bin (data.h); without one, on bytes
  *
  * Precision (opts.precision, nn/nn.h): in BF16 the run is mixed precision:
  * the products take bf16 inputs and sum in fp32, the weights they read are
@@ -50,6 +57,10 @@ typedef struct al_train_opts {
      * after every step and when it stops; NULL for none. Not saved. */
     al_train_progress_fn on_step;
     void *on_step_ctx;
+    /* Uptraining: the run directory whose config and weights the run starts
+     * from ("" none; `train --init-from`): weights copied at step 0, AdamW
+     * moments zero, its tokenizer files copied into out. Saved as "init_from". */
+    char init_from[4096];
 } al_train_opts;
 
 void al_train_opts_default(al_train_opts *o);
@@ -58,6 +69,8 @@ void al_train_opts_default(al_train_opts *o);
  * and err says so in one line ("data path too long (N bytes, at most M)"):
  * a path is never cut. */
 int al_train_opts_set_paths(al_train_opts *o, const char *data, const char *images, const char *out, al_err *err);
+/* Sets o->init_from the same way (never cut). */
+int al_train_opts_set_init_from(al_train_opts *o, const char *dir, al_err *err);
 /* Settings <-> JSON object text (the "train" block of config.json). */
 char *al_train_opts_to_json(const al_train_opts *o);
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);
@@ -96,6 +109,13 @@ typedef struct al_train_progress {
     /* STOPPED */
     int result;
     int signal_after_last; /* a signal came after the last step: the run is complete though result says stopped */
+    /* a language model's evaluation in bits per byte of text (the loss / ln 2
+     * for a byte model); tokenized: it trains on a tokenizer's ids (the loss is
+     * per token) */
+    double val_bpb;
+    int tokenized;
+    /* STARTED of a run from another run's weights (opts->init_from): the
+     * evaluation at step 0 is in evaluated, val_loss, val_bpb, val_count */
 } al_train_progress;
 
 /* Learning rate at step s (0-based) of the schedule. */
@@ -106,6 +126,10 @@ double al_lr_at(const al_train_opts *o, int step);
  * predictions (0 = all). */
 int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n, size_t max_tokens, double *loss,
                   size_t *count, al_err *err);
+/* The same over token ids[0, n) (nats/token): windows of a->T predictions,
+ * a->B windows per forward pass; *count predictions. */
+int al_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_tokens, double *loss,
+                size_t *count, al_err *err);
 
 /* One batch's forward and backward passes, for al_train_step: forward runs
  * with targets and returns the mean loss; backward fills m->g. */

@@ -31,6 +31,11 @@ typedef struct al_task_hooks {
     double tokens_per_step; /* positions through the blocks per step */
     double items_per_step;  /* images per step (vision) */
     double flops_per_step;
+    /* a language model's evaluation: text bytes per prediction, for bits per
+     * byte (1 for bytes; 0: the task has none), and whether it trains on a
+     * tokenizer's ids */
+    double val_bytes_per_token;
+    int tokenized;
 } al_task_hooks;
 
 /* Runs (or resumes) the loop for a created model with gradients allocated.

@@ -14,6 +14,7 @@
 #   make_text FILE LINES   deterministic English-like text (seeded bash RNG)
 #   train_tiny DATA NAME:FLAGS..  tiny models (4 steps on DATA) in $WORK/NAME
 #   st_edit SRC DST OP ..  rewrite a safetensors file with one kind of damage
+#   write_sp DIR [IDS]     a small SentencePiece-style tokenizer.json
 set -u
 
 if [ $# -lt 2 ]; then
@@ -240,6 +241,40 @@ else:
 h = json.dumps(hdr).encode()
 h += b" " * ((8 - len(h) % 8) % 8)
 open(dst, "wb").write(struct.pack("<Q", len(h)) + h + data)
+EOF
+}
+
+# write_sp DIR [IDS]: a small SentencePiece-style tokenizer.json (Prepend + Replace, merges, <s> template);
+# with IDS, padded with unused pieces to IDS token ids
+write_sp() {
+    mkdir -p "$1"
+    "$PY" - "$1/tokenizer.json" "${2:-0}" <<'EOF'
+import json, sys
+chars = list("\u2581abcdefghijklmnopqrstuvwxyz.,'\n")
+vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+for c in chars:
+    vocab[c] = len(vocab)
+merges = [("\u2581", "t"), ("h", "e"), ("\u2581t", "he"), ("\u2581", "a"), ("i", "n"), ("e", "r"), ("\u2581", "s"),
+          ("o", "r"), ("a", "n"), ("\u2581", "c"), ("\u2581c", "a"), ("\u2581ca", "t")]
+for a, b in merges:
+    vocab.setdefault(a + b, len(vocab))
+tok = {"version": "1.0",
+       "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                         "normalized": False, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])],
+       "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+       "pre_tokenizer": None,
+       "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                          {"Sequence": {"id": "A", "type_id": 0}}],
+                          "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+       "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                   {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+       "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": False, "vocab": vocab,
+                 "merges": [a + " " + b for a, b in merges]}}
+while len(vocab) < int(sys.argv[2]):
+    vocab["<pad%d>" % len(vocab)] = len(vocab)
+assert len(vocab) <= max(256, int(sys.argv[2]))
+json.dump(tok, open(sys.argv[1], "w"), indent=1)
 EOF
 }
 

@@ -20,37 +20,6 @@ mkdir -p "$WORK/bytes" "$WORK/empty" "$WORK/big"
 echo '{"vocab_size": 256}' >"$WORK/bytes/config.json"
 echo '{"vocab_size": 32000}' >"$WORK/big/config.json"
 
-# write_sp DIR: a small SentencePiece-style tokenizer.json (Prepend + Replace, merges, <s> template)
-write_sp() {
-    mkdir -p "$1"
-    "$PY" - "$1/tokenizer.json" <<'EOF'
-import json, sys
-chars = list("\u2581abcdefghijklmnopqrstuvwxyz.,'\n")
-vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-for c in chars:
-    vocab[c] = len(vocab)
-merges = [("\u2581", "t"), ("h", "e"), ("\u2581t", "he"), ("\u2581", "a"), ("i", "n"), ("e", "r"), ("\u2581", "s"),
-          ("o", "r"), ("a", "n"), ("\u2581", "c"), ("\u2581c", "a"), ("\u2581ca", "t")]
-for a, b in merges:
-    vocab.setdefault(a + b, len(vocab))
-tok = {"version": "1.0",
-       "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                         "normalized": False, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])],
-       "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
-                      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-       "pre_tokenizer": None,
-       "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
-                          {"Sequence": {"id": "A", "type_id": 0}}],
-                          "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
-       "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
-                   {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-       "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": False, "vocab": vocab,
-                 "merges": [a + " " + b for a, b in merges]}}
-assert len(vocab) <= 256
-json.dump(tok, open(sys.argv[1], "w"), indent=1)
-EOF
-}
-
 # write_bytelevel DIR: byte-level BPE whose 256 ids are the bytes (no merges),
 # the tokenizer.json the Hugging Face test checkpoints carry
 write_bytelevel() {

@@ -364,5 +364,5 @@ int main(int argc, char **argv) {
     test_rope(&src);
     test_refusals(&c);
     al_model_free(&src);
-    TEST_EXIT();
+    return TEST_EXIT();
 }

@@ -4,7 +4,11 @@
  * finished run; the run-options loader (al_run_load_opts) and its two
  * failures; al_train_step's clipping with the run's grad_clip and its
  * refusal of a non-finite loss; the run's paths are copied whole or refused
- * (al_train_opts_set_paths, and the settings loader through it), never cut.
+ * (al_train_opts_set_paths, and the settings loader through it), never cut;
+ * the corpus as token ids of a byte model is its bytes with the byte split,
+ * and al_eval_ids scores them as al_eval_bytes does, bit for bit; init_from
+ * survives the settings' JSON; al_config_contradicts names the first flag
+ * that differs from a run's config or does not apply to it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -168,6 +172,76 @@ static void test_paths(void) {
     free(too_long);
 }
 
+/* The byte model's token corpus and evaluation are the byte ones. */
+static void test_token_data(const char *dir) {
+    char *path = al_sprintf("%s/bytes.txt", dir);
+    al_err err;
+    al_rng rng;
+    uint8_t text[3001];
+    al_rng_seed(&rng, 7);
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (uint8_t)(al_rng_u64(&rng) % 256); /* any bytes */
+    CHECK(path && al_write_file_atomic(path, text, sizeof text, &err) == 0);
+    al_corpus c;
+    al_token_data d;
+    CHECK_MSG(al_corpus_load(&c, path, 0.1, 16, &err) == 0, "%s", err.msg);
+    CHECK_MSG(al_token_data_load(&d, path, dir, dir, 1, 0.1, 16, 256, &err) == 0, "%s", err.msg);
+    CHECK(d.source == AL_TOKENS_BYTES && al_tok_is_bytes(d.tok) && d.n == c.n && d.n_train == c.n_train);
+    int same = d.n == sizeof text;
+    for (size_t i = 0; same && i < d.n; i++) same = d.ids[i] == text[i];
+    CHECK(same);
+    /* no cache for bytes */
+    char *cache = al_sprintf("%s/%s", dir, AL_TOKEN_CACHE);
+    CHECK(cache && access(cache, F_OK) != 0);
+    /* a model whose vocabulary misses a byte is refused in one line */
+    al_token_data small;
+    CHECK(al_token_data_load(&small, path, dir, dir, 1, 0.1, 16, 100, &err) == -1 && strstr(err.msg, "vocabulary"));
+    /* al_eval_ids over the ids == al_eval_bytes over the bytes (an odd window count) */
+    al_config cfg = tu_config(32, 64, 1, 4, 4, 8, 16);
+    al_model m;
+    al_acts a;
+    CHECK_MSG(al_model_create(&m, &cfg, &err) == 0 && al_acts_create(&a, &m, 3, 16, &err) == 0, "%s", err.msg);
+    al_model_init_weights(&m, 11);
+    double l_bytes = NAN, l_ids = NAN;
+    size_t n_bytes = 0, n_ids = 0;
+    CHECK(al_eval_bytes(&m, &a, c.bytes + c.n_train, c.n - c.n_train, 250, &l_bytes, &n_bytes, &err) == 0);
+    CHECK(al_eval_ids(&m, &a, d.ids + d.n_train, d.n - d.n_train, 250, &l_ids, &n_ids, &err) == 0);
+    CHECK_MSG(l_bytes == l_ids && n_bytes == 250 && n_ids == 250 && isfinite(l_ids), "%.9g %.9g", l_bytes, l_ids);
+    size_t covered = 0;
+    CHECK(al_predicted_bytes(d.tok, d.ids, 250, &covered, &err) == 0 && covered == 250);
+    al_acts_free(&a);
+    al_model_free(&m);
+    al_token_data_free(&d);
+    al_corpus_free(&c);
+    free(cache);
+    free(path);
+}
+
+/* init_from in the settings' JSON; al_config_contradicts on given flags. */
+static void test_init_from_settings(void) {
+    al_train_opts o, back;
+    al_err err;
+    al_train_opts_default(&o);
+    CHECK(al_train_opts_set_init_from(&o, "/runs/mha", &err) == 0);
+    char *json = al_train_opts_to_json(&o);
+    al_train_opts_default(&back);
+    CHECK(json && al_train_opts_from_json(&back, json, &err) == 0 && !strcmp(back.init_from, "/runs/mha"));
+    CHECK(al_train_opts_from_json(&back, "{\"init_from\": 3}", &err) == -1 && strstr(err.msg, "init_from"));
+    free(json);
+    al_config base = tu_config(32, 64, 2, 4, 4, 8, 16), flags = base;
+    unsigned char given[AL_CONFIG_MAX_FIELDS] = {0};
+    char why[256] = "";
+    given[al_config_field_find("heads")] = 1;
+    given[al_config_field_find("layers")] = 1;
+    CHECK(al_config_contradicts(&flags, given, &base, why, sizeof why) == 0); /* its own values */
+    flags.num_layers = 3;
+    CHECK(al_config_contradicts(&flags, given, &base, why, sizeof why) == 1);
+    CHECK_MSG(!strcmp(why, "--layers 3, but its config has 2"), "%s", why);
+    flags = base;
+    given[al_config_field_find("kv_lora_rank")] = 1;
+    CHECK(al_config_contradicts(&flags, given, &base, why, sizeof why) == 1);
+    CHECK_MSG(strstr(why, "--kv-lora-rank") && strstr(why, "does not apply") && strstr(why, "mha"), "%s", why);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -176,6 +250,8 @@ int main(int argc, char **argv) {
     test_progress_and_loader(dir);
     test_step();
     test_paths();
+    test_token_data(dir);
+    test_init_from_settings();
     if (tu_remove_dir(dir)) return 1;
     return TEST_EXIT();
 }
