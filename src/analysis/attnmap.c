@@ -6,6 +6,7 @@
 #include "../train/vision.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,13 +41,78 @@ static double topk_sum(const float *row, int n, int k, float *buf) {
     return s;
 }
 
+/* descending order of floats, for qsort */
+static int desc_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+int al_mass_budget_ref(const float *row, int n, double share) {
+    double total = 0;
+    for (int j = 0; j < n; j++) total += fabs(row[j]);
+    if (!(total > 0)) return 0;
+    float *v = malloc(sizeof(float) * (size_t)n);
+    if (!v) return -1;
+    for (int j = 0; j < n; j++) v[j] = fabsf(row[j]);
+    qsort(v, (size_t)n, sizeof *v, desc_float);
+    double acc = 0, target = share * total;
+    int k = 0;
+    while (k < n && acc < target) acc += v[k++];
+    free(v);
+    return k;
+}
+
+int al_mass_budget(const float *row, int n, double share, al_mass_scratch *s) {
+    double total = 0;
+    memset(s->mass, 0, sizeof s->mass);
+    memset(s->count, 0, sizeof s->count);
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(row[j]);
+        uint32_t u;
+        memcpy(&u, &a, 4);
+        s->mass[u >> 20] += a; /* exponent and the top 3 mantissa bits: larger bucket, larger values */
+        s->count[u >> 20]++;
+        total += a;
+    }
+    if (!(total > 0)) return 0;
+    const double target = share * total;
+    double acc = 0;
+    int k = 0, b = AL_MASS_BUDGET_BUCKETS - 1;
+    for (; b > 0 && acc + s->mass[b] < target; b--) {
+        acc += s->mass[b];
+        k += s->count[b];
+    }
+    /* the share is reached inside bucket b: its values, largest first */
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(row[j]);
+        uint32_t u;
+        memcpy(&u, &a, 4);
+        if ((int)(u >> 20) == b) s->vals[m++] = a;
+    }
+    qsort(s->vals, (size_t)m, sizeof *s->vals, desc_float);
+    for (int t = 0; t < m && acc < target; t++) {
+        acc += s->vals[t];
+        k++;
+    }
+    return k;
+}
+
 int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out, al_err *err) {
     memset(out, 0, sizeof *out);
     out->topk = topk;
     out->min_weight = INFINITY;
     out->max_weight = -INFINITY;
     float *buf = malloc(sizeof(float) * (size_t)(topk > 0 ? topk : 1));
-    if (!buf) return al_errf(err, "head statistics: out of memory for the top-%d values", topk);
+    al_mass_scratch *ms = malloc(sizeof *ms);
+    float *vals = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1));
+    if (!buf || !ms || !vals) {
+        free(buf);
+        free(ms);
+        free(vals);
+        return al_errf(err, "head statistics: out of memory for the top-%d values", topk);
+    }
+    ms->vals = vals;
     int rows = 0;
     for (int i = 0; i < T; i++) {
         const float *row = P + (size_t)i * T;
@@ -72,14 +138,21 @@ int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head
         out->mean_distance += dist / abs_sum;
         out->topk_mass += topk > 0 ? topk_sum(row, n, topk, buf) / abs_sum : 0;
         out->row_sum += sum;
+        int b = al_mass_budget(row, n, AL_MASS_BUDGET_SHARE, ms);
+        out->budget95 += b;
+        out->budget95_frac += (double)b / n;
     }
     free(buf);
+    free(ms);
+    free(vals);
     if (rows) {
         out->sink_mass /= rows;
         out->entropy /= rows;
         out->mean_distance /= rows;
         out->topk_mass /= rows;
         out->row_sum /= rows;
+        out->budget95 /= rows;
+        out->budget95_frac /= rows;
     }
     return 0;
 }
