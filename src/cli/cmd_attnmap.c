@@ -18,8 +18,7 @@
 #include "io/io.h"
 #include "plot/figure.h"
 
-/* "0,3,7" -> list; "all" -> 0..n-1. Returns the count or -1. */
-static int parse_list(const char *s, int n_max, int *out, int cap) {
+int cli_index_list(const char *s, int n_max, int *out, int cap) {
     if (!strcmp(s, "all")) {
         for (int i = 0; i < n_max && i < cap; i++) out[i] = i;
         return n_max < cap ? n_max : cap;
@@ -174,7 +173,7 @@ int cmd_attnmap(int argc, char **argv) {
     char *path = NULL, *stem = NULL, *figure = NULL;
     if (al_config_load_dir(&cfg, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
     int layers[64], heads[64];
-    int nl = parse_list(layers_s, cfg.num_layers, layers, 64), nh = parse_list(heads_s, cfg.num_heads, heads, 64);
+    int nl = cli_index_list(layers_s, cfg.num_layers, layers, 64), nh = cli_index_list(heads_s, cfg.num_heads, heads, 64);
     if (nl <= 0 || nh <= 0) return cli_usage(cmd, "--layer and --head take N, a comma list or 'all'");
     for (int i = 0; i < nl; i++)
         if (layers[i] >= cfg.num_layers)
