@@ -62,40 +62,52 @@ int al_mass_budget_ref(const float *row, int n, double share) {
     return k;
 }
 
-int al_mass_budget(const float *row, int n, double share, al_mass_scratch *s) {
-    double total = 0;
-    memset(s->mass, 0, sizeof s->mass);
-    memset(s->count, 0, sizeof s->count);
-    for (int j = 0; j < n; j++) {
-        float a = fabsf(row[j]);
-        uint32_t u;
-        memcpy(&u, &a, 4);
-        s->mass[u >> 20] += a; /* exponent and the top 3 mantissa bits: larger bucket, larger values */
-        s->count[u >> 20]++;
-        total += a;
-    }
-    if (!(total > 0)) return 0;
-    const double target = share * total;
-    double acc = 0;
-    int k = 0, b = AL_MASS_BUDGET_BUCKETS - 1;
-    for (; b > 0 && acc + s->mass[b] < target; b--) {
-        acc += s->mass[b];
-        k += s->count[b];
-    }
-    /* the share is reached inside bucket b: its values, largest first */
-    int m = 0;
-    for (int j = 0; j < n; j++) {
-        float a = fabsf(row[j]);
-        uint32_t u;
-        memcpy(&u, &a, 4);
-        if ((int)(u >> 20) == b) s->vals[m++] = a;
-    }
-    qsort(s->vals, (size_t)m, sizeof *s->vals, desc_float);
-    for (int t = 0; t < m && acc < target; t++) {
-        acc += s->vals[t];
-        k++;
+/* The fewest of the largest values of v[0..m) (reordered) whose sum
+ * reaches rem > 0: a three-way quickselect that keeps only the side where
+ * the sum is crossed, expected O(m). */
+static int count_top(float *v, int m, double rem) {
+    int k = 0;
+    while (m > 0 && rem > 0) {
+        float a = v[0], b = v[m / 2], c = v[m - 1]; /* median of three */
+        float pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+        int gt = 0, i = 0, lt = m; /* [0, gt) > pivot, [gt, i) == pivot, [lt, m) < pivot */
+        while (i < lt) {
+            float x = v[i];
+            if (x > pivot) {
+                v[i++] = v[gt];
+                v[gt++] = x;
+            } else if (x < pivot) {
+                v[i] = v[--lt];
+                v[lt] = x;
+            } else {
+                i++;
+            }
+        }
+        double above = 0;
+        for (int t = 0; t < gt; t++) above += v[t];
+        if (above >= rem) { /* crossed among the larger ones */
+            m = gt;
+            continue;
+        }
+        rem -= above;
+        k += gt;
+        for (int t = gt; t < lt && rem > 0; t++) { /* the values equal to the pivot, one by one */
+            rem -= pivot;
+            k++;
+        }
+        memmove(v, v + lt, sizeof(float) * (size_t)(m - lt)); /* then the smaller ones */
+        m -= lt;
     }
     return k;
+}
+
+int al_mass_budget(const float *row, int n, double share, float *buf) {
+    double total = 0;
+    for (int j = 0; j < n; j++) {
+        buf[j] = fabsf(row[j]);
+        total += buf[j];
+    }
+    return total > 0 ? count_top(buf, n, share * total) : 0;
 }
 
 int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out, al_err *err) {
@@ -104,15 +116,12 @@ int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head
     out->min_weight = INFINITY;
     out->max_weight = -INFINITY;
     float *buf = malloc(sizeof(float) * (size_t)(topk > 0 ? topk : 1));
-    al_mass_scratch *ms = malloc(sizeof *ms);
     float *vals = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1));
-    if (!buf || !ms || !vals) {
+    if (!buf || !vals) {
         free(buf);
-        free(ms);
         free(vals);
         return al_errf(err, "head statistics: out of memory for the top-%d values", topk);
     }
-    ms->vals = vals;
     int rows = 0;
     for (int i = 0; i < T; i++) {
         const float *row = P + (size_t)i * T;
@@ -138,12 +147,11 @@ int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head
         out->mean_distance += dist / abs_sum;
         out->topk_mass += topk > 0 ? topk_sum(row, n, topk, buf) / abs_sum : 0;
         out->row_sum += sum;
-        int b = al_mass_budget(row, n, AL_MASS_BUDGET_SHARE, ms);
+        int b = al_mass_budget(row, n, AL_MASS_BUDGET_SHARE, vals);
         out->budget95 += b;
         out->budget95_frac += (double)b / n;
     }
     free(buf);
-    free(ms);
     free(vals);
     if (rows) {
         out->sink_mass /= rows;

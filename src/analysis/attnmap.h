@@ -35,21 +35,13 @@ typedef struct al_head_stats {
  * the statistic behind per-layer (pyramid) KV budgets. */
 #define AL_MASS_BUDGET_SHARE 0.95
 
-/* Scratch for al_mass_budget: AL_MASS_BUDGET_BUCKETS doubles and ints, plus
- * n floats for a row of n keys. */
-enum { AL_MASS_BUDGET_BUCKETS = 2048 };
-typedef struct al_mass_scratch {
-    double mass[AL_MASS_BUDGET_BUCKETS];
-    int count[AL_MASS_BUDGET_BUCKETS];
-    float *vals;           /* [n]: the crossing bucket's values */
-} al_mass_scratch;
-
 /* The fewest keys of row[n] whose |p| sum reaches share * sum |p| (the top
- * ones); 0 when the row has no mass. O(n): |p| is bucketed by its float
- * exponent and 3 mantissa bits, and only the bucket where the share is
- * crossed is sorted. Same count as al_mass_budget_ref. */
-int al_mass_budget(const float *row, int n, double share, al_mass_scratch *s);
-/* Plain reference: sorts all of |p| and counts down from the largest. */
+ * ones); 0 when the row has no mass. Expected O(n): a quickselect that keeps
+ * only the side where the share is crossed. buf holds n floats. Same count
+ * as al_mass_budget_ref. */
+int al_mass_budget(const float *row, int n, double share, float *buf);
+/* Plain reference: sorts all of |p| and counts down from the largest (-1
+ * when out of memory). */
 int al_mass_budget_ref(const float *row, int n, double share);
 
 /* Statistics of P[T, T]; rows with no mass are skipped. Softmax-free weights

@@ -197,7 +197,7 @@ static char *info_json(const al_explore_info *in) {
     cJSON_AddNumberToObject(root, "tokens", in->tokens);
     cJSON_AddNumberToObject(root, "trained_context", in->trained_context);
     cJSON_AddBoolToObject(root, "causal", in->causal);
-    cJSON_AddNumberToObject(root, "topk", in->layers * in->heads > 0 && in->stats ? in->stats[0].topk : 0);
+    cJSON_AddNumberToObject(root, "topk", in->layers * in->heads > 0 && in->stats ? in->stats[0].topk : in->topk);
     cJSON_AddStringToObject(root, "weights", in->causal ? "float32le base64, one line per head (layer-major), "
                                                           "row q holds keys 0..q"
                                                         : "float32le base64, one line per head (layer-major), "

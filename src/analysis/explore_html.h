@@ -45,6 +45,7 @@ typedef struct al_explore_info {
     int serve;                   /* 1: the page of `explore --serve`: no weights, no stats (stats may be NULL);
                                   * the script fetches them from the server */
     int thumb_factor;            /* serve: f of the head grid's thumbnails */
+    int topk;                    /* k of the top-k statistic when stats is NULL (serve) */
 } al_explore_info;
 
 /* A page being written. */

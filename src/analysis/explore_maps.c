@@ -62,19 +62,48 @@ size_t al_explore_map_line_cap(int T, int f, int causal) {
     return 64 + (al_explore_map_cells(T, f, causal) + 2) / 3 * 4;
 }
 
-/* The code of weight w for a head of largest |w| scale. */
-static unsigned char code_of(float w, float scale, int is_signed) {
-    double a = fabs((double)w) / scale;
-    if (!(scale > 0) || !(a >= 1e-7)) return is_signed ? 128 : 0;
-    double pos = (log10(a > 1 ? 1 : a) + DECADES) / DECADES; /* 0..1 */
-    if (!is_signed) {
-        if (w < 0) return 0;
-        long c = 1 + lround(pos * STEPS_U);
-        return (unsigned char)(c > 255 ? 255 : c);
+/* The step boundaries of a head of largest |w| scale: |w| >= thr[i] for i
+ * steps passed, thr[i] = scale 10^((i + 0.5) 7 / steps - 7) (the midpoints
+ * between decoded levels on the log scale), and the floor 1e-7 scale. */
+typedef struct thresholds {
+    double thr[STEPS_U];
+    double floor;
+    int steps;
+} thresholds;
+
+static void thresholds_of(float scale, int is_signed, thresholds *t) {
+    t->steps = is_signed ? STEPS_S : STEPS_U;
+    t->floor = 1e-7 * scale;
+    for (int i = 0; i < t->steps; i++) t->thr[i] = scale * pow(10.0, (i + 0.5) * DECADES / t->steps - DECADES);
+}
+
+/* Steps passed by a = |w|: binary search of the boundaries. */
+static int level(const thresholds *t, double a) {
+    int lo = 0, hi = t->steps; /* thr[0..lo) <= a < thr[hi..) */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (a >= t->thr[mid]) lo = mid + 1;
+        else hi = mid;
     }
-    long l = lround(pos * STEPS_S);
-    l = l > STEPS_S ? STEPS_S : l < 0 ? 0 : l;
+    return lo;
+}
+
+/* The code of weight w (explore_maps.h). */
+static unsigned char code_of(const thresholds *t, float w, int is_signed) {
+    double a = fabs((double)w);
+    if (!(a >= t->floor) || a == 0) return is_signed ? 128 : 0;
+    if (!is_signed) return w < 0 ? 0 : (unsigned char)(1 + level(t, a));
+    int l = level(t, a);
     return (unsigned char)(w > 0 ? 129 + l : 127 - l);
+}
+
+unsigned char al_explore_code_ref(float w, float scale, int is_signed) {
+    const int steps = is_signed ? STEPS_S : STEPS_U;
+    double a = fabs((double)w);
+    if (!(a >= 1e-7 * scale) || a == 0 || (!is_signed && w < 0)) return is_signed ? 128 : 0;
+    int l = 0; /* boundaries passed, counted one by one */
+    for (int i = 0; i < steps; i++) l += a >= scale * pow(10.0, (i + 0.5) * DECADES / steps - DECADES);
+    return (unsigned char)(!is_signed ? 1 + l : w > 0 ? 129 + l : 127 - l);
 }
 
 float al_explore_dequantise(unsigned char code, float scale, int is_signed) {
@@ -97,6 +126,8 @@ void al_explore_quantise(const float *P, int T, int f, int causal, float *rowbuf
     }
     *scale = m;
     *is_signed = neg;
+    thresholds t;
+    thresholds_of(m, neg, &t);
     size_t o = 0;
     for (int a = 0; a < D; a++) {
         const int cells = causal ? a + 1 : D;
@@ -104,10 +135,14 @@ void al_explore_quantise(const float *P, int T, int f, int causal, float *rowbuf
         for (int q = a * f; q < (a + 1) * f && q < T; q++) {
             const float *row = P + (size_t)q * T;
             const int n = causal ? q + 1 : T;
+            if (f == 1) {
+                for (int k = 0; k < n; k++) rowbuf[k] = row[k];
+                continue;
+            }
             for (int k = 0; k < n; k++) /* the pair of largest magnitude in each block */
                 if (fabsf(row[k]) > fabsf(rowbuf[k / f])) rowbuf[k / f] = row[k];
         }
-        for (int b = 0; b < cells; b++) codes[o++] = code_of(rowbuf[b], m, neg);
+        for (int b = 0; b < cells; b++) codes[o++] = code_of(&t, rowbuf[b], neg);
     }
 }
 

@@ -7,10 +7,12 @@
  *
  *   M = the head's largest |weight| (kept as float32 beside the codes);
  *   weights >= 0 everywhere ("u"): code 0 is |w| < 1e-7 M (and 0), codes
- *     1..255 cover log10(w / M) in [-7, 0] in 254 equal steps;
+ *     1..255 are the levels M 10^(7 i / 254 - 7), i = 0..254, each weight
+ *     taking the nearest level on the log scale (1 + the number of
+ *     midpoints M 10^(7 (i + 0.5) / 254 - 7), i = 0..253, that |w| reaches);
  *   some weight < 0 ("s", softmax-free scores): code 128 is |w| < 1e-7 M,
- *     129..255 are positive and 127..1 negative weights, 126 steps over the
- *     same 7 decades of |w| / M.
+ *     129 + l for positive and 127 - l for negative weights, l = 0..126 the
+ *     nearest of the levels M 10^(7 l / 126 - 7) in the same way.
  * Decoded values are within 3.3 % ("u") or 6.7 % ("s") of the cell's weight.
  * Causal maps keep the lower triangle of display cells (row a holds cells
  * 0..a), bidirectional ones all D x D, row-major, rows are queries.
@@ -37,6 +39,9 @@ size_t al_explore_map_line_cap(int T, int f, int causal);
  * any weight is negative in *is_signed. rowbuf holds D floats. */
 void al_explore_quantise(const float *P, int T, int f, int causal, float *rowbuf, unsigned char *codes, float *scale,
                          int *is_signed);
+/* The code of one weight, counting the midpoints one by one: the plain
+ * reference the tests compare al_explore_quantise with. */
+unsigned char al_explore_code_ref(float w, float scale, int is_signed);
 /* The weight a code stands for (the page's decoder does the same). */
 float al_explore_dequantise(unsigned char code, float scale, int is_signed);
 

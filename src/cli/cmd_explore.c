@@ -292,7 +292,7 @@ int cmd_explore(int argc, char **argv) {
         .title = title, .model = model_dir, .text = text, .attention = al_attn_name(m.cfg.attention),
         .score = al_score_name(m.cfg.score), .score_title = score_title, .layers = L, .heads = H, .tokens = T,
         .trained_context = trained, .causal = causal, .token_bytes = tok, .token_labels = (const char *const *)labels,
-        .stats = st, .sim = &sim, .display_factor = qf,
+        .stats = st, .sim = &sim, .display_factor = qf, .topk = (int)topk,
     };
     if (serve_flag) {
         printf("%d tokens of %s%s\n", T, text, T > trained ? " (longer than the context the model was trained at)" : "");

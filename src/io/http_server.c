@@ -44,6 +44,7 @@ static double now_s(void) {
 static const char *reason(int status) {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
     case 400: return "Bad Request";
     case 403: return "Forbidden";
     case 404: return "Not Found";
@@ -174,6 +175,10 @@ static void handle(al_http_server *s, al_http_conn *c) {
             r.query_name[r.n_query] = kv;
             r.query_value[r.n_query++] = eq ? eq + 1 : "";
         }
+    }
+    if (!strcmp(r.path, "/favicon.ico")) { /* browsers ask on their own, without the token: nothing to give */
+        reply_status(c, 204, "");
+        return;
     }
     if (!token_ok(al_http_query(&r, "token"), s->token)) {
         reply_status(c, 403, "missing or wrong token: open the address the program printed\n");

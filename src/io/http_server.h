@@ -13,6 +13,7 @@
  *     a client that sends nothing for AL_HTTP_IDLE_MS is dropped;
  *   - every route needs `token=` in its query equal to the server's random
  *     token (else 403), so only whoever holds the printed URL gets data;
+ *     /favicon.ico, which browsers request on their own, is an empty 204;
  *   - at most AL_HTTP_RATE requests per second on average (bursts of
  *     AL_HTTP_BURST), the rest get 429; at most AL_HTTP_MAX_CONN connections;
  *   - the request path is only ever compared with the handler's route names:
@@ -71,7 +72,8 @@ typedef struct al_http_server {
     void *ctx;
     struct al_http_conn *conns; /* [AL_HTTP_MAX_CONN] */
     double bucket, bucket_time; /* rate limiter: tokens left, when last filled (seconds) */
-    long served, refused;   /* counts, for the caller's closing line */
+    long served;            /* requests the handler answered */
+    long refused;           /* requests refused for rate (429), size (431) or connections (503) */
 } al_http_server;
 
 /* Binds 127.0.0.1:port (0: a free port the system picks; s->port says

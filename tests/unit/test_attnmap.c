@@ -118,13 +118,12 @@ static void check_design(al_score_kind score, int G, int bidirectional) {
 
 /* The mass budget (fewest keys holding 95 % of a row's |p|): a hand-made
  * row, then the bucketed al_mass_budget against the sorting reference on
- * random rows of odd lengths: softmax-like, signed, with zeros and ties. */
+ * random rows of odd lengths: softmax-like, signed, with zeros and ties,
+ * all equal, sorted either way. */
 static void check_mass_budget(void) {
-    al_mass_scratch *s = malloc(sizeof *s);
-    float *row = malloc(sizeof(float) * 1001);
+    float *s = malloc(sizeof(float) * 1001), *row = malloc(sizeof(float) * 1001);
     CHECK(s && row);
     if (!s || !row) return;
-    s->vals = malloc(sizeof(float) * 1001);
     const float hand[4] = {0.05f, 0.5f, 0.15f, 0.3f};
     CHECK(al_mass_budget(hand, 4, 0.95, s) == 3 && al_mass_budget_ref(hand, 4, 0.95) == 3);
     CHECK(al_mass_budget(hand, 4, 0.45, s) == 1 && al_mass_budget(hand, 4, 0.5, s) == 2 && al_mass_budget(hand, 4, 1.0, s) == 4);
@@ -134,13 +133,15 @@ static void check_mass_budget(void) {
     al_rng_seed(&r, 7);
     const int lens[] = {1, 3, 17, 129, 511, 1001};
     for (int li = 0; li < 6; li++)
-        for (int kind = 0; kind < 4; kind++) {
+        for (int kind = 0; kind < 7; kind++) {
             int n = lens[li];
             double z = 0;
             for (int j = 0; j < n; j++) {
                 float x = al_rng_normal(&r) * 3.0f;
                 row[j] = kind == 0 ? expf(x) : kind == 1 ? x : kind == 2 ? (j % 3 ? 0.0f : expf(x))
-                                                                  : (float)(1 + (j % 4)); /* ties */
+                       : kind == 3 ? (float)(1 + (j % 4)) /* ties */
+                       : kind == 4 ? 0.25f                 /* all equal */
+                       : kind == 5 ? (float)(j + 1) : (float)(n - j); /* sorted up, down */
                 z += fabsf(row[j]);
             }
             if (kind == 0)
@@ -149,7 +150,6 @@ static void check_mass_budget(void) {
             CHECK(ref >= 1 && ref <= n);
             CHECK(al_mass_budget(row, n, AL_MASS_BUDGET_SHARE, s) == ref);
         }
-    free(s->vals);
     free(s);
     free(row);
 }
