@@ -741,18 +741,21 @@
     drawSim();
     var want = ++shown, lay = state.layer, hd = state.head;
     saveHash();
-    loadLayer(lay).then(function () {
+    drawStats();
+    /* the map first: the server answers one request at a time, and a new
+     * layer's statistics take all of its heads */
+    return loadHead(lay, hd).then(function (W) {
+      if (want === shown) {
+        cur = W;
+        drawMap();
+      }
+      return loadLayer(lay);
+    }).then(function () {
       if (state.layer !== lay) return;
       drawStats();
       drawThumbs();
       drawSparsity();
-      if (cur && state.scale === 'linear' && cur === cache.get(lay * H + state.head)) drawMap();
-    }).catch(fail);
-    drawStats();
-    return loadHead(lay, hd).then(function (W) {
-      if (want !== shown) return;
-      cur = W;
-      drawMap();
+      if (SERVE && want === shown && state.scale === 'linear') drawMap(); /* its range from the statistics */
     }).catch(fail);
   }
 
