@@ -27,7 +27,7 @@ enum { CONN_FREE, CONN_READ, CONN_WRITE };
 
 typedef struct al_http_conn {
     int fd, state;
-    char req[AL_HTTP_MAX_REQUEST + 1];
+    char req[AL_HTTP_MAX_REQUEST + 2]; /* one byte past the limit, and the NUL */
     size_t req_len;
     char *out;              /* head and body of the reply */
     size_t out_len, out_sent;

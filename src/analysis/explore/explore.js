@@ -811,7 +811,7 @@
         nq === 0 ? 'Embedded: the weights of all ' + L * H +
         ' heads as exact float32 (the values attnlab attnmap writes to its NPY), little-endian, base64, ' +
         (CAUSAL ? 'lower triangle only (row q holds keys 0..q)' : 'full rows') + '; ' :
-        'Embedded: ' + (L * H - nq) + ' heads as exact float32 (the values attnlab attnmap writes to its NPY) and ' + nq +
+        'Embedded: ' + (L * H - nq) + (L * H - nq === 1 ? ' head' : ' heads') + ' as exact float32 (the values attnlab attnmap writes to its NPY) and ' + nq +
         ' as display maps of ' + Math.ceil(T / D.display_factor) + ' \u00d7 ' + Math.ceil(T / D.display_factor) +
         ' cells (' + D.display_factor + ' \u00d7 ' + D.display_factor + ' token pairs a cell, the largest magnitude ' +
         'kept), quantised to 1 byte a cell on a log scale over 7 decades below the head\u2019s largest weight: ' +
