@@ -6,6 +6,7 @@
 #include "../train/vision.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,13 +41,87 @@ static double topk_sum(const float *row, int n, int k, float *buf) {
     return s;
 }
 
+/* descending order of floats, for qsort */
+static int desc_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+int al_mass_budget_ref(const float *row, int n, double share) {
+    double total = 0;
+    for (int j = 0; j < n; j++) total += fabs(row[j]);
+    if (!(total > 0)) return 0;
+    float *v = malloc(sizeof(float) * (size_t)n);
+    if (!v) return -1;
+    for (int j = 0; j < n; j++) v[j] = fabsf(row[j]);
+    qsort(v, (size_t)n, sizeof *v, desc_float);
+    double acc = 0, target = share * total;
+    int k = 0;
+    while (k < n && acc < target) acc += v[k++];
+    free(v);
+    return k;
+}
+
+/* The fewest of the largest values of v[0..m) (reordered) whose sum
+ * reaches rem > 0: a three-way quickselect that keeps only the side where
+ * the sum is crossed, expected O(m). */
+static int count_top(float *v, int m, double rem) {
+    int k = 0;
+    while (m > 0 && rem > 0) {
+        float a = v[0], b = v[m / 2], c = v[m - 1]; /* median of three */
+        float pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+        int gt = 0, i = 0, lt = m; /* [0, gt) > pivot, [gt, i) == pivot, [lt, m) < pivot */
+        while (i < lt) {
+            float x = v[i];
+            if (x > pivot) {
+                v[i++] = v[gt];
+                v[gt++] = x;
+            } else if (x < pivot) {
+                v[i] = v[--lt];
+                v[lt] = x;
+            } else {
+                i++;
+            }
+        }
+        double above = 0;
+        for (int t = 0; t < gt; t++) above += v[t];
+        if (above >= rem) { /* crossed among the larger ones */
+            m = gt;
+            continue;
+        }
+        rem -= above;
+        k += gt;
+        for (int t = gt; t < lt && rem > 0; t++) { /* the values equal to the pivot, one by one */
+            rem -= pivot;
+            k++;
+        }
+        memmove(v, v + lt, sizeof(float) * (size_t)(m - lt)); /* then the smaller ones */
+        m -= lt;
+    }
+    return k;
+}
+
+int al_mass_budget(const float *row, int n, double share, float *buf) {
+    double total = 0;
+    for (int j = 0; j < n; j++) {
+        buf[j] = fabsf(row[j]);
+        total += buf[j];
+    }
+    return total > 0 ? count_top(buf, n, share * total) : 0;
+}
+
 int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head_stats *out, al_err *err) {
     memset(out, 0, sizeof *out);
     out->topk = topk;
     out->min_weight = INFINITY;
     out->max_weight = -INFINITY;
     float *buf = malloc(sizeof(float) * (size_t)(topk > 0 ? topk : 1));
-    if (!buf) return al_errf(err, "head statistics: out of memory for the top-%d values", topk);
+    float *vals = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1));
+    if (!buf || !vals) {
+        free(buf);
+        free(vals);
+        return al_errf(err, "head statistics: out of memory for the top-%d values", topk);
+    }
     int rows = 0;
     for (int i = 0; i < T; i++) {
         const float *row = P + (size_t)i * T;
@@ -72,14 +147,20 @@ int al_head_stats_of(const float *P, int T, int topk, int bidirectional, al_head
         out->mean_distance += dist / abs_sum;
         out->topk_mass += topk > 0 ? topk_sum(row, n, topk, buf) / abs_sum : 0;
         out->row_sum += sum;
+        int b = al_mass_budget(row, n, AL_MASS_BUDGET_SHARE, vals);
+        out->budget95 += b;
+        out->budget95_frac += (double)b / n;
     }
     free(buf);
+    free(vals);
     if (rows) {
         out->sink_mass /= rows;
         out->entropy /= rows;
         out->mean_distance /= rows;
         out->topk_mass /= rows;
         out->row_sum /= rows;
+        out->budget95 /= rows;
+        out->budget95_frac /= rows;
     }
     return 0;
 }

@@ -27,7 +27,22 @@ typedef struct al_head_stats {
     double row_sum;        /* mean over queries of sum_j p_ij (1 for softmax) */
     double min_weight, max_weight;
     int topk;
+    double budget95;       /* mean over queries of the fewest keys holding 95 % of the row's |p| (al_mass_budget) */
+    double budget95_frac;  /* the same count over the keys the query sees (i + 1 causal, T bidirectional), mean */
 } al_head_stats;
+
+/* The share of a row's attention mass the budget statistics keep (0.95):
+ * the statistic behind per-layer (pyramid) KV budgets. */
+#define AL_MASS_BUDGET_SHARE 0.95
+
+/* The fewest keys of row[n] whose |p| sum reaches share * sum |p| (the top
+ * ones); 0 when the row has no mass. Expected O(n): a quickselect that keeps
+ * only the side where the share is crossed. buf holds n floats. Same count
+ * as al_mass_budget_ref. */
+int al_mass_budget(const float *row, int n, double share, float *buf);
+/* Plain reference: sorts all of |p| and counts down from the largest (-1
+ * when out of memory). */
+int al_mass_budget_ref(const float *row, int n, double share);
 
 /* Statistics of P[T, T]; rows with no mass are skipped. Softmax-free weights
  * may be negative: entropy, distance and top-k use |p|. Returns 0, or -1

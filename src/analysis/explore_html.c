@@ -18,36 +18,8 @@
 
 #include "attnlab.h"
 #include "../plot/colormap.h"
+#include "explore_maps.h"
 #include "explore_page.h"
-
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* Standard base64 (RFC 4648, with padding) of n bytes into out, which holds
- * 4 * ceil(n / 3) characters; returns that count. */
-static size_t b64_encode(const unsigned char *in, size_t n, char *out) {
-    size_t o = 0, i = 0;
-    for (; i + 3 <= n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = B64[(v >> 6) & 63];
-        out[o++] = B64[v & 63];
-    }
-    if (n - i == 1) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = '=';
-        out[o++] = '=';
-    } else if (n - i == 2) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-        out[o++] = B64[v >> 18];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = B64[(v >> 6) & 63];
-        out[o++] = '=';
-    }
-    return o;
-}
 
 /* Values stored per head: the lower triangle with the diagonal for causal
  * models (the rest is masked and exactly 0), else everything. */
@@ -61,18 +33,27 @@ size_t al_explore_bytes_per_head(int T, int causal) {
 
 static int write_str(al_afile *f, const char *s, al_err *err) { return al_afile_write(f, s, strlen(s), err); }
 
-/* Writes JSON text with '<', '>' and '&' as \u escapes. They can only occur
- * inside JSON strings, where the escapes mean the same characters, and the
- * result can no longer end the surrounding <script> element. */
-static int write_json_escaped(al_afile *f, const char *json, al_err *err) {
-    const char *run = json;
-    for (const char *p = json; *p; p++) {
+/* JSON text with '<', '>' and '&' as \u escapes (malloc'd; json is freed).
+ * They can only occur inside JSON strings, where the escapes mean the same
+ * characters, and the result can no longer end the surrounding <script>
+ * element. NULL when json is NULL or memory runs out. */
+static char *escape_for_script(char *json) {
+    if (!json) return NULL;
+    size_t n = 0;
+    for (const char *p = json; *p; p++) n += *p == '<' || *p == '>' || *p == '&' ? 6 : 1;
+    char *out = malloc(n + 1), *o = out;
+    for (const char *p = json; out && *p; p++) {
         const char *esc = *p == '<' ? "\\u003c" : *p == '>' ? "\\u003e" : *p == '&' ? "\\u0026" : NULL;
-        if (!esc) continue;
-        if (al_afile_write(f, run, (size_t)(p - run), err) || write_str(f, esc, err)) return -1;
-        run = p + 1;
+        if (esc) {
+            memcpy(o, esc, 6);
+            o += 6;
+        } else {
+            *o++ = *p;
+        }
     }
-    return write_str(f, run, err);
+    if (out) *o = 0;
+    free(json);
+    return out;
 }
 
 void al_explore_abort(al_explore_writer *w) {
@@ -80,8 +61,14 @@ void al_explore_abort(al_explore_writer *w) {
     w->open = 0;
     free(w->raw);
     free(w->b64);
+    free(w->codes);
+    free(w->rowbuf);
+    free(w->qline);
     w->raw = NULL;
     w->b64 = NULL;
+    w->codes = NULL;
+    w->rowbuf = NULL;
+    w->qline = NULL;
 }
 
 int al_explore_open(al_explore_writer *w, const char *path, int T, int causal, al_err *err) {
@@ -115,21 +102,40 @@ int al_explore_add_head(al_explore_writer *w, const float *P, al_err *err) {
     unsigned char *o = w->raw;
     /* little-endian float32 whatever the host's byte order */
     for (int q = 0; q < T; q++) {
-        const float *row = P + (size_t)q * T;
         int n = w->causal ? q + 1 : T;
-        for (int k = 0; k < n; k++) {
-            uint32_t u;
-            memcpy(&u, &row[k], 4);
-            o[0] = (unsigned char)u;
-            o[1] = (unsigned char)(u >> 8);
-            o[2] = (unsigned char)(u >> 16);
-            o[3] = (unsigned char)(u >> 24);
-            o += 4;
-        }
+        al_f32_to_le(P + (size_t)q * T, (size_t)n, o);
+        o += 4 * (size_t)n;
     }
-    size_t n = b64_encode(w->raw, w->values_per_head * 4, w->b64);
+    size_t n = al_base64_encode(w->raw, w->values_per_head * 4, w->b64);
     w->b64[n++] = '\n';
     if (al_afile_write(&w->f, w->b64, n, err)) {
+        al_explore_abort(w);
+        return -1;
+    }
+    w->heads_written++;
+    return 0;
+}
+
+int al_explore_add_head_quantised(al_explore_writer *w, const float *P, int f, al_err *err) {
+    if (!w->open) return al_errf(err, "explore: the page is not open");
+    if (f < 1 || (w->qf && f != w->qf)) return al_errf(err, "explore: display factor %d (the page's is %d)", f, w->qf);
+    const int T = w->T, D = al_explore_display_side(T, f);
+    if (!w->qf) {
+        w->codes = malloc(al_explore_map_cells(T, f, w->causal));
+        w->rowbuf = malloc(sizeof(float) * (size_t)D);
+        w->qline = malloc(al_explore_map_line_cap(T, f, w->causal) + 2);
+        if (!w->codes || !w->rowbuf || !w->qline) {
+            al_explore_abort(w);
+            return al_errf(err, "out of memory for a page of %d tokens", T);
+        }
+        w->qf = f;
+    }
+    float scale;
+    int is_signed;
+    al_explore_quantise(P, T, f, w->causal, w->rowbuf, w->codes, &scale, &is_signed);
+    size_t n = al_explore_map_line(w->codes, al_explore_map_cells(T, f, w->causal), scale, is_signed, f, w->qline);
+    w->qline[n++] = '\n';
+    if (al_afile_write(&w->f, w->qline, n, err)) {
         al_explore_abort(w);
         return -1;
     }
@@ -148,7 +154,30 @@ static char *lut_hex(const char *name) {
     return s;
 }
 
-/* The data object the script reads (field names are its contract with the
+/* One head's statistics as the JSON object the script reads. */
+static cJSON *stats_object(const al_head_stats *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "sink_mass", s->sink_mass);
+    cJSON_AddNumberToObject(o, "entropy", s->entropy);
+    cJSON_AddNumberToObject(o, "mean_distance", s->mean_distance);
+    cJSON_AddNumberToObject(o, "topk_mass", s->topk_mass);
+    cJSON_AddNumberToObject(o, "row_sum", s->row_sum);
+    cJSON_AddNumberToObject(o, "min", s->min_weight);
+    cJSON_AddNumberToObject(o, "max", s->max_weight);
+    cJSON_AddNumberToObject(o, "budget95", s->budget95);
+    cJSON_AddNumberToObject(o, "budget95_frac", s->budget95_frac);
+    return o;
+}
+
+char *al_explore_stats_json(const al_head_stats *stats, int heads) {
+    cJSON *a = cJSON_CreateArray();
+    for (int h = 0; a && h < heads; h++) cJSON_AddItemToArray(a, stats_object(&stats[h]));
+    char *text = a ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
+    return text;
+}
+
+/* The data object the script reads, escaped for its script element (field names are its contract with the
  * script, src/analysis/explore/explore.js; docs/explore.md lists them). NULL
  * when out of memory. */
 static char *info_json(const al_explore_info *in) {
@@ -168,7 +197,7 @@ static char *info_json(const al_explore_info *in) {
     cJSON_AddNumberToObject(root, "tokens", in->tokens);
     cJSON_AddNumberToObject(root, "trained_context", in->trained_context);
     cJSON_AddBoolToObject(root, "causal", in->causal);
-    cJSON_AddNumberToObject(root, "topk", in->layers * in->heads > 0 ? in->stats[0].topk : 0);
+    cJSON_AddNumberToObject(root, "topk", in->layers * in->heads > 0 && in->stats ? in->stats[0].topk : in->topk);
     cJSON_AddStringToObject(root, "weights", in->causal ? "float32le base64, one line per head (layer-major), "
                                                           "row q holds keys 0..q"
                                                         : "float32le base64, one line per head (layer-major), "
@@ -179,22 +208,20 @@ static char *info_json(const al_explore_info *in) {
     } else {
         cJSON_AddItemToObject(root, "bytes", cJSON_CreateIntArray(in->token_bytes, in->tokens));
     }
-    cJSON *stats = cJSON_AddArrayToObject(root, "stats");
-    for (int l = 0; l < in->layers; l++) {
-        cJSON *layer = cJSON_CreateArray();
-        for (int h = 0; h < in->heads; h++) {
-            const al_head_stats *s = &in->stats[l * in->heads + h];
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddNumberToObject(o, "sink_mass", s->sink_mass);
-            cJSON_AddNumberToObject(o, "entropy", s->entropy);
-            cJSON_AddNumberToObject(o, "mean_distance", s->mean_distance);
-            cJSON_AddNumberToObject(o, "topk_mass", s->topk_mass);
-            cJSON_AddNumberToObject(o, "row_sum", s->row_sum);
-            cJSON_AddNumberToObject(o, "min", s->min_weight);
-            cJSON_AddNumberToObject(o, "max", s->max_weight);
-            cJSON_AddItemToArray(layer, o);
+    if (in->stats) {
+        cJSON *stats = cJSON_AddArrayToObject(root, "stats");
+        for (int l = 0; l < in->layers; l++) {
+            cJSON *layer = cJSON_CreateArray();
+            for (int h = 0; h < in->heads; h++) cJSON_AddItemToArray(layer, stats_object(&in->stats[l * in->heads + h]));
+            cJSON_AddItemToArray(stats, layer);
         }
-        cJSON_AddItemToArray(stats, layer);
+    }
+    cJSON_AddNumberToObject(root, "budget_share", AL_MASS_BUDGET_SHARE);
+    cJSON_AddNumberToObject(root, "display_factor", in->display_factor);
+    if (in->serve) {
+        cJSON *sv = cJSON_AddObjectToObject(root, "serve");
+        cJSON_AddNumberToObject(sv, "display_factor", in->display_factor);
+        cJSON_AddNumberToObject(sv, "thumb_factor", in->thumb_factor);
     }
     cJSON *sim = cJSON_AddArrayToObject(root, "similarity");
     const int H = in->sim->H;
@@ -211,7 +238,7 @@ static char *info_json(const al_explore_info *in) {
     cJSON *maps = cJSON_AddObjectToObject(root, "colormaps");
     cJSON_AddStringToObject(maps, "viridis", vir);
     cJSON_AddStringToObject(maps, "RdYlBu_r", rdy);
-    text = cJSON_PrintUnformatted(root);
+    text = escape_for_script(cJSON_PrintUnformatted(root));
 done:
     cJSON_Delete(root);
     free(vir);
@@ -234,8 +261,9 @@ int al_explore_finish(al_explore_writer *w, const al_explore_info *info, al_err 
         al_errf(err, "out of memory");
         goto done;
     }
-    if (write_str(&w->f, al_explore_page_after_weights, err) || write_json_escaped(&w->f, json, err) ||
-        write_str(&w->f, "\n", err) || write_str(&w->f, al_explore_page_after_data, err))
+    if (write_str(&w->f, al_explore_page_after_weights, err) || write_str(&w->f, json, err) ||
+        write_str(&w->f, "\n", err) || write_str(&w->f, al_explore_page_after_data, err) ||
+        write_str(&w->f, al_explore_page_after_serve, err))
         goto done;
     if (al_afile_commit(&w->f, err)) goto done;
     w->open = 0;
@@ -244,4 +272,38 @@ done:
     free(json);
     al_explore_abort(w);
     return rc;
+}
+
+/* Appends text to the growing buffer (*buf, *len, *cap); -1 when out of memory. */
+static int append(char **buf, size_t *len, size_t *cap, const char *text, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *b = realloc(*buf, c);
+        if (!b) return -1;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, text, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
+char *al_explore_page_text(const al_explore_info *info, size_t *len) {
+    char *json = info_json(info), *page = NULL;
+    size_t cap = 0;
+    *len = 0;
+    if (!json) return NULL;
+    int rc = append(&page, len, &cap, al_explore_page_head, strlen(al_explore_page_head)) ||
+             append(&page, len, &cap, al_explore_page_after_weights, strlen(al_explore_page_after_weights));
+    rc = rc || append(&page, len, &cap, json, strlen(json)) || append(&page, len, &cap, "\n", 1) ||
+         append(&page, len, &cap, al_explore_page_after_data, strlen(al_explore_page_after_data)) ||
+         append(&page, len, &cap, al_explore_serve_script_head, strlen(al_explore_serve_script_head)) ||
+         append(&page, len, &cap, al_explore_page_after_serve, strlen(al_explore_page_after_serve));
+    free(json);
+    if (rc) {
+        free(page);
+        return NULL;
+    }
+    return page;
 }

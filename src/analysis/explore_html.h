@@ -41,6 +41,11 @@ typedef struct al_explore_info {
                                       * written as "token_ids" + "pieces"; NULL for a byte model ("bytes") */
     const al_head_stats *stats;  /* [L * H], layer-major */
     const al_head_sim *sim;      /* per-layer similarity matrices and metrics */
+    int display_factor;          /* f of the quantised maps (explore_maps.h); 0: every head exact */
+    int serve;                   /* 1: the page of `explore --serve`: no weights, no stats (stats may be NULL);
+                                  * the script fetches them from the server */
+    int thumb_factor;            /* serve: f of the head grid's thumbnails */
+    int topk;                    /* k of the top-k statistic when stats is NULL (serve) */
 } al_explore_info;
 
 /* A page being written. */
@@ -53,6 +58,10 @@ typedef struct al_explore_writer {
     char *b64;                   /* its base64 text plus a newline */
     size_t b64_len;              /* characters of one head's line, newline included */
     int open;
+    int qf;                      /* factor of the quantised heads, once one was added */
+    unsigned char *codes;        /* [al_explore_map_cells]: one quantised head */
+    float *rowbuf;               /* [D]: its pooling row */
+    char *qline;                 /* its text line */
 } al_explore_writer;
 
 /* Starts the page at `path` (a temporary file until al_explore_finish) for
@@ -62,6 +71,10 @@ int al_explore_open(al_explore_writer *w, const char *path, int T, int causal, a
 /* Appends the weights P[T, T] (rows are queries) of the next head, in order
  * layer 0 head 0, layer 0 head 1, ... Masked entries are not stored. */
 int al_explore_add_head(al_explore_writer *w, const float *P, al_err *err);
+
+/* Appends the next head as a display map at factor f, quantised to one byte
+ * a cell (explore_maps.h); every quantised head of a page has the same f. */
+int al_explore_add_head_quantised(al_explore_writer *w, const float *P, int f, al_err *err);
 
 /* Writes the data object and the script, checks that exactly L * H heads were
  * added, and renames the file into place. On failure nothing is left behind. */
@@ -74,5 +87,14 @@ void al_explore_abort(al_explore_writer *w);
 /* Characters of one head's base64 line (newline included) for T tokens: what
  * a page costs per head, for size estimates and messages. */
 size_t al_explore_bytes_per_head(int T, int causal);
+
+/* The page of `explore --serve` (info->serve set): the page's text with no
+ * weights and the data object, as one malloc'd string of *len bytes; NULL
+ * when out of memory. */
+char *al_explore_page_text(const al_explore_info *info, size_t *len);
+
+/* The statistics of the heads of one layer as a JSON array text (the
+ * objects of the page's "stats"); malloc'd, NULL when out of memory. */
+char *al_explore_stats_json(const al_head_stats *stats, int heads);
 
 #endif

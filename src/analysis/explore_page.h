@@ -3,12 +3,14 @@
  * in src/analysis/explore/ (explore.html, its stylesheet explore.css and its
  * script explore.js). At build time cmake/embed_page.cmake inlines the
  * stylesheet and the script into the HTML and cuts the result at the page's
- * two marker lines, `@weights@` and `@data@`; explore_html.c writes the
- * pieces with the data in place of those lines:
+ * three marker lines, `@weights@`, `@data@` and `@serve@`; explore_html.c
+ * writes the pieces with the data in place of those lines:
  *
  *   al_explore_page_head, the weights' lines (base64, one per head),
  *   al_explore_page_after_weights, the data object's JSON and a newline,
- *   al_explore_page_after_data.
+ *   al_explore_page_after_data, nothing (the single file) or the server
+ *   script al_explore_serve_script (`explore --serve`),
+ *   al_explore_page_after_serve.
  *
  * Each piece is NUL-terminated text. The definitions are generated into the
  * build tree (explore_page.c); CMakeLists.txt makes them depend on every file
@@ -21,7 +23,12 @@
 extern const char al_explore_page_head[];
 /* From the end of the weights element to the opening line of the data element. */
 extern const char al_explore_page_after_weights[];
-/* From the end of the data element to the end of the page: the script and the closing tags. */
+/* From the end of the data element to the @serve@ line. */
 extern const char al_explore_page_after_data[];
+/* From the @serve@ line to the end of the page: the script and the closing tags. */
+extern const char al_explore_page_after_serve[];
+/* The served page's transport (src/analysis/explore/serve.html and
+ * explore_serve.js inlined): a <script> element, for the @serve@ line. */
+extern const char al_explore_serve_script_head[];
 
 #endif

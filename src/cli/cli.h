@@ -120,6 +120,9 @@ void cli_free_labels(char **labels, int T);
 /* --out FILE.png -> stem FILE and figure FILE.png; a bare stem gets .png.
  * Both malloc'd (free them); -1 when out of memory. */
 int stem_of(const char *out, char **stem, char **figure);
+/* "0,3,7" -> out[] (at most cap entries); "all" -> 0..n_max-1. Returns the
+ * count, or -1 for text that is not such a list. Range checks are the caller's. */
+int cli_index_list(const char *s, int n_max, int *out, int cap);
 
 #endif
 

@@ -18,8 +18,7 @@
 #include "io/io.h"
 #include "plot/figure.h"
 
-/* "0,3,7" -> list; "all" -> 0..n-1. Returns the count or -1. */
-static int parse_list(const char *s, int n_max, int *out, int cap) {
+int cli_index_list(const char *s, int n_max, int *out, int cap) {
     if (!strcmp(s, "all")) {
         for (int i = 0; i < n_max && i < cap; i++) out[i] = i;
         return n_max < cap ? n_max : cap;
@@ -52,12 +51,49 @@ int stem_of(const char *out, char **stem, char **figure) {
     return -1;
 }
 
+/* Mean over the nh heads shown of layer row i of their 95 % mass budgets:
+ * keys (*keys) and share of the keys a query sees (*frac). */
+static void layer_budget(const al_head_stats *st, int i, int nh, double *keys, double *frac) {
+    *keys = *frac = 0;
+    for (int j = 0; j < nh; j++) {
+        *keys += st[i * nh + j].budget95 / nh;
+        *frac += st[i * nh + j].budget95_frac / nh;
+    }
+}
+
+/* The figure's footnote on the 95 % mass budgets: each layer's for up to 4
+ * layers, else the smallest and the largest layer's. */
+static void budget_footnote(const al_head_stats *st, const int *layers, int nl, int nh, const char *stem, char *buf,
+                            size_t cap) {
+    size_t off = (size_t)snprintf(buf, cap, "Keys holding 95 %% of the mass (mean over queries and the heads shown):");
+    int lo = 0, hi = 0;
+    for (int i = 0; i < nl; i++) {
+        double b, f, bl, fl, bh, fh;
+        layer_budget(st, i, nh, &b, &f);
+        layer_budget(st, lo, nh, &bl, &fl);
+        layer_budget(st, hi, nh, &bh, &fh);
+        lo = f < fl ? i : lo;
+        hi = f > fh ? i : hi;
+        if (nl <= 4 && off < cap)
+            off += (size_t)snprintf(buf + off, cap - off, "%s layer %d %.1f (%.1f %%)", i ? "," : "", layers[i], b, 100 * f);
+    }
+    if (nl > 4 && off < cap) {
+        double bl, fl, bh, fh;
+        layer_budget(st, lo, nh, &bl, &fl);
+        layer_budget(st, hi, nh, &bh, &fh);
+        off += (size_t)snprintf(buf + off, cap - off, " %.1f %% (layer %d) to %.1f %% (layer %d); per layer in %s.json",
+                                100 * fl, layers[lo], 100 * fh, layers[hi], stem);
+    }
+    if (off < cap) snprintf(buf + off, cap - off, ".");
+}
+
 /* The grid figure: rows = layers, columns = heads; x = query, y = key as in
  * the MiniKV figure, so each panel shows P^T. Log scale 1e-6..1 (non-positive
  * weights in the background colour) or linear, symmetric if any weight is
  * negative (softmax-free scores). */
 static int draw_grid(const char *path, const float *P, int T, const int *layers, int nl, const int *heads, int nh,
-                     int log_scale, const char *title, const float *image, int image_side, al_err *err) {
+                     int log_scale, const char *title, const char *footnote, const float *image, int image_side,
+                     al_err *err) {
     float lo = 0, hi = 0;
     for (size_t i = 0; i < (size_t)nl * nh * T * T; i++) {
         lo = P[i] < lo ? P[i] : lo;
@@ -80,6 +116,7 @@ static int draw_grid(const char *path, const float *P, int T, const int *layers,
     int rc = f && t ? 0 : -1;
     if (f && !t) al_errf(err, "out of memory");
     if (!rc && title) rc = al_figure_set_title(f, title, err);
+    if (!rc && footnote) rc = al_figure_set_footnote_lead(f, footnote, err);
     for (int i = 0; i < nl && !rc; i++)
         for (int j = 0; j < nh && !rc; j++) {
             const float *Pi = P + (size_t)(i * nh + j) * T * T;
@@ -136,7 +173,7 @@ int cmd_attnmap(int argc, char **argv) {
     char *path = NULL, *stem = NULL, *figure = NULL;
     if (al_config_load_dir(&cfg, model_dir, NULL, &err)) return cli_fail(cmd, err.msg);
     int layers[64], heads[64];
-    int nl = parse_list(layers_s, cfg.num_layers, layers, 64), nh = parse_list(heads_s, cfg.num_heads, heads, 64);
+    int nl = cli_index_list(layers_s, cfg.num_layers, layers, 64), nh = cli_index_list(heads_s, cfg.num_heads, heads, 64);
     if (nl <= 0 || nh <= 0) return cli_usage(cmd, "--layer and --head take N, a comma list or 'all'");
     for (int i = 0; i < nl; i++)
         if (layers[i] >= cfg.num_layers)
@@ -217,7 +254,7 @@ int cmd_attnmap(int argc, char **argv) {
             cJSON_Delete(o);
         }
         /* room for every field: the fixed text, 512 bytes a pair, and the strings */
-        size_t cap = 4096 + (size_t)npairs * 512 + (tokens_json ? strlen(tokens_json) : 0) + strlen(model_dir) +
+        size_t cap = 4096 + (size_t)npairs * 600 + (size_t)nl * 128 + (tokens_json ? strlen(tokens_json) : 0) + strlen(model_dir) +
                      (vision ? 0 : strlen(text)) + strlen(scale) + strlen(figure) + strlen(stem),
                off = 0;
         char *j = malloc(cap);
@@ -240,11 +277,19 @@ int cmd_attnmap(int argc, char **argv) {
                 off += (size_t)snprintf(j + off, cap - off,
                                         "%s{\"layer\":%d,\"head\":%d,\"title\":\"Layer %d Head %d\",\"sink_mass\":%.6g,"
                                         "\"entropy\":%.6g,\"mean_distance\":%.6g,\"topk_mass\":%.6g,\"row_sum\":%.6g,"
-                                        "\"min\":%.6g,\"max\":%.6g}",
+                                        "\"min\":%.6g,\"max\":%.6g,\"budget95\":%.6g,\"budget95_frac\":%.6g}",
                                         i + jj ? "," : "", layers[i], heads[jj], layers[i], heads[jj], h->sink_mass,
                                         h->entropy, h->mean_distance, h->topk_mass, h->row_sum, h->min_weight,
-                                        h->max_weight);
+                                        h->max_weight, h->budget95, h->budget95_frac);
             }
+        /* per layer: the heads' budgets averaged (the statistic behind pyramid KV budgets) */
+        off += (size_t)snprintf(j + off, cap - off, "],\"budget_share\":%g,\"layer_budgets\":[", AL_MASS_BUDGET_SHARE);
+        for (int i = 0; i < nl; i++) {
+            double b, f;
+            layer_budget(st, i, nh, &b, &f);
+            off += (size_t)snprintf(j + off, cap - off, "%s{\"layer\":%d,\"budget95\":%.6g,\"budget95_frac\":%.6g}",
+                                    i ? "," : "", layers[i], b, f);
+        }
         if (tokens_json) /* {"token_ids":[...],"pieces":[...]} -> ,"token_ids":[...],"pieces":[...] */
             off += (size_t)snprintf(j + off, cap - off, "],%.*s}\n", (int)strlen(tokens_json) - 2, tokens_json + 1);
         else
@@ -262,7 +307,9 @@ int cmd_attnmap(int argc, char **argv) {
         al_strfmt(title, sizeof title, "%s: %s attention, %s scores, %d tokens", base, al_attn_name(cfg.attention),
                   al_score_name(cfg.score), T);
         if (vision) al_strfmt(title, sizeof title, "%s: CLS attention over the patches, test image %ld", base, image);
-        if (draw_grid(figure, P, T, layers, nl, heads, nh, !strcmp(scale, "log"), title, vision ? pixels : NULL,
+        char foot[768];
+        budget_footnote(st, layers, nl, nh, stem, foot, sizeof foot);
+        if (draw_grid(figure, P, T, layers, nl, heads, nh, !strcmp(scale, "log"), title, foot, vision ? pixels : NULL,
                       cfg.image_size, &err))
             failed = cli_fail(cmd, err.msg);
         else

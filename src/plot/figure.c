@@ -70,6 +70,8 @@ struct al_figure {
     int saved;
     double out_w, out_h;
     char note[256];
+    char *footnote_lead;  /* al_figure_set_footnote_lead: written before the automatic footnote */
+    char foot[1024];      /* the footnote drawn: lead and automatic note, composed at layout */
 };
 
 /* Sizes of everything around the heatmaps, shared by all panels. */
@@ -220,6 +222,7 @@ void al_figure_free(al_figure *fig) {
     style_free(&fig->style);
     free(fig->title);
     free(fig->footnote);
+    free(fig->footnote_lead);
     free(fig);
 }
 
@@ -319,6 +322,20 @@ int al_figure_heat_rect(const al_figure *fig, int index, double *x, double *y, d
 }
 
 const char *al_figure_pool_note(const al_figure *fig) { return fig ? fig->note : ""; }
+
+int al_figure_set_footnote_lead(al_figure *fig, const char *text, al_err *err) {
+    if (!fig) return al_errf(err, "figure: NULL figure");
+    return set_string(&fig->footnote_lead, text, err);
+}
+
+/* The footnote to draw: a set footnote, else the lead (if any) followed by
+ * the automatic note of block reductions. */
+static const char *footnote_text(al_figure *fig) {
+    if (fig->footnote_set) return fig->footnote;
+    if (!fig->footnote_lead || !*fig->footnote_lead) return fig->note;
+    snprintf(fig->foot, sizeof fig->foot, "%s%s%s", fig->footnote_lead, fig->note[0] ? " " : "", fig->note);
+    return fig->foot;
+}
 
 /* ---- resolving panels ---- */
 
@@ -558,7 +575,7 @@ static void compute_layout(al_figure *fig, layout *L, cairo_t *m) {
         L->shared_w = L->cb_w + TICK_LEN + TICK_PAD + L->shared_cbtick_w + (fig->style.cbar_label ? 6 + L->f_label : 0) + 12;
     }
     L->title_h = fig->title ? 1.7 * L->f_fig : 0;
-    const char *foot = fig->footnote_set ? fig->footnote : fig->note;
+    const char *foot = footnote_text(fig);
     L->foot_h = foot && *foot ? 2.0 * L->f_note : 0;
     L->W = 2 * MARGIN + fig->cols * L->cell_w + L->shared_w;
     L->H = MARGIN + L->title_h + fig->rows * L->cell_h + L->foot_h + MARGIN / 2;
@@ -890,7 +907,7 @@ static int render(cairo_t *cr, al_figure *fig, layout *L, int fmt, al_err *err) 
         draw_cbar(cr, L, fmt, L->shared_cmap, x, y, L->cb_w, h, L->shared_ticks, L->n_shared_ticks, L->shared_cbtick_w,
                   fig->style.cbar_label);
     }
-    const char *foot = fig->footnote_set ? fig->footnote : fig->note;
+    const char *foot = footnote_text(fig);
     if (foot && *foot) {
         cairo_set_source_rgb(cr, 0.25, 0.25, 0.25);
         al_ptext_draw(cr, foot, MARGIN, L->H - MARGIN / 2 - 0.4 * L->f_note, L->f_note, 0, 0, AL_VA_BOTTOM, 0);

@@ -89,6 +89,9 @@ int al_figure_set_size(al_figure *fig, double panel_inches, double dpi, al_err *
 /* Footnote under the figure. NULL (default): automatic, describing any
  * block reduction of large matrices; "": none. */
 int al_figure_set_footnote(al_figure *fig, const char *text, al_err *err);
+/* Text drawn before the automatic footnote (ignored once al_figure_set_footnote
+ * set one); NULL or "": none. The whole footnote is cut at 1023 bytes. */
+int al_figure_set_footnote_lead(al_figure *fig, const char *text, al_err *err);
 
 /* Fills panel `index` (row-major, 0-based) with a rows x cols row-major
  * matrix (copied) and a title (NULL: none). Panels left empty are not drawn. */

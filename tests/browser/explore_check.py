@@ -17,10 +17,21 @@ What it does, in one fresh browser profile:
   - clicks the "linear" radio button, reads the pixels and the tooltip again;
   - hovers and clicks similarity cell (I, J) and reads the selected head;
   - hovers the text character Q and reads the tooltip;
+  - reads the pixels of the layer's head grid (thumbnails) and of the
+    sparsity view;
   - saves a screenshot when asked.
+A page served by `attnlab explore --serve` is given as its URL (--page
+http://127.0.0.1:PORT/?token=...): requests to that origin are then allowed
+(listed in server_requests), the driver waits for the page's requests to
+finish after each step, waits for the tooltip's exact weight (fetched from
+the server) when --exact-hover is given, times head switches (--switch
+L,H;L,H;...: milliseconds from the selection to the drawn map, the
+statistics and thumbnails fetched), and asks the page to compute every
+layer's statistics for the sparsity view.
 
-usage: explore_check.py --chromium PATH --page FILE.html --layer L --head H
-                        --cell Q,K [--masked Q,K] --sim I,J [--screenshot PNG]
+usage: explore_check.py --chromium PATH --page FILE.html|URL --layer L --head H
+                        --cell Q,K [--masked Q,K] --sim I,J [--exact-hover]
+                        [--switch L,H;...] [--screenshot PNG]
 """
 import argparse
 import base64
@@ -173,6 +184,21 @@ PIXELS = """(function () {
   return {pixels: n * n, nonwhite: nonwhite, colours: colours.size, checksum: h};
 })()"""
 
+def canvas_pixels(cid):
+    """non-white count and distinct colours of a whole canvas"""
+    return """(function () {
+  var c = document.getElementById('%s'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  var nonwhite = 0, colours = new Set();
+  for (var i = 0; i < d.length; i += 4) {
+    if (d[i] !== 255 || d[i + 1] !== 255 || d[i + 2] !== 255) nonwhite++;
+    colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+  }
+  return {pixels: c.width * c.height, nonwhite: nonwhite, colours: colours.size};
+})()""" % cid
+
+
+IDLE = "(window.attnlabExplore && attnlabExplore.idle ? attnlabExplore.idle() : null)"
+
 TIP = """(function () {
   var t = document.getElementById('tip'), g = function (id) { var e = document.getElementById(id); return e ? e.textContent : null; };
   return {hidden: t.hidden, text: t.textContent, q: g('tip-q'), qc: g('tip-qc'), k: g('tip-k'), kc: g('tip-kc'),
@@ -195,6 +221,8 @@ def main():
     ap.add_argument("--masked", type=pair)
     ap.add_argument("--sim", type=pair, required=True)
     ap.add_argument("--screenshot")
+    ap.add_argument("--exact-hover", action="store_true")
+    ap.add_argument("--switch", default="")
     ap.add_argument("--timeout", type=float, default=90)
     a = ap.parse_args()
 
@@ -202,7 +230,9 @@ def main():
     cdp = CDP(a.chromium, a.timeout)
     try:
         page = Page(cdp)
-        url = "file://" + os.path.abspath(a.page) + "#layer=%d&head=%d" % (a.layer, a.head)
+        served = a.page.startswith("http://")
+        origin = a.page.split("/?")[0] if served else None
+        url = (a.page if served else "file://" + os.path.abspath(a.page)) + "#layer=%d&head=%d" % (a.layer, a.head)
         t0 = time.time()
         page.call("Page.navigate", {"url": url})
         cdp.wait_event("Page.loadEventFired", 30)
@@ -221,6 +251,10 @@ def main():
             c = page.eval("attnlabExplore.cellCenter(%d, %d)" % (q, k))
             page.mouse("mouseMoved", c["x"], c["y"])
             out["tip"] = page.eval(TIP)
+            t1 = time.time()
+            while a.exact_hover and (out["tip"]["w"] or "\u2248").startswith("\u2248") and time.time() - t1 < 10:
+                time.sleep(0.05)
+                out["tip"] = page.eval(TIP)
             if a.masked:
                 m = page.eval("attnlabExplore.cellCenter(%d, %d)" % a.masked)
                 page.mouse("mouseMoved", m["x"], m["y"])
@@ -238,6 +272,7 @@ def main():
             page.mouse("mouseMoved", s["x"], s["y"])
             out["tip_sim"] = page.eval(TIP)
             page.click(s["x"], s["y"])
+            page.eval(IDLE)
             out["state_after_sim_click"] = page.eval("attnlabExplore.state()")
             out["head_select_after_sim_click"] = page.eval("document.getElementById('head').value")
             out["stats_title_after_sim_click"] = page.eval("document.getElementById('statstitle').textContent")
@@ -246,6 +281,21 @@ def main():
                           " return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()" % q)
             page.mouse("mouseMoved", t["x"], t["y"])
             out["tip_text"] = page.eval(TIP)
+            page.eval(IDLE)
+            out["pixels_thumbs"] = page.eval(canvas_pixels("thumbs"))
+            out["switch_ms"] = []
+            for lh in [x for x in a.switch.split(";") if x]:
+                l, h = pair(lh)
+                out["switch_ms"].append(page.eval(
+                    "(async function () { var t = performance.now(); await attnlabExplore.select(%d, %d);"
+                    " await attnlabExplore.idle(); return performance.now() - t; })()" % (l, h)))
+            page.eval("attnlabExplore.loadAllLayers ? attnlabExplore.loadAllLayers() : null")
+            page.eval(IDLE)
+            out["pixels_sparsity"] = page.eval(canvas_pixels("sparsity"))
+            out["sparsity_note"] = page.eval("document.getElementById('sparsitynote').textContent")
+            if a.switch:  # back to the head the checks above looked at
+                page.eval("attnlabExplore.select(%d, %d)" % (a.layer, a.head))
+                page.eval(IDLE)
             page.eval("window.scrollTo(0, 0)")
             page.mouse("mouseMoved", c["x"], c["y"])  # leave the page as a user would see it while hovering
         if a.screenshot:
@@ -255,7 +305,7 @@ def main():
     finally:
         events = list(cdp.events)
         cdp.close()
-    errors, requests = [], []
+    errors, requests, server_requests = [], [], []
     for e in events:
         m, p = e.get("method"), e.get("params", {})
         if m == "Runtime.exceptionThrown":
@@ -268,10 +318,13 @@ def main():
             errors.append("log: " + p["entry"].get("text", "?"))
         elif m == "Network.requestWillBeSent":
             u = p.get("request", {}).get("url", "")
-            if not u.split(":", 1)[0] in ("file", "data", "blob", "about"):
+            if origin and u.startswith(origin + "/"):
+                server_requests.append(u)
+            elif not u.split(":", 1)[0] in ("file", "data", "blob", "about"):
                 requests.append(u)
     out["errors"] = errors
     out["network_requests"] = requests
+    out["server_requests"] = server_requests
     json.dump(out, sys.stdout, indent=1)
     print()
 

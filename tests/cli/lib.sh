@@ -157,6 +157,24 @@ check_py() {
     if ! out=$("$PY" -c "$code" "$@" 2>&1); then note "$desc ($(echo "$out" | tail -n 1))"; fi
 }
 
+# browser_check OUT.json ARGS...: runs tests/browser/explore_check.py with
+# ARGS in headless Chromium (ATTNLAB_CHROMIUM or Debian's); a failure to run
+# it is recorded, its report is left in OUT.json for the checks that follow.
+browser_check() {
+    local out=$1 chromium=${ATTNLAB_CHROMIUM:-/usr/bin/chromium}
+    local check
+    check=$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/../browser/explore_check.py")
+    shift
+    if [ ! -x "$chromium" ]; then
+        note "$chromium not found (scripts/install-deps.sh --test installs Debian's chromium)"
+        return 1
+    fi
+    if ! timeout 150 "$PY" "$check" --chromium "$chromium" "$@" >"$out" 2>"$out.err"; then
+        note "explore_check.py failed: $(tail -n 1 "$out.err")"
+        return 1
+    fi
+}
+
 # ---- fixtures ----
 
 # make_text FILE LINES: simple English sentences from a fixed template, chosen

@@ -43,6 +43,17 @@ assert j["tokens"] == 600 and j["npy_shape"] == [4, 600, 600]
 for p, M in zip(j["pairs"], P):
     assert abs(p["sink_mass"] - M[:, 0].mean()) < 1e-4, (p["sink_mass"], M[:, 0].mean())
     assert abs(p["row_sum"] - 1) < 1e-4
+    # the fewest keys holding 95 % of each row mass, averaged over queries (and its share of the keys seen)
+    s = -np.sort(-M.astype(np.float64), axis=1)
+    need = [int(np.searchsorted(np.cumsum(r[:q + 1]), 0.95 * r[:q + 1].sum() * (1 - 1e-12)) + 1) for q, r in enumerate(s)]
+    assert abs(p["budget95"] - np.mean(need)) < 0.05, (p["budget95"], np.mean(need))
+    frac = np.mean([b / (q + 1) for q, b in enumerate(need)])
+    assert abs(p["budget95_frac"] - frac) < 1e-3, (p["budget95_frac"], frac)
+lb = {b["layer"]: b for b in j["layer_budgets"]}
+assert j["budget_share"] == 0.95 and sorted(lb) == [0, 1]
+for l in (0, 1):
+    mine = [p["budget95"] for p in j["pairs"] if p["layer"] == l]
+    assert abs(lb[l]["budget95"] - sum(mine) / 2) < 1e-3 * max(1, lb[l]["budget95"]), (lb[l], mine)
 ' "$WORK/$design-map"
     end
 done

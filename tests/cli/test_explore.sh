@@ -20,25 +20,9 @@
 # shellcheck source=tests/cli/lib.sh
 . "$(dirname "$0")/lib.sh" "$@"
 
-CHECK=$(readlink -f "$(dirname "$0")/../browser/explore_check.py")
-CHROMIUM=${ATTNLAB_CHROMIUM:-/usr/bin/chromium}
 
 make_text "$WORK/text.txt" 300
 
-# browser_check OUT.json ARGS...: runs the page driver; a failure to run it is
-# recorded, its report is left in OUT.json for the checks that follow.
-browser_check() {
-    local out=$1
-    shift
-    if [ ! -x "$CHROMIUM" ]; then
-        note "$CHROMIUM not found (scripts/install-deps.sh --test installs Debian's chromium)"
-        return 1
-    fi
-    if ! timeout 120 "$PY" "$CHECK" --chromium "$CHROMIUM" "$@" >"$out" 2>"$out.err"; then
-        note "explore_check.py failed: $(tail -n 1 "$out.err")"
-        return 1
-    fi
-}
 
 # Python that the checks below share: the page's embedded data, decoded.
 PAGE_PY='

@@ -6,6 +6,7 @@
  * kernels saved during the forward (o = P V). Softmax rows also sum to 1,
  * masked pairs are 0, and the statistics agree with direct computation.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,13 @@ static void check_design(al_score_kind score, int G, int bidirectional) {
                 CHECK_CLOSE(st.sink_mass, rows ? sink / rows : 0, 1e-6);
                 if (score == AL_SCORE_SOFTMAX) CHECK_CLOSE(st.row_sum, 1.0, 1e-5);
                 CHECK(st.topk_mass > 0 && st.topk_mass <= 1 + 1e-9);
+                double budget = 0;
+                for (int i = 0; i < T; i++) {
+                    int n = bidirectional ? T : i + 1, b = al_mass_budget_ref(P + (size_t)i * T, n, 0.95);
+                    budget += b;
+                }
+                CHECK_CLOSE(st.budget95, rows ? budget / rows : 0, 1e-9);
+                CHECK(st.budget95 >= 1 && st.budget95_frac > 0 && st.budget95_frac <= 1);
             }
         }
     CHECK(al_attnmap_weights(&m, &a, 2, 0, P, &err) == -1 && strstr(err.msg, "layer 2"));
@@ -108,6 +116,44 @@ static void check_design(al_score_kind score, int G, int bidirectional) {
     al_model_free(&m);
 }
 
+/* The mass budget (fewest keys holding 95 % of a row's |p|): a hand-made
+ * row, then the bucketed al_mass_budget against the sorting reference on
+ * random rows of odd lengths: softmax-like, signed, with zeros and ties,
+ * all equal, sorted either way. */
+static void check_mass_budget(void) {
+    float *s = malloc(sizeof(float) * 1001), *row = malloc(sizeof(float) * 1001);
+    CHECK(s && row);
+    if (!s || !row) return;
+    const float hand[4] = {0.05f, 0.5f, 0.15f, 0.3f};
+    CHECK(al_mass_budget(hand, 4, 0.95, s) == 3 && al_mass_budget_ref(hand, 4, 0.95) == 3);
+    CHECK(al_mass_budget(hand, 4, 0.45, s) == 1 && al_mass_budget(hand, 4, 0.5, s) == 2 && al_mass_budget(hand, 4, 1.0, s) == 4);
+    const float zero[3] = {0, 0, 0};
+    CHECK(al_mass_budget(zero, 3, 0.95, s) == 0 && al_mass_budget_ref(zero, 3, 0.95) == 0);
+    al_rng r;
+    al_rng_seed(&r, 7);
+    const int lens[] = {1, 3, 17, 129, 511, 1001};
+    for (int li = 0; li < 6; li++)
+        for (int kind = 0; kind < 7; kind++) {
+            int n = lens[li];
+            double z = 0;
+            for (int j = 0; j < n; j++) {
+                float x = al_rng_normal(&r) * 3.0f;
+                row[j] = kind == 0 ? expf(x) : kind == 1 ? x : kind == 2 ? (j % 3 ? 0.0f : expf(x))
+                       : kind == 3 ? (float)(1 + (j % 4)) /* ties */
+                       : kind == 4 ? 0.25f                 /* all equal */
+                       : kind == 5 ? (float)(j + 1) : (float)(n - j); /* sorted up, down */
+                z += fabsf(row[j]);
+            }
+            if (kind == 0)
+                for (int j = 0; j < n; j++) row[j] = (float)(row[j] / z);
+            int ref = al_mass_budget_ref(row, n, AL_MASS_BUDGET_SHARE);
+            CHECK(ref >= 1 && ref <= n);
+            CHECK(al_mass_budget(row, n, AL_MASS_BUDGET_SHARE, s) == ref);
+        }
+    free(s);
+    free(row);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -116,6 +162,7 @@ int main(int argc, char **argv) {
             check_design((al_score_kind)s, 4, bidir);
             check_design((al_score_kind)s, 2, bidir);
         }
+    check_mass_budget();
     char title[96];
     al_config c;
     al_config_default(&c);
