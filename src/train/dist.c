@@ -125,7 +125,6 @@ static int collective(int rc, MPI_Request *req, const char *what, al_err *err) {
     return 0;
 }
 
-
 /* Peer p of this rank's heartbeat: rank 0 watches ranks 1.., the others rank 0. */
 static int hb_peer(int p) { return dist_rank == 0 ? p + 1 : 0; }
 
