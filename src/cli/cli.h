@@ -160,8 +160,9 @@ int train_flags_resolve(const char *cmd, train_flags *f, al_arg *args, int n, al
 int cli_dist_begin(const char *cmd);
 /* Prints a failure of an MPI job's command once: rank 0 prints what every rank
  * found alike or a stopped rank (al_dist_error_kind), each rank what only it
- * found; returns 1. Leaves the job (al_dist_finalize) when every rank failed
- * alike. */
+ * found, nobody a rank's own stop past the heartbeat; returns 1. Leaves the
+ * job (al_dist_finalize) when every rank failed alike, else stops the
+ * heartbeat. */
 int cli_dist_fail(const char *cmd, const char *msg);
 /* A duration for progress lines: "42s", "3m05s", "2h10m" ("?" when unknown). */
 void cli_duration(char *buf, size_t cap, double s);

@@ -217,7 +217,7 @@ static int bench_train(int argc, char **argv) {
     const al_step_pass inner = al_lm_step_pass(&batch);
     al_grad_shards gs;
     if (al_grad_shards_init(&gs, &m, &inner, al_lm_select_shard, &select, shards, o.batch, &err)) rc = -1;
-    double best = 1e30, total = 0, comm = 0;
+    double best = 1e30, total = 0, comm = 0, comm_busy = 0;
     for (long it = 0; !rc && it < iters + 2; it++) {
         if (it == 2 && (rc = env_start(cmd, &e))) break;
         if (it >= 2) al_sgemm_probe_run(&e.sg);
@@ -235,9 +235,11 @@ static int bench_train(int argc, char **argv) {
         } else if (it >= 2) {
             total += dt;
             comm += gs.comm_s;
+            comm_busy += gs.comm_busy_s;
             if (dt < best) best = dt;
         }
     }
+    const size_t buckets = gs.n_buckets, buckets_overlapped = gs.early_buckets; /* the last step's */
     al_grad_shards_free(&gs);
     const double bytes_reduced = al_dist_active() ? sizeof(float) * (double)m.n_floats : 0;
     if (!rc) env_finish(&e);
@@ -266,7 +268,10 @@ static int bench_train(int argc, char **argv) {
                 num(j, "ranks", al_dist_size());
                 num(j, "shards", shards);
                 num(j, "comm_s", comm / iters);
+                num(j, "comm_busy_s", comm_busy / iters); /* the bucket reductions, during the backward or after it */
                 num(j, "allreduce_bytes_per_step", bytes_reduced);
+                num(j, "buckets", (double)buckets);
+                num(j, "buckets_overlapped", (double)buckets_overlapped); /* sent before the backward ended */
             }
             bf16_ratios_json(j, "mfu", gflops, &e);
             env_json(j, &e, (int)iters);
@@ -280,9 +285,11 @@ static int bench_train(int argc, char **argv) {
             bf16_ratios_text(gflops, &e);
             printf("\n");
             if (al_dist_active())
-                printf("  %d ranks x %d threads, %d shards: %.1f ms/step in communication (mean), %.1f MB all-reduced "
-                       "per step\n",
-                       al_dist_size(), al_threads(), shards, 1e3 * comm / iters, bytes_reduced / 1e6);
+                printf("  %d ranks x %d threads, %d shards: %.1f ms/step waiting for communication after the "
+                       "backward (mean; the bucket reductions took %.1f ms), %.1f MB all-reduced per step in %zu "
+                       "buckets, %zu of them during the backward\n",
+                       al_dist_size(), al_threads(), shards, 1e3 * comm / iters, 1e3 * comm_busy / iters,
+                       bytes_reduced / 1e6, buckets, buckets_overlapped);
             env_text(&e);
         }
     }

@@ -379,10 +379,11 @@ int cli_dist_begin(const char *cmd) {
 
 int cli_dist_fail(const char *cmd, const char *msg) {
     const al_dist_error kind = al_dist_error_kind();
-    if (al_dist_rank() == 0 || kind == AL_DIST_ERR_LOCAL) cli_fail(cmd, msg);
+    if ((al_dist_rank() == 0 && kind != AL_DIST_ERR_GONE) || kind == AL_DIST_ERR_LOCAL) cli_fail(cmd, msg);
     /* every rank stops here alike and leaves the job; a rank that failed alone
      * exits without leaving it, so mpirun stops the others (they may be waiting for it) */
     if (kind == AL_DIST_ERR_SHARED) al_dist_finalize();
+    else al_dist_stop_heartbeat(); /* exits without leaving the job: no thread may be inside MPI then */
     return 1;
 }
 

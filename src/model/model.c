@@ -800,6 +800,13 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
     }
 }
 
+/* Tells the model's grads_final hook (model.h) that the gradients from g_from
+ * to the end of the arena are final: the all-reduce of an MPI step may start
+ * on them while the backward goes on. */
+static void grads_final(al_model *m, const float *g_from) {
+    if (m->grads_final) m->grads_final(m->grads_final_ctx, (size_t)(g_from - m->g));
+}
+
 /* Backward through the blocks: a->dres [B*T, d] holds dL/d(x_in[L]) on entry
  * and dL/d(x_in[0]) on return; every block weight's gradient accumulates
  * into m->g. */
@@ -824,6 +831,7 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         m->attn->backward(&L->attn, xn1, a->dres, a->dtmp, a->attn_saved + l * a->attn_saved_per_layer,
                           a->attn_scratch, B, T);
         al_rmsnorm_bwd(a->dres, G->ln1, a->dtmp, x, L->ln1, a->rstd1 + (size_t)l * N, N, d);
+        grads_final(m, G->ln1); /* the layer's first tensor: layers l.. are done */
     }
 }
 
@@ -870,6 +878,7 @@ void al_model_backward(al_model *m, al_acts *a) {
     al_linear_bwd(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
     memset(a->dres, 0, sizeof(float) * Nd);
     al_rmsnorm_bwd(a->dres, g_norm, a->dtmp, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, a->rstdf, N, d);
+    grads_final(m, g_norm); /* final norm and an untied head (a tied one is the embedding, done last) */
     blocks_bwd(m, a);
     al_embed_bwd(m->g + m->params[0].offset, a->dres, a->tokens, N, d);
 }
@@ -944,6 +953,7 @@ void al_vit_backward(al_model *m, al_acts *a) {
     al_linear_bwd(a->dtmp, g_cw, a->dlogits, a->xnf, m->cls_w, B, d, K);
     memset(a->cls_dx, 0, sizeof(float) * (size_t)B * d);
     al_rmsnorm_bwd(a->cls_dx, g_norm, a->dtmp, a->cls_x, m->final_norm, a->rstdf, B, d);
+    grads_final(m, g_norm); /* final norm and classifier */
     /* only the CLS rows of the last stream receive a gradient */
     memset(a->dres, 0, sizeof(float) * Nd);
     for (int b = 0; b < B; b++) memcpy(a->dres + (size_t)b * T * d, a->cls_dx + (size_t)b * d, sizeof(float) * d);

@@ -101,6 +101,13 @@ typedef struct al_model {
      * dtype as for a mapped model; like one, the model runs forward and
      * decode only. */
     uint16_t *w16;
+    /* The training backward calls grads_final(grads_final_ctx, from) each
+     * time the gradients from arena offset `from` to the end are final (the
+     * head and final norm, then each layer, last first; the arena holds the
+     * input side, the layers in order, then the final norm and the head).
+     * NULL: none. dist.c starts their all-reduce while the backward goes on. */
+    void (*grads_final)(void *ctx, size_t from);
+    void *grads_final_ctx;
 } al_model;
 
 /* Builds the parameter table and arenas for a validated config; weights zero. */

@@ -18,6 +18,18 @@
  * so N = 1, 2, 4, ... ranks give the same gradient, weights and losses bit
  * for bit. S = 1 (one pass over the whole batch) is the plain run's step.
  *
+ * The cross-rank sum runs over flat buckets of the arena taken from its end
+ * (the head and last layer first). By default (ATTNLAB_OVERLAP unset or not
+ * 0) a communication thread reduces each bucket as soon as the backward of
+ * the rank's last shard has finished the layers it holds, while the backward
+ * goes on; each element still gets the same additions in the same order, so
+ * overlap on or off (even mixed across ranks) gives the same bits.
+ *
+ * Heartbeat: every rank beats to rank 0 and rank 0 to every rank on a
+ * communicator of their own, from a thread of its own; a rank not heard from
+ * for ATTNLAB_HEARTBEAT_S seconds (default 10, 0: off; rank 0's value holds)
+ * is taken as hung, and the waits of this module's collectives give up.
+ *
  * A build without MPI (AL_HAVE_MPI undefined) keeps the same API: one rank,
  * and al_dist_init refuses to run as one of mpirun's N copies.
  */
@@ -32,8 +44,12 @@
  * environment); otherwise a no-op, one rank. Errors: MPI fails to start, or a
  * build without MPI was started by mpirun. Call once, before any thread. */
 int al_dist_init(al_err *err);
-/* Leaves the MPI job (no-op when al_dist_init did not join one). */
+/* Leaves the MPI job (no-op when al_dist_init did not join one): waits for
+ * every rank (the heartbeat still watching), then stops the heartbeat. */
 void al_dist_finalize(void);
+/* Stops the heartbeat thread without leaving the job: for a process that
+ * exits on an error, the others then being stopped by mpirun. */
+void al_dist_stop_heartbeat(void);
 /* This process's rank (0 when not under mpirun) and the rank count (1). */
 int al_dist_rank(void);
 int al_dist_size(void);
@@ -43,9 +59,11 @@ int al_dist_active(void);
  * LOCAL: this rank's own (it exits and mpirun stops the others); SHARED:
  * every rank reported it alike (ranks that differ, shards that do not fit the
  * ranks, resume failing on rank 0): rank 0 says it and all leave the job;
- * PEER: another rank stopped (a signal came while waiting for it): rank 0
- * says it, and nobody can leave the job cleanly. */
-typedef enum { AL_DIST_ERR_LOCAL, AL_DIST_ERR_SHARED, AL_DIST_ERR_PEER } al_dist_error;
+ * PEER: another rank stopped (a signal came while waiting for it) or hangs
+ * (the heartbeat): rank 0 says it (rank 1 when rank 0 hangs: LOCAL there),
+ * and nobody can leave the job cleanly; GONE: this rank was itself stopped
+ * longer than the heartbeat allows, the others have said so: it says nothing. */
+typedef enum { AL_DIST_ERR_LOCAL, AL_DIST_ERR_SHARED, AL_DIST_ERR_PEER, AL_DIST_ERR_GONE } al_dist_error;
 al_dist_error al_dist_error_kind(void);
 /* The flag a signal handler sets (NULL: none): a collective that waits on a
  * rank that does not come gives up shortly after it is set (mpirun signals
@@ -92,9 +110,14 @@ typedef struct al_grad_shards {
     int *slices;                   /* [4N] the buckets' send and receive counts and offsets */
     float **parts;                 /* [N] the contributions in recv */
     size_t bucket;                 /* floats per bucket of the gradient arena */
-    double comm_s;                 /* seconds in communication during the last step */
+    double comm_s;                 /* seconds the last step waited for communication after its backward */
     int failed;
     al_err err;
+    size_t n_buckets;              /* buckets of the arena, counted from its end */
+    size_t frontier;               /* the last shard's gradients from here on are this rank's final sum */
+    struct al_dist_comm *comm;     /* the overlapped reduction's thread and queue (NULL: reduced after the backward) */
+    size_t early_buckets;          /* of n_buckets, handed to that thread before the last step's backward ended */
+    double comm_busy_s;            /* seconds the last step's bucket reductions took, during the backward or after */
 } al_grad_shards;
 
 /* Plans S shards of a batch of `batch` items on this rank (S must divide

@@ -6,8 +6,11 @@
 # other settings are refused; a global batch the ranks cannot split is a usage
 # error; a rank killed with SIGKILL stops the others within seconds with one
 # line, leaving a checkpoint that resumes; the vision task runs too; `bench
-# train` reports the communication time. A build without MPI must refuse to
-# run as mpirun's copies.
+# train` reports the communication time. The all-reduce overlapped with the
+# backward (default) and after it (ATTNLAB_OVERLAP=0) give the same bits, and
+# buckets do go out during the backward; a rank stopped with SIGSTOP (hung,
+# not dead) makes the others stop within seconds with one line (heartbeat). A
+# build without MPI must refuse to run as mpirun's copies.
 #
 # usage: bash tests/cli/test_mpi.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -112,6 +115,58 @@ check_stderr "resuming .* at step 2 of 4"
 same_run "$WORK/ref" "$WORK/resumed"
 end
 
+# ---------------------------------------------------------------- overlap
+
+# a model of several all-reduce buckets (about 620k floats, buckets of 256k: edges inside tensors)
+MID=(--data "$DATA" --layers 3 --hidden 128 --heads 4 --kv-heads 2 --context 16 --batch 4 --steps 3 --warmup 1
+    --lr 3e-3 --eval-every 0 --threads 1 --quiet --precision f32)
+
+begin "all-reduce overlapped with the backward or not (ATTNLAB_OVERLAP=0): the same bits as one process"
+run train "${MID[@]}" --shards 4 --out "$WORK/mid_ref"
+check_ok
+mpi 2 train "${MID[@]}" --out "$WORK/mid_on"
+check_ok
+export ATTNLAB_OVERLAP=0
+mpi 2 train "${MID[@]}" --out "$WORK/mid_off"
+check_ok
+unset ATTNLAB_OVERLAP
+mpi 4 train "${MID[@]}" --out "$WORK/mid_on4"
+check_ok
+same_run "$WORK/mid_ref" "$WORK/mid_on"
+same_run "$WORK/mid_ref" "$WORK/mid_off"
+same_run "$WORK/mid_ref" "$WORK/mid_on4"
+end
+
+begin "overlap on and off with 3 shards per rank (no power of two): the same bits"
+mpi 2 train "${MID[@]}" --batch 6 --out "$WORK/mid6_on"
+check_ok
+export ATTNLAB_OVERLAP=0
+mpi 2 train "${MID[@]}" --batch 6 --out "$WORK/mid6_off"
+check_ok
+unset ATTNLAB_OVERLAP
+same_run "$WORK/mid6_on" "$WORK/mid6_off"
+end
+
+# bench_buckets: bench train under mpirun -np 2 on the MID shape; prints "buckets buckets_overlapped"
+bench_buckets() {
+    mpi 2 bench train --layers 3 --hidden 128 --heads 4 --kv-heads 2 --context 16 --batch 4 --iters 1 --sgemm-n 64 \
+        --triad-mb 1 --threads 1 --precision f32 --json
+    /usr/bin/python3 -c 'import json, sys
+j = json.loads(open(sys.argv[1]).read())
+print(j["buckets"], j["buckets_overlapped"])' "$OUTF" 2>/dev/null
+}
+
+begin "bench train: buckets go out during the backward with overlap, none without"
+read -r B_ALL B_EARLY <<<"$(bench_buckets)"
+[ "${B_ALL:-0}" -ge 3 ] || note "expected at least 3 buckets, got '${B_ALL:-}'"
+[ "${B_EARLY:-0}" -ge 1 ] && [ "${B_EARLY:-0}" -lt "${B_ALL:-0}" ] ||
+    note "with overlap, expected 1..$((${B_ALL:-1} - 1)) buckets during the backward, got '${B_EARLY:-}'"
+export ATTNLAB_OVERLAP=0
+read -r B_ALL B_EARLY <<<"$(bench_buckets)"
+unset ATTNLAB_OVERLAP
+[ "${B_EARLY:-x}" = 0 ] || note "ATTNLAB_OVERLAP=0: expected no bucket during the backward, got '${B_EARLY:-}'"
+end
+
 # ---------------------------------------------------------------- refusals
 
 begin "ranks started with other settings are refused at start, one line"
@@ -134,35 +189,77 @@ end
 
 # ---------------------------------------------------------------- faults
 
+# stop_rank SIGNAL VICTIM OUT: a 3-rank run (a checkpoint every 5 steps) whose rank VICTIM gets SIGNAL once a
+# checkpoint exists. Sets RC (mpirun's status), SPOKE_S (seconds from the signal to the first line on stderr, empty:
+# none) and ENDED_S (to the job's end); notes when the exit status or the one line on stderr is wrong.
+stop_rank() {
+    local out=$3 job ranks t0
+    timeout 120 mpirun -q --oversubscribe --bind-to none -np 3 "$BIN" train "${TINY[@]}" --batch 6 --steps 100000 \
+        --save-every 5 --eval-every 0 --out "$out" >"$OUTF" 2>"$ERRF" </dev/null &
+    job=$! # timeout's process: mpirun is its child, the ranks mpirun's
+    for _ in $(seq 100); do # until a checkpoint exists
+        [ -e "$out/train_state.safetensors" ] && break
+        sleep 0.1
+    done
+    read -r -a ranks <<<"$(pgrep -P "$(pgrep -P "$job" | head -n 1)" | tr '\n' ' ')"
+    SPOKE_S="" ENDED_S=""
+    if [ "${#ranks[@]}" -ne 3 ]; then
+        note "expected 3 rank processes under mpirun, found ${#ranks[@]}"
+        kill "$job" 2>/dev/null
+        wait "$job"
+        return 1
+    fi
+    kill "-$1" "${ranks[$2]}"
+    t0=$(date +%s)
+    while kill -0 "$job" 2>/dev/null; do
+        [ -z "$SPOKE_S" ] && [ -s "$ERRF" ] && SPOKE_S=$(($(date +%s) - t0))
+        sleep 0.1
+    done
+    wait "$job"
+    RC=$?
+    ENDED_S=$(($(date +%s) - t0))
+    [ -z "$SPOKE_S" ] && [ -s "$ERRF" ] && SPOKE_S=$ENDED_S
+    [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] || note "mpirun exit status $RC"
+    [ "$(wc -l <"$ERRF")" -eq 1 ] || note "stderr is not one line: $(tr '\n' '|' <"$ERRF")"
+}
+
+# resumes_stopped OUT: the checkpoint a stopped job kept resumes on 2 ranks
+resumes_stopped() {
+    local step
+    step=$(grep -oE '"step":[[:space:]]*[0-9]+' "$1/config.json" | grep -oE '[0-9]+$')
+    mpi 2 train --resume --out "$1" --steps $((step + 2)) --quiet
+    check_ok
+    check_stderr "resuming .* at step $step of $((step + 2))"
+}
+
 begin "kill -9 of one rank: the others stop within seconds, one line; the checkpoint resumes"
 K=$WORK/killed
 # mpirun kills the other ranks 1 s after it signals them; on a loaded machine rank 0 may need longer to say why
 export OMPI_MCA_odls_base_sigkill_timeout=5
-timeout 120 mpirun -q --oversubscribe --bind-to none -np 3 "$BIN" train "${TINY[@]}" --batch 6 --steps 100000 \
-    --save-every 5 --eval-every 0 --out "$K" >"$OUTF" 2>"$ERRF" </dev/null &
-MPIRUN=$! # timeout's process: mpirun is its child, the ranks mpirun's
-for _ in $(seq 100); do # until a checkpoint exists
-    [ -e "$K/train_state.safetensors" ] && break
-    sleep 0.1
-done
-read -r -a RANKS <<<"$(pgrep -P "$(pgrep -P "$MPIRUN" | head -n 1)" | tr '\n' ' ')"
-if [ "${#RANKS[@]}" -ne 3 ]; then
-    note "expected 3 rank processes under mpirun, found ${#RANKS[@]}"
-    kill "$MPIRUN" 2>/dev/null
-else
-    kill -9 "${RANKS[2]}"
-    T0=$(date +%s)
-    wait "$MPIRUN"
-    RC=$?
-    [ $(($(date +%s) - T0)) -le 10 ] || note "the other ranks took more than 10 s to stop"
-    [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] || note "mpirun exit status $RC"
-    [ "$(wc -l <"$ERRF")" -eq 1 ] || note "stderr is not one line: $(tr '\n' '|' <"$ERRF")"
+if stop_rank KILL 2 "$K"; then
+    [ "$ENDED_S" -le 10 ] || note "the other ranks took more than 10 s to stop"
     check_stderr "^attnlab: train: another rank stopped or the job is being killed .*the checkpoint of step [0-9]+ is kept"
-    STEP=$(grep -oE '"step":[[:space:]]*[0-9]+' "$K/config.json" | grep -oE '[0-9]+$')
-    mpi 2 train --resume --out "$K" --steps $((STEP + 2)) --quiet
-    check_ok
-    check_stderr "resuming .* at step $STEP of $((STEP + 2))"
+    resumes_stopped "$K"
 fi
+end
+
+begin "a rank stopped (SIGSTOP: hung, not dead): rank 0 says so within seconds, one line; the checkpoint resumes"
+H=$WORK/hung
+export ATTNLAB_HEARTBEAT_S=2
+if stop_rank STOP 2 "$H"; then
+    [ -n "$SPOKE_S" ] && [ "$SPOKE_S" -le 8 ] || note "the error came after ${SPOKE_S:-no} s (heartbeat 2 s)"
+    [ "$ENDED_S" -le 30 ] || note "the job took more than 30 s to end"
+    check_stderr "^attnlab: train: rank 2 has not been heard from for 2 s: it hangs or was stopped .*the checkpoint of step [0-9]+ is kept"
+    resumes_stopped "$H"
+fi
+end
+
+begin "rank 0 stopped: rank 1 says so within seconds, one line"
+if stop_rank STOP 0 "$WORK/hung0"; then
+    [ -n "$SPOKE_S" ] && [ "$SPOKE_S" -le 8 ] || note "the error came after ${SPOKE_S:-no} s (heartbeat 2 s)"
+    check_stderr "^attnlab: train: rank 0 has not been heard from for 2 s: it hangs or was stopped \(rank 1 waited"
+fi
+unset ATTNLAB_HEARTBEAT_S
 end
 
 # ---------------------------------------------------------------- bench
