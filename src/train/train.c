@@ -262,14 +262,15 @@ static int state_meta(const char *path, const char *key, char *out, size_t cap, 
     return rc;
 }
 
-/* The weights, moments, step and data RNG of DIR/train_state.safetensors. */
-static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *path,
+/* The weights, moments, step and data RNG of a training state file (w, mom1,
+ * mom2: n floats each). */
+static int load_state_file(float *w, float *mom1, float *mom2, size_t n, int *step, al_rng *rng, const char *path,
                            al_err *err) {
     char buf[64];
     al_st_file f;
     if (al_st_open(&f, path, err)) return -1;
-    int64_t shape[1] = {(int64_t)m->n_floats};
-    int rc = al_st_read_f32(&f, "weights", m->w, 1, shape, err) || al_st_read_f32(&f, "adam.m", mom1, 1, shape, err) ||
+    int64_t shape[1] = {(int64_t)n};
+    int rc = al_st_read_f32(&f, "weights", w, 1, shape, err) || al_st_read_f32(&f, "adam.m", mom1, 1, shape, err) ||
              al_st_read_f32(&f, "adam.v", mom2, 1, shape, err);
     al_st_close(&f);
     if (rc) return al_err_prefix(err, "%s", path);
@@ -283,14 +284,6 @@ static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_
         rng->s[i] = strtoull(buf, NULL, 16);
     }
     return 0;
-}
-
-static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *dir, al_err *err) {
-    char *path = al_sprintf("%s/train_state.safetensors", dir);
-    if (!path) return al_errf(err, "out of memory");
-    int rc = load_state_file(m, mom1, mom2, step, rng, path, err);
-    free(path);
-    return rc;
 }
 
 /* The "attnlab" block of a run's config.json: its training settings and
@@ -337,6 +330,16 @@ static int trim_log(const char *path, int step, al_err *err) {
     int rc = al_write_file_atomic(path, out, n, err);
     free(out);
     free(text);
+    return rc;
+}
+
+int al_train_resume_read(float *w, float *m1, float *m2, size_t n, int *step, al_rng *rng, const char *dir,
+                         al_err *err) {
+    char *state = al_sprintf("%s/train_state.safetensors", dir), *log = al_sprintf("%s/log.jsonl", dir);
+    int rc = state && log ? 0 : al_errf(err, "out of memory");
+    if (!rc) rc = load_state_file(w, m1, m2, n, step, rng, state, err) || trim_log(log, *step, err) ? -1 : 0;
+    free(state);
+    free(log);
     return rc;
 }
 
@@ -454,7 +457,7 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_grad_shards_init(&shards, m, &h->pass, h->select, h->ctx, al_dist_shards(o), o->batch, err))
         goto done;
     if (o->resume) {
-        int failed = lead && (load_state(m, m1, m2, &step, &rng, o->out, err) || trim_log(log_path, step, err));
+        int failed = lead && al_train_resume_read(m->w, m1, m2, m->n_floats, &step, &rng, o->out, err);
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
     } else {
         al_model_init_weights(m, o->seed);

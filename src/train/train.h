@@ -67,6 +67,12 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);
  * read as a model config, or -2 when it has no valid training settings (not
  * a run directory of al_train; o->model is loaded then); err says which. */
 int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err);
+/* What --resume reads from the run in dir: train_state.safetensors (the
+ * weights w, both AdamW moments m1, m2, n floats each; the step and the data
+ * RNG), then log.jsonl rewritten to the lines of steps <= that step. 0, or -1
+ * with one line naming the file. */
+int al_train_resume_read(float *w, float *m1, float *m2, size_t n, int *step, al_rng *rng, const char *dir,
+                         al_err *err);
 
 enum { AL_TRAIN_OK = 0, AL_TRAIN_ERROR = -1, AL_TRAIN_INTERRUPTED = 1, AL_TRAIN_TERMINATED = 2 };
 /* Runs (or resumes) training into o->out. Returns AL_TRAIN_OK, AL_TRAIN_ERROR
