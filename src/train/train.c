@@ -11,6 +11,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -348,7 +349,8 @@ int al_train_resume_read(float *w, float *m1, float *m2, size_t n, int *step, al
 /* What a diverged run leaves behind, for its error message. */
 static const char *kept_msg(char *buf, size_t cap, int last_saved) {
     if (last_saved < 0) snprintf(buf, cap, "no checkpoint was saved yet (lower --lr?)");
-    else snprintf(buf, cap, "the last good checkpoint (step %d) is kept", last_saved);
+    else snprintf(buf, cap, "the last good checkpoint (step %d) is kept (continue it with --resume and a lower --lr)",
+                  last_saved);
     return buf;
 }
 
@@ -359,23 +361,28 @@ static const char *stopped_msg(char *buf, size_t cap, int last_saved) {
     return buf;
 }
 
-void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
+int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
     const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
+    int bad_tensors = 0;
     for (int i = 0; i < m->n_params; i++) {
         const al_param *p = &m->params[i];
         float *w = m->w + p->offset, *g = m->g + p->offset, *a = m1 + p->offset, *b = m2 + p->offset;
         const float wd = p->decay ? (float)o->weight_decay : 0.0f, flr = (float)lr;
         const size_t n = p->numel;
-#pragma omp parallel for schedule(static) if (n > 32768)
+        int bad = 0; /* a weight left inf or nan: |w| <= FLT_MAX is false for both (vectorises, unlike isfinite) */
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n > 32768)
         for (size_t j = 0; j < n; j++) {
             float gj = g[j] * gscale;
             a[j] = b1 * a[j] + (1.0f - b1) * gj;
             b[j] = b2 * b[j] + (1.0f - b2) * gj * gj;
             float mh = a[j] / bc1, vh = b[j] / bc2;
             w[j] -= flr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
+            bad |= !(fabsf(w[j]) <= FLT_MAX);
         }
+        bad_tensors += bad;
     }
+    return bad_tensors;
 }
 
 double al_grad_norm(const al_model *m) {
@@ -405,9 +412,9 @@ int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, c
     const double gn = *grad_norm = al_grad_norm(m);
     if (!isfinite(gn)) return AL_STEP_GRAD_NOT_FINITE;
     const float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
-    al_adamw_update(m, m1, m2, lr, o, t, gscale);
+    const int weights_bad = al_adamw_update(m, m1, m2, lr, o, t, gscale);
     al_bf16_shadow_refresh(m->w); /* the products of the next step read the new weights (no-op in F32) */
-    return AL_STEP_OK;
+    return weights_bad ? AL_STEP_WEIGHTS_NOT_FINITE : AL_STEP_OK;
 }
 
 static double lm_batch_forward(void *ctx, al_model *m) {
@@ -459,6 +466,11 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     if (o->resume) {
         int failed = lead && al_train_resume_read(m->w, m1, m2, m->n_floats, &step, &rng, o->out, err);
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
+        /* a new schedule is the run's from here on: config.json says so at once (a kill before the next
+         * checkpoint resumes with it too) */
+        if (o->schedule_changed && lead &&
+            (!(extra = run_block(o, step, err)) || al_config_save(&m->cfg, config_path, extra, err)))
+            goto done;
     } else {
         al_model_init_weights(m, o->seed);
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
@@ -473,6 +485,9 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_errf(err, "%s: %s", log_path, strerror(errno));
         goto done;
     }
+    if (o->resume && o->schedule_changed) /* the change of schedule, in the log at the step it applies from */
+        fprintf(log, "{\"step\":%d,\"schedule\":{\"lr\":%.6g,\"warmup\":%d,\"min_lr_ratio\":%.6g,\"steps\":%d}}\n",
+                step, o->lr, o->warmup, o->min_lr_ratio, o->steps);
 
     stop_signal = 0;
     sa.sa_handler = on_signal;
@@ -507,6 +522,12 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         if (bad == AL_STEP_GRAD_NOT_FINITE) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: gradient norm is not finite at step %d; %s", step + 1,
+                    kept_msg(kept, sizeof kept, last_saved));
+            break;
+        }
+        if (bad == AL_STEP_WEIGHTS_NOT_FINITE) { /* not saved: the checkpoint on disk stays the last good one */
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "training diverged: weights are not finite after step %d (lr %.3g); %s", step + 1, lr,
                     kept_msg(kept, sizeof kept, last_saved));
             break;
         }
