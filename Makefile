@@ -3,7 +3,7 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 
-.PHONY: all deps test-deps configure test demo clean bench
+.PHONY: all deps test-deps configure test demo clean bench fuzz
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -21,8 +21,17 @@ test: test-deps
 	@cmake --build $(BUILD) -j $(JOBS)
 	@cmake -S . -B $(BUILD)-asan -DAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
-	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -R '^unit\.'
+	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -R '^(unit|fuzz)\.'
 	@cd $(BUILD) && ctest --output-on-failure
+
+# The libFuzzer harnesses of tests/fuzz (clang-14, ASan + UBSan), each for FUZZ_SECONDS, one after the other;
+# FUZZ_ONLY="config npy" picks some (docs/fuzzing.md). `make test` replays their corpora without clang.
+FUZZ_SECONDS ?= 60
+FUZZ_ONLY ?=
+fuzz: test-deps
+	@cmake -S . -B $(BUILD)-fuzz -DAL_FUZZ=ON -DCMAKE_C_COMPILER=clang-14 -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_harnesses
+	@sh scripts/fuzz.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(FUZZ_ONLY)
 
 demo: all
 	@sh scripts/demo.sh
@@ -31,4 +40,4 @@ bench: all
 	@$(BUILD)/attnlab bench train
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz

@@ -2,12 +2,13 @@
 # Installs, from Debian's registry, whatever attnlab needs that this machine lacks.
 # Idempotent: packages already present are not touched and apt is not even called.
 #   scripts/install-deps.sh          build + demo dependencies
-#   scripts/install-deps.sh --test   also what the tests use: PyTorch, numpy, Chromium, the Unicode data
+#   scripts/install-deps.sh --test   also what the tests use: PyTorch, numpy, Chromium, the Unicode data,
+#                                    clang-14 with libFuzzer and its OpenMP runtime (`make fuzz`)
 set -eu
 
 want="build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev libcairo2-dev fonts-dejavu-core bible-kjv dataset-fashion-mnist openmpi-bin libopenmpi-dev"
 if [ "${1:-}" = "--test" ]; then
-    want="$want python3-torch python3-numpy chromium unicode-data"
+    want="$want python3-torch python3-numpy chromium unicode-data clang-14 libclang-rt-14-dev libomp-14-dev"
 fi
 
 missing=""

@@ -26,6 +26,7 @@
 #include "io/io.h"
 #include "model/model.h"
 #include "model/presets.h"
+#include "study/study.h"
 #include "train/dist.h"
 #include "train/vision.h"
 
@@ -343,16 +344,56 @@ static int init_from_opts(const char *cmd, train_flags *f, const task_flags *v, 
     return rc;
 }
 
+/* The flags of the learning-rate schedule that --resume accepts as a change
+ * of schedule for the steps left. */
+static const char *const schedule_flags[] = {"lr", "warmup", "min-lr-ratio"};
+enum { N_SCHEDULE_FLAGS = sizeof schedule_flags / sizeof schedule_flags[0] };
+
+static int is_schedule_flag(const char *name) {
+    for (int i = 0; i < N_SCHEDULE_FLAGS; i++)
+        if (!strcmp(name, schedule_flags[i])) return 1;
+    return 0;
+}
+
+/* --resume with --lr, --warmup or --min-lr-ratio: the schedule of the steps
+ * left changes (a way on after a divergence). Needs steps left; says in one
+ * note what changed. o: the run's settings, changed here. */
+static int resume_schedule(const char *cmd, const train_flags *f, al_arg *args, int n, al_train_opts *o) {
+    al_train_opts was = *o;
+    if (cli_find(args, n, "lr")->seen) o->lr = f->lr;
+    if (cli_find(args, n, "warmup")->seen) o->warmup = (int)f->warmup;
+    if (cli_find(args, n, "min-lr-ratio")->seen) o->min_lr_ratio = f->min_lr_ratio;
+    if (!(o->lr > 0) || !isfinite(o->lr) || o->warmup < 0 || !(o->min_lr_ratio >= 0))
+        return cli_usage(cmd, "--lr must be positive, --warmup and --min-lr-ratio not negative");
+    if (o->lr == was.lr && o->warmup == was.warmup && o->min_lr_ratio == was.min_lr_ratio) return CLI_OK;
+    char *state = al_sprintf("%s/train_state.safetensors", o->out);
+    al_err err;
+    int step = 0, rc = state ? al_train_state_step(state, &step, &err) : al_errf(&err, "out of memory");
+    free(state);
+    if (rc) return cli_fail(cmd, err.msg);
+    if (step >= o->steps)
+        return cli_usage(cmd, "--lr, --warmup and --min-lr-ratio with --resume change the schedule of the steps left; "
+                              "%s has none (extend it with --steps)", o->out);
+    fprintf(stderr,
+            "attnlab: note: %s: new schedule from step %d: lr %g -> %g, warmup %d -> %d, min-lr-ratio %g -> %g "
+            "(logged in log.jsonl, recorded in config.json; not the steps of an uninterrupted run)\n",
+            o->out, step, was.lr, o->lr, was.warmup, o->warmup, was.min_lr_ratio, o->min_lr_ratio);
+    o->schedule_changed = 1;
+    return CLI_OK;
+}
+
 /* --resume: settings come from the run's own config.json; only --steps (to
- * extend the run), --threads, --quiet and --precision may be given with it.
+ * extend the run), --threads, --quiet, --precision and the schedule flags
+ * (--lr, --warmup, --min-lr-ratio) may be given with it.
  * The run continues in the precision it was saved with (bit-exact resume);
  * another --precision is allowed, with a note: the steps from here on are
- * not those of an uninterrupted run, and config.json records the new one. */
+ * not those of an uninterrupted run, and config.json records the new one.
+ * A new schedule is the same kind of change (resume_schedule). */
 static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_train_opts *o) {
     for (int i = 0; i < n; i++) {
         const char *nm = args[i].name;
         if (args[i].seen && strcmp(nm, "out") && strcmp(nm, "resume") && strcmp(nm, "steps") && strcmp(nm, "threads") &&
-            strcmp(nm, "quiet") && strcmp(nm, "precision"))
+            strcmp(nm, "quiet") && strcmp(nm, "precision") && !is_schedule_flag(nm))
             return cli_usage(cmd, "--%s cannot be given with --resume (the run's settings are in its config.json)", nm);
     }
     al_precision wanted = AL_PREC_F32;
@@ -360,13 +401,14 @@ static int resume_opts(const char *cmd, train_flags *f, al_arg *args, int n, al_
     if (rc) return rc;
     al_err err;
     if (al_run_load_opts(f->out, o, &err)) return cli_fail(cmd, err.msg);
+    if (cli_find(args, n, "steps")->seen) o->steps = (int)f->steps;
+    if ((rc = resume_schedule(cmd, f, args, n, o))) return rc;
     if (f->precision && wanted != o->precision) {
         fprintf(stderr, "attnlab: note: %s was trained in %s; continuing in %s (not bit-exact with an uninterrupted run)\n",
                 f->out, al_precision_name(o->precision), al_precision_name(wanted));
         o->precision = wanted;
     }
     al_precision_set(o->precision);
-    if (cli_find(args, n, "steps")->seen) o->steps = (int)f->steps;
     if (f->threads > 0) al_set_threads((int)f->threads);
     o->resume = 1;
     return CLI_OK;

@@ -38,12 +38,20 @@ static void err_vformat(char *msg, size_t cap, const char *fmt, va_list ap) {
     free(full);
 }
 
+/* Keeps a message on one line: a control character (a newline or tab from a
+ * file's own text that the message quotes) becomes '?'. */
+static void err_one_line(char *msg) {
+    for (unsigned char *p = (unsigned char *)msg; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
 int al_errf(al_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
         err_vformat(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        err_one_line(err->msg);
     }
     return -1;
 }

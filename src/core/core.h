@@ -25,7 +25,8 @@ typedef struct al_err {
 /* Writes a printf-style message into err (if err is non-NULL); returns -1 so
  * callers can write `return al_errf(err, "...")`. A message longer than
  * AL_ERR_LEN - 1 bytes keeps its start and its end around "..." (a long
- * path loses its middle, the reason at the end stays). */
+ * path loses its middle, the reason at the end stays). Control characters
+ * (a newline quoted from a corrupt file) become '?', so it is one line. */
 int al_errf(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes an existing message: "what: <old message>" (cut as al_errf
  * cuts). Returns -1. */

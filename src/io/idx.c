@@ -47,6 +47,25 @@ static int read_exact(gzFile f, void *buf, size_t n, size_t *got, const char *pa
     return 1;
 }
 
+/* The n data bytes into x->data, in a buffer that grows (doubling from
+ * 1 MiB) as they arrive, so that a short corrupt file whose header claims
+ * gigabytes costs what it holds, not what it claims. 1, or -1 with err. */
+static int read_data(gzFile f, al_idx *x, const char *path, al_err *err) {
+    size_t have = 0, cap = 0, got = 0;
+    for (;;) {
+        const size_t want = cap == 0 ? (x->n < ((size_t)1 << 20) ? x->n : (size_t)1 << 20)
+                                     : (cap > x->n / 2 ? x->n : 2 * cap);
+        uint8_t *grown = realloc(x->data, want);
+        if (!grown) return al_errf(err, "%s: out of memory for %zu bytes", path, want);
+        x->data = grown, cap = want;
+        const int rc = read_exact(f, x->data + have, cap - have, &got, path, err);
+        have += got;
+        if (rc < 0) return -1;
+        if (rc == 0) return al_errf(err, "%s: truncated IDX file (%zu of %zu data bytes)", path, have, x->n);
+        if (have == x->n) return 1;
+    }
+}
+
 int al_idx_read(const char *path, al_idx *x, al_err *err) {
     memset(x, 0, sizeof *x);
     errno = 0;
@@ -85,13 +104,7 @@ int al_idx_read(const char *path, al_idx *x, al_err *err) {
         }
         x->n *= (size_t)x->dims[i];
     }
-    x->data = malloc(x->n);
-    if (!x->data) {
-        rc = al_errf(err, "%s: out of memory for %zu bytes", path, x->n);
-        goto fail;
-    }
-    rc = read_exact(f, x->data, x->n, &got, path, err);
-    if (rc == 0) rc = al_errf(err, "%s: truncated IDX file (%zu of %zu data bytes)", path, got, x->n);
+    rc = read_data(f, x, path, err);
     if (rc < 0) goto fail;
     uint8_t extra;
     rc = read_exact(f, &extra, 1, &got, path, err);

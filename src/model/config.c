@@ -800,8 +800,11 @@ static int write_fields(const al_config *c, al_cf_where where, cJSON *obj) {
     for (int i = 0; i < n; i++) {
         const al_config_field *f = al_config_field_at(i, NULL);
         if (f->where != where || !al_config_field_used(i, c)) continue;
-        /* DeepseekV2's config has no head_dim: it is qk_nope_head_dim + qk_rope_head_dim */
-        if (!strcmp(f->key, "head_dim") && !strcmp(al_config_architecture(c), DEEPSEEK_ARCH)) continue;
+        /* DeepseekV2's config has no head_dim: it is qk_nope_head_dim + qk_rope_head_dim (one a file gave
+         * otherwise is kept, so that the config loads back the same) */
+        if (!strcmp(f->key, "head_dim") && !strcmp(al_config_architecture(c), DEEPSEEK_ARCH) &&
+            c->head_dim == c->qk_nope_head_dim + c->qk_rope_head_dim)
+            continue;
         cJSON *v = field_json(f, c, 0);
         if (!v || !cJSON_AddItemToObject(obj, f->key, v)) {
             cJSON_Delete(v);
@@ -809,6 +812,12 @@ static int write_fields(const al_config *c, al_cf_where where, cJSON *obj) {
         }
     }
     return 0;
+}
+
+/* Removes every member `key` of obj: a file may repeat a key, and one copy
+ * left behind would be read back instead of the value written after it. */
+static void delete_key(cJSON *obj, const char *key) {
+    while (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
 }
 
 int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err) {
@@ -840,9 +849,9 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     const int n = al_config_field_count();
     for (int i = 0; i < n; i++) {
         const al_config_field *f = al_config_field_at(i, NULL);
-        if (f->where == AL_CF_BLOCK) cJSON_DeleteItemFromObjectCaseSensitive(al, f->key);
+        if (f->where == AL_CF_BLOCK) delete_key(al, f->key);
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(al, "format_version");
+    delete_key(al, "format_version");
     cJSON_AddNumberToObject(al, "format_version", AL_CONFIG_FORMAT_VERSION);
     bad |= write_fields(c, AL_CF_BLOCK, al);
     cJSON_AddItemToObject(root, "attnlab", al);

@@ -190,7 +190,7 @@ int tok_sl_begin(tok_strlist *l, int flag) {
         l->s = s, l->cap_s = cap;
     }
     l->s[l->n++] = (tok_span){l->len, 0, flag};
-    return 0;
+    return l->buf ? 0 : tok_sl_append(l, "", 0); /* a span always has a buffer: buf + off is defined */
 }
 
 int tok_sl_append(tok_strlist *l, const char *s, size_t n) {

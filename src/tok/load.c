@@ -458,6 +458,8 @@ static int load_template(loader *ld, const cJSON *node) {
             long id;
             if (get_index(x, t->vocab_size, &id))
                 return fail(ld, "post_processor template: special token '%s' has an id outside the vocabulary", name);
+            if (!t->tok_str[id]) /* a gap in the ids: encoding would emit a token that has no text */
+                return fail(ld, "post_processor template: special token '%s' has id %ld, which no token has", name, id);
             if (seen_a ? push_id(ld, &t->suffix, &t->n_suffix, (int)id) : push_id(ld, &t->prefix, &t->n_prefix, (int)id))
                 return -1;
         }

@@ -11,6 +11,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -287,14 +288,15 @@ static int state_meta(const char *path, const char *key, char *out, size_t cap, 
     return rc;
 }
 
-/* The weights, moments, step and data RNG of DIR/train_state.safetensors. */
-static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *path,
+/* The weights, moments, step and data RNG of a training state file (w, mom1,
+ * mom2: n floats each). */
+static int load_state_file(float *w, float *mom1, float *mom2, size_t n, int *step, al_rng *rng, const char *path,
                            al_err *err) {
     char buf[64];
     al_st_file f;
     if (al_st_open(&f, path, err)) return -1;
-    int64_t shape[1] = {(int64_t)m->n_floats};
-    int rc = al_st_read_f32(&f, "weights", m->w, 1, shape, err) || al_st_read_f32(&f, "adam.m", mom1, 1, shape, err) ||
+    int64_t shape[1] = {(int64_t)n};
+    int rc = al_st_read_f32(&f, "weights", w, 1, shape, err) || al_st_read_f32(&f, "adam.m", mom1, 1, shape, err) ||
              al_st_read_f32(&f, "adam.v", mom2, 1, shape, err);
     al_st_close(&f);
     if (rc) return al_err_prefix(err, "%s", path);
@@ -308,14 +310,6 @@ static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_
         rng->s[i] = strtoull(buf, NULL, 16);
     }
     return 0;
-}
-
-static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *dir, al_err *err) {
-    char *path = al_sprintf("%s/train_state.safetensors", dir);
-    if (!path) return al_errf(err, "out of memory");
-    int rc = load_state_file(m, mom1, mom2, step, rng, path, err);
-    free(path);
-    return rc;
 }
 
 /* The "attnlab" block of a run's config.json: its training settings and
@@ -365,12 +359,23 @@ static int trim_log(const char *path, int step, al_err *err) {
     return rc;
 }
 
+int al_train_resume_read(float *w, float *m1, float *m2, size_t n, int *step, al_rng *rng, const char *dir,
+                         al_err *err) {
+    char *state = al_sprintf("%s/train_state.safetensors", dir), *log = al_sprintf("%s/log.jsonl", dir);
+    int rc = state && log ? 0 : al_errf(err, "out of memory");
+    if (!rc) rc = load_state_file(w, m1, m2, n, step, rng, state, err) || trim_log(log, *step, err) ? -1 : 0;
+    free(state);
+    free(log);
+    return rc;
+}
+
 /* ---- the loop ---- */
 
 /* What a diverged run leaves behind, for its error message. */
 static const char *kept_msg(char *buf, size_t cap, int last_saved) {
     if (last_saved < 0) snprintf(buf, cap, "no checkpoint was saved yet (lower --lr?)");
-    else snprintf(buf, cap, "the last good checkpoint (step %d) is kept", last_saved);
+    else snprintf(buf, cap, "the last good checkpoint (step %d) is kept (continue it with --resume and a lower --lr)",
+                  last_saved);
     return buf;
 }
 
@@ -381,23 +386,28 @@ static const char *stopped_msg(char *buf, size_t cap, int last_saved) {
     return buf;
 }
 
-void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
+int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
     const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
+    int bad_tensors = 0;
     for (int i = 0; i < m->n_params; i++) {
         const al_param *p = &m->params[i];
         float *w = m->w + p->offset, *g = m->g + p->offset, *a = m1 + p->offset, *b = m2 + p->offset;
         const float wd = p->decay ? (float)o->weight_decay : 0.0f, flr = (float)lr;
         const size_t n = p->numel;
-#pragma omp parallel for schedule(static) if (n > 32768)
+        int bad = 0; /* a weight left inf or nan: |w| <= FLT_MAX is false for both (vectorises, unlike isfinite) */
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n > 32768)
         for (size_t j = 0; j < n; j++) {
             float gj = g[j] * gscale;
             a[j] = b1 * a[j] + (1.0f - b1) * gj;
             b[j] = b2 * b[j] + (1.0f - b2) * gj * gj;
             float mh = a[j] / bc1, vh = b[j] / bc2;
             w[j] -= flr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
+            bad |= !(fabsf(w[j]) <= FLT_MAX);
         }
+        bad_tensors += bad;
     }
+    return bad_tensors;
 }
 
 double al_grad_norm(const al_model *m) {
@@ -427,9 +437,9 @@ int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, c
     const double gn = *grad_norm = al_grad_norm(m);
     if (!isfinite(gn)) return AL_STEP_GRAD_NOT_FINITE;
     const float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
-    al_adamw_update(m, m1, m2, lr, o, t, gscale);
+    const int weights_bad = al_adamw_update(m, m1, m2, lr, o, t, gscale);
     al_bf16_shadow_refresh(m->w); /* the products of the next step read the new weights (no-op in F32) */
-    return AL_STEP_OK;
+    return weights_bad ? AL_STEP_WEIGHTS_NOT_FINITE : AL_STEP_OK;
 }
 
 static double lm_batch_forward(void *ctx, al_model *m) {
@@ -520,8 +530,13 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_grad_shards_init(&shards, m, &h->pass, h->select, h->ctx, al_dist_shards(o), o->batch, err))
         goto done;
     if (o->resume) {
-        int failed = lead && (load_state(m, m1, m2, &step, &rng, o->out, err) || trim_log(log_path, step, err));
+        int failed = lead && al_train_resume_read(m->w, m1, m2, m->n_floats, &step, &rng, o->out, err);
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
+        /* a new schedule is the run's from here on: config.json says so at once (a kill before the next
+         * checkpoint resumes with it too) */
+        if (o->schedule_changed && lead &&
+            (!(extra = run_block(o, step, err)) || al_config_save(&m->cfg, config_path, extra, err)))
+            goto done;
     } else if (o->init_from[0]) { /* another run's weights; the moments stay zero: a fresh optimizer */
         al_rng_seed(&rng, o->seed ^ 0xda7aULL);
         int failed = lead && load_init_weights(m, o->init_from, err);
@@ -542,6 +557,9 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_errf(err, "%s: %s", log_path, strerror(errno));
         goto done;
     }
+    if (o->resume && o->schedule_changed) /* the change of schedule, in the log at the step it applies from */
+        fprintf(log, "{\"step\":%d,\"schedule\":{\"lr\":%.6g,\"warmup\":%d,\"min_lr_ratio\":%.6g,\"steps\":%d}}\n",
+                step, o->lr, o->warmup, o->min_lr_ratio, o->steps);
 
     al_train_progress init_eval = {.val_loss = NAN, .val_accuracy = NAN, .val_bpb = NAN};
     if (!o->resume && o->init_from[0]) { /* where the run starts: the source's loss on this run's data */
@@ -588,6 +606,12 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         if (bad == AL_STEP_GRAD_NOT_FINITE) {
             result = AL_TRAIN_ERROR;
             al_errf(err, "training diverged: gradient norm is not finite at step %d; %s", step + 1,
+                    kept_msg(kept, sizeof kept, last_saved));
+            break;
+        }
+        if (bad == AL_STEP_WEIGHTS_NOT_FINITE) { /* not saved: the checkpoint on disk stays the last good one */
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "training diverged: weights are not finite after step %d (lr %.3g); %s", step + 1, lr,
                     kept_msg(kept, sizeof kept, last_saved));
             break;
         }

@@ -61,6 +61,10 @@ typedef struct al_train_opts {
      * from ("" none; `train --init-from`): weights copied at step 0, AdamW
      * moments zero, its tokenizer files copied into out. Saved as "init_from". */
     char init_from[4096];
+    /* --resume with another --lr, --warmup or --min-lr-ratio: the loop logs the
+     * new schedule in log.jsonl at the resumed step and rewrites config.json
+     * with it at once. Not saved. */
+    int schedule_changed;
 } al_train_opts;
 
 void al_train_opts_default(al_train_opts *o);
@@ -80,6 +84,12 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);
  * read as a model config, or -2 when it has no valid training settings (not
  * a run directory of al_train; o->model is loaded then); err says which. */
 int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err);
+/* What --resume reads from the run in dir: train_state.safetensors (the
+ * weights w, both AdamW moments m1, m2, n floats each; the step and the data
+ * RNG), then log.jsonl rewritten to the lines of steps <= that step. 0, or -1
+ * with one line naming the file. */
+int al_train_resume_read(float *w, float *m1, float *m2, size_t n, int *step, al_rng *rng, const char *dir,
+                         al_err *err);
 
 enum { AL_TRAIN_OK = 0, AL_TRAIN_ERROR = -1, AL_TRAIN_INTERRUPTED = 1, AL_TRAIN_TERMINATED = 2 };
 /* Runs (or resumes) training into o->out. Returns AL_TRAIN_OK, AL_TRAIN_ERROR
@@ -156,7 +166,7 @@ typedef struct al_lm_shards {
 } al_lm_shards;
 void al_lm_select_shard(void *ctx, int shard, int n);
 
-enum { AL_STEP_OK = 0, AL_STEP_LOSS_NOT_FINITE = 1, AL_STEP_GRAD_NOT_FINITE = 2 };
+enum { AL_STEP_OK = 0, AL_STEP_LOSS_NOT_FINITE = 1, AL_STEP_GRAD_NOT_FINITE = 2, AL_STEP_WEIGHTS_NOT_FINITE = 3 };
 /* One training step, the same for training, `bench train` and the study's
  * speed benchmark: zero the gradients, forward, backward, the global gradient
  * norm, clip it to o->grad_clip (0: off), AdamW at lr (t: 1-based step; m1,
@@ -164,7 +174,10 @@ enum { AL_STEP_OK = 0, AL_STEP_LOSS_NOT_FINITE = 1, AL_STEP_GRAD_NOT_FINITE = 2 
  * the loss was not finite). After the update the weights' BF16 copy, if
  * one is attached (al_train_precision_begin), is rounded again, once per
  * step. A non-finite loss or norm leaves the weights
- * unchanged and returns AL_STEP_LOSS_NOT_FINITE / AL_STEP_GRAD_NOT_FINITE. */
+ * unchanged and returns AL_STEP_LOSS_NOT_FINITE / AL_STEP_GRAD_NOT_FINITE;
+ * an update that leaves a weight not finite (a learning rate far too large)
+ * returns AL_STEP_WEIGHTS_NOT_FINITE: the weights are then lost, and the
+ * caller must not save them. */
 int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, const al_train_opts *o, double lr,
                   int t, double *loss, double *grad_norm);
 
@@ -176,8 +189,10 @@ int al_train_precision_begin(al_model *m, al_precision p, al_err *err);
 void al_train_precision_end(al_model *m);
 
 /* One AdamW update of every parameter from m->g scaled by gscale (t: 1-based
- * step for bias correction); m1, m2: moment arenas shaped like m->w. */
-void al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale);
+ * step for bias correction); m1, m2: moment arenas shaped like m->w. Returns
+ * how many parameter tensors hold a weight that is not finite after it
+ * (0: all finite), checked in the same pass. */
+int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale);
 /* Global L2 norm of the gradient arena (fixed summation order). */
 double al_grad_norm(const al_model *m);
 

@@ -119,10 +119,10 @@ for sig in INT TERM; do
     end
 done
 
-begin "--resume with another flag (--lr) is a usage error"
+begin "--resume with another flag (--seed) is a usage error"
 cp "$WORK/runA/model.safetensors" "$WORK/runA.model.before"
-run train --precision f32 --out "$WORK/runA" --resume --lr 0.5
-check_error 2 "--lr.*resume"
+run train --precision f32 --out "$WORK/runA" --resume --seed 5
+check_error 2 "--seed.*resume"
 check_same_file "$WORK/runA.model.before" "$WORK/runA/model.safetensors"
 end
 

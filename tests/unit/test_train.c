@@ -133,6 +133,15 @@ static void test_step(void) {
     ref.w[tu_find_param(&ref, "model.embed_tokens.weight")->offset + (size_t)in[0] * 32] = NAN;
     CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e-3, 2, &loss, &gn) == AL_STEP_LOSS_NOT_FINITE);
     CHECK(!isfinite(loss) && isnan(gn) && memcmp(m.w, ref.w, sizeof(float) * m.n_floats) == 0);
+
+    /* an absurd learning rate leaves weights inf/nan though the loss and the gradient were finite */
+    al_model_init_weights(&m, 3);
+    memset(mom, 0, 2 * sizeof(float) * m.n_floats);
+    CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e-3, 1, &loss, &gn) == AL_STEP_OK);
+    CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e300, 2, &loss, &gn) == AL_STEP_WEIGHTS_NOT_FINITE);
+    size_t not_finite = 0;
+    for (size_t i = 0; i < m.n_floats; i++) not_finite += !isfinite(m.w[i]);
+    CHECK(isfinite(loss) && isfinite(gn) && not_finite > 0);
     free(mom);
     al_acts_free(&a);
     al_model_free(&m);
