@@ -315,6 +315,16 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
     return dh;
 }
 
+/* Quantised caches (kvq.h): the K heads as keys (a unit per KV head), the
+ * V heads as values. */
+static int gqa_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
+    const int kv = c->num_kv_heads * c->head_dim;
+    (void)latent;
+    out[0] = (al_kv_seg){0, kv, c->head_dim, AL_KV_SEG_KEY};
+    out[1] = (al_kv_seg){kv, kv, c->head_dim, AL_KV_SEG_VALUE};
+    return 2;
+}
+
 /* One implementation, three descriptors. */
 #define HEADS_DESIGN(ops, nm, ttl, check, matches, title_fn)                                                            \
     const al_attn_ops ops = {                                                                                          \
@@ -341,6 +351,7 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
         .cache_fill = gqa_cache_fill,                                                                                  \
         .head_maps = gqa_head_maps,                                                                                    \
         .head_qk = gqa_head_qk,                                                                                        \
+        .cache_segments = gqa_cache_segments,                                                                          \
     }
 
 HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title);

@@ -765,6 +765,7 @@ const float *al_acts_saved(const al_acts *a, int layer) {
 
 /* Layer l's part of a decoder's cache. */
 static al_kv decoder_layer(const al_decoder *dec, int l) {
+    if (dec->kvq) return (al_kv){dec->kvq[l].res, dec->cache_dt, &dec->kvq[l]};
     const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
     return (al_kv){(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt};
 }
@@ -1011,7 +1012,67 @@ int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dt
     return 0;
 }
 
+int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kvq_opts *q,
+                        al_err *err) {
+    if (!q || q->kind == AL_KVQ_NONE) return al_decoder_create_kv(dec, m, capacity, cache_dt, err);
+    const al_config *c = &m->cfg;
+    al_kv_seg segs[AL_KV_MAX_SEGS];
+    if (!m->attn->cache_segments)
+        return al_errf(err, "%s attention has no quantised KV cache", m->attn->name);
+    const int nseg = m->attn->cache_segments(c, q->latent, segs);
+    if (al_kvq_check(q, segs, nseg, err)) return -1;
+    if (capacity <= 0 || capacity > c->max_position)
+        return al_errf(err, "context %d outside 1..max_position_embeddings (%d)", capacity, c->max_position);
+    if (check_context(c, capacity, err)) return -1;
+    /* the plain decoder for its scratch and checks, with a one-token cache
+     * that the quantised layers then replace */
+    if (al_decoder_create_kv(dec, m, 1, cache_dt, err)) return -1;
+    al_free(dec->cache);
+    dec->cache = NULL;
+    dec->cache_bytes = 0;
+    dec->capacity = capacity;
+    dec->kvq = calloc((size_t)c->num_layers, sizeof(al_kvq));
+    if (!dec->kvq) {
+        al_decoder_free(dec);
+        return al_errf(err, "out of memory for a %d-token KV cache", capacity);
+    }
+    for (int l = 0; l < c->num_layers; l++) {
+        if (al_kvq_create(&dec->kvq[l], q, segs, nseg, dec->values_per_token, capacity, cache_dt, err)) {
+            al_decoder_free(dec);
+            return -1;
+        }
+        dec->cache_bytes += dec->kvq[l].bytes;
+    }
+    return 0;
+}
+
+void al_decoder_reset(al_decoder *dec) { al_decoder_seek(dec, 0); }
+
+void al_decoder_seek(al_decoder *dec, int pos) {
+    dec->pos = pos;
+    for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_seek(&dec->kvq[l], pos);
+}
+
+double al_decoder_kv_bytes_per_token(const al_decoder *dec) {
+    const int L = dec->m->cfg.num_layers;
+    if (!dec->kvq) return (double)dec->values_per_token * al_dtype_size(dec->cache_dt) * L;
+    double b = 0;
+    for (int l = 0; l < L; l++) b += al_kvq_bytes_per_token(&dec->kvq[l]);
+    return b;
+}
+
+double al_decoder_kv_held_bytes(const al_decoder *dec) {
+    if (!dec->kvq) return al_decoder_kv_bytes_per_token(dec) * dec->pos;
+    double b = 0;
+    for (int l = 0; l < dec->m->cfg.num_layers; l++) b += al_kvq_held_bytes(&dec->kvq[l], dec->pos);
+    return b;
+}
+
 void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
+    if (dec->kvq) {
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) al_kvq_fill_random(&dec->kvq[l], seed + (uint64_t)l);
+        return;
+    }
     al_rng rng;
     al_rng_seed(&rng, seed);
     const size_t n = dec->cache_bytes / al_dtype_size(dec->cache_dt);
@@ -1025,6 +1086,8 @@ void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
 }
 
 void al_decoder_free(al_decoder *dec) {
+    for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_free(&dec->kvq[l]);
+    free(dec->kvq);
     al_free(dec->cache);
     al_free(dec->scratch);
     free(dec->moe_idx);
