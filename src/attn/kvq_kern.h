@@ -7,7 +7,8 @@
  *
  * The codes are read where they lie and widened in registers: a cell's
  * plane bytes are loaded KW at a time, shifted and masked per plane and
- * converted to floats (kq_dot, kq_axpy). The scales never multiply a code:
+ * converted to floats (kq_dot; kq_wsum sums a cell over a block's
+ * positions in registers). The scales never multiply a code:
  *   key cells (per channel, one scale s_c and zero z_c per block of group
  *   tokens): q . k_j = sum_c (q_c s_c) code_jc + sum_c q_c z_c, so per block
  *   the query is scaled once (qs) and the bias summed once, and a score is
@@ -39,10 +40,11 @@ typedef __m256i kq_vi;
     _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32((x), _mm_cvtsi32_si128(sh)), _mm256_set1_epi32(m)))
 #endif
 
-/* q[planes x L] (padded order) . the cell's codes */
-static inline __attribute__((always_inline)) float kq_dot_b(const int bits, const float *qp, const uint8_t *c, int L) {
+/* acc + the lanes of q[planes x L] (padded order) times the cell's codes
+ * (their sum is q . codes) */
+static inline __attribute__((always_inline)) vf kq_dotv_b(const int bits, const float *qp, const uint8_t *c, int L,
+                                                          vf acc) {
     const int per = 8 / bits, m = (1 << bits) - 1;
-    vf acc = V_ZERO();
     for (int i = 0; i < L; i += AL_VW) {
         const kq_vi x = KQ_U8(c + i);
         const vmask mk = V_MASK(L - i);
@@ -52,26 +54,44 @@ static inline __attribute__((always_inline)) float kq_dot_b(const int bits, cons
             acc = V_FMA(q, KQ_FIELD(x, k * bits, m), acc);
         }
     }
-    return V_HSUM(acc);
+    return acc;
 }
 
-/* out[planes x L] (padded order) += a * the cell's codes */
-static inline __attribute__((always_inline)) void kq_axpy_b(const int bits, float a, const uint8_t *c, int L,
-                                                            float *out) {
+static inline vf kq_dotv(int bits, const float *qp, const uint8_t *c, int L, vf acc) {
+    return bits == 8 ? kq_dotv_b(8, qp, c, L, acc) : bits == 4 ? kq_dotv_b(4, qp, c, L, acc) : kq_dotv_b(2, qp, c, L, acc);
+}
+
+/* out[planes x L] += sum_j w[j] * codes of the cell at base + j stride,
+ * j < n: KW bytes of every position at a time, the sums in registers */
+static inline __attribute__((always_inline)) void kq_wsum_b(const int bits, const uint8_t *base, size_t stride, int L,
+                                                            const float *w, int n, float *out) {
     const int per = 8 / bits, m = (1 << bits) - 1;
-    const vf va = V_SET1(a);
     for (int i = 0; i < L; i += AL_VW) {
-        const kq_vi x = KQ_U8(c + i);
+        vf acc[8] = {V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO()};
+        for (int j = 0; j < n; j++) {
+            const kq_vi x = KQ_U8(base + (size_t)j * stride + i);
+            const vf wj = V_SET1(w[j]);
+#pragma GCC unroll 4
+            for (int k = 0; k < per; k++) acc[k] = V_FMA(wj, KQ_FIELD(x, k * bits, m), acc[k]);
+        }
         const vmask mk = V_MASK(L - i);
 #pragma GCC unroll 4
         for (int k = 0; k < per; k++) {
             float *o = out + k * L + i;
-            if (L - i >= AL_VW) V_STORE(o, V_FMA(va, KQ_FIELD(x, k * bits, m), V_LOAD(o)));
-            else V_STOREM(o, mk, V_FMA(va, KQ_FIELD(x, k * bits, m), V_LOADM(o, mk)));
+            if (L - i >= AL_VW) V_STORE(o, V_ADD(V_LOAD(o), acc[k]));
+            else V_STOREM(o, mk, V_ADD(V_LOADM(o, mk), acc[k]));
         }
     }
 }
 #else
+static inline void kq_wsum_b(const int bits, const uint8_t *base, size_t stride, int L, const float *w, int n,
+                             float *out) {
+    const int per = 8 / bits, m = (1 << bits) - 1;
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < per; k++)
+            for (int i = 0; i < L; i++) out[k * L + i] += w[j] * (float)((base[(size_t)j * stride + i] >> (k * bits)) & m);
+}
+
 static inline float kq_dot_b(const int bits, const float *qp, const uint8_t *c, int L) {
     const int per = 8 / bits, m = (1 << bits) - 1;
     float acc = 0.0f;
@@ -79,23 +99,19 @@ static inline float kq_dot_b(const int bits, const float *qp, const uint8_t *c, 
         for (int i = 0; i < L; i++) acc += qp[k * L + i] * (float)((c[i] >> (k * bits)) & m);
     return acc;
 }
-
-static inline void kq_axpy_b(const int bits, float a, const uint8_t *c, int L, float *out) {
-    const int per = 8 / bits, m = (1 << bits) - 1;
-    for (int k = 0; k < per; k++)
-        for (int i = 0; i < L; i++) out[k * L + i] += a * (float)((c[i] >> (k * bits)) & m);
-}
 #endif
 
 /* the bit width as a constant for each instance */
+#ifndef AL_VW
 static inline float kq_dot(int bits, const float *qp, const uint8_t *c, int L) {
     return bits == 8 ? kq_dot_b(8, qp, c, L) : bits == 4 ? kq_dot_b(4, qp, c, L) : kq_dot_b(2, qp, c, L);
 }
+#endif
 
-static inline void kq_axpy(int bits, float a, const uint8_t *c, int L, float *out) {
-    if (bits == 8) kq_axpy_b(8, a, c, L, out);
-    else if (bits == 4) kq_axpy_b(4, a, c, L, out);
-    else kq_axpy_b(2, a, c, L, out);
+static inline void kq_wsum(int bits, const uint8_t *base, size_t stride, int L, const float *w, int n, float *out) {
+    if (bits == 8) kq_wsum_b(8, base, stride, L, w, n, out);
+    else if (bits == 4) kq_wsum_b(4, base, stride, L, w, n, out);
+    else kq_wsum_b(2, base, stride, L, w, n, out);
 }
 
 /* an fp16 scale or zero point (F16C under the vector targets) */
@@ -153,6 +169,39 @@ void KSFX(al_kvq_scores)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                 }
                 p += c->pw;
             }
+#ifdef AL_VW
+            /* AL_VW positions at a time: each one's products as a vector of
+             * lanes, the AL_VW lane sums folded into one vector (v_sum_lanes) */
+            for (int j = jb; j < jb + N; j += AL_VW) {
+                const int nb = jb + N - j < AL_VW ? jb + N - j : AL_VW;
+                vf acc[AL_VW];
+                float bj[AL_VW];
+#pragma GCC unroll 16
+                for (int jj = 0; jj < AL_VW; jj++) {
+                    vf a = V_ZERO();
+                    bj[jj] = bias;
+                    if (jj < nb) {
+                        const uint8_t *row = kq->codes + (size_t)(j + jj) * kq->code_row;
+                        p = 0;
+                        KQ_FOR_CELLS(kq, rg, r, ci) {
+                            const al_kvq_cell *c = &kq->cells[ci];
+                            if (c->kind == AL_KV_SEG_KEY) {
+                                a = kq_dotv(bits, qs + p, row + c->byte, c->L, a);
+                            } else {
+                                const uint16_t *sz = kq->vscale + 2 * ((size_t)(j + jj) * kq->nvcell + c->sidx);
+                                a = V_FMA(V_SET1(kq_f16(sz[0])), kq_dotv(bits, qpad + p, row + c->byte, c->L, V_ZERO()), a);
+                                bj[jj] += kq_f16(sz[1]) * qsum[p];
+                            }
+                            p += c->pw;
+                        }
+                    }
+                    acc[V_SUM_SLOT(jj)] = a;
+                }
+                const vf out = V_MUL(V_ADD(v_sum_lanes(acc), V_LOAD(bj)), V_SET1(s->scale));
+                if (nb == AL_VW) V_STORE(Si + (j - j0), out);
+                else V_STOREM(Si + (j - j0), V_MASK(nb), out);
+            }
+#else
             for (int j = jb; j < jb + N; j++) {
                 const uint8_t *row = kq->codes + (size_t)j * kq->code_row;
                 float a = bias;
@@ -169,6 +218,7 @@ void KSFX(al_kvq_scores)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                 }
                 Si[j - j0] = s->scale * a;
             }
+#endif
         }
     }
 }
@@ -177,7 +227,7 @@ void KSFX(al_kvq_scores)(const al_attn_shape *s, const al_kvq *kq, const al_deco
  * S already applied by the score function. */
 void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_decode_view *v, int g, int pg, int j0,
                          int n, const float *S, int lds, float *P, int ldp) {
-    float opad[AL_KVQ_MAX_CELL], kacc[AL_KVQ_MAX_CELL], zacc[AL_KVQ_MAX_CELL];
+    float opad[AL_KVQ_MAX_CELL], kacc[AL_KVQ_MAX_CELL], zacc[AL_KVQ_MAX_CELL], ws[256];
     const int N = kq->group, bits = kq->bits, dv = s->dv;
     for (int i = 0; i < pg; i++) {
         const int h = g * pg + i;
@@ -190,36 +240,28 @@ void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_deco
             zacc[p] = 0.0f;
             p += kq->cells[ci].pw;
         }
-        const int np = p;
         for (int jb = j0; jb < j0 + n; jb += N) {
             const size_t blk = (size_t)jb / N;
+            const float *w = Si + (jb - j0);
+            const uint8_t *rows = kq->codes + (size_t)jb * kq->code_row;
             float psum = 0.0f;
-            for (int e = 0; e < np; e++) kacc[e] = 0.0f;
-            for (int j = jb; j < jb + N; j++) {
-                const float w = Si[j - j0];
-                if (w == 0.0f) continue;
-                const uint8_t *row = kq->codes + (size_t)j * kq->code_row;
-                psum += w;
-                p = 0;
-                KQ_FOR_CELLS(kq, rg, r, ci) {
-                    const al_kvq_cell *c = &kq->cells[ci];
-                    if (c->kind == AL_KV_SEG_KEY) {
-                        kq_axpy(bits, w, row + c->byte, c->L, kacc + p);
-                    } else {
-                        const uint16_t *sz = kq->vscale + 2 * ((size_t)j * kq->nvcell + c->sidx);
-                        kq_axpy(bits, w * kq_f16(sz[0]), row + c->byte, c->L, opad + p);
-                        zacc[p] += w * kq_f16(sz[1]);
-                    }
-                    p += c->pw;
-                }
-            }
+            for (int j = 0; j < N; j++) psum += w[j];
             p = 0;
-            KQ_FOR_CELLS(kq, rg, r, ci) { /* key cells read as values: this block's scales */
+            KQ_FOR_CELLS(kq, rg, r, ci) { /* each cell over the block's positions, sums in registers */
                 const al_kvq_cell *c = &kq->cells[ci];
-                if (c->kind == AL_KV_SEG_KEY) {
+                if (c->kind == AL_KV_SEG_KEY) { /* read as a value: then this block's scales */
                     const uint16_t *sz = kq->kscale + 2 * (blk * kq->nkey + c->sidx);
+                    for (int e = 0; e < c->pw; e++) kacc[e] = 0.0f;
+                    kq_wsum(bits, rows + c->byte, kq->code_row, c->L, w, N, kacc);
                     for (int e = 0; e < c->w; e++)
-                        opad[p + e] += kq_f16(sz[2 * e]) * kacc[p + e] + kq_f16(sz[2 * e + 1]) * psum;
+                        opad[p + e] += kq_f16(sz[2 * e]) * kacc[e] + kq_f16(sz[2 * e + 1]) * psum;
+                } else { /* per token: weights times the tokens' scales */
+                    for (int j = 0; j < N; j++) {
+                        const uint16_t *sz = kq->vscale + 2 * ((size_t)(jb + j) * kq->nvcell + c->sidx);
+                        ws[j] = w[j] * kq_f16(sz[0]);
+                        zacc[p] += w[j] * kq_f16(sz[1]);
+                    }
+                    kq_wsum(bits, rows + c->byte, kq->code_row, c->L, ws, N, opad + p);
                 }
                 p += c->pw;
             }
