@@ -297,11 +297,17 @@ int cmd_eval(int argc, char **argv) {
     const double kv_fp32 = kv_bytes;
     size_t count = 0, text_bytes = 0, first_bytes = 0, act_bytes = 0;
     double t0 = al_now();
+    double *layer_err = NULL;
     if (!failed && kv_path) {
         al_decoder dec = {0};
-        if (al_decoder_create_q(&dec, &m, T, AL_DT_F32, &kvq, &err) ||
-            eval_decode(&dec, ids, (size_t)n_ids, T, (size_t)max_tokens, &loss, &count, &kv_bytes, &err))
+        if (verbose && !(layer_err = calloc((size_t)m.cfg.num_layers, sizeof(double))))
+            failed = cli_fail(cmd, "out of memory");
+        else if (al_decoder_create_q(&dec, &m, T, AL_DT_F32, &kvq, &err) ||
+                 (verbose && al_decoder_track_error(&dec, &err)) ||
+                 eval_decode(&dec, ids, (size_t)n_ids, T, (size_t)max_tokens, &loss, &count, &kv_bytes, &err))
             failed = cli_fail(cmd, err.msg);
+        else if (verbose)
+            al_decoder_layer_errors(&dec, layer_err);
         if (dec.m) al_decoder_free(&dec);
     } else if (!failed) {
         if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
@@ -334,14 +340,19 @@ int cmd_eval(int argc, char **argv) {
         /* total nats / ln 2 / bytes; a byte model has count == bytes and gives loss / ln 2 exactly */
         const double bpb = text_bytes ? loss / M_LN2 * ((double)count / (double)text_bytes) : NAN;
         const int byte_model = al_tok_is_bytes(tk);
+        char errs[2048] = "";
+        for (int l = 0; layer_err && l < m.cfg.num_layers && strlen(errs) + 32 < sizeof errs; l++)
+            snprintf(errs + strlen(errs), sizeof errs - strlen(errs), json ? "%s%.6g" : "%s%.3g", l ? (json ? "," : " ") : "",
+                     layer_err[l]);
         if (json && kv_path)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
                    "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
                    "\"precision\":\"%s\",\"path\":\"decode\",\"kv_quant\":\"%s\",\"kv_group\":%d,"
-                   "\"kv_residual\":%d,\"kv_latent\":\"%s\",\"kv_bytes_per_token\":%.2f,\"kv_pct_of_fp32\":%.3f}\n",
+                   "\"kv_residual\":%d,\"kv_latent\":\"%s\",\"kv_bytes_per_token\":%.2f,\"kv_pct_of_fp32\":%.3f%s%s%s}\n",
                    model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt,
                    al_precision_name(al_precision_now()), al_kvq_name(kvq.kind), kvq.group, kvq.residual,
-                   kvq.latent == AL_KVQ_LATENT_TOKEN ? "token" : "channel", kv_bytes, 100.0 * kv_bytes / kv_fp32);
+                   kvq.latent == AL_KVQ_LATENT_TOKEN ? "token" : "channel", kv_bytes, 100.0 * kv_bytes / kv_fp32,
+                   layer_err ? ",\"layer_output_error\":[" : "", errs, layer_err ? "]" : "");
         else if (json)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
                    "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
@@ -360,6 +371,8 @@ int cmd_eval(int argc, char **argv) {
             printf("%s: loss %.4f nats/token (perplexity %.4g), %.4f bits/byte over %zu tokens = %zu bytes (%s, "
                    "context %d, %.0f tokens/s)\n", model_dir, loss, exp(loss), bpb, count, text_bytes, what, T,
                    count / dt);
+        if (layer_err && !json)
+            printf("attention output vs the full cache, per layer (mean |y - y_full| / |y_full|): %s\n", errs);
         if (verbose && !json) {
             long rss, anon, file;
             al_rss_now(&rss, &anon, &file);
@@ -370,6 +383,7 @@ int cmd_eval(int argc, char **argv) {
                    m.mapped_bytes / 1e6, m.copied_bytes / 1e6, act_bytes / 1e6, rss / 1e6, file / 1e6, anon / 1e6, al_peak_rss_bytes() / 1e6);
         }
     }
+    free(layer_err);
     free(ids);
     al_tok_free(tk);
     al_corpus_free(&corpus);

@@ -1046,7 +1046,32 @@ int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dty
     return 0;
 }
 
-void al_decoder_reset(al_decoder *dec) { al_decoder_seek(dec, 0); }
+void al_decoder_reset(al_decoder *dec) {
+    al_decoder_seek(dec, 0);
+    if (dec->shadow) al_decoder_seek(dec->shadow, 0);
+}
+
+int al_decoder_track_error(al_decoder *dec, al_err *err) {
+    dec->shadow = calloc(1, sizeof *dec->shadow);
+    dec->layer_err = calloc((size_t)dec->m->cfg.num_layers, sizeof(double));
+    if (!dec->shadow || !dec->layer_err) {
+        free(dec->shadow), free(dec->layer_err);
+        dec->shadow = NULL, dec->layer_err = NULL;
+        return al_errf(err, "out of memory");
+    }
+    if (al_decoder_create(dec->shadow, dec->m, dec->capacity, err)) {
+        free(dec->shadow), free(dec->layer_err);
+        dec->shadow = NULL, dec->layer_err = NULL;
+        return -1;
+    }
+    al_decoder_seek(dec->shadow, dec->pos);
+    return 0;
+}
+
+void al_decoder_layer_errors(const al_decoder *dec, double *out) {
+    for (int l = 0; l < dec->m->cfg.num_layers; l++)
+        out[l] = dec->layer_err && dec->err_steps ? dec->layer_err[l] / (double)dec->err_steps : 0.0;
+}
 
 void al_decoder_seek(al_decoder *dec, int pos) {
     dec->pos = pos;
@@ -1086,6 +1111,9 @@ void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
 }
 
 void al_decoder_free(al_decoder *dec) {
+    if (dec->shadow) al_decoder_free(dec->shadow);
+    free(dec->shadow);
+    free(dec->layer_err);
     for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_free(&dec->kvq[l]);
     free(dec->kvq);
     al_free(dec->cache);
@@ -1132,6 +1160,13 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
         const al_layer_ptrs *L = &m->layers[l];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln1, 1, d, c->rms_norm_eps);
         m->attn->decode(&L->attn, xn, y, decoder_layer(dec, l), pos, attn_scratch);
+        if (dec->shadow) { /* the same input against the full cache: y_full in the shadow's scratch */
+            float *yf = dec->shadow->scratch;
+            m->attn->decode(&L->attn, xn, yf, decoder_layer(dec->shadow, l), pos, attn_scratch);
+            double dd = 0, nn = 0;
+            for (int i = 0; i < d; i++) dd += ((double)y[i] - yf[i]) * ((double)y[i] - yf[i]), nn += (double)yf[i] * yf[i];
+            dec->layer_err[l] += nn > 0 ? sqrt(dd / nn) : 0.0;
+        }
         for (int i = 0; i < d; i++) x[i] += y[i];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);
         /* F32: the cblas_sgemv calls; BF16/F16: wmat.c's direct kernel */
@@ -1146,5 +1181,6 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     al_rmsnorm_fwd(xn, &rstd, x, m->final_norm, 1, d, c->rms_norm_eps);
     al_matvec(logits, xn, (al_wref){m->lm_head, m->head_dt}, c->vocab_size, d, 0);
     dec->pos++;
+    if (dec->shadow) dec->shadow->pos = dec->pos, dec->err_steps++;
     return 0;
 }

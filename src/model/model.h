@@ -252,6 +252,12 @@ typedef struct al_decoder {
     /* quantised caches (al_decoder_create_q): one al_kvq per layer (NULL:
      * the plain cache above); cache is then NULL and cache_bytes their sum */
     al_kvq *kvq;
+    /* al_decoder_track_error: a plain F32 decoder fed the same layer inputs,
+     * and per layer the sum over steps of |y - y_full| / |y_full| of the
+     * attention output (err_steps steps) */
+    struct al_decoder *shadow;
+    double *layer_err;
+    long err_steps;
 } al_decoder;
 
 /* An F32 cache (al_decoder_create_kv with AL_DT_F32). */
@@ -274,6 +280,12 @@ void al_decoder_seek(al_decoder *dec, int pos);
  * (quantised: codes + scales, kvq.h; else values x dtype size), and what
  * the pos tokens held now take (quantised: the residual's at its dtype). */
 double al_decoder_kv_bytes_per_token(const al_decoder *dec);
+/* From now on every step also decodes each layer's input against a full
+ * (uncompressed F32) cache of the same inputs and accumulates the relative
+ * error of the attention output per layer; al_decoder_layer_errors gives
+ * their means over the steps so far (out[num_layers]). 0 or -1 (err). */
+int al_decoder_track_error(al_decoder *dec, al_err *err);
+void al_decoder_layer_errors(const al_decoder *dec, double *out);
 double al_decoder_kv_held_bytes(const al_decoder *dec);
 /* Fills the whole cache with N(0, 0.25) values from seed: benchmarks time
  * decoding at a depth without running the tokens before it. */

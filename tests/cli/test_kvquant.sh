@@ -55,6 +55,24 @@ assert abs(i4["loss"] - p["loss"]) < 0.05 * p["loss"] and abs(i2["loss"] - p["lo
     end
 done
 
+begin "eval --kv-* --verbose: per-layer attention output error vs the full cache (0 for none)"
+run eval --model "$WORK/gqa" $EV --kv-quant none --verbose
+check_ok
+cp "$OUTF" "$WORK/v.none"
+run eval --model "$WORK/gqa" $EV --kv-quant int2 --kv-residual 2 --kv-group 4 --verbose
+check_ok
+check_py "bad --verbose JSON" '
+import json, sys
+n, q = (json.loads(open(f).read()) for f in sys.argv[1:3])
+assert n["layer_output_error"] == [0, 0], n
+e = q["layer_output_error"]
+assert len(e) == 2 and all(0 < x < 2 for x in e), e
+' "$WORK/v.none" "$OUTF"
+run eval --model "$WORK/gqa" --data "$WORK/text.txt" --max-tokens 100 --kv-quant int4 --kv-group 4 --verbose
+check_ok
+check_stdout "attention output vs the full cache, per layer .*: [0-9.e-]+ [0-9.e-]+$"
+end
+
 begin "eval --kv-quant: text report names the cache"
 run eval --model "$WORK/mha" --data "$WORK/text.txt" --max-tokens 100 --kv-quant int4 --kv-residual 2 --kv-group 4
 check_ok
