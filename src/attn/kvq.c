@@ -86,6 +86,13 @@ void al_kvq_unpack(const uint8_t *packed, int w, int bits, uint8_t *codes) {
 
 /* ---- a layer's cache ---- */
 
+/* rows the residual needs: residual + group, or the whole capacity if less
+ * (a residual covering every position never flushes) */
+static size_t res_rows(const al_kvq *q) {
+    const size_t r = (size_t)q->residual + q->group;
+    return r < (size_t)q->capacity ? r : (size_t)q->capacity;
+}
+
 /* channels per cell of a segment: a key unit whole, a value unit in groups */
 static int cell_width(const al_kvq_opts *o, const al_kv_seg *s) {
     return s->kind == AL_KV_SEG_KEY ? s->unit : (o->group < s->unit ? o->group : s->unit);
@@ -141,7 +148,7 @@ int al_kvq_create(al_kvq *q, const al_kvq_opts *o, const al_kv_seg *segs, int ns
             q->ncell++;
         }
     }
-    const size_t nblk = ((size_t)capacity + q->group - 1) / q->group, rows = (size_t)q->residual + q->group;
+    const size_t nblk = ((size_t)capacity + q->group - 1) / q->group, rows = res_rows(q);
     const size_t codes = (size_t)capacity * q->code_row, ks = nblk * q->nkey * 2, vs = (size_t)capacity * q->nvcell * 2;
     q->codes = al_alloc(codes + 64); /* 64: the kernels' whole-vector loads past a row's last cell */
     q->kscale = al_alloc(sizeof(uint16_t) * (ks ? ks : 1));
@@ -184,9 +191,7 @@ double al_kvq_bytes_per_token(const al_kvq *q) {
     return (double)q->code_row + 4.0 * q->nvcell + 4.0 * q->nkey / q->group;
 }
 
-size_t al_kvq_residual_bytes(const al_kvq *q) {
-    return ((size_t)q->residual + q->group) * q->vpt * al_dtype_size(q->dt);
-}
+size_t al_kvq_residual_bytes(const al_kvq *q) { return res_rows(q) * q->vpt * al_dtype_size(q->dt); }
 
 double al_kvq_held_bytes(const al_kvq *q, int n) {
     const int qn = q->qn < n ? q->qn : n;
@@ -206,8 +211,9 @@ void al_kvq_fill_random(al_kvq *q, uint64_t seed) {
     }
     const al_kv kv = {q->res, q->dt};
     float buf[64];
-    for (size_t i = 0; i < ((size_t)q->residual + q->group) * q->vpt; i += 64) {
-        const size_t k = ((size_t)q->residual + q->group) * q->vpt - i < 64 ? ((size_t)q->residual + q->group) * q->vpt - i : 64;
+    const size_t nres = res_rows(q) * q->vpt;
+    for (size_t i = 0; i < nres; i += 64) {
+        const size_t k = nres - i < 64 ? nres - i : 64;
         for (size_t j = 0; j < k; j++) buf[j] = 0.5f * al_rng_normal(&rng);
         al_kv_store(kv, i, buf, k);
     }
@@ -246,7 +252,7 @@ static void flush_block(al_kvq *q) {
 
 void al_kvq_store(al_kvq *q, size_t at, const float *src, size_t n) {
     const size_t row = at / q->vpt;
-    if (row < (size_t)q->qn || row - q->qn >= (size_t)q->residual + q->group) return; /* not a residual row: a caller bug */
+    if (row < (size_t)q->qn || row - q->qn >= res_rows(q)) return; /* not a residual row: a caller bug */
     al_kv_store((al_kv){q->res, q->dt}, at - (size_t)q->qn * q->vpt, src, n);
     if ((at + n) % q->vpt == 0 && row + 1 - q->qn >= (size_t)q->residual + q->group) flush_block(q);
 }

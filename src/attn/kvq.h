@@ -21,6 +21,7 @@
  *           channel in each block of `group` tokens;
  *   vscale  [capacity][nvcell][2] fp16 (scale, zero) of each value cell;
  *   res     [residual + group][vpt] the newest positions [qn, n), unquantised
+ *           (at most capacity rows)
  *           in the cache's dtype (F32 or BF16), row 0 = position qn.
  * Positions [0, qn) are quantised (qn a multiple of group); a token ages
  * out of the residual when more than `residual` tokens follow it, and the
@@ -37,7 +38,7 @@
  * Bytes per token (al_kvq_bytes_per_token, exact for the allocation):
  *   sum over cells of ceil(w b / 8)  +  4 nvcell  +  4 nkey / group
  * and each layer holds capacity x that (key scales per started block) plus
- * the residual's (residual + group) vpt values.
+ * the residual's min(residual + group, capacity) x vpt values.
  */
 #ifndef AL_KVQ_H
 #define AL_KVQ_H

@@ -297,6 +297,11 @@ static void test_bytes(void) {
                       al_attn_name(design), b, dec.cache_bytes, want);
             CHECK_CLOSE(al_decoder_kv_bytes_per_token(&dec), c.num_layers * per, 1e-12);
             al_decoder_free(&dec);
+            /* a residual beyond the capacity: capacity rows of it */
+            const al_kvq_opts wide = {(al_kvq_kind)kind, N, 100, AL_KVQ_LATENT_CHANNEL};
+            CHECK(al_decoder_create_q(&dec, &m, cap, AL_DT_F32, &wide, &err) == 0);
+            CHECK(dec.cache_bytes == (size_t)(c.num_layers * (cap * per + (double)cap * dec.values_per_token * 4)));
+            al_decoder_free(&dec);
             al_model_free(&m);
         }
 }
