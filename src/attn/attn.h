@@ -30,6 +30,7 @@
 #include "../core/config.h"
 #include "../core/core.h"
 #include "../nn/nn.h"
+#include "kvq.h"
 
 enum { AL_ATTN_MAX_PARAMS = 12 };
 
@@ -68,13 +69,18 @@ static inline al_wref al_attn_w(const al_attn_layer *L, int i) { return (al_wref
 
 /* One layer's KV cache: its values in F32 or BF16 (al_decoder_create_kv).
  * Designs compute a token's entry in fp32 and store it with al_kv_store;
- * the decode kernels (decode.c) read either dtype. */
+ * the decode kernels (decode.c) read either dtype. With q set the layer is
+ * quantised (kvq.h): data is q's residual (row 0 = position q->qn), older
+ * positions are q's codes; al_kv_store and al_attn_decode handle both, so
+ * a design's code is the same for either. */
 typedef struct al_kv {
     void *data;
     al_dtype dt;
+    struct al_kvq *q; /* NULL: the plain cache */
 } al_kv;
 
-/* c's values [at, at + n) = src[0, n) (BF16: rounded to nearest even) */
+/* c's values [at, at + n) = src[0, n) (BF16: rounded to nearest even);
+ * at counts from position 0 of the layer's cache either way */
 void al_kv_store(al_kv c, size_t at, const float *src, size_t n);
 
 /* Whether tensor i + 1 of w (dtypes dt; NULL: all fp32, e.g. the gradients)
@@ -185,6 +191,11 @@ typedef struct al_attn_ops {
      * k_err[H], v_err[H]. Workspace is its own (conversion is not a kernel). */
     int (*convert)(const struct al_attn_source *src, const al_attn_layer *dst, double *k_err, double *v_err,
                    al_err *err);
+    /* The cache row as segments of keys and values for quantised caches
+     * (kvq.h): out[0..n), n <= AL_KV_MAX_SEGS returned; latent: MLA's c~
+     * per channel or per token (AL_KVQ_LATENT_*, others ignore it). NULL:
+     * the design's cache cannot be quantised. */
+    int (*cache_segments)(const al_config *c, int latent, al_kv_seg *out);
 } al_attn_ops;
 
 /* ---- the registry (registry.c) ----
@@ -295,6 +306,9 @@ typedef struct al_decode_view {
 void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
                     float *scratch);
 size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n);
+/* Tests: al_attn_decode runs al_attn_decode_ref instead (1) or not (0), so
+ * a whole model can decode through the reference. */
+void al_attn_test_decode_ref(int on);
 /* Plain reference (double accumulation), for tests. */
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o);
 /* The workspace of al_attn_fwd / al_attn_bwd: one arena per calling

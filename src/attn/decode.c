@@ -40,6 +40,7 @@
 #include <cblas.h>
 
 #include "attn.h"
+#include "kvq_internal.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
 
@@ -48,7 +49,9 @@ enum { DKB = 256 }; /* positions per chunk (a multiple of every vector width) */
 static int chunks_of(int n) { return (n + DKB - 1) / DKB; }
 
 void al_kv_store(al_kv c, size_t at, const float *src, size_t n) {
-    if (c.dt == AL_DT_BF16) {
+    if (c.q) {
+        al_kvq_store(c.q, at, src, n);
+    } else if (c.dt == AL_DT_BF16) {
         uint16_t *d = (uint16_t *)c.data + at;
         for (size_t i = 0; i < n; i++) d[i] = al_f32_to_bf16(src[i]);
     } else {
@@ -66,8 +69,13 @@ static inline const void *kv_at(const void *p, al_dtype dt, size_t i) {
     return dt == AL_DT_BF16 ? (const void *)((const uint16_t *)p + i) : (const void *)((const float *)p + i);
 }
 
+/* Chunks of n positions at most: DKB-position chunks, or with a quantised
+ * cache chunks of at least 128 quantised positions (al_kvq_chunk) then
+ * DKB-position chunks of the residual. */
+static int max_chunks(int n) { return (n + 127) / 128 + 1; }
+
 size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n) {
-    const size_t nch = (size_t)chunks_of(max_n);
+    const size_t nch = (size_t)max_chunks(max_n);
     /* scores [nch, H, DKB] | partial outputs [nch, H, dv + dv2] | chunk max, sum [nch, H] each */
     return nch * s->H * DKB + nch * s->H * (size_t)(s->dv + dv2) + 2 * nch * s->H;
 }
@@ -142,12 +150,38 @@ static void group_generic(const al_attn_shape *s, int pg, const float *Q, int ld
     }
 }
 
+static int decode_ref_for_tests = 0;
+void al_attn_test_decode_ref(int on) { decode_ref_for_tests = on; }
+
+/* The quantised part's work item (kvq_kern.h): raw scores of the group's
+ * heads, the score function on each head's row, then P = S V. */
+static void group_quantised(const al_attn_shape *s, const al_kvq *kq, const al_decode_view *v, int g, int pg,
+                            const float *Q, int ldq, int j0, int n, float *S, int lds, float *P, int ldp, float *cmax,
+                            float *csum, al_cpu_level level) {
+    if (level >= AL_CPU_AVX512) al_kvq_scores_avx512(s, kq, v, g, pg, Q, ldq, j0, n, S, lds);
+    else if (level >= AL_CPU_AVX2) al_kvq_scores_avx2(s, kq, v, g, pg, Q, ldq, j0, n, S, lds);
+    else al_kvq_scores_generic(s, kq, v, g, pg, Q, ldq, j0, n, S, lds);
+    for (int i = 0; i < pg; i++) weights_row(s, S + (size_t)i * lds, n, cmax + i, csum + i);
+    if (level >= AL_CPU_AVX512) al_kvq_values_avx512(s, kq, v, g, pg, j0, n, S, lds, P, ldp);
+    else if (level >= AL_CPU_AVX2) al_kvq_values_avx2(s, kq, v, g, pg, j0, n, S, lds, P, ldp);
+    else al_kvq_values_generic(s, kq, v, g, pg, j0, n, S, lds, P, ldp);
+}
+
 /* q[H, dk + dk2] (head h's query at q + h*(dk + dk2)), keys/values of
  * positions [0, n) as described by v -> o[H, dv + dv2]. Only s's H, G, dk,
- * dv, scale and score fields are read. */
+ * dv, scale and score fields are read. A quantised cache (v->cache.q) is
+ * read in chunks of whole blocks from its codes up to its split, then in
+ * DKB-position chunks from its residual rows; all chunks merge alike. */
 void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
                     float *scratch) {
-    const int H = s->H, G = s->G, pg = s->H / s->G, nch = chunks_of(n);
+    if (decode_ref_for_tests) {
+        al_attn_decode_ref(s, q, v, n, o);
+        return;
+    }
+    const al_kvq *kq = v->cache.q;
+    const int qn = kq ? (kq->qn < n ? kq->qn : n) : 0, qc = kq ? al_kvq_chunk(kq) : DKB;
+    const int nqch = (qn + qc - 1) / qc;
+    const int H = s->H, G = s->G, pg = s->H / s->G, nch = nqch + chunks_of(n - qn);
     const int dk2 = v->dk2, dv2 = v->dv2, ldq = s->dk + dk2, ldo = s->dv + dv2;
     const long items = (long)nch * G;
     const int softmax = s->score == AL_SCORE_SOFTMAX;
@@ -160,10 +194,18 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
                                                   : group_generic;
 #pragma omp parallel for schedule(static) if (items > 1 && (long)n * H * (ldq + ldo) > 65536)
     for (long it = 0; it < items; it++) {
-        const int ch = (int)(it / G), g = (int)(it % G), j0 = ch * DKB, kb = n - j0 < DKB ? n - j0 : DKB;
+        const int ch = (int)(it / G), g = (int)(it % G);
+        const size_t h0 = (size_t)ch * H + (size_t)g * pg; /* this item's first (chunk, head) slot */
+        if (ch < nqch) {
+            const int j0 = ch * qc, kb = qn - j0 < qc ? qn - j0 : qc;
+            group_quantised(s, kq, v, g, pg, q + (size_t)g * pg * ldq, ldq, j0, kb, S + h0 * DKB, DKB, part + h0 * ldo,
+                            ldo, cmax + h0, csum + h0, level);
+            continue;
+        }
+        /* residual (or plain) rows: row 0 of v->cache.data is position qn */
+        const int j0 = (ch - nqch) * DKB, kb = n - qn - j0 < DKB ? n - qn - j0 : DKB;
         const al_dtype dt = v->cache.dt;
         const void *base = kv_at(v->cache.data, dt, (size_t)j0 * row);
-        const size_t h0 = (size_t)ch * H + (size_t)g * pg; /* this item's first (chunk, head) slot */
         group(s, pg, q + (size_t)g * pg * ldq, ldq, dt, kv_at(base, dt, v->k_off + (size_t)g * v->k_group),
               kv_at(base, dt, v->k2_off + (size_t)g * pg * dk2), dk2,
               kv_at(base, dt, v->v_off + (size_t)g * v->v_group), kv_at(base, dt, v->v2_off + (size_t)g * pg * dv2),
@@ -185,16 +227,23 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
     }
 }
 
+/* Value at column col of position j of the view's cache (quantised:
+ * dequantised from its codes and scales). */
+static inline float ref_get(const al_decode_view *v, int j, size_t col) {
+    if (v->cache.q) return al_kvq_get(v->cache.q, j, col);
+    return kv_get(v->cache.data, v->cache.dt, (size_t)j * v->row + col);
+}
+
 /* Score s_j of head h (query qh) against position j, as the reference
  * computes it: a double dot product over the key's shared and own parts,
  * scaled, rounded to float. */
 static float ref_score(const al_attn_shape *s, const al_decode_view *v, const float *qh, int h, int j) {
     const int pg = s->H / s->G, dk = s->dk, dk2 = v->dk2;
-    const size_t g = (size_t)(h / pg), r = (size_t)j * v->row;
-    const size_t k = r + v->k_off + g * v->k_group, k2 = r + v->k2_off + (size_t)h * dk2;
+    const size_t g = (size_t)(h / pg);
+    const size_t k = v->k_off + g * v->k_group, k2 = v->k2_off + (size_t)h * dk2;
     double acc = 0;
-    for (int e = 0; e < dk; e++) acc += (double)qh[e] * kv_get(v->cache.data, v->cache.dt, k + e);
-    for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * kv_get(v->cache.data, v->cache.dt, k2 + e);
+    for (int e = 0; e < dk; e++) acc += (double)qh[e] * ref_get(v, j, k + e);
+    for (int e = 0; e < dk2; e++) acc += (double)qh[dk + e] * ref_get(v, j, k2 + e);
     return (float)(acc * s->scale);
 }
 
@@ -204,8 +253,6 @@ static float ref_score(const al_attn_shape *s, const al_decode_view *v, const fl
 void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o) {
     enum { OB = 64 };
     const int H = s->H, pg = s->H / s->G, dk = s->dk, dv = s->dv, dk2 = v->dk2, dv2 = v->dv2;
-    const void *c = v->cache.data;
-    const al_dtype dt = v->cache.dt;
     const int softmax = s->score == AL_SCORE_SOFTMAX;
     for (int h = 0; h < H; h++) {
         const size_t g = (size_t)(h / pg);
@@ -223,11 +270,10 @@ void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_
                 float w = ref_score(s, v, qh, h, j);
                 if (softmax) w = (float)(exp(w - mx) / sum);
                 else al_score_row(s, &w, 1); /* elementwise: one entry on its own */
-                const size_t r = (size_t)j * v->row;
                 for (int i = 0; i < ne; i++) {
                     const int e = e0 + i;
-                    acc[i] += (double)w * kv_get(c, dt, e < dv ? r + v->v_off + g * v->v_group + e
-                                                               : r + v->v2_off + (size_t)h * dv2 + (e - dv));
+                    acc[i] += (double)w * ref_get(v, j, e < dv ? v->v_off + g * v->v_group + e
+                                                               : v->v2_off + (size_t)h * dv2 + (e - dv));
                 }
             }
             for (int i = 0; i < ne; i++) o[(size_t)h * (dv + dv2) + e0 + i] = (float)acc[i];

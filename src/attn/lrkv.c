@@ -444,6 +444,19 @@ static int lrkv_head_qk(const al_attn_layer *L, const float *saved, int B, int T
     return m.dh;
 }
 
+/* Quantised caches (kvq.h): K_s and each head's R_K as keys, V_s and each
+ * head's R_V as values (r = 0: the shared parts only). */
+static int lrkv_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
+    const int dh = c->head_dim, hr = c->num_heads * c->lrkv_rank;
+    (void)latent;
+    out[0] = (al_kv_seg){0, dh, dh, AL_KV_SEG_KEY};
+    out[1] = (al_kv_seg){dh, dh, dh, AL_KV_SEG_VALUE};
+    if (hr == 0) return 2;
+    out[2] = (al_kv_seg){2 * dh, hr, c->lrkv_rank, AL_KV_SEG_KEY};
+    out[3] = (al_kv_seg){2 * dh + hr, hr, c->lrkv_rank, AL_KV_SEG_VALUE};
+    return 4;
+}
+
 /* ---- descriptor ---- */
 
 static const al_config_field lrkv_fields[] = {
@@ -587,4 +600,5 @@ const al_attn_ops al_attn_lrkv_ops = {
     .head_qk = lrkv_head_qk,
     .convert_shape = lrkv_convert_shape,
     .convert = lrkv_convert,
+    .cache_segments = lrkv_cache_segments,
 };

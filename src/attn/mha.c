@@ -373,6 +373,16 @@ static int heads_convert(const al_attn_source *s, const al_attn_layer *L, double
     return 0;
 }
 
+/* Quantised caches (kvq.h): the K heads as keys (a unit per KV head), the
+ * V heads as values. */
+static int gqa_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
+    const int kv = c->num_kv_heads * c->head_dim;
+    (void)latent;
+    out[0] = (al_kv_seg){0, kv, c->head_dim, AL_KV_SEG_KEY};
+    out[1] = (al_kv_seg){kv, kv, c->head_dim, AL_KV_SEG_VALUE};
+    return 2;
+}
+
 /* One implementation, three descriptors. */
 #define HEADS_DESIGN(ops, nm, ttl, check, matches, title_fn, cv_shape, cv)                                                            \
     const al_attn_ops ops = {                                                                                          \
@@ -401,6 +411,7 @@ static int heads_convert(const al_attn_source *s, const al_attn_layer *L, double
         .head_qk = gqa_head_qk,                                                                                        \
         .convert_shape = cv_shape,                                                                                     \
         .convert = cv,                                                                                                 \
+        .cache_segments = gqa_cache_segments,                                                                          \
     }
 
 HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title, NULL, NULL);

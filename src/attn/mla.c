@@ -485,6 +485,16 @@ static int mla_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
     return D.dk;
 }
 
+/* Quantised caches (kvq.h): k_pe is a key; the latent c~, key and value
+ * at once, is quantised per channel like a key (default) or per token like
+ * a value. */
+static int mla_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
+    const int dc = c->kv_lora_rank, dr = c->qk_rope_head_dim;
+    out[0] = (al_kv_seg){0, dc, dc, latent == AL_KVQ_LATENT_TOKEN ? AL_KV_SEG_VALUE : AL_KV_SEG_KEY};
+    out[1] = (al_kv_seg){dc, dr, dr, AL_KV_SEG_KEY};
+    return 2;
+}
+
 /* ---- descriptor ---- */
 
 /* DeepseekV2's keys; q_lora_rank 0 (no query compression) is saved as null as HF does */
@@ -778,4 +788,5 @@ const al_attn_ops al_attn_mla_ops = {
     .head_qk = mla_head_qk,
     .convert_shape = mla_convert_shape,
     .convert = mla_convert,
+    .cache_segments = mla_cache_segments,
 };

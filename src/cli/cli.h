@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "model/config.h"
+#include "attn/kvq.h"
 #include "nn/nn.h"
 #include "tok/tokenizer.h"
 
@@ -101,6 +102,22 @@ int heads_write(const char *cmd, const char *const *dirs, const char *const *tit
 struct al_model;
 int cli_weights_check(const char *cmd, const char *weights);
 int cli_weights_apply(const char *cmd, const char *weights, struct al_model *m);
+
+/* The quantised-cache flags of `eval` and `bench decode` (kv_flags.c):
+ * --kv-quant none|int8|int4|int2, --kv-group N (default 32), --kv-residual R
+ * (default 32), --kv-latent channel|token (MLA's c~). cli_kvq_args appends
+ * their rows to args (returns 4); cli_kvq_given says whether any was given;
+ * cli_kvq_resolve checks them against m's cache (unknown names, R < 0, a
+ * group outside 1..256 or not dividing a value group's channels are usage
+ * errors: printed, CLI_USAGE) into *out. */
+typedef struct cli_kvq_flags {
+    const char *quant, *latent;
+    long group, residual;
+} cli_kvq_flags;
+enum { CLI_KVQ_ARGS = 4 };
+int cli_kvq_args(cli_kvq_flags *f, al_arg *args);
+int cli_kvq_given(al_arg *args, int n);
+int cli_kvq_resolve(const char *cmd, const cli_kvq_flags *f, const struct al_model *m, al_kvq_opts *out);
 
 /* Text -> a model's tokens (text_input.c). */
 /* The tokenizer of model_dir (al_tok_open_dir) checked against the model's

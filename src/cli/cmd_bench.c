@@ -427,9 +427,11 @@ static int bench_prefill(int argc, char **argv) {
 static int bench_decode(int argc, char **argv) {
     const char *cmd = "bench decode";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 9];
+    al_arg args[TRAIN_MAX_ARGS + 9 + CLI_KVQ_ARGS];
     int n = train_flags_table(&f, args);
     if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
+    cli_kvq_flags kf;
+    n += cli_kvq_args(&kf, args + n);
     const char *model_dir = NULL, *kv_dtype = "f32", *weights = "f32";
     long context = 4096, tokens = 32, triad_mb = 256, sgemm_n = 2048, iters = 3;
     int json = 0;
@@ -442,7 +444,7 @@ static int bench_decode(int argc, char **argv) {
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd,
                        "[--model DIR | --preset NAME] [--decode-context T] [--tokens N] [--weights bf16] "
-                       "[--kv-dtype bf16] [--json]",
+                       "[--kv-dtype bf16] [--kv-quant int8|int4|int2 [--kv-group N] [--kv-residual R]] [--json]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc || (rc = cli_weights_check(cmd, weights))) return rc;
@@ -480,8 +482,13 @@ static int bench_decode(int argc, char **argv) {
         al_model_free(&m);
         return rc;
     }
+    al_kvq_opts kvq;
+    if ((rc = cli_kvq_resolve(cmd, &kf, &m, &kvq))) {
+        al_model_free(&m);
+        return rc;
+    }
     al_decoder dec;
-    if (al_decoder_create_kv(&dec, &m, (int)context, kv_dt, &err)) {
+    if (al_decoder_create_q(&dec, &m, (int)context, kv_dt, &kvq, &err)) {
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
     }
@@ -495,13 +502,13 @@ static int bench_decode(int argc, char **argv) {
         return cli_fail(cmd, "out of memory");
     }
     const int span = cfg.vocab_size < 256 ? cfg.vocab_size : 256; /* byte tokens (any vocabulary has them) */
-    dec.pos = (int)(context - tokens - 1);
+    al_decoder_seek(&dec, (int)(context - tokens - 1));
     al_decoder_step(&dec, 'a' % span, logits, &err); /* warm-up: caches, threads */
     double best = 1e30;
     if (!(rc = env_start(cmd, &e))) {
         for (long r = 0; r < iters && !rc; r++) {
             al_sgemm_probe_run(&e.sg);
-            dec.pos = (int)(context - tokens);
+            al_decoder_seek(&dec, (int)(context - tokens));
             int tok = 'a' % span;
             const double t0 = al_now();
             for (long i = 0; i < tokens; i++) {
@@ -526,9 +533,14 @@ static int bench_decode(int argc, char **argv) {
         for (int l = 0; l < cfg.num_layers; l++)
             if (al_config_layer_moe(&cfg, l))
                 weight_bytes -= (size_t)(cfg.n_routed_experts - cfg.num_experts_per_tok) * expert_bytes;
-        const double avg_pos = (double)context - tokens / 2.0;
-        const size_t kv_per_pos = dec.values_per_token * al_dtype_size(kv_dt) * cfg.num_layers;
-        const double cache_read = avg_pos * (double)kv_per_pos;
+        /* the cache a step reads: what the decoder holds after appending its
+         * token (quantised: codes and scales, the residual at its dtype) */
+        double cache_read = 0;
+        for (long i = 0; i < tokens; i++) {
+            al_decoder_seek(&dec, (int)(context - tokens + i + 1));
+            cache_read += al_decoder_kv_held_bytes(&dec) / (double)tokens;
+        }
+        const double kv_per_pos = al_decoder_kv_bytes_per_token(&dec);
         const double bytes = (double)weight_bytes + cache_read, gbs = bytes / best / 1e9;
         if (json) {
             cJSON *j = cJSON_CreateObject();
@@ -541,8 +553,13 @@ static int bench_decode(int argc, char **argv) {
             num(j, "tokens_per_s", 1 / best);
             num(j, "ms_per_token", 1e3 * best);
             num(j, "weight_bytes", (double)weight_bytes);
-            num(j, "kv_bytes_per_token_per_position", (double)kv_per_pos);
+            num(j, "kv_bytes_per_token_per_position", kv_per_pos);
             cJSON_AddStringToObject(j, "kv_dtype", al_dtype_name(kv_dt));
+            cJSON_AddStringToObject(j, "kv_quant", al_kvq_name(kvq.kind));
+            if (kvq.kind != AL_KVQ_NONE) {
+                num(j, "kv_group", kvq.group);
+                num(j, "kv_residual", kvq.residual);
+            }
             num(j, "kv_bytes_read_per_token", cache_read);
             num(j, "bytes_per_token", bytes);
             num(j, "achieved_gb_per_s", gbs);
@@ -560,8 +577,14 @@ static int bench_decode(int argc, char **argv) {
             else if (m.w16)
                 printf("  weights: BF16, converted from fp32 (%s kernels)\n", al_wmat_kernel_name());
             printf("  %.1f tokens/s (%.3f ms/token, best of %ld rounds of %ld)\n", 1 / best, 1e3 * best, iters, tokens);
-            printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%zu bytes per cached token, %s)\n",
-                   weight_bytes / 1e6, cache_read / 1e6, kv_per_pos, al_dtype_name(kv_dt));
+            if (kvq.kind != AL_KVQ_NONE)
+                printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%.1f bytes per quantised token, %s "
+                       "group %d, residual %d in %s)\n",
+                       weight_bytes / 1e6, cache_read / 1e6, kv_per_pos, al_kvq_name(kvq.kind), kvq.group,
+                       kvq.residual, al_dtype_name(kv_dt));
+            else
+                printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%.0f bytes per cached token, %s)\n",
+                       weight_bytes / 1e6, cache_read / 1e6, kv_per_pos, al_dtype_name(kv_dt));
             printf("  %.2f GB/s achieved -> %.1f%% of triad bandwidth\n", gbs, 100 * gbs / e.triad);
             env_text(&e);
         }

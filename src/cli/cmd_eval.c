@@ -73,6 +73,42 @@ static int eval_vision(const char *cmd, const char *model_dir, al_model *m, cons
     return failed ? 1 : 0;
 }
 
+/* The same windows as al_eval_ids, each scored token by token from an empty
+ * cache through al_decoder_step (dec: a plain or quantised cache of T
+ * positions): the real decode path. *held: KV bytes the windows' caches
+ * held at their ends over the tokens they held (bytes per token). */
+static int eval_decode(al_decoder *dec, const int *ids, size_t n, int T, size_t max_predictions, double *loss,
+                       size_t *count, double *held, al_err *err) {
+    size_t n_pred = n > 0 ? n - 1 : 0;
+    if (max_predictions && n_pred > max_predictions) n_pred = max_predictions;
+    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 tokens)");
+    const int V = dec->m->cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (!logits) return al_errf(err, "out of memory");
+    double sum = 0, held_bytes = 0;
+    for (size_t w0 = 0; w0 < n_pred; w0 += (size_t)T) {
+        const int len = n_pred - w0 < (size_t)T ? (int)(n_pred - w0) : T;
+        al_decoder_reset(dec);
+        for (int t = 0; t < len; t++) {
+            const size_t i = w0 + (size_t)t;
+            if (al_decoder_step(dec, ids[i], logits, err)) {
+                free(logits);
+                return -1;
+            }
+            double mx = logits[0], z = 0;
+            for (int v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+            for (int v = 0; v < V; v++) z += exp(logits[v] - mx);
+            sum += mx + log(z) - logits[ids[i + 1]];
+        }
+        held_bytes += al_decoder_kv_held_bytes(dec);
+    }
+    free(logits);
+    *count = n_pred;
+    *loss = sum / (double)n_pred;
+    *held = held_bytes / (double)n_pred;
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
     const char *model_dir = NULL, *data = NULL, *text_arg = NULL, *logits_path = NULL, *images = NULL;
@@ -80,7 +116,8 @@ int cmd_eval(int argc, char **argv) {
     al_precision prec;
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
     int json = 0, verbose = 0;
-    al_arg args[] = {
+    cli_kvq_flags kf;
+    al_arg args[14 + CLI_KVQ_ARGS] = {
         {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
         {"data", ARG_STRING, &data, "text file to score, whole (default: the training data's validation split)"},
         {"text", ARG_STRING, &text_arg, "score this text instead of a file"},
@@ -96,10 +133,12 @@ int cmd_eval(int argc, char **argv) {
         {"json", ARG_FLAG, &json, "print one JSON object"},
         {"verbose", ARG_FLAG, &verbose, "also report memory: weights mapped / copied, activations, resident set"},
     };
-    int n = (int)(sizeof args / sizeof args[0]);
+    int n = 14;
+    n += cli_kvq_args(&kf, args + n);
     int rc = cli_parse(cmd,
                        "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR] "
-                       "[--weights bf16] [--precision f32|bf16|auto]",
+                       "[--weights bf16] [--precision f32|bf16|auto] [--kv-quant none|int8|int4|int2] [--kv-group N] "
+                       "[--kv-residual R]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
@@ -129,6 +168,15 @@ int cmd_eval(int argc, char **argv) {
             free(extra);
             return cli_usage(cmd, "--%s does not apply to %s model", flag, vit ? "a vision" : "a language");
         }
+    }
+    const int kv_path = cli_kvq_given(args, n);
+    al_kvq_opts kvq = {0};
+    if (kv_path && vit) rc = cli_usage(cmd, "--kv-* flags do not apply to a vision model");
+    else if (kv_path) rc = cli_kvq_resolve(cmd, &kf, &m, &kvq);
+    if (rc) {
+        al_model_free(&m);
+        free(extra);
+        return rc;
     }
     if (vit) {
         cJSON *alj = extra ? cJSON_Parse(extra) : NULL;
@@ -220,10 +268,23 @@ int cmd_eval(int argc, char **argv) {
     if (!failed && n_ids < 2)
         failed = cli_failf(cmd, "%s: the text makes %d token%s (needs at least 2)", what, n_ids, n_ids == 1 ? "" : "s");
     al_acts a;
-    double loss = NAN;
+    double loss = NAN, kv_bytes = (double)m.attn->cache_values_per_token(&m.cfg) * sizeof(float) * m.cfg.num_layers;
+    const double kv_fp32 = kv_bytes;
     size_t count = 0, text_bytes = 0, act_bytes = 0;
     double t0 = al_now();
-    if (!failed) {
+    double *layer_err = NULL;
+    if (!failed && kv_path) {
+        al_decoder dec = {0};
+        if (verbose && !(layer_err = calloc((size_t)m.cfg.num_layers, sizeof(double))))
+            failed = cli_fail(cmd, "out of memory");
+        else if (al_decoder_create_q(&dec, &m, T, AL_DT_F32, &kvq, &err) ||
+                 (verbose && al_decoder_track_error(&dec, &err)) ||
+                 eval_decode(&dec, ids, (size_t)n_ids, T, (size_t)max_tokens, &loss, &count, &kv_bytes, &err))
+            failed = cli_fail(cmd, err.msg);
+        else if (verbose)
+            al_decoder_layer_errors(&dec, layer_err);
+        if (dec.m) al_decoder_free(&dec);
+    } else if (!failed) {
         if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
             al_eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
             failed = cli_fail(cmd, err.msg);
@@ -251,12 +312,30 @@ int cmd_eval(int argc, char **argv) {
         /* total nats / ln 2 / bytes; a byte model has count == bytes and gives loss / ln 2 exactly */
         const double bpb = text_bytes ? loss / M_LN2 * ((double)count / (double)text_bytes) : NAN;
         const int byte_model = al_tok_is_bytes(tk);
-        if (json)
+        char errs[2048] = "";
+        for (int l = 0; layer_err && l < m.cfg.num_layers && strlen(errs) + 32 < sizeof errs; l++)
+            snprintf(errs + strlen(errs), sizeof errs - strlen(errs), json ? "%s%.6g" : "%s%.3g", l ? (json ? "," : " ") : "",
+                     layer_err[l]);
+        if (json && kv_path)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
                    "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
-                   "\"precision\":\"%s\"}\n",
+                   "\"precision\":\"%s\",\"path\":\"decode\",\"kv_quant\":\"%s\",\"kv_group\":%d,"
+                   "\"kv_residual\":%d,\"kv_latent\":\"%s\",\"kv_bytes_per_token\":%.2f,\"kv_pct_of_fp32\":%.3f%s%s%s}\n",
                    model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt,
-                   al_precision_name(al_precision_now()));
+                   al_precision_name(al_precision_now()), al_kvq_name(kvq.kind), kvq.group, kvq.residual,
+                   kvq.latent == AL_KVQ_LATENT_TOKEN ? "token" : "channel", kv_bytes, 100.0 * kv_bytes / kv_fp32,
+                   layer_err ? ",\"layer_output_error\":[" : "", errs, layer_err ? "]" : "");
+        else if (json)
+            printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
+                   "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
+                   "\"precision\":\"%s\",\"kv_bytes_per_token\":%.0f}\n",
+                   model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt,
+                   al_precision_name(al_precision_now()), kv_bytes);
+        else if (kv_path)
+            printf("%s: loss %.4f nats/token (perplexity %.4g), %.4f bits/byte over %zu tokens, decoded token by token "
+                   "(KV cache %s: %.1f bytes/token = %.2f%% of fp32; context %d, %.0f tokens/s)\n",
+                   model_dir, loss, exp(loss), bpb, count, al_kvq_name(kvq.kind), kv_bytes, 100.0 * kv_bytes / kv_fp32, T,
+                   count / dt);
         else if (byte_model)
             printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
                    loss, bpb, count, what, T, count / dt);
@@ -264,6 +343,8 @@ int cmd_eval(int argc, char **argv) {
             printf("%s: loss %.4f nats/token (perplexity %.4g), %.4f bits/byte over %zu tokens = %zu bytes (%s, "
                    "context %d, %.0f tokens/s)\n", model_dir, loss, exp(loss), bpb, count, text_bytes, what, T,
                    count / dt);
+        if (layer_err && !json)
+            printf("attention output vs the full cache, per layer (mean |y - y_full| / |y_full|): %s\n", errs);
         if (verbose && !json) {
             long rss, anon, file;
             al_rss_now(&rss, &anon, &file);
@@ -274,6 +355,7 @@ int cmd_eval(int argc, char **argv) {
                    m.mapped_bytes / 1e6, m.copied_bytes / 1e6, act_bytes / 1e6, rss / 1e6, file / 1e6, anon / 1e6, al_peak_rss_bytes() / 1e6);
         }
     }
+    free(layer_err);
     free(ids);
     al_tok_free(tk);
     al_corpus_free(&corpus);

@@ -765,6 +765,7 @@ const float *al_acts_saved(const al_acts *a, int layer) {
 
 /* Layer l's part of a decoder's cache. */
 static al_kv decoder_layer(const al_decoder *dec, int l) {
+    if (dec->kvq) return (al_kv){dec->kvq[l].res, dec->cache_dt, &dec->kvq[l]};
     const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
     return (al_kv){(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt};
 }
@@ -1021,7 +1022,92 @@ int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dt
     return 0;
 }
 
+int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kvq_opts *q,
+                        al_err *err) {
+    if (!q || q->kind == AL_KVQ_NONE) return al_decoder_create_kv(dec, m, capacity, cache_dt, err);
+    const al_config *c = &m->cfg;
+    al_kv_seg segs[AL_KV_MAX_SEGS];
+    if (!m->attn->cache_segments)
+        return al_errf(err, "%s attention has no quantised KV cache", m->attn->name);
+    const int nseg = m->attn->cache_segments(c, q->latent, segs);
+    if (al_kvq_check(q, segs, nseg, err)) return -1;
+    if (capacity <= 0 || capacity > c->max_position)
+        return al_errf(err, "context %d outside 1..max_position_embeddings (%d)", capacity, c->max_position);
+    if (check_context(c, capacity, err)) return -1;
+    /* the plain decoder for its scratch and checks, with a one-token cache
+     * that the quantised layers then replace */
+    if (al_decoder_create_kv(dec, m, 1, cache_dt, err)) return -1;
+    al_free(dec->cache);
+    dec->cache = NULL;
+    dec->cache_bytes = 0;
+    dec->capacity = capacity;
+    dec->kvq = calloc((size_t)c->num_layers, sizeof(al_kvq));
+    if (!dec->kvq) {
+        al_decoder_free(dec);
+        return al_errf(err, "out of memory for a %d-token KV cache", capacity);
+    }
+    for (int l = 0; l < c->num_layers; l++) {
+        if (al_kvq_create(&dec->kvq[l], q, segs, nseg, dec->values_per_token, capacity, cache_dt, err)) {
+            al_decoder_free(dec);
+            return -1;
+        }
+        dec->cache_bytes += dec->kvq[l].bytes;
+    }
+    return 0;
+}
+
+void al_decoder_reset(al_decoder *dec) {
+    al_decoder_seek(dec, 0);
+    if (dec->shadow) al_decoder_seek(dec->shadow, 0);
+}
+
+int al_decoder_track_error(al_decoder *dec, al_err *err) {
+    dec->shadow = calloc(1, sizeof *dec->shadow);
+    dec->layer_err = calloc((size_t)dec->m->cfg.num_layers, sizeof(double));
+    if (!dec->shadow || !dec->layer_err) {
+        free(dec->shadow), free(dec->layer_err);
+        dec->shadow = NULL, dec->layer_err = NULL;
+        return al_errf(err, "out of memory");
+    }
+    if (al_decoder_create(dec->shadow, dec->m, dec->capacity, err)) {
+        free(dec->shadow), free(dec->layer_err);
+        dec->shadow = NULL, dec->layer_err = NULL;
+        return -1;
+    }
+    al_decoder_seek(dec->shadow, dec->pos);
+    return 0;
+}
+
+void al_decoder_layer_errors(const al_decoder *dec, double *out) {
+    for (int l = 0; l < dec->m->cfg.num_layers; l++)
+        out[l] = dec->layer_err && dec->err_steps ? dec->layer_err[l] / (double)dec->err_steps : 0.0;
+}
+
+void al_decoder_seek(al_decoder *dec, int pos) {
+    dec->pos = pos;
+    for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_seek(&dec->kvq[l], pos);
+}
+
+double al_decoder_kv_bytes_per_token(const al_decoder *dec) {
+    const int L = dec->m->cfg.num_layers;
+    if (!dec->kvq) return (double)dec->values_per_token * al_dtype_size(dec->cache_dt) * L;
+    double b = 0;
+    for (int l = 0; l < L; l++) b += al_kvq_bytes_per_token(&dec->kvq[l]);
+    return b;
+}
+
+double al_decoder_kv_held_bytes(const al_decoder *dec) {
+    if (!dec->kvq) return al_decoder_kv_bytes_per_token(dec) * dec->pos;
+    double b = 0;
+    for (int l = 0; l < dec->m->cfg.num_layers; l++) b += al_kvq_held_bytes(&dec->kvq[l], dec->pos);
+    return b;
+}
+
 void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
+    if (dec->kvq) {
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) al_kvq_fill_random(&dec->kvq[l], seed + (uint64_t)l);
+        return;
+    }
     al_rng rng;
     al_rng_seed(&rng, seed);
     const size_t n = dec->cache_bytes / al_dtype_size(dec->cache_dt);
@@ -1035,6 +1121,11 @@ void al_decoder_fill_random(al_decoder *dec, uint64_t seed) {
 }
 
 void al_decoder_free(al_decoder *dec) {
+    if (dec->shadow) al_decoder_free(dec->shadow);
+    free(dec->shadow);
+    free(dec->layer_err);
+    for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_free(&dec->kvq[l]);
+    free(dec->kvq);
     al_free(dec->cache);
     al_free(dec->scratch);
     free(dec->moe_idx);
@@ -1079,6 +1170,13 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
         const al_layer_ptrs *L = &m->layers[l];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln1, 1, d, c->rms_norm_eps);
         m->attn->decode(&L->attn, xn, y, decoder_layer(dec, l), pos, attn_scratch);
+        if (dec->shadow) { /* the same input against the full cache: y_full in the shadow's scratch */
+            float *yf = dec->shadow->scratch;
+            m->attn->decode(&L->attn, xn, yf, decoder_layer(dec->shadow, l), pos, attn_scratch);
+            double dd = 0, nn = 0;
+            for (int i = 0; i < d; i++) dd += ((double)y[i] - yf[i]) * ((double)y[i] - yf[i]), nn += (double)yf[i] * yf[i];
+            dec->layer_err[l] += nn > 0 ? sqrt(dd / nn) : 0.0;
+        }
         for (int i = 0; i < d; i++) x[i] += y[i];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);
         /* F32: the cblas_sgemv calls; BF16/F16: wmat.c's direct kernel */
@@ -1093,5 +1191,6 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
     al_rmsnorm_fwd(xn, &rstd, x, m->final_norm, 1, d, c->rms_norm_eps);
     al_matvec(logits, xn, (al_wref){m->lm_head, m->head_dt}, c->vocab_size, d, 0);
     dec->pos++;
+    if (dec->shadow) dec->shadow->pos = dec->pos, dec->err_steps++;
     return 0;
 }

@@ -256,13 +256,44 @@ typedef struct al_decoder {
     float *scratch;           /* x, xn, y, gate, up + the design's decode scratch + MoE routing */
     int *moe_idx;             /* MoE models: one token's chosen experts and row list */
     int pos;                  /* tokens consumed so far */
+    /* quantised caches (al_decoder_create_q): one al_kvq per layer (NULL:
+     * the plain cache above); cache is then NULL and cache_bytes their sum */
+    al_kvq *kvq;
+    /* al_decoder_track_error: a plain F32 decoder fed the same layer inputs,
+     * and per layer the sum over steps of |y - y_full| / |y_full| of the
+     * attention output (err_steps steps) */
+    struct al_decoder *shadow;
+    double *layer_err;
+    long err_steps;
 } al_decoder;
 
 /* An F32 cache (al_decoder_create_kv with AL_DT_F32). */
 int al_decoder_create(al_decoder *dec, const al_model *m, int capacity, al_err *err);
 /* cache_dt: AL_DT_F32 or AL_DT_BF16 (others refused). */
 int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, al_err *err);
+/* A quantised cache (attn/kvq.h: KIVI layout, residual in cache_dt) when
+ * q is given and not AL_KVQ_NONE, else as al_decoder_create_kv; a
+ * design without cache_segments, or options its cache refuses (a group
+ * that does not divide a value unit), fail with one line in err. */
+int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kvq_opts *q,
+                        al_err *err);
 void al_decoder_free(al_decoder *dec);
+/* Empties the cache (pos 0), to decode a new sequence into it. */
+void al_decoder_reset(al_decoder *dec);
+/* Makes the decoder continue at position pos over whatever the cache holds
+ * (benchmarks, after al_decoder_fill_random). */
+void al_decoder_seek(al_decoder *dec, int pos);
+/* KV bytes per cached token over all layers: the closed form of the cache
+ * (quantised: codes + scales, kvq.h; else values x dtype size), and what
+ * the pos tokens held now take (quantised: the residual's at its dtype). */
+double al_decoder_kv_bytes_per_token(const al_decoder *dec);
+/* From now on every step also decodes each layer's input against a full
+ * (uncompressed F32) cache of the same inputs and accumulates the relative
+ * error of the attention output per layer; al_decoder_layer_errors gives
+ * their means over the steps so far (out[num_layers]). 0 or -1 (err). */
+int al_decoder_track_error(al_decoder *dec, al_err *err);
+void al_decoder_layer_errors(const al_decoder *dec, double *out);
+double al_decoder_kv_held_bytes(const al_decoder *dec);
 /* Fills the whole cache with N(0, 0.25) values from seed: benchmarks time
  * decoding at a depth without running the tokens before it. */
 void al_decoder_fill_random(al_decoder *dec, uint64_t seed);
