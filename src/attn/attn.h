@@ -89,6 +89,8 @@ static inline int al_attn_adjacent(float *const *w, const al_dtype *dt, int i, s
 
 enum { AL_ATTN_MAX_FIELDS = 8 };
 
+typedef struct al_attn_shape al_attn_shape; /* below, with the score kernels */
+
 typedef struct al_attn_ops {
     /* ---- descriptor: what the program asks about the design ---- */
     const char *name;  /* "mla": --attention, the "attention" of config.json's attnlab block */
@@ -164,6 +166,10 @@ typedef struct al_attn_ops {
      * q[T, d_qk], k[T, d_qk]. Returns d_qk (NULL q, k: only returns it).
      * Attention maps come from these, one head at a time. */
     int (*head_qk)(const al_attn_layer *L, const float *saved, int B, int T, int b, int h, float *q, float *k);
+    /* The shape its forward and backward give the score kernels for B x T
+     * tokens, so that an owner can plan their workspace up front
+     * (al_attn_reserve; al_model_attn_reserve). */
+    al_attn_shape (*score_shape)(const al_config *c, int B, int T);
 } al_attn_ops;
 
 /* ---- the registry (registry.c) ----

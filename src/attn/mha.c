@@ -341,6 +341,7 @@ static int gqa_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
         .cache_fill = gqa_cache_fill,                                                                                  \
         .head_maps = gqa_head_maps,                                                                                    \
         .head_qk = gqa_head_qk,                                                                                        \
+        .score_shape = shape_of,                                                                                       \
     }
 
 HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title);

@@ -274,8 +274,8 @@ static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_
     al_st_close(&f);
     if (rc) return al_err_prefix(err, "%s", path);
     long v;
-    if (state_meta(path, "step", buf, sizeof buf, err) || al_parse_int(buf, &v) || v < 0)
-        return al_errf(err, "%s: bad step in training state", path);
+    if (state_meta(path, "step", buf, sizeof buf, err)) return -1;
+    if (al_parse_int(buf, &v) || v < 0) return al_errf(err, "%s: bad step in training state", path);
     *step = (int)v;
     static const char *const rng_keys[4] = {"rng0", "rng1", "rng2", "rng3"};
     for (int i = 0; i < 4; i++) {
@@ -285,11 +285,31 @@ static int load_state_file(al_model *m, float *mom1, float *mom2, int *step, al_
     return 0;
 }
 
-static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const char *dir, al_err *err) {
-    char *path = al_sprintf("%s/train_state.safetensors", dir);
-    if (!path) return al_errf(err, "out of memory");
-    int rc = load_state_file(m, mom1, mom2, step, rng, path, err);
+/* The state a run starts from at step 0: weights from the seed, moments
+ * zero, the data RNG from the seed. */
+static void fresh_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, uint64_t seed) {
+    al_model_init_weights(m, seed);
+    memset(mom1, 0, sizeof(float) * m->n_floats);
+    memset(mom2, 0, sizeof(float) * m->n_floats);
+    al_rng_seed(rng, seed ^ 0xda7aULL);
+    *step = 0;
+}
+
+/* The state to resume from. A run stopped (killed) before its first
+ * checkpoint has neither train_state.safetensors nor model.safetensors: it
+ * starts again from step 0, which is exactly where it was. */
+static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const al_train_opts *o,
+                      al_err *err) {
+    char *path = al_sprintf("%s/train_state.safetensors", o->out);
+    char *model_path = al_sprintf("%s/model.safetensors", o->out);
+    int rc = 0;
+    if (!path || !model_path) rc = al_errf(err, "out of memory");
+    else if (access(path, F_OK) != 0 && errno == ENOENT && access(model_path, F_OK) != 0 && errno == ENOENT)
+        fresh_state(m, mom1, mom2, step, rng, o->seed);
+    else
+        rc = load_state_file(m, mom1, mom2, step, rng, path, err);
     free(path);
+    free(model_path);
     return rc;
 }
 
@@ -303,10 +323,17 @@ static char *run_block(const al_train_opts *o, int step, al_err *err) {
     return block;
 }
 
+/* A checkpoint: model.safetensors and config.json, then the training state.
+ * Each file is replaced atomically; the training state goes last because it
+ * is what --resume continues from: a save that fails (a full disk) or is
+ * killed part-way leaves the previous state, so the resumed run redoes the
+ * steps since then and writes all three again. (State first, a failed model
+ * write at the last step would leave a run that resume calls complete with
+ * the previous step's model.) */
 static int save_checkpoint(const al_model *m, const al_train_opts *o, const float *m1, const float *m2, int step,
                            const al_rng *rng, al_err *err) {
     char *extra = run_block(o, step, err);
-    int rc = !extra || save_state(m, m1, m2, step, rng, o->out, err) || al_model_save(m, o->out, extra, err);
+    int rc = !extra || al_model_save(m, o->out, extra, err) || save_state(m, m1, m2, step, rng, o->out, err);
     free(extra);
     return rc ? -1 : 0;
 }
@@ -453,12 +480,13 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     if (al_dist_check_run(o, m, h->data_hash, err) ||
         al_grad_shards_init(&shards, m, &h->pass, h->select, h->ctx, al_dist_shards(o), o->batch, err))
         goto done;
+    /* what writers killed mid-checkpoint left (a kill -9 skips their clean-up) */
+    if (lead && al_afile_remove_stale(o->out, NULL, err)) goto done;
     if (o->resume) {
-        int failed = lead && (load_state(m, m1, m2, &step, &rng, o->out, err) || trim_log(log_path, step, err));
+        int failed = lead && (load_state(m, m1, m2, &step, &rng, o, err) || trim_log(log_path, step, err));
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
     } else {
-        al_model_init_weights(m, o->seed);
-        al_rng_seed(&rng, o->seed ^ 0xda7aULL);
+        fresh_state(m, m1, m2, &step, &rng, o->seed);
         if (lead) unlink(log_path);
         /* config.json right away, so a run killed before its first checkpoint is still identifiable */
         if (!(extra = run_block(o, 0, err)) || (lead && al_config_save(&m->cfg, config_path, extra, err))) goto done;
@@ -519,18 +547,24 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
             result = AL_TRAIN_ERROR;
             break;
         }
-        fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,", step, loss,
-                lr, gn, tps);
-        if (h->vision) fprintf(log, "\"images_per_s\":%.2f,", ips);
-        fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f,\"precision\":\"%s\"", h->flops_per_step / dt,
-                al_now() - t_start, al_precision_name(o->precision));
-        if (al_dist_active()) fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s);
+        /* every piece checked: a full disk must stop the run, not silently drop its log */
+        int logged = fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,",
+                             step, loss, lr, gn, tps) >= 0;
+        if (h->vision) logged &= fprintf(log, "\"images_per_s\":%.2f,", ips) >= 0;
+        logged &= fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f,\"precision\":\"%s\"", h->flops_per_step / dt,
+                          al_now() - t_start, al_precision_name(o->precision)) >= 0;
+        if (al_dist_active()) logged &= fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s) >= 0;
         if (do_eval && h->vision)
-            fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc, val_count);
+            logged &= fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", val_loss, val_acc,
+                              val_count) >= 0;
         else if (do_eval)
-            fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", val_loss, val_loss / M_LN2);
-        fprintf(log, "}\n");
-        fflush(log);
+            logged &= fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", val_loss, val_loss / M_LN2) >= 0;
+        logged &= fprintf(log, "}\n") >= 0;
+        if (!(logged && fflush(log) == 0)) {
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "%s: %s; %s", log_path, strerror(errno ? errno : EIO), stopped_msg(kept, sizeof kept, last_saved));
+            break;
+        }
 
         p.event = AL_TRAIN_STEPPED;
         p.step = step;
@@ -577,7 +611,10 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
 done:
     al_train_precision_end(m);
     al_precision_set(mode_before);
-    if (log) fclose(log);
+    if (log && fclose(log) != 0 && result != AL_TRAIN_ERROR) { /* its last lines may not have been written */
+        result = AL_TRAIN_ERROR;
+        al_errf(err, "%s: %s", log_path, strerror(errno ? errno : EIO));
+    }
     al_grad_shards_free(&shards);
     free(log_path);
     free(config_path);
