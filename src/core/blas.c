@@ -49,6 +49,13 @@ void al_blas_fix_kernels(char **argv) {
     AL_OMP_WAIT_DEFAULTS(AL_OMP_SET)
 #undef AL_OMP_SET
     setenv("ATTNLAB_BLAS_REEXEC", "1", 1);
+    /* by its own path, so that ps and top still name the program (not "exe") */
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     /* exec failed: carry on with the kernels and wait policy we have */
     if (coretype) unsetenv("OPENBLAS_CORETYPE");

@@ -295,21 +295,18 @@ static void fresh_state(al_model *m, float *mom1, float *mom2, int *step, al_rng
     *step = 0;
 }
 
-/* The state to resume from. A run stopped (killed) before its first
- * checkpoint has neither train_state.safetensors nor model.safetensors: it
- * starts again from step 0, which is exactly where it was. */
+/* The state to resume from. A run stopped (killed, or failed to write)
+ * before its first training state was saved (save_checkpoint writes it
+ * last, so model.safetensors may exist) starts again from step 0: training
+ * is deterministic, so it repeats the same steps to where it was. */
 static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const al_train_opts *o,
                       al_err *err) {
     char *path = al_sprintf("%s/train_state.safetensors", o->out);
-    char *model_path = al_sprintf("%s/model.safetensors", o->out);
     int rc = 0;
-    if (!path || !model_path) rc = al_errf(err, "out of memory");
-    else if (access(path, F_OK) != 0 && errno == ENOENT && access(model_path, F_OK) != 0 && errno == ENOENT)
-        fresh_state(m, mom1, mom2, step, rng, o->seed);
-    else
-        rc = load_state_file(m, mom1, mom2, step, rng, path, err);
+    if (!path) rc = al_errf(err, "out of memory");
+    else if (access(path, F_OK) != 0 && errno == ENOENT) fresh_state(m, mom1, mom2, step, rng, o->seed);
+    else rc = load_state_file(m, mom1, mom2, step, rng, path, err);
     free(path);
-    free(model_path);
     return rc;
 }
 
