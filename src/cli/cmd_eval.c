@@ -249,10 +249,11 @@ int cmd_eval(int argc, char **argv) {
     size_t count = 0, text_bytes = 0, first_bytes = 0, act_bytes = 0;
     double t0 = al_now();
     if (!failed) {
-        if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
-            eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
+        if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
+            if (eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err))
+                failed = cli_fail(cmd, err.msg); /* the activations are freed all the same */
             act_bytes = a.n_floats * sizeof(float);
             al_acts_free(&a);
         }
