@@ -163,6 +163,7 @@ def common(d, probe, iters, load_start, rss, args):
         "sgemm_n": probe.n,
         "sgemm_gflops": probe.gflops(),
         "peak_rss_bytes": rss,
+        "contend": 0,  # attnlab's --contend N: the peer runs no busy processes
         "loadavg_start": load_start,
         "loadavg_end": loadavg(),
     })

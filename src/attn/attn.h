@@ -96,6 +96,7 @@ static inline int al_attn_adjacent(float *const *w, const al_dtype *dt, int i, s
 enum { AL_ATTN_MAX_FIELDS = 8 };
 
 struct al_attn_source; /* convert.h */
+typedef struct al_attn_shape al_attn_shape; /* below, with the score kernels */
 
 typedef struct al_attn_ops {
     /* ---- descriptor: what the program asks about the design ---- */
@@ -196,6 +197,10 @@ typedef struct al_attn_ops {
      * per channel or per token (AL_KVQ_LATENT_*, others ignore it). NULL:
      * the design's cache cannot be quantised. */
     int (*cache_segments)(const al_config *c, int latent, al_kv_seg *out);
+    /* The shape its forward and backward give the score kernels for B x T
+     * tokens, so that an owner can plan their workspace up front
+     * (al_attn_reserve; al_model_attn_reserve). */
+    al_attn_shape (*score_shape)(const al_config *c, int B, int T);
 } al_attn_ops;
 
 /* ---- the registry (registry.c) ----

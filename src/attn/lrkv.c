@@ -273,6 +273,12 @@ static al_attn_shape shape_of(const al_config *c, const dims *m, int B, int T) {
     return s;
 }
 
+/* The score kernels' shape for B x T tokens (al_attn_ops.score_shape). */
+static al_attn_shape lrkv_score_shape(const al_config *c, int B, int T) {
+    const dims m = dims_of(c);
+    return shape_of(c, &m, B, T);
+}
+
 static void lrkv_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B,
                          int T) {
     const dims m = dims_of(L->cfg);
@@ -601,4 +607,5 @@ const al_attn_ops al_attn_lrkv_ops = {
     .convert_shape = lrkv_convert_shape,
     .convert = lrkv_convert,
     .cache_segments = lrkv_cache_segments,
+    .score_shape = lrkv_score_shape,
 };

@@ -412,6 +412,7 @@ static int gqa_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
         .convert_shape = cv_shape,                                                                                     \
         .convert = cv,                                                                                                 \
         .cache_segments = gqa_cache_segments,                                                                          \
+        .score_shape = shape_of,                                                                                       \
     }
 
 HEADS_DESIGN(al_attn_mha_ops, "mha", "MHA", mha_validate, mha_matches, mha_title, NULL, NULL);

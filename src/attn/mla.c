@@ -254,6 +254,12 @@ static al_attn_shape shape_of(const al_config *c, const mla_dims *D, int B, int 
     return s;
 }
 
+/* The score kernels' shape for B x T tokens (al_attn_ops.score_shape). */
+static al_attn_shape mla_score_shape(const al_config *c, int B, int T) {
+    const mla_dims D = dims_of(c);
+    return shape_of(c, &D, B, T);
+}
+
 /* Rotates the rope part of every head's query (or of its gradient, sign -1).
  * q[N, H*dk]: head h's rope part is columns h*dk+dn .. h*dk+dk. */
 static void rope_queries(const mla_dims *D, float *q, int N, int T, const al_rope_table *rope, int sign) {
@@ -789,4 +795,5 @@ const al_attn_ops al_attn_mla_ops = {
     .convert_shape = mla_convert_shape,
     .convert = mla_convert,
     .cache_segments = mla_cache_segments,
+    .score_shape = mla_score_shape,
 };

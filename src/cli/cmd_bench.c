@@ -24,15 +24,24 @@
  * oneDNN bf16 matmul at --sgemm-n^3 and the AMX tile peak), "unavailable"
  * (JSON null) where the CPU or the build has none.
  *
+ * --contend N starts N busy processes (each spins on one core) when the
+ * timed rounds begin and stops them when they end, also on an error or
+ * Ctrl-C (they die with this process: PR_SET_PDEATHSIG), to measure how the
+ * workload holds up on a shared machine (docs/bench.md, "Contention").
+ *
  * Output: a few lines of text, or with --json one JSON object (cJSON) whose
  * fields docs/bench.md documents. `bench wmat` (products over BF16/F16
  * weights, nn/wmat.c, against fp32 CBLAS) serves the Hugging Face path.
  */
 #include <cJSON.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "core/blas.h"
@@ -53,24 +62,77 @@ typedef struct bench_env {
     double bf16_onednn, amx_tile; /* the bf16 ceilings, GFLOP/s (<= 0: unavailable) */
 } bench_env;
 
+/* --contend: how many busy processes to run beside the timed rounds, and
+ * those running (one command per process: file scope is the simplest owner,
+ * and the atexit clean-up needs it). */
+enum { CONTEND_MAX = 256 };
+static long contend_n;
+static pid_t contend_pids[CONTEND_MAX];
+static int contend_running;
+
+/* Stops (SIGKILL) and reaps the busy processes; safe to call twice. */
+static void contend_stop(void) {
+    for (int i = 0; i < contend_running; i++) kill(contend_pids[i], SIGKILL);
+    for (int i = 0; i < contend_running; i++) waitpid(contend_pids[i], NULL, 0);
+    contend_running = 0;
+}
+
+/* Starts contend_n busy processes: each spins until killed, and dies with
+ * this one (PR_SET_PDEATHSIG) however it ends; a normal exit, error paths
+ * included, stops them through atexit. */
+static int contend_start(const char *cmd) {
+    static int registered;
+    if (contend_n <= 0) return 0;
+    if (!registered && atexit(contend_stop) != 0) return cli_fail(cmd, "--contend: cannot register the clean-up");
+    registered = 1;
+    const pid_t parent = getpid();
+    fflush(NULL); /* nothing buffered is written twice */
+    for (long i = 0; i < contend_n; i++) {
+        const pid_t pid = fork();
+        if (pid < 0) {
+            contend_stop();
+            return cli_fail(cmd, "--contend: cannot start a busy process");
+        }
+        if (pid == 0) { /* the busy process: no library calls but these */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            prctl(PR_SET_NAME, "attnlab-busy");
+            if (getppid() != parent) _exit(0); /* the parent is already gone */
+            for (volatile unsigned long spin = 0;; spin++) {
+            }
+        }
+        contend_pids[contend_running++] = pid;
+    }
+    return 0;
+}
+
 /* The flags every benchmark shares; returns how many were appended. */
 static int env_flags(al_arg *args, long *sgemm_n, long *triad_mb, int *json) {
     int n = 0;
     args[n++] = (al_arg){"sgemm-n", ARG_INT, sgemm_n, "size of the sgemm ceiling (n x n x n, run before each timed run)"};
     args[n++] = (al_arg){"triad-mb", ARG_INT, triad_mb, "MB per array of the triad bandwidth ceiling"};
     args[n++] = (al_arg){"json", ARG_FLAG, json, "print one JSON object (fields: docs/bench.md)"};
+    args[n++] = (al_arg){"contend", ARG_INT, &contend_n,
+                         "run N busy processes beside the timed rounds (a shared machine), stopped after"};
     return n;
 }
 
-/* After the warm-up: the workload's peak RSS, then the sgemm probe. */
+/* After the warm-up: the workload's peak RSS, then the sgemm probe, then the
+ * --contend processes. */
 static int env_start(const char *cmd, bench_env *e) {
     e->rss = al_peak_rss_bytes();
+    if (contend_n < 0 || contend_n > CONTEND_MAX) return cli_usage(cmd, "--contend must be 0..%d", CONTEND_MAX);
     if (al_sgemm_probe_init(&e->sg, (int)e->sgemm_n)) return cli_fail(cmd, "sgemm ceiling: out of memory");
+    if (contend_start(cmd)) {
+        al_sgemm_probe_free(&e->sg);
+        return 1;
+    }
     return 0;
 }
 
-/* After the timed rounds: free the probe, measure triad, note the load. */
+/* After the timed rounds: stop the busy processes, free the probe, measure
+ * triad (quiet again), note the load. */
 static void env_finish(bench_env *e) {
+    contend_stop();
     al_sgemm_probe_free(&e->sg);
     e->triad = al_measure_triad_gbs((int)e->triad_mb, 3);
     e->bf16_onednn = al_measure_bf16_onednn_gflops((int)e->sgemm_n, 3);
@@ -124,6 +186,7 @@ static void env_json(cJSON *o, const bench_env *e, int iters) {
     num(o, "triad_mb", (double)e->triad_mb);
     num(o, "triad_gb_per_s", e->triad);
     num(o, "peak_rss_bytes", (double)e->rss);
+    num(o, "contend", (double)contend_n);
     num(o, "loadavg_start", e->load_start);
     num(o, "loadavg_end", e->load_end);
 }
@@ -140,6 +203,7 @@ static void env_text(const bench_env *e) {
     printf("  peak RSS %.1f MB; kernels: attention %s, OpenBLAS %s; load average %.2f -> %.2f on %d threads\n",
            e->rss / 1048576.0, al_attn_kernel_name(), al_blas_kernels(), e->load_start, e->load_end,
            al_threads());
+    if (contend_n > 0) printf("  contended: %ld busy processes ran beside the timed rounds\n", contend_n);
 }
 
 /* Prints o (one line) and frees it. */

@@ -285,10 +285,11 @@ int cmd_eval(int argc, char **argv) {
             al_decoder_layer_errors(&dec, layer_err);
         if (dec.m) al_decoder_free(&dec);
     } else if (!failed) {
-        if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err) ||
-            al_eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err)) {
+        if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err)) {
             failed = cli_fail(cmd, err.msg);
         } else {
+            if (al_eval_ids(&m, &a, ids, (size_t)n_ids, (size_t)max_tokens, &loss, &count, &err))
+                failed = cli_fail(cmd, err.msg); /* the activations are freed all the same */
             act_bytes = a.n_floats * sizeof(float);
             al_acts_free(&a);
         }

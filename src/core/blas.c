@@ -18,18 +18,50 @@ static const char *const generic_cores[] = {"Prescott", "Core2", "Penryn", "Dunn
 
 const char *al_blas_kernels(void) { return openblas_get_corename(); }
 
-void al_blas_fix_kernels(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || getenv("ATTNLAB_BLAS_REEXEC")) return;
+/* The OpenBLAS kernel set to ask for (OPENBLAS_CORETYPE), or NULL when the
+ * one it picked is right or the user chose one. */
+static const char *blas_coretype_wanted(void) {
+    if (getenv("OPENBLAS_CORETYPE")) return NULL;
     const char *core = openblas_get_corename();
     int generic = 0;
     for (int i = 0; generic_cores[i]; i++) generic |= core && strcasecmp(core, generic_cores[i]) == 0;
-    if (!generic) return;
+    if (!generic) return NULL;
     const al_cpu_level top = al_cpu_detect();
-    const char *want = top >= AL_CPU_AVX512 ? "SkylakeX" : top >= AL_CPU_AVX2 ? "Haswell" : NULL;
-    if (!want) return;
-    setenv("OPENBLAS_CORETYPE", want, 1);
-    setenv("ATTNLAB_BLAS_REEXEC", "1", 1); /* never loop */
+    return top >= AL_CPU_AVX512 ? "SkylakeX" : top >= AL_CPU_AVX2 ? "Haswell" : NULL;
+}
+
+/* Whether attnlab's OpenMP wait defaults (AL_OMP_WAIT_DEFAULTS) apply: the
+ * user set neither variable of the wait policy, nor ATTNLAB_OMP_DEFAULTS=0. */
+static int omp_defaults_wanted(void) {
+    const char *off = getenv("ATTNLAB_OMP_DEFAULTS");
+    if (off && !strcmp(off, "0")) return 0;
+    return !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+}
+
+void al_blas_fix_kernels(char **argv) {
+    if (getenv("ATTNLAB_BLAS_REEXEC")) return; /* this is the re-executed process: never loop */
+    const char *coretype = blas_coretype_wanted();
+    const int omp = omp_defaults_wanted();
+    if (!coretype && !omp) return;
+    if (coretype) setenv("OPENBLAS_CORETYPE", coretype, 1);
+#define AL_OMP_SET(name, value) \
+    if (omp) setenv(name, value, 1);
+    AL_OMP_WAIT_DEFAULTS(AL_OMP_SET)
+#undef AL_OMP_SET
+    setenv("ATTNLAB_BLAS_REEXEC", "1", 1);
+    /* by its own path, so that ps and top still name the program (not "exe") */
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the kernels we have */
-    unsetenv("OPENBLAS_CORETYPE");
+    /* exec failed: carry on with the kernels and wait policy we have */
+    if (coretype) unsetenv("OPENBLAS_CORETYPE");
+#define AL_OMP_UNSET(name, value) \
+    if (omp) unsetenv(name);
+    AL_OMP_WAIT_DEFAULTS(AL_OMP_UNSET)
+#undef AL_OMP_UNSET
+    unsetenv("ATTNLAB_BLAS_REEXEC");
 }

@@ -1,5 +1,7 @@
 /*
- * blas.h: making sure OpenBLAS runs the kernels this CPU can.
+ * blas.h: making sure OpenBLAS runs the kernels this CPU can, and that the
+ * OpenMP threads (attnlab's and OpenBLAS's: Debian's OpenMP build) wait in a
+ * way that holds up on a shared machine.
  *
  * Debian's OpenBLAS 0.3.21 picks its kernels at load time from the CPU model.
  * On processors newer than it knows (e.g. recent Xeons behind a hypervisor)
@@ -8,12 +10,28 @@
  * happen before the process starts: al_blas_fix_kernels re-executes the
  * program with OPENBLAS_CORETYPE set to the matching AVX-512 (SkylakeX) or
  * AVX2 (Haswell) kernels. A user's own OPENBLAS_CORETYPE always wins.
+ *
+ * libgomp reads its wait policy once, when it loads, too: a thread that
+ * reaches a barrier spins GOMP_SPINCOUNT iterations (300,000 by default,
+ * milliseconds) before it sleeps. On a quiet machine that saves a wake-up;
+ * with another program on the cores it burns the time slices the slower
+ * threads need (a training step took 3.9x its quiet time with one of two
+ * cores taken). Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (or
+ * ATTNLAB_OMP_DEFAULTS=0), the same re-execution sets AL_OMP_WAIT_DEFAULTS,
+ * chosen from `attnlab bench ... --contend 1` (docs/bench.md, "Contention").
+ * (Setting them earlier in the process cannot work: glibc's own
+ * initialisation resets the environment to the one the process was started
+ * with before libgomp's constructor reads it.)
  */
 #ifndef AL_BLAS_H
 #define AL_BLAS_H
 
+/* X(variable, value): attnlab's OpenMP wait defaults. */
+#define AL_OMP_WAIT_DEFAULTS(X) X("GOMP_SPINCOUNT", "1000")
+
 /* Call first thing in main(). Returns only if no re-exec was needed (or it
- * failed, in which case the slow kernels stay: still correct). */
+ * failed, in which case the slow kernels and libgomp's wait policy stay:
+ * still correct). The re-executed process has ATTNLAB_BLAS_REEXEC=1. */
 void al_blas_fix_kernels(char **argv);
 /* The kernel set OpenBLAS is using, e.g. "SkylakeX". */
 const char *al_blas_kernels(void);

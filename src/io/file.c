@@ -8,8 +8,10 @@
  */
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -114,17 +116,19 @@ int al_afile_write(al_afile *a, const void *data, size_t len, al_err *err) {
 }
 
 /* fsync of the directory makes the rename durable. Filesystems that cannot
- * sync directories (EINVAL) are tolerated. */
-static int fsync_parent_dir(const char *path, al_err *err) {
+ * sync directories (EINVAL) are tolerated. The directory's name is written
+ * into buf (the temp path's buffer, free once renamed, and longer than path),
+ * so nothing after the rename can fail for want of memory. */
+static int fsync_parent_dir(const char *path, char *buf, al_err *err) {
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return al_errf(err, "%s: out of memory", path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    const size_t n = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    memcpy(buf, slash ? path : ".", n);
+    buf[n] = '\0';
+    int fd = open(buf, O_RDONLY | O_DIRECTORY);
     int rc = 0;
     if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
-        rc = al_errf(err, "%s: syncing directory %s: %s", path, dir, strerror(errno));
+        rc = al_errf(err, "%s: syncing directory %s: %s", path, buf, strerror(errno));
     if (fd >= 0) close(fd);
-    free(dir);
     return rc;
 }
 
@@ -138,9 +142,10 @@ int al_afile_commit(al_afile *a, al_err *err) {
     if (fclose(f) != 0 && !e) e = errno;
     if (e) return afile_fail(a, e, err);
     if (rename(a->tmp_path, a->path) != 0) return afile_fail(a, errno, err);
-    free(a->tmp_path);  /* renamed away: nothing left to remove */
+    char *buf = a->tmp_path; /* renamed away: nothing left to remove */
     a->tmp_path = NULL;
-    int rc = fsync_parent_dir(a->path, err);
+    int rc = fsync_parent_dir(a->path, buf, err);
+    free(buf);
     afile_cleanup(a);
     return rc;
 }
@@ -155,4 +160,31 @@ int al_write_file_atomic(const char *path, const void *data, size_t len, al_err 
         return -1;
     }
     return 0;
+}
+
+/* The pid of a temp file's name "NAME.tmp.PID" (0: not such a name). */
+static long tmp_name_pid(const char *name) {
+    const char *t = strstr(name, ".tmp."), *next;
+    if (!t) return 0;
+    while ((next = strstr(t + 1, ".tmp."))) t = next; /* the last one */
+    long pid;
+    return t > name && al_parse_int(t + 5, &pid) == 0 && pid > 0 ? pid : 0;
+}
+
+int al_afile_remove_stale(const char *dir, int *removed, al_err *err) {
+    if (removed) *removed = 0;
+    DIR *d = opendir(dir);
+    if (!d) return al_errf(err, "%s: %s", dir, strerror(errno));
+    int rc = 0;
+    const struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        const long pid = tmp_name_pid(e->d_name);
+        if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+            rc = al_errf(err, "%s/%s: removing a stale temp file: %s", dir, e->d_name, strerror(errno));
+        else if (removed)
+            (*removed)++;
+    }
+    closedir(d);
+    return rc;
 }

@@ -32,6 +32,11 @@ int al_afile_open(al_afile *a, const char *path, al_err *err);
 int al_afile_write(al_afile *a, const void *data, size_t len, al_err *err);
 int al_afile_commit(al_afile *a, al_err *err);  /* flush, fsync, rename, fsync dir */
 void al_afile_abort(al_afile *a);               /* remove temp; safe after commit */
+/* Removes the temp files ("NAME.tmp.PID") that writers killed before their
+ * commit (kill -9, power loss) left in dir: those whose process no longer
+ * exists. A live writer's are kept. Sets *removed (may be NULL) to how many
+ * went; -1 when dir cannot be read or a file cannot be removed. */
+int al_afile_remove_stale(const char *dir, int *removed, al_err *err);
 
 /* ---- safetensors ----
  * Format: u64 little-endian header length N, N bytes of JSON header

@@ -700,6 +700,18 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
         *ptrs[i] = sizes[i] ? p : NULL;
         p += (sizes[i] + 15) & ~(size_t)15;
     }
+    /* the score kernels' workspace (this thread's arena) for B x T, planned
+     * now: a kernel call that could not grow it later would take the slower
+     * path, whose sums differ in the last bits (a resumed run would no
+     * longer repeat an uninterrupted one) */
+    const al_attn_ops *ops = al_attn_design(m->cfg.attention);
+    if (ops && ops->score_shape) {
+        const al_attn_shape s = ops->score_shape(&m->cfg, B, T);
+        if (al_attn_reserve(&s, err)) {
+            al_acts_free(a);
+            return -1;
+        }
+    }
     return 0;
 }
 

@@ -301,8 +301,8 @@ static int load_state_file(float *w, float *mom1, float *mom2, size_t n, int *st
     al_st_close(&f);
     if (rc) return al_err_prefix(err, "%s", path);
     long v;
-    if (state_meta(path, "step", buf, sizeof buf, err) || al_parse_int(buf, &v) || v < 0)
-        return al_errf(err, "%s: bad step in training state", path);
+    if (state_meta(path, "step", buf, sizeof buf, err)) return -1;
+    if (al_parse_int(buf, &v) || v < 0) return al_errf(err, "%s: bad step in training state", path);
     *step = (int)v;
     static const char *const rng_keys[4] = {"rng0", "rng1", "rng2", "rng3"};
     for (int i = 0; i < 4; i++) {
@@ -322,10 +322,17 @@ static char *run_block(const al_train_opts *o, int step, al_err *err) {
     return block;
 }
 
+/* A checkpoint: model.safetensors and config.json, then the training state.
+ * Each file is replaced atomically; the training state goes last because it
+ * is what --resume continues from: a save that fails (a full disk) or is
+ * killed part-way leaves the previous state, so the resumed run redoes the
+ * steps since then and writes all three again. (State first, a failed model
+ * write at the last step would leave a run that resume calls complete with
+ * the previous step's model.) */
 static int save_checkpoint(const al_model *m, const al_train_opts *o, const float *m1, const float *m2, int step,
                            const al_rng *rng, al_err *err) {
     char *extra = run_block(o, step, err);
-    int rc = !extra || save_state(m, m1, m2, step, rng, o->out, err) || al_model_save(m, o->out, extra, err);
+    int rc = !extra || al_model_save(m, o->out, extra, err) || save_state(m, m1, m2, step, rng, o->out, err);
     free(extra);
     return rc ? -1 : 0;
 }
@@ -470,19 +477,48 @@ static int load_init_weights(al_model *m, const char *dir, al_err *err) {
     return rc ? al_err_prefix(err, "initial weights") : 0;
 }
 
+/* The state a run starts from at step 0: moments zero, the data RNG from
+ * the seed, the weights from the seed or, for --init-from, from that run. */
+static int fresh_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const al_train_opts *o,
+                       al_err *err) {
+    memset(mom1, 0, sizeof(float) * m->n_floats);
+    memset(mom2, 0, sizeof(float) * m->n_floats);
+    al_rng_seed(rng, o->seed ^ 0xda7aULL);
+    *step = 0;
+    if (o->init_from[0]) return load_init_weights(m, o->init_from, err);
+    al_model_init_weights(m, o->seed);
+    return 0;
+}
+
+/* The state to resume from. A run stopped (killed, or failed to write)
+ * before its first training state was saved (save_checkpoint writes it
+ * last, so model.safetensors may exist) starts again from step 0, its log
+ * cut to what step 0 wrote: training is deterministic, so it repeats the
+ * same steps to where it was. */
+static int load_state(al_model *m, float *mom1, float *mom2, int *step, al_rng *rng, const al_train_opts *o,
+                      const char *log_path, al_err *err) {
+    char *path = al_sprintf("%s/train_state.safetensors", o->out);
+    int rc = 0;
+    if (!path) rc = al_errf(err, "out of memory");
+    else if (access(path, F_OK) != 0 && errno == ENOENT)
+        rc = fresh_state(m, mom1, mom2, step, rng, o, err) || trim_log(log_path, 0, err) ? -1 : 0;
+    else rc = al_train_resume_read(m->w, mom1, mom2, m->n_floats, step, rng, o->out, err);
+    free(path);
+    return rc;
+}
+
 /* A language model's loss in bits per byte of text (NAN for vision). */
 static double val_bpb(const al_task_hooks *h, double loss) {
     return h->val_bytes_per_token > 0 ? loss / M_LN2 / h->val_bytes_per_token : NAN;
 }
 
-/* An evaluation's fields of a log line (after its other fields). */
-static void log_eval(FILE *log, const al_task_hooks *h, double loss, double acc, size_t count) {
-    if (h->vision) {
-        fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", loss, acc, count);
-        return;
-    }
-    fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", loss, val_bpb(h, loss));
-    if (h->tokenized) fprintf(log, ",\"val_tokens\":%zu", count);
+/* An evaluation's fields of a log line (after its other fields); -1 when
+ * a write failed (errno says why). */
+static int log_eval(FILE *log, const al_task_hooks *h, double loss, double acc, size_t count) {
+    if (h->vision) return fprintf(log, ",\"val_loss\":%.6f,\"val_accuracy\":%.6f,\"val_images\":%zu", loss, acc, count) < 0 ? -1 : 0;
+    int ok = fprintf(log, ",\"val_loss\":%.6f,\"val_bpb\":%.6f", loss, val_bpb(h, loss)) >= 0;
+    if (h->tokenized) ok &= fprintf(log, ",\"val_tokens\":%zu", count) >= 0;
+    return ok ? 0 : -1;
 }
 
 /* The first log line of a run started from another run's weights: step 0,
@@ -493,12 +529,11 @@ static int log_init_line(FILE *log, const al_train_opts *o, const al_task_hooks 
     char *quoted = src ? cJSON_PrintUnformatted(src) : NULL;
     cJSON_Delete(src);
     if (!quoted) return al_errf(err, "out of memory");
-    fprintf(log, "{\"step\":0,\"init_from\":%s,\"precision\":\"%s\"", quoted, al_precision_name(o->precision));
+    int ok = fprintf(log, "{\"step\":0,\"init_from\":%s,\"precision\":\"%s\"", quoted, al_precision_name(o->precision)) >= 0;
     free(quoted);
-    log_eval(log, h, p->val_loss, p->val_accuracy, p->val_count);
-    fprintf(log, "}\n");
-    fflush(log);
-    return 0;
+    ok &= log_eval(log, h, p->val_loss, p->val_accuracy, p->val_count) == 0;
+    ok &= fprintf(log, "}\n") >= 0;
+    return ok && fflush(log) == 0 ? 0 : al_errf(err, "log.jsonl: %s", strerror(errno ? errno : EIO));
 }
 
 /* Hands p to the run's progress callback, if it has one. */
@@ -529,21 +564,21 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
     if (al_dist_check_run(o, m, h->data_hash, err) ||
         al_grad_shards_init(&shards, m, &h->pass, h->select, h->ctx, al_dist_shards(o), o->batch, err))
         goto done;
+    /* what writers killed mid-checkpoint left (a kill -9 skips their clean-up) */
+    if (lead && al_afile_remove_stale(o->out, NULL, err)) goto done;
     if (o->resume) {
-        int failed = lead && al_train_resume_read(m->w, m1, m2, m->n_floats, &step, &rng, o->out, err);
+        int failed = lead && load_state(m, m1, m2, &step, &rng, o, log_path, err);
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
         /* a new schedule is the run's from here on: config.json says so at once (a kill before the next
          * checkpoint resumes with it too) */
         if (o->schedule_changed && lead &&
             (!(extra = run_block(o, step, err)) || al_config_save(&m->cfg, config_path, extra, err)))
             goto done;
-    } else if (o->init_from[0]) { /* another run's weights; the moments stay zero: a fresh optimizer */
-        al_rng_seed(&rng, o->seed ^ 0xda7aULL);
-        int failed = lead && load_init_weights(m, o->init_from, err);
+    } else if (o->init_from[0]) { /* another run's weights, read by rank 0 and shared */
+        int failed = lead && fresh_state(m, m1, m2, &step, &rng, o, err);
         if (al_dist_share_state(&failed, m, m1, m2, &step, &rng, err)) goto done;
-    } else {
-        al_model_init_weights(m, o->seed);
-        al_rng_seed(&rng, o->seed ^ 0xda7aULL);
+    } else if (fresh_state(m, m1, m2, &step, &rng, o, err)) { /* from the seed: cannot fail */
+        goto done;
     }
     if (!o->resume) {
         if (lead) unlink(log_path);
@@ -627,15 +662,20 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
             result = AL_TRAIN_ERROR;
             break;
         }
-        fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,", step, loss,
-                lr, gn, tps);
-        if (h->vision) fprintf(log, "\"images_per_s\":%.2f,", ips);
-        fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f,\"precision\":\"%s\"", h->flops_per_step / dt,
-                al_now() - t_start, al_precision_name(o->precision));
-        if (al_dist_active()) fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s);
-        if (do_eval) log_eval(log, h, val_loss, val_acc, val_count);
-        fprintf(log, "}\n");
-        fflush(log);
+        /* every piece checked: a full disk must stop the run, not silently drop its log */
+        int logged = fprintf(log, "{\"step\":%d,\"train_loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,",
+                             step, loss, lr, gn, tps) >= 0;
+        if (h->vision) logged &= fprintf(log, "\"images_per_s\":%.2f,", ips) >= 0;
+        logged &= fprintf(log, "\"mfu_flops_per_s\":%.4g,\"elapsed_s\":%.3f,\"precision\":\"%s\"", h->flops_per_step / dt,
+                          al_now() - t_start, al_precision_name(o->precision)) >= 0;
+        if (al_dist_active()) logged &= fprintf(log, ",\"ranks\":%d,\"comm_s\":%.6f", al_dist_size(), shards.comm_s) >= 0;
+        if (do_eval) logged &= log_eval(log, h, val_loss, val_acc, val_count) == 0;
+        logged &= fprintf(log, "}\n") >= 0;
+        if (!(logged && fflush(log) == 0)) {
+            result = AL_TRAIN_ERROR;
+            al_errf(err, "%s: %s; %s", log_path, strerror(errno ? errno : EIO), stopped_msg(kept, sizeof kept, last_saved));
+            break;
+        }
 
         p.event = AL_TRAIN_STEPPED;
         p.step = step;
@@ -683,7 +723,10 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
 done:
     al_train_precision_end(m);
     al_precision_set(mode_before);
-    if (log) fclose(log);
+    if (log && fclose(log) != 0 && result != AL_TRAIN_ERROR) { /* its last lines may not have been written */
+        result = AL_TRAIN_ERROR;
+        al_errf(err, "%s: %s", log_path, strerror(errno ? errno : EIO));
+    }
     al_grad_shards_free(&shards);
     free(log_path);
     free(config_path);

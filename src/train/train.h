@@ -12,7 +12,10 @@
  *   model.safetensors        the weights (HF names, F32)
  *   train_state.safetensors  weights + AdamW moments + step + data RNG: a
  *                            single file, so resume reads one consistent
- *                            snapshot even if a kill interrupted a save
+ *                            snapshot even if a kill interrupted a save;
+ *                            written last in a checkpoint (a cut-short save
+ *                            leaves the previous one; none yet: resume
+ *                            starts again from step 0)
  *   log.jsonl                one object per step (val_loss on eval steps;
  *                            vision adds val_accuracy, over the test images;
  *                            "precision" of the step's products; a run

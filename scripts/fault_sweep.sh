@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# fault_sweep.sh: injected allocation and write failures swept over every
+# allocation call and every write point of attnlab's commands on tiny models
+# (attnlab_faults: tests/tools/faults.c; docs/faults.md).
+#
+# For each case (a command line) the script runs it once fault-free with
+# ATTNLAB_FAULT_COUNT to learn how many allocation calls A and write points W
+# it makes, then runs it again for n = 1..A with ATTNLAB_FAULT_ALLOC=n and
+# n = 1..W with ATTNLAB_FAULT_WRITE=n (ENOSPC and EIO alternating), every
+# --stride-th n. Each faulted run must:
+#   - not crash: no signal, no sanitizer report (AddressSanitizer,
+#     LeakSanitizer, UBSan "runtime error"), no timeout;
+#   - exit 0 (a fallback absorbed the failure: the kernels' scratch) or exit 1
+#     with exactly one stderr line "attnlab: ..." naming the cause ("memory"
+#     for an allocation; "No space left on device" / "Input/output error"
+#     for a write); a write failure may never end in exit 0 (nothing may
+#     swallow one);
+#   - leave no "*.tmp.*" file, and leave every file it was to replace
+#     byte-identical to before when it failed;
+#   - training (the resume case): the run directory it failed in still
+#     evaluates, and `train --resume` from it (no faults) ends bit-equal
+#     (model.safetensors, train_state.safetensors, config.json) to the run
+#     that never failed.
+#
+# usage: scripts/fault_sweep.sh [--build DIR] [--work DIR] [--stride K] [--max-runs M] [--only alloc|write]
+#                               [--cases REGEX] [--threads N]
+#   --build   the build directory holding attnlab and attnlab_faults (default build;
+#             the sanitizer build, build-asan, is the one that finds leaks)
+#   --stride  run every K-th n (default 1: all of them)
+#   --max-runs at most M runs per case and sweep (the stride grows to fit; default 0: no limit);
+#             tests/cli/test_faults.sh uses both
+#   --cases   only the cases whose name matches REGEX (names: the first column of the summary)
+# Prints one summary line per case and sweep, then "N runs, M failed"; exit 1 if any failed.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build
+WORK=
+STRIDE=1
+MAX_RUNS=0
+ONLY=
+CASES=.
+THREADS=1
+while [ $# -gt 0 ]; do
+    case $1 in
+    --build) BUILD=$2; shift 2 ;;
+    --work) WORK=$2; shift 2 ;;
+    --stride) STRIDE=$2; shift 2 ;;
+    --max-runs) MAX_RUNS=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    --cases) CASES=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "fault_sweep.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+BUILD=$(readlink -f "$BUILD")
+BIN=$BUILD/attnlab
+FBIN=$BUILD/attnlab_faults
+for b in "$BIN" "$FBIN"; do
+    [ -x "$b" ] || { echo "fault_sweep.sh: $b is missing (build it: cmake --build $BUILD)" >&2; exit 2; }
+done
+[ -n "$WORK" ] || WORK=$(mktemp -d /tmp/attnlab-faults.XXXXXX)
+mkdir -p "$WORK" && WORK=$(readlink -f "$WORK")
+export OMP_NUM_THREADS=$THREADS # one thread: the n-th allocation is the same call in every run
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+# print_suppressions=0: the count of suppressed (fontconfig) leaks is not a report, and would add lines to stderr
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
+PY=/usr/bin/python3
+N_RUNS=0
+N_FAILED=0
+FAILS=$WORK/failures.txt
+: >"$FAILS"
+printf before >"$WORK/before"
+
+# ---- fixtures: text, tiny models of three designs, a sharded Hugging Face checkpoint ----
+
+FX=$WORK/fixtures
+mkdir -p "$FX"
+"$PY" - "$FX" <<'EOF'
+import random, sys
+random.seed(7)
+words = "the cat a dog sees likes the river his house a tree the book long road every day".split()
+lines = [" ".join(random.choice(words) for _ in range(9)) + "." for _ in range(400)]
+open(sys.argv[1] + "/data.txt", "w").write("\n".join(lines) + "\n")
+open(sys.argv[1] + "/short.txt", "w").write(" ".join(lines[:4]) + "\n")
+EOF
+TINY=(--precision f32 --data "$FX/data.txt" --layers 2 --hidden 32 --heads 4 --context 16 --batch 2 --eval-every 2
+    --eval-tokens 128 --save-every 2 --threads "$THREADS" --quiet)
+setup_fail() { echo "fault_sweep.sh: setup failed: $*" >&2; exit 2; }
+for design in mha:"" mla:"--attention mla" lrkv:"--attention lrkv"; do
+    name=${design%%:*}
+    # shellcheck disable=SC2206
+    extra=(${design#*:})
+    "$BIN" train "${TINY[@]}" --steps 4 "${extra[@]}" --out "$FX/$name" 2>"$WORK/setup.err" ||
+        setup_fail "train $name: $(cat "$WORK/setup.err")"
+done
+"$PY" "$ROOT/tests/ref/make_hf_checkpoint.py" "$FX/hf" --family llama --dtype BF16 --shards 2 >/dev/null 2>"$WORK/setup.err" ||
+    setup_fail "Hugging Face checkpoint: $(cat "$WORK/setup.err")"
+# the reference end of the resumed run: step 4 -> 8 without faults
+cp -r "$FX/mha" "$FX/resumed"
+"$BIN" train --resume --steps 8 --threads "$THREADS" --quiet --out "$FX/resumed" 2>"$WORK/setup.err" ||
+    setup_fail "resume: $(cat "$WORK/setup.err")"
+
+# ---- cases: NAME|KIND|ARGS (KIND: cmd = a command; train = a fresh run; resume = resuming FX/mha) ----
+# OUT in ARGS is the case's output path (pre-filled with known bytes before each run).
+
+CASE_LIST=(
+    "load-info|cmd|info --model $FX/mha"
+    "load-hf|cmd|info --model $FX/hf"
+    "train|train|train ${TINY[*]} --steps 4 --out RUN"
+    "train-mla|train|train ${TINY[*]} --steps 2 --attention mla --out RUN"
+    "resume|resume|train --resume --steps 8 --threads $THREADS --quiet --out RUN"
+    "eval|cmd|eval --model $FX/mha --data $FX/data.txt --context 16 --max-tokens 200 --logits OUT.npy"
+    "generate|cmd|generate --model $FX/mha --prompt the -n 8 --temperature 0"
+    "decode-mla|cmd|generate --model $FX/mla --prompt the -n 6 --temperature 0"
+    "decode-lrkv|cmd|generate --model $FX/lrkv --prompt the -n 6 --temperature 0.8 --kv-dtype bf16"
+    "decode-hf|cmd|generate --model $FX/hf --prompt the -n 4 --temperature 0"
+    "attnmap|cmd|attnmap --model $FX/mha --text $FX/short.txt --layer all --head 0,1 --out OUT.png"
+    "heads|cmd|heads --model $FX/mha --model $FX/mla --layer 0 --out OUT.png"
+    "explore|cmd|explore --model $FX/mha --text $FX/short.txt --out OUT.html"
+    "compare|cmd|compare --model $FX/mha --model $FX/lrkv --text $FX/short.txt --out OUT.png"
+)
+
+# ---- one run ----
+
+# check_run CASE KIND N SWEEP DIR RC: the contract for a faulted run; records failures.
+fail() { N_FAILED=$((N_FAILED + 1)); echo "$1" >>"$FAILS"; }
+check_run() {
+    local cs=$1 kind=$2 n=$3 sweep=$4 dir=$5 rc=$6 why= lines fired
+    fired=$(awk '$1 == "fired" { print $2 }' "$dir/count" 2>/dev/null)
+    if [ "$rc" -eq 124 ]; then why="timed out"
+    elif [ "$rc" -gt 128 ]; then why="killed by signal $((rc - 128))"
+    elif grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/err"; then why="sanitizer report"
+    elif [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then why="exit $rc"
+    elif [ "$rc" -eq 1 ]; then
+        # the error: one line, after the notes a command may print first (resuming)
+        grep -v '^attnlab: resuming ' "$dir/err" >"$dir/err1"
+        lines=$(awk 'END { print NR }' "$dir/err1")
+        if [ "$lines" -ne 1 ] || ! head -n 1 "$dir/err1" | grep -q '^attnlab: '; then why="not one 'attnlab: ' line"
+        elif [ "${fired:-0}" -ge 1 ] && [ "$sweep" = alloc ] && ! grep -qi 'memory' "$dir/err"; then
+            why="error does not say memory"
+        elif [ "${fired:-0}" -ge 1 ] && [ "$sweep" = write ] && ! grep -qiE 'no space left|input/output error' "$dir/err"; then
+            why="error does not name the write failure"
+        fi
+    elif [ "$sweep" = write ] && [ "${fired:-0}" -ge 1 ]; then why="write failure ignored (exit 0)"
+    fi
+    if [ -z "$why" ]; then
+        local left
+        left=$(find "$dir" -name '*.tmp.*' | head -n 2 | tr '\n' ' ')
+        [ -z "$left" ] || why="temp files left: $left"
+    fi
+    if [ -z "$why" ] && [ "$kind" = cmd ]; then # every output: the old bytes or the complete new ones
+        local f
+        for f in "$dir"/OUT.*; do
+            [ -e "$f" ] || continue
+            cmp -s "$f" "$WORK/before" || cmp -s "$f" "$WORK/ref/$(basename "$f")" ||
+                why="$(basename "$f") is neither the old file nor the complete new one"
+        done
+    fi
+    if [ -z "$why" ] && [ "$kind" = resume ]; then why=$(check_resumed "$dir/RUN" "$rc"); fi
+    if [ -n "$why" ]; then fail "$cs $sweep n=$n: $why | $(head -c 300 "$dir/err" | tr '\n' '|')"; return 1; fi
+    return 0
+}
+
+# check_resumed RUN RC: after a faulted resume, the run directory still
+# evaluates, and resuming it without faults ends bit-equal to the reference.
+check_resumed() {
+    local run=$1 f
+    if ! "$BIN" eval --model "$run" --data "$FX/short.txt" --context 16 >/dev/null 2>"$run.eval.err"; then
+        echo "the run directory no longer evaluates: $(head -c 200 "$run.eval.err")"
+        return
+    fi
+    if ! "$BIN" train --resume --steps 8 --threads "$THREADS" --quiet --out "$run" >/dev/null 2>"$run.resume.err"; then
+        echo "resume after the fault failed: $(head -c 200 "$run.resume.err")"
+        return
+    fi
+    for f in model.safetensors train_state.safetensors config.json; do
+        cmp -s "$run/$f" "$FX/resumed/$f" || { echo "$f differs from the uninterrupted run after resuming"; return; }
+    done
+}
+
+# run_case NAME KIND ARGS SWEEP N: one run of the faulted binary in a fresh directory; returns its rc.
+run_case() {
+    local cs=$1 kind=$2 args=$3 sweep=$4 n=$5 dir=$WORK/run
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    case $kind in
+    resume) cp -r "$FX/mha" "$dir/RUN" ;;
+    cmd) for ext in png npy html; do cp "$WORK/before" "$dir/OUT.$ext"; done ;;
+    esac
+    args=${args//OUT/$dir/OUT}
+    args=${args//RUN/$dir/RUN}
+    local env=(ATTNLAB_FAULT_COUNT="$dir/count")
+    [ "$sweep" = alloc ] && env+=(ATTNLAB_FAULT_ALLOC="$n")
+    [ "$sweep" = write ] && env+=(ATTNLAB_FAULT_WRITE="$n" ATTNLAB_FAULT_ERRNO="$([ $((n % 2)) -eq 0 ] && echo EIO || echo ENOSPC)")
+    # shellcheck disable=SC2086
+    env "${env[@]}" timeout 120 "$FBIN" $args >"$dir/out" 2>"$dir/err" </dev/null
+    local rc=$?
+    N_RUNS=$((N_RUNS + 1))
+    if [ "$sweep" = none ]; then
+        [ "$rc" -eq 0 ] || fail "$cs: fails without a fault (exit $rc): $(head -c 300 "$dir/err" | tr '\n' '|')"
+        rm -rf "$WORK/ref" && mkdir -p "$WORK/ref" && cp "$dir"/OUT.* "$WORK/ref/" 2>/dev/null
+        return "$rc"
+    fi
+    check_run "$cs" "$kind" "$n" "$sweep" "$dir" "$rc"
+    LAST_RC=$rc
+    return 0
+}
+
+# ---- the sweep ----
+
+for entry in "${CASE_LIST[@]}"; do
+    IFS='|' read -r cs kind args <<<"$entry"
+    [[ $cs =~ $CASES ]] || continue
+    run_case "$cs" "$kind" "$args" none 0 || continue
+    allocs=$(awk '$1 == "allocs" { print $2 }' "$WORK/run/count")
+    writes=$(awk '$1 == "writes" { print $2 }' "$WORK/run/count")
+    for sweep in alloc write; do
+        [ -z "$ONLY" ] || [ "$ONLY" = "$sweep" ] || continue
+        total=$allocs
+        [ "$sweep" = write ] && total=$writes
+        runs=0 errors=0 absorbed=0 before=$N_FAILED step=$STRIDE
+        if [ "$MAX_RUNS" -gt 0 ] && [ $(((total + step - 1) / step)) -gt "$MAX_RUNS" ]; then
+            step=$(((total + MAX_RUNS - 1) / MAX_RUNS))
+        fi
+        for ((n = 1; n <= total; n += step)); do
+            run_case "$cs" "$kind" "$args" "$sweep" "$n"
+            runs=$((runs + 1))
+            if [ "$LAST_RC" -eq 0 ]; then absorbed=$((absorbed + 1)); else errors=$((errors + 1)); fi
+        done
+        printf '%-12s %-5s %5d points, %5d runs: %5d one-line errors, %4d absorbed (exit 0), %d failed\n' \
+            "$cs" "$sweep" "$total" "$runs" "$errors" "$absorbed" "$((N_FAILED - before))"
+    done
+done
+if [ -s "$FAILS" ]; then
+    echo "failures (first 40):"
+    head -n 40 "$FAILS" | sed 's/^/  /'
+fi
+echo "$N_RUNS runs, $N_FAILED failed"
+[ "$N_FAILED" -eq 0 ]
