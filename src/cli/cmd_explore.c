@@ -101,9 +101,10 @@ static int quant_factor(int T, int causal, long n_quant, double exact_bytes) {
     return 0;
 }
 
-/* `explore --serve`: the page and the heads over HTTP until Ctrl-C. */
-static int serve(const char *cmd, const al_model *m, const al_acts *a, al_explore_info *info, int topk, long port,
-                 double forward_s) {
+/* `explore --serve`: the page and the heads over HTTP until Ctrl-C, on the
+ * server opened before the forward (the caller closes it). */
+static int serve(const char *cmd, const al_model *m, const al_acts *a, al_explore_info *info, int topk,
+                 al_http_server *hs_open, double forward_s) {
     al_err err;
     const int T = a->T;
     const int f = (T + SERVE_MAX_SIDE - 1) / SERVE_MAX_SIDE, ft = (T + THUMB_SIDE - 1) / THUMB_SIDE;
@@ -113,13 +114,10 @@ static int serve(const char *cmd, const al_model *m, const al_acts *a, al_explor
     size_t page_len;
     char *page = al_explore_page_text(info, &page_len);
     al_explore_server es;
-    al_http_server hs;
+    al_http_server *hs = hs_open;
     if (!page) return cli_fail(cmd, "out of memory for the page");
     if (al_explore_server_init(&es, m, a, topk, f, ft, page, page_len, &err)) return cli_fail(cmd, err.msg);
-    if (al_http_open(&hs, (int)port, al_explore_server_handle, &es, &err)) {
-        al_explore_server_free(&es);
-        return cli_fail(cmd, err.msg);
-    }
+    hs->ctx = &es;
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -127,14 +125,13 @@ static int serve(const char *cmd, const al_model *m, const al_acts *a, al_explor
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     printf("forward over %d tokens: %.2f s; server holds %.0f MB\n", T, forward_s, resident_mb());
-    printf("serving %d layers x %d heads on http://%s/?token=%s (Ctrl-C stops)\n", info->layers, info->heads, hs.host,
-           hs.token);
+    printf("serving %d layers x %d heads on http://%s/?token=%s (Ctrl-C stops)\n", info->layers, info->heads, hs->host,
+           hs->token);
     fflush(stdout);
-    int rc = al_http_serve(&hs, &stop_serving, &err);
-    al_http_close(&hs);
+    int rc = al_http_serve(hs, &stop_serving, &err);
     printf("stopped: %ld requests answered, %ld refused; first map %.1f ms, last map %.1f ms, last layer %.1f ms; "
            "%.0f MB resident\n",
-           hs.served, hs.refused, 1e3 * es.first_map_s, 1e3 * es.last_map_s, 1e3 * es.last_layer_s, resident_mb());
+           hs->served, hs->refused, 1e3 * es.first_map_s, 1e3 * es.last_map_s, 1e3 * es.last_layer_s, resident_mb());
     al_explore_server_free(&es);
     return rc ? cli_fail(cmd, err.msg) : 0;
 }
@@ -258,10 +255,19 @@ int cmd_explore(int argc, char **argv) {
                              "name fewer", n_exact, size);
         }
     }
+    /* the port first: a port in use fails now, not after a long forward */
+    al_http_server hs = {.fd = -1};
+    if (serve_flag && al_http_open(&hs, (int)port, al_explore_server_handle, NULL, &err)) {
+        free(tok);
+        free(exact);
+        cli_free_labels(labels, T);
+        return cli_fail(cmd, err.msg);
+    }
     al_model m;
     al_acts a;
     double t0 = mono_s();
     if (al_attnmap_prepare(model_dir, tok, T, &m, &a, &trained, &err)) {
+        al_http_close(&hs);
         free(tok);
         free(exact);
         cli_free_labels(labels, T);
@@ -296,7 +302,7 @@ int cmd_explore(int argc, char **argv) {
     };
     if (serve_flag) {
         printf("%d tokens of %s%s\n", T, text, T > trained ? " (longer than the context the model was trained at)" : "");
-        failed = serve(cmd, &m, &a, &info, (int)topk, port, forward_s);
+        failed = serve(cmd, &m, &a, &info, (int)topk, &hs, forward_s);
         goto done;
     }
     if (al_explore_open(&w, out, T, causal, &err)) {
@@ -331,6 +337,7 @@ int cmd_explore(int argc, char **argv) {
         }
     }
 done:
+    al_http_close(&hs);
     al_explore_abort(&w);
     al_head_sim_free(&sim);
     free(st);

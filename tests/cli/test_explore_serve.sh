@@ -258,6 +258,17 @@ run explore --model "$WORK/m" --text "$WORK/text.txt" --out "$WORK/x.html" --hea
 check_error 2 "head"
 end
 
+begin "a port in use fails at once, before the forward (one line, exit 1)"
+"$PY" -c "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(30)" >"$WORK/busy.port" &
+BUSY=$!
+for _ in $(seq 50); do [ -s "$WORK/busy.port" ] && break; sleep 0.1; done
+run explore --model "$WORK/m" --text "$WORK/text.txt" --serve --port "$(cat "$WORK/busy.port")"
+check_error 1 "cannot listen on 127.0.0.1:[0-9]+"
+[ ! -s "$OUTF" ] || note "it printed before failing (the forward ran?): $(head -c 200 "$OUTF")"
+kill "$BUSY" 2>/dev/null
+wait "$BUSY" 2>/dev/null
+end
+
 begin "a page with --layer/--head: those heads exact, the others 1-byte maps within 3.3 %"
 run explore --model "$WORK/m" --text "$WORK/text.txt" --max-tokens 200 --layer 1 --head 2 --out "$WORK/q.html"
 check_ok
