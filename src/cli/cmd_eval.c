@@ -29,6 +29,7 @@
 
 #include "cli.h"
 #include "core/ceiling.h"
+#include "infer/eval_kv.h"
 #include "io/io.h"
 #include "train/vision.h"
 
@@ -71,42 +72,6 @@ static int eval_vision(const char *cmd, const char *model_dir, al_model *m, cons
     al_image_set_free(&test);
     al_model_free(m);
     return failed ? 1 : 0;
-}
-
-/* The same windows as al_eval_ids, each scored token by token from an empty
- * cache through al_decoder_step (dec: a plain or quantised cache of T
- * positions): the real decode path. *held: KV bytes the windows' caches
- * held at their ends over the tokens they held (bytes per token). */
-static int eval_decode(al_decoder *dec, const int *ids, size_t n, int T, size_t max_predictions, double *loss,
-                       size_t *count, double *held, al_err *err) {
-    size_t n_pred = n > 0 ? n - 1 : 0;
-    if (max_predictions && n_pred > max_predictions) n_pred = max_predictions;
-    if (n_pred == 0) return al_errf(err, "nothing to evaluate (fewer than 2 tokens)");
-    const int V = dec->m->cfg.vocab_size;
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    if (!logits) return al_errf(err, "out of memory");
-    double sum = 0, held_bytes = 0;
-    for (size_t w0 = 0; w0 < n_pred; w0 += (size_t)T) {
-        const int len = n_pred - w0 < (size_t)T ? (int)(n_pred - w0) : T;
-        al_decoder_reset(dec);
-        for (int t = 0; t < len; t++) {
-            const size_t i = w0 + (size_t)t;
-            if (al_decoder_step(dec, ids[i], logits, err)) {
-                free(logits);
-                return -1;
-            }
-            double mx = logits[0], z = 0;
-            for (int v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-            for (int v = 0; v < V; v++) z += exp(logits[v] - mx);
-            sum += mx + log(z) - logits[ids[i + 1]];
-        }
-        held_bytes += al_decoder_kv_held_bytes(dec);
-    }
-    free(logits);
-    *count = n_pred;
-    *loss = sum / (double)n_pred;
-    *held = held_bytes / (double)n_pred;
-    return 0;
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -274,16 +239,14 @@ int cmd_eval(int argc, char **argv) {
     double t0 = al_now();
     double *layer_err = NULL;
     if (!failed && kv_path) {
-        al_decoder dec = {0};
+        const al_kv_opts kvo = {kvq, {0}};
+        al_eval_kv_result r;
         if (verbose && !(layer_err = calloc((size_t)m.cfg.num_layers, sizeof(double))))
             failed = cli_fail(cmd, "out of memory");
-        else if (al_decoder_create_q(&dec, &m, T, AL_DT_F32, &kvq, &err) ||
-                 (verbose && al_decoder_track_error(&dec, &err)) ||
-                 eval_decode(&dec, ids, (size_t)n_ids, T, (size_t)max_tokens, &loss, &count, &kv_bytes, &err))
+        else if (al_eval_decode(&m, ids, (size_t)n_ids, T, (size_t)max_tokens, &kvo, layer_err, &r, &err))
             failed = cli_fail(cmd, err.msg);
-        else if (verbose)
-            al_decoder_layer_errors(&dec, layer_err);
-        if (dec.m) al_decoder_free(&dec);
+        else
+            loss = r.loss, count = r.count, kv_bytes = r.kv_bytes_per_token;
     } else if (!failed) {
         if (al_acts_create_infer(&a, &m, (int)batch, T, NULL, 0, &err)) {
             failed = cli_fail(cmd, err.msg);
