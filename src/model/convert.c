@@ -101,19 +101,6 @@ static int find_param(const al_model *m, const char *name, size_t numel) {
     return -1;
 }
 
-/* The window batches of ids: window k is ids[k T, k T + T] (inputs and the
- * next tokens as targets); fills in/tg for windows [k0, k0 + B) (missing
- * windows repeat the last one, their targets -1). */
-static void fill_windows(const int *ids, size_t n_win, int T, size_t k0, int B, int *in, int *tg) {
-    for (int b = 0; b < B; b++) {
-        const size_t k = k0 + b < n_win ? k0 + b : n_win - 1;
-        for (int t = 0; t < T; t++) {
-            in[b * T + t] = ids[k * T + t];
-            if (tg) tg[b * T + t] = k0 + b < n_win ? ids[k * T + t + 1] : -1;
-        }
-    }
-}
-
 /* Every layer's attention input over the calibration windows: X[l] [n, d]
  * (n = windows x T), and cov[l] = X^T X / n [d, d]. */
 static int capture(const al_model *w, const int *ids, size_t n_win, int T, int B, float **X, double **cov, al_err *err) {
@@ -138,7 +125,7 @@ static int capture(const al_model *w, const int *ids, size_t n_win, int T, int B
         if (!(X[l] = malloc(sizeof(float) * n * d)) || !(cov[l] = malloc(sizeof(double) * d * d)))
             rc = al_errf(err, "out of memory for the calibration activations (%zu tokens x %d layers)", n, L);
     for (size_t k0 = 0; k0 < n_win && !rc; k0 += B) {
-        fill_windows(ids, n_win, T, k0, B, in, NULL);
+        al_eval_windows(ids, n_win * T, k0 * T, B, T, in, NULL);
         al_model_forward(w, &a, in, NULL);
         const size_t rows = (k0 + B <= n_win ? (size_t)B : n_win - k0) * T;
         for (int l = 0; l < L; l++)

@@ -183,6 +183,23 @@ double al_lr_at(const al_train_opts *o, int step) {
 
 /* ---- evaluation ---- */
 
+/* B windows of T predictions starting at token `start`: prediction i (i <
+ * n_pred) reads ids[i] and targets ids[i + 1]; past n_pred the inputs are 0
+ * and the targets -1 (ignored). One definition of how eval and the
+ * conversion's calibration cut a token stream into windows. */
+size_t al_eval_windows(const int *ids, size_t n_pred, size_t start, int B, int T, int *in, int *tg) {
+    size_t count = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const size_t i = start + (size_t)b * T + (size_t)t; /* predicts token i+1 from tokens <= i in its window */
+            const int ok = i < n_pred;
+            in[b * T + t] = ok ? ids[i] : 0;
+            if (tg) tg[b * T + t] = ok ? ids[i + 1] : -1;
+            count += (size_t)ok;
+        }
+    return count;
+}
+
 int al_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_tokens, double *loss,
                 size_t *count, al_err *err) {
     const int B = a->B, T = a->T;
@@ -197,16 +214,7 @@ int al_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t 
     }
     double sum = 0;
     for (size_t done = 0; done < n_pred; done += (size_t)B * T) {
-        /* B windows of T predictions starting at token `done` */
-        size_t batch_count = 0;
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                size_t i = done + (size_t)b * T + (size_t)t; /* predicts token i+1 from tokens <= i in its window */
-                int ok = i < n_pred;
-                in[b * T + t] = ok ? ids[i] : 0;
-                tg[b * T + t] = ok ? ids[i + 1] : -1;
-                batch_count += ok;
-            }
+        const size_t batch_count = al_eval_windows(ids, n_pred, done, B, T, in, tg);
         sum += al_model_forward(m, a, in, tg) * (double)batch_count;
     }
     free(in);

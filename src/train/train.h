@@ -143,6 +143,10 @@ int al_eval_bytes(const al_model *m, al_acts *a, const uint8_t *bytes, size_t n,
  * a->B windows per forward pass; *count predictions. */
 int al_eval_ids(const al_model *m, al_acts *a, const int *ids, size_t n, size_t max_tokens, double *loss,
                 size_t *count, al_err *err);
+/* Fills in[B*T] (and tg[B*T] unless NULL) with B windows of T predictions
+ * from token `start` of ids: prediction i < n_pred reads ids[i] and targets
+ * ids[i + 1]; the rest are input 0, target -1. Returns the predictions filled. */
+size_t al_eval_windows(const int *ids, size_t n_pred, size_t start, int B, int T, int *in, int *tg);
 
 /* One batch's forward and backward passes, for al_train_step: forward runs
  * with targets and returns the mean loss; backward fills m->g. */
