@@ -133,7 +133,12 @@ static int capture(const al_model *w, const int *ids, size_t n_win, int T, int B
     }
     for (int l = 0; l < L && !rc; l++) {
         al_sgemm(1, 0, d, d, (int)n, 1.0f / (float)n, X[l], d, X[l], d, 0.0f, tmp, d);
-        for (size_t i = 0; i < (size_t)d * d; i++) cov[l][i] = tmp[i];
+        /* symmetrised: sgemm's X^T X is not exactly symmetric, and an asymmetric cov lets M cov M^T leak
+         * outside M's column space (an MLA latent of M's full rank then missed exactness by ~1e-4:
+         * tests/ref/test_convert_ref.py) */
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++)
+                cov[l][(size_t)i * d + j] = 0.5 * ((double)tmp[(size_t)i * d + j] + tmp[(size_t)j * d + i]);
     }
     al_acts_free(&a);
     free(in);
