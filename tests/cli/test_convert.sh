@@ -43,7 +43,8 @@ more_commands() {
     check_ok
     check_py "decode == forward" 'import json,sys
 j=json.load(open(sys.argv[1]))
-assert j["path"] == "decode" and abs(j["loss"] - float(sys.argv[2])) < 1e-4, (j["loss"], sys.argv[2])' "$OUTF" "$forward"
+assert j["path"] == "decode" and abs(j["loss"] - float(sys.argv[2])) < 1e-4, (j["loss"], sys.argv[2])' \
+        "$OUTF" "$forward"
     run compare --model "$2" --model "$1" --text "$DATA" --max-tokens 30 --out "$1-cmp.png"
     check_ok
     check_exists "$1-cmp.png"
@@ -132,8 +133,9 @@ for names in (sys.argv[1:4], sys.argv[4:7]):
         assert b[0] <= a[0] and b[1] < a[1], (names, e)
     # the output error and the loss over the whole range only: MLA output errors were seen flat from d_c 16 to 32
     # (0.740, 0.742; the shared k_pe and the dropped rotation dominate there), though its map errors fall
-    assert e[-1][2] < e[0][2] and e[-1][3] < e[0][3], (names, e)' "$WORK/lrkv4/convert.json" "$WORK/lrkv8/convert.json" \
-    "$WORK/lrkv16/convert.json" "$WORK/mla_c8/convert.json" "$WORK/mla_c16/convert.json" "$WORK/mla_c32/convert.json"
+    assert e[-1][2] < e[0][2] and e[-1][3] < e[0][3], (names, e)' \
+    "$WORK/lrkv4/convert.json" "$WORK/lrkv8/convert.json" "$WORK/lrkv16/convert.json" \
+    "$WORK/mla_c8/convert.json" "$WORK/mla_c16/convert.json" "$WORK/mla_c32/convert.json"
 end
 
 begin "mla right after conversion: far below a random MLA of its shape"

@@ -86,6 +86,7 @@ CONVERSIONS = [
 
 
 def head_dim(cfg):
+    """d_h of a config (head_dim, else hidden / heads)."""
     return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
@@ -116,6 +117,7 @@ def attention_of(cfg):
 
 
 def tensors(weights):
+    """{name: float64 numpy} -> {name: float64 torch}"""
     return {k: torch.tensor(v, dtype=torch.float64) for k, v in weights.items()}
 
 
@@ -133,6 +135,7 @@ def forward(cfg, weights, tokens, record=None):
 
 
 def make_source(spec, rng, workdir):
+    """A random attnlab MHA/GQA model directory (F32): (path, config, weights)."""
     name, d, f, L, H, G, dh, theta = spec
     kind = R.attention_kind(H, G)
     cfg = harness.stack_config("LlamaForCausalLM", "llama", d, f, L, H, G, False, theta,
@@ -244,6 +247,7 @@ def lrkv_pair(i, dh, r):
 
 
 def mla_max_stride(dh, dr):
+    """The largest stride s whose d_r/2 pairs s i fit in the source's d_h/2."""
     return (dh // 2 - 1) // (dr // 2 - 1) if dr // 2 > 1 else 1
 
 
@@ -304,10 +308,13 @@ def close(chk, name, got, ref, tol=ERR_TOL):
 
 
 def check_fact(chk, name, ok, msg):
+    """One PASS/FAIL line for a condition, with msg either way."""
     (chk.ok if ok else chk.fail)(name, msg)
 
 
 def check_gqa(chk, tag, scfg, W, dcfg, D, rep, _cal):
+    """GQA/MQA: mean-pooled K/V heads, copied q/o, the map errors. Returns
+    the cache values per token (2 G d_h)."""
     H, dh = scfg["num_attention_heads"], head_dim(scfg)
     G2 = dcfg["num_key_value_heads"]
     per = H // G2
@@ -328,6 +335,9 @@ def check_gqa(chk, tag, scfg, W, dcfg, D, rep, _cal):
 
 
 def check_lrkv(chk, tag, scfg, W, dcfg, D, rep, cal):
+    """LRKV: shared means, the key pair blocks and residuals, the weighted
+    value fit, copied q/o, the map errors. Returns the cache values per token
+    (2 (d_h + H r))."""
     H, dh, d = scfg["num_attention_heads"], head_dim(scfg), scfg["hidden_size"]
     r = dcfg["attnlab"]["lrkv_rank"]
     for l in range(scfg["num_hidden_layers"]):
@@ -362,7 +372,10 @@ def check_lrkv(chk, tag, scfg, W, dcfg, D, rep, cal):
 
 
 def check_mla(chk, tag, scfg, W, dcfg, D, rep, cal):
-    H, dh, d = scfg["num_attention_heads"], head_dim(scfg), scfg["hidden_size"]
+    """MLA: the shape, the RoPE stride by its criterion, reordered q_proj,
+    shared k_pe, the joint weighted fit, the norm gain, the map errors.
+    Returns the cache values per token (d_c + d_r)."""
+    H, dh = scfg["num_attention_heads"], head_dim(scfg)
     dr, dc = dcfg["qk_rope_head_dim"], dcfg["kv_lora_rank"]
     dn, dv = dh - dr, dh
     check_fact(chk, tag + "/shape", (dcfg["qk_nope_head_dim"], dcfg["v_head_dim"], dcfg.get("q_lora_rank") or 0)
@@ -441,6 +454,8 @@ def check_common(chk, tag, scfg, W, dcfg, D, rep, cal, kv_target, rng, exe):
 
 
 def convert(chk, attnlab, src, dst, target, flags, data_path):
+    """`attnlab convert` src -> dst: (config, {name: weights}, convert.json with
+    "_dir"), or None after a FAIL line."""
     cmd = [attnlab, "convert", "--model", src, "--to", target, "--out", dst, "--calibration", data_path,
            "--context", str(T), "--calibration-tokens", str(CALIB_TOKENS), "--heldout-tokens", str(HELDOUT_TOKENS)]
     if os.path.exists(dst):
@@ -470,6 +485,7 @@ def make_text(rng, n):
 
 
 def main_checks(args):
+    """Every conversion of CONVERSIONS against the reference."""
     chk = harness.Checker(60)
     rng = np.random.default_rng(SEED)
     if not harness.cli_available(args.attnlab, "convert"):
@@ -504,6 +520,7 @@ def main_checks(args):
 
 
 def self_test(_workdir):
+    """The reference's own claims, without binaries."""
     chk = harness.Checker(60)
     rng = np.random.default_rng(SEED)
     m, d, n = 10, 14, 200
