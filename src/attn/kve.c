@@ -102,7 +102,9 @@ static int protected_pos(const al_kve *e, int p, int t, int k) {
 void al_kve_seek(al_kve *e, int n) {
     al_kve_reset(e);
     e->seen = n;
-    const int k = e->o.method == AL_KVE_NONE || e->o.method == AL_KVE_SNAPKV ? n : al_kve_keep(e->budget, n);
+    int k = e->o.method == AL_KVE_NONE ? n : al_kve_keep(e->budget, n);
+    if (e->o.method == AL_KVE_SNAPKV) /* keep(prompt) of the prompt and all after it */
+        k = n < e->o.prompt ? n : al_kve_keep(e->budget, e->o.prompt) + n - e->o.prompt;
     const int s = e->o.sinks < k - 1 ? e->o.sinks : k - 1;
     for (int p = 0; p < n; p++) /* the sinks and the newest: what window keeps */
         if (p < s || p >= n - (k - s)) e->pos[e->n] = p, e->mass[e->n++] = 0.0f;

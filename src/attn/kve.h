@@ -106,8 +106,9 @@ int al_kve_create(al_kve *e, const al_kve_opts *o, int l, int L, int capacity, s
 void al_kve_free(al_kve *e);
 /* Empty (no positions seen). */
 void al_kve_reset(al_kve *e);
-/* Positions [0, n) have been seen and slot i holds what the policy would
- * keep of them with no mass (benchmarks: the cache contents are random). */
+/* Positions [0, n) have been seen and the slots hold as many as the
+ * policy keeps of them: the sinks and the newest (benchmarks: the cache
+ * contents are random; SnapKV past its prompt: keep(prompt) + n - prompt). */
 void al_kve_seek(al_kve *e, int n);
 /* The layer budget factor (1 uniform; pyramid: 1.5 - l / (L - 1)). */
 double al_kve_layer_factor(int layer_budget, int l, int L);
