@@ -203,7 +203,7 @@ static void evict_after(const al_attn_shape *s, al_kve *e, al_kv c, int n, int n
             }
         }
     }
-    al_kve_evict(e, c.data, al_dtype_size(c.dt));
+    al_kve_evict(e, &c);
 }
 
 /* q[H, dk + dk2] (head h's query at q + h*(dk + dk2)), keys/values of
@@ -332,5 +332,5 @@ void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_
             for (int i = 0; i < ne; i++) o[(size_t)h * (dv + dv2) + e0 + i] = (float)acc[i];
         }
     }
-    if (ev) al_kve_evict(ev, v->cache.data, al_dtype_size(v->cache.dt));
+    if (ev) al_kve_evict(ev, &v->cache);
 }

@@ -121,9 +121,21 @@ int al_kve_slot(al_kve *e, int p) {
     return e->cur_slot;
 }
 
-/* Removes the slots marked in victim[] (1), recording their positions in
- * gone[]: the held slots stay [0, n) by moving the last kept slot's row,
- * position and mass into each victim's slot. */
+/* The slot holding the position last stored (-1: it went; the next store
+ * then starts afresh), after slots moved. */
+static void find_current(al_kve *e) {
+    e->cur_slot = -1;
+    for (int i = 0; i < e->n; i++)
+        if (e->pos[i] == e->cur_pos) e->cur_slot = i;
+    if (e->cur_slot < 0) e->cur_pos = -1;
+}
+
+/* Slot i's position and mass move to slot k. */
+static void move_slot(al_kve *e, int i, int k) { e->pos[k] = e->pos[i], e->mass[k] = e->mass[i]; }
+
+/* Removes the slots marked in victim[] (1) of a plain cache, recording
+ * their positions in gone[]: the held slots stay [0, n) by moving the last
+ * kept slot's row, position and mass into each victim's slot. */
 static void remove_marked(al_kve *e, int *victim, char *data, size_t esz) {
     const size_t rb = e->row * esz;
     e->n_gone = 0;
@@ -135,14 +147,70 @@ static void remove_marked(al_kve *e, int *victim, char *data, size_t esz) {
         while (hi >= lo && victim[hi]) hi--;
         if (lo >= hi) break;
         memcpy(data + (size_t)lo * rb, data + (size_t)hi * rb, rb);
-        e->pos[lo] = e->pos[hi], e->mass[lo] = e->mass[hi];
+        move_slot(e, hi, lo);
         victim[lo] = 0, victim[hi] = 1;
     }
     e->n -= e->n_gone;
-    e->cur_slot = -1;
-    for (int i = 0; i < e->n; i++)
-        if (e->pos[i] == e->cur_pos) e->cur_slot = i;
-    if (e->cur_slot < 0) e->cur_pos = -1; /* the newest went (a tiny budget): the next store starts afresh */
+    find_current(e);
+}
+
+void al_kve_put_quantised(al_kvq *q, int j, const float *x) {
+    const int b = q->bits, levels = (1 << b) - 1;
+    const size_t blk = (size_t)(j / q->group);
+    uint8_t *row = q->codes + (size_t)j * q->code_row;
+    memset(row, 0, q->code_row);
+    for (int ci = 0; ci < q->ncell; ci++) {
+        const al_kvq_cell *c = &q->cells[ci];
+        if (c->kind == AL_KV_SEG_KEY) {
+            for (int e = 0; e < c->w; e++) {
+                const uint16_t *sz = q->kscale + 2 * (blk * q->nkey + c->sidx + e);
+                const float sc = al_f16_to_f32(sz[0]), z = al_f16_to_f32(sz[1]);
+                long code = sc > 0 ? lrintf((x[c->col + e] - z) / sc) : 0;
+                code = code < 0 ? 0 : code > levels ? levels : code;
+                row[c->byte + e % c->L] |= (uint8_t)(code << ((e / c->L) * b));
+            }
+        } else {
+            al_kvq_quantise(x + c->col, 1, c->w, b, q->u8, q->vscale + 2 * ((size_t)j * q->nvcell + c->sidx));
+            al_kvq_pack(q->u8, c->w, b, row + c->byte);
+        }
+    }
+}
+
+/* Removes the slots marked in victim[] of a quantised cache (kve.h's
+ * header: the residual keeps its order; a quantised victim takes the oldest
+ * residual row, or stays while the residual is empty). */
+static void remove_marked_quantised(al_kve *e, int *victim, al_kvq *q) {
+    const int qn = q->qn;
+    const size_t esz = al_dtype_size(q->dt), rb = e->row * esz;
+    char *res = q->res;
+    e->n_gone = 0;
+    int w = qn;
+    for (int i = qn; i < e->n; i++) { /* residual victims: the younger rows move down, in order */
+        if (victim[i]) {
+            e->gone[e->n_gone++] = e->pos[i];
+            continue;
+        }
+        if (w != i) memcpy(res + (size_t)(w - qn) * rb, res + (size_t)(i - qn) * rb, rb), move_slot(e, i, w);
+        w++;
+    }
+    e->n = w;
+    for (int v = 0; v < qn; v++) {
+        if (!victim[v] || e->n == qn) continue;
+        e->gone[e->n_gone++] = e->pos[v];
+        for (size_t c = 0; c < e->row; c++) q->tmp[c] = al_kvq_get(q, qn, c);
+        al_kve_put_quantised(q, v, q->tmp);
+        move_slot(e, qn, v);
+        memmove(res, res + rb, (size_t)(e->n - qn - 1) * rb);
+        for (int i = qn + 1; i < e->n; i++) move_slot(e, i, i - 1);
+        e->n--;
+    }
+    find_current(e);
+}
+
+/* Removes the marked victims of the layer's cache c, plain or quantised. */
+static void remove_victims(al_kve *e, int *victim, const al_kv *c) {
+    if (c->q) remove_marked_quantised(e, victim, c->q);
+    else remove_marked(e, victim, c->data, al_dtype_size(c->dt));
 }
 
 /* qsort context: scores by slot (candidates sorted by score descending, then position ascending) */
@@ -173,7 +241,7 @@ static void keep_best(al_kve *e, int *cand, int n_cand, int keep, const float *s
 
 /* SnapKV at the prompt's end: pooled votes of the observation window
  * (mass), sinks and the window kept (kve.h). */
-static void evict_snapkv(al_kve *e, void *data, size_t esz) {
+static void evict_snapkv(al_kve *e, const al_kv *c) {
     const int P = e->o.prompt, k = al_kve_keep(e->budget, P);
     if (e->seen != P || e->cur_pos != P - 1 || e->n <= k) return;
     const int s = e->o.sinks < k - 1 ? e->o.sinks : k - 1, w0 = al_kve_snap_window(P);
@@ -195,14 +263,14 @@ static void evict_snapkv(al_kve *e, void *data, size_t esz) {
         if (e->pos[i] >= s && e->pos[i] < lim) cand[nc++] = i;
     }
     keep_best(e, cand, nc, k - s - w, pooled, victim);
-    remove_marked(e, victim, data, esz);
+    remove_victims(e, victim, c);
 }
 
-void al_kve_evict(al_kve *e, void *data, size_t esz) {
+void al_kve_evict(al_kve *e, const al_kv *c) {
     e->n_gone = 0;
     if (e->o.method == AL_KVE_NONE) return;
     if (e->o.method == AL_KVE_SNAPKV) {
-        evict_snapkv(e, data, esz);
+        evict_snapkv(e, c);
         return;
     }
     const int t = e->seen, k = al_kve_keep(e->budget, t);
@@ -219,7 +287,7 @@ void al_kve_evict(al_kve *e, void *data, size_t esz) {
         score = e->work;
     }
     keep_best(e, cand, nc, nc - (e->n - k), score, victim);
-    remove_marked(e, victim, data, esz);
+    remove_victims(e, victim, c);
 }
 
 /* ---- attention mass after a prefill: column sums of a head's weights ---- */

@@ -17,7 +17,18 @@
  * the policy's victims by moving the last slot's row into each victim's
  * slot (so the held slots stay [0, n), and a design never knows). After a
  * prefill (al_decoder_prefill) the mass comes from the forward's queries
- * and keys (al_kve_prefill_mass, a tiled column sum, never T x T).
+ * and keys (al_kve_colsum, a row-tiled column sum, never T x T).
+ *
+ * With a quantised cache (al_kv.q, kvq.h: slots [0, qn) quantised, the
+ * residual slots [qn, n) exact, in order of age) victims go differently,
+ * so that the residual keeps the newest positions and blocks keep their
+ * key scales: a victim in the residual is removed by moving the younger
+ * residual rows down one (order kept); a victim in the quantised region
+ * is overwritten by the oldest residual row (the next to age out anyway),
+ * quantised with that block's key scales (clamped) and its own value
+ * scales, and the residual moves down one. If the residual is empty, a
+ * quantised victim stays until a row arrives (the cache then holds more
+ * than its budget for a step; the bytes held count it).
  *
  * Budgets: keep(t) positions after t have been seen: a fraction b of t
  * (ceil, at least 1), or a count min(b, t); a layer's b is the budget
@@ -116,10 +127,16 @@ double al_kve_layer_factor(int layer_budget, int l, int L);
 int al_kve_keep(double b, int t);
 /* The slot position p's values go to (a new position: the next free slot). */
 int al_kve_slot(al_kve *e, int p);
-/* Applies the policy after a step (or a prefill): removes victims, moving
- * rows of `esz`-byte values in the layer's cache `data`; records them in
- * gone[]. */
-void al_kve_evict(al_kve *e, void *data, size_t esz);
+/* Applies the policy after a step (or a prefill) to the layer's cache c:
+ * removes the victims (plain cache: the last slot's row moves into each
+ * victim's; quantised: see "With a quantised cache" above) and records
+ * them in gone[]. */
+struct al_kv;
+void al_kve_evict(al_kve *e, const struct al_kv *c);
+/* Writes x[row] into quantised slot j (< q->qn): key channels with the
+ * scales of j's block, rounded and clamped to the codes; value cells with
+ * their own new scales (as a flush would). */
+void al_kve_put_quantised(struct al_kvq *q, int j, const float *x);
 /* The observation window of SnapKV for a prompt of p tokens. */
 int al_kve_snap_window(int prompt);
 /* Whether this step's decode adds to mass: h2o always; snapkv for the

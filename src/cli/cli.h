@@ -127,8 +127,8 @@ int cli_kvq_resolve(const char *cmd, const cli_kvq_flags *f, const struct al_mod
  * --kv-layer-budget uniform|pyramid. cli_kve_args appends their rows
  * (returns CLI_KVE_ARGS); cli_kve_given: whether any was given;
  * cli_kve_resolve checks them for a window of T positions (al_kve_check's
- * rules, an unknown name) as usage errors (printed, CLI_USAGE), and refuses
- * them with a quantised cache (not implemented). */
+ * rules, an unknown name) as usage errors (printed, CLI_USAGE); q (the
+ * quantisation asked for, composing with eviction) is not checked here. */
 typedef struct cli_kve_flags {
     const char *evict, *layer_budget;
     double budget;

@@ -83,9 +83,7 @@ int cli_kve_resolve(const char *cmd, const cli_kve_flags *f, const al_kvq_opts *
     *out = (al_kve_opts){(al_kve_method)method, f->budget, sinks, (int)f->prompt,
                          strcmp(f->layer_budget, "pyramid") ? AL_KVE_UNIFORM : AL_KVE_PYRAMID};
     al_err err;
+    (void)q;
     if (al_kve_check(out, T, &err)) return cli_usage(cmd, "%s", err.msg);
-    if (method != AL_KVE_NONE && q && q->kind != AL_KVQ_NONE)
-        return cli_usage(cmd, "--kv-evict %s with --kv-quant %s: eviction of a quantised cache is not implemented",
-                         f->evict, al_kvq_name(q->kind));
     return 0;
 }

@@ -777,7 +777,7 @@ const float *al_acts_saved(const al_acts *a, int layer) {
 
 /* Layer l's part of a decoder's cache. */
 static al_kv decoder_layer(const al_decoder *dec, int l) {
-    if (dec->kvq) return (al_kv){dec->kvq[l].res, dec->cache_dt, &dec->kvq[l], NULL};
+    if (dec->kvq) return (al_kv){dec->kvq[l].res, dec->cache_dt, &dec->kvq[l], dec->kve ? &dec->kve[l] : NULL};
     const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
     return (al_kv){(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt, NULL,
                    dec->kve ? &dec->kve[l] : NULL};
@@ -1093,10 +1093,7 @@ int al_decoder_create_opts(al_decoder *dec, const al_model *m, int capacity, al_
                            al_err *err) {
     if (!o || o->e.method == AL_KVE_NONE) return al_decoder_create_q(dec, m, capacity, cache_dt, o ? &o->q : NULL, err);
     if (al_kve_check(&o->e, capacity, err)) return -1;
-    if (o->q.kind != AL_KVQ_NONE)
-        return al_errf(err, "--kv-evict %s with --kv-quant %s: eviction of a quantised cache is not implemented",
-                       al_kve_name(o->e.method), al_kvq_name(o->q.kind));
-    if (al_decoder_create_kv(dec, m, capacity, cache_dt, err)) return -1;
+    if (al_decoder_create_q(dec, m, capacity, cache_dt, &o->q, err)) return -1;
     const int L = m->cfg.num_layers;
     if (!(dec->kve = calloc((size_t)L, sizeof(al_kve)))) {
         al_decoder_free(dec);
@@ -1188,6 +1185,10 @@ void al_decoder_seek(al_decoder *dec, int pos) {
         if (pos) al_kve_seek(&dec->kve[l], pos);
         else al_kve_reset(&dec->kve[l]);
     }
+    if (dec->kve && dec->kvq) { /* the quantised split of the positions held */
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) al_kvq_seek(&dec->kvq[l], dec->kve[l].n);
+        return;
+    }
     for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_seek(&dec->kvq[l], pos);
 }
 
@@ -1200,6 +1201,11 @@ double al_decoder_kv_bytes_per_token(const al_decoder *dec) {
 }
 
 double al_decoder_kv_held_bytes(const al_decoder *dec) {
+    if (dec->kve && dec->kvq) { /* the positions each layer holds, quantised or in the residual */
+        double b = 0;
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) b += al_kvq_held_bytes(&dec->kvq[l], dec->kve[l].n);
+        return b;
+    }
     if (dec->kve) { /* the positions each layer holds */
         double b = 0;
         for (int l = 0; l < dec->m->cfg.num_layers; l++) b += (double)dec->kve[l].n;
@@ -1269,7 +1275,7 @@ int al_decoder_prefill(al_decoder *dec, const int *tokens, int n, float *logits,
     al_model_forward(m, &a, tokens, NULL); /* stops after the blocks: these activations have no logits */
     for (int l = 0; dec->kve && l < c->num_layers; l++) { /* the policies act on the whole prompt */
         al_kv kv = decoder_layer(dec, l);
-        al_kve_evict(&dec->kve[l], kv.data, al_dtype_size(dec->cache_dt));
+        al_kve_evict(&dec->kve[l], &kv);
     }
     float *xn = dec->scratch + d, rstd;
     const float *last = a.x_in + xslot(&a, c->num_layers) * (size_t)n * d + (size_t)(n - 1) * d;

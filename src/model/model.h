@@ -289,9 +289,9 @@ int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dty
  * as al_decoder_create_q, and with o->e.method other than none an eviction
  * state per layer (kve.h; budgets per layer from o->e.layer_budget). The
  * cache keeps its capacity (a prompt is held whole until a policy acts);
- * al_decoder_kv_held_bytes counts the positions held. Options al_kve_check
- * refuses, and eviction of a quantised cache (not implemented), fail with
- * one line in err. */
+ * al_decoder_kv_held_bytes counts the positions held (quantised: the
+ * closed form of the quantised ones plus the residual's). Options
+ * al_kve_check or al_decoder_create_q refuse fail with one line in err. */
 int al_decoder_create_opts(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kv_opts *o,
                            al_err *err);
 /* With track_error on an evicting decoder: per layer the mean over steps of

@@ -76,6 +76,24 @@ check_stdout "recall of attention mass by the kept keys, per layer .*: 0\.[0-9]+
 check_stdout "decoded token by token \(KV cache none, evicted window at budget 0.5 with 4 sinks"
 end
 
+begin "eval --kv-evict h2o --kv-quant int2 (MiniKV): fewer bytes than either alone, every design"
+for d in mha gqa mqa mla lrkv; do
+    run eval --model "$WORK/$d" $EV --kv-evict h2o --kv-budget 0.5 --kv-quant int2 --kv-group 4 --kv-residual 2
+    check_ok
+    cp "$OUTF" "$WORK/$d.minikv"
+    run eval --model "$WORK/$d" $EV --kv-quant int2 --kv-group 4 --kv-residual 2
+    check_ok
+    check_py "bad h2o + int2 JSON ($d)" '
+import json, sys
+w = sys.argv[1]
+p, h, mk, q = (json.loads(open(f).read()) for f in (w + ".plain", w + ".h2o", w + ".minikv", sys.argv[2]))
+assert mk["kv_evict"] == "h2o" and mk["kv_quant"] == "int2", mk
+assert 0 < mk["kv_bytes_per_token"] < q["kv_bytes_per_token"] and mk["kv_bytes_per_token"] < 0.5 * p["kv_bytes_per_token"], (mk, q)
+assert abs(mk["loss"] - p["loss"]) < 0.25 * p["loss"], (mk, p)
+' "$WORK/$d" "$OUTF"
+done
+end
+
 begin "bench decode --kv-evict h2o: the bytes read count the positions held"
 run bench decode --model "$WORK/mha" --decode-context 64 --tokens 4 --iters 1 --sgemm-n 128 --triad-mb 8 --json
 check_ok
@@ -92,12 +110,33 @@ assert abs(e["kv_bytes_read_per_token"] - 16 / 62.5 * n["kv_bytes_read_per_token
 ' "$WORK/b.none" "$OUTF"
 end
 
+begin "generate --kv-evict: budget 1 = plain text; h2o holds its budget at the end; with int2 too"
+G="--model $WORK/mha --prompt the_cat -n 8 --temperature 0 --threads 2" # 15 of the 16-token context
+run generate $G
+check_ok
+cp "$OUTF" "$WORK/g.plain"
+run generate $G --kv-evict snapkv --kv-budget 1
+check_ok
+cmp -s "$OUTF" "$WORK/g.plain" || note "snapkv at budget 1 generates other text"
+run generate $G --kv-evict window --kv-budget 1
+check_ok
+cmp -s "$OUTF" "$WORK/g.plain" || note "window at budget 1 generates other text"
+run generate $G --kv-evict h2o --kv-budget 8
+check_ok
+# mha: 2 layers x 8 positions x 64 values (4 KV heads of 8, keys and values) x 4 bytes
+check_stderr "KV cache [0-9]+ bytes \(4096 held at the end\)"
+run generate $G --kv-evict h2o --kv-budget 0.5 --kv-quant int2 --kv-group 4 --kv-residual 2
+check_ok
+run generate $G --kv-evict h2o --kv-budget 0
+check_error 2 "--kv-budget must be"
+end
+
 for bad in "--kv-evict lru:--kv-evict must be none, window, h2o or snapkv" "--kv-evict h2o --kv-budget 0:--kv-budget must be" \
     "--kv-evict h2o --kv-budget 1.5:--kv-budget must be" "--kv-evict h2o --kv-budget -2:--kv-budget must be" \
     "--kv-evict window --kv-sinks -1:--kv-sinks must not be negative" \
     "--kv-evict snapkv --kv-prompt 17:--kv-prompt must be in 1..16" \
     "--kv-evict h2o --kv-layer-budget cone:--kv-layer-budget must be uniform or pyramid" \
-    "--kv-evict h2o --kv-quant int2:eviction of a quantised cache is not implemented"; do
+    "--kv-evict h2o --kv-quant int2 --kv-group 3:--kv-group 3 does not divide"; do
     begin "eval ${bad%%:*}: usage error"
     # shellcheck disable=SC2086
     run eval --model "$WORK/mha" --data "$WORK/text.txt" ${bad%%:*}

@@ -68,7 +68,8 @@ static int by_key(const void *a, const void *b) {
 static void ref_policy(const al_kve_opts *o, int t, char *held, const double *mass) {
     int n = 0, cand[4096], nc = 0;
     double key[4096];
-    for (int p = 0; p < t; p++) n += held[p];
+    for (int p = 0; p < t; p++)
+        n += held[p];
     if (o->method == AL_KVE_WINDOW || o->method == AL_KVE_H2O) {
         const int k = ref_keep(o->budget, t);
         if (n <= k) return;
@@ -80,7 +81,8 @@ static void ref_policy(const al_kve_opts *o, int t, char *held, const double *ma
         }
         cmp_key = key, cmp_desc_pos = 1;
         qsort(cand, (size_t)nc, sizeof(int), by_key);
-        for (int c = 0; c < n - k; c++) held[cand[c]] = 0;
+        for (int c = 0; c < n - k; c++)
+            held[cand[c]] = 0;
     } else if (o->method == AL_KVE_SNAPKV && t == o->prompt) {
         const int P = t, k = ref_keep(o->budget, P);
         if (n <= k) return;
@@ -94,7 +96,8 @@ static void ref_policy(const al_kve_opts *o, int t, char *held, const double *ma
         }
         cmp_key = key, cmp_desc_pos = 1; /* ascending pooled vote, ties the newer first: the rest is kept */
         qsort(cand, (size_t)nc, sizeof(int), by_key);
-        for (int c = 0; c < nc - (k - s - w); c++) held[cand[c]] = 0;
+        for (int c = 0; c < nc - (k - s - w); c++)
+            held[cand[c]] = 0;
     }
 }
 
@@ -136,8 +139,10 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
     *sets_differ = 0;
     for (int t = 0; t < N; t++) {
         float *row = rows + (size_t)t * v.row;
-        for (size_t i = 0; i < v.row; i++) row[i] = frand(&rng);
-        for (int i = 0; i < H * dq; i++) q[i] = 2.5f * frand(&rng);
+        for (size_t i = 0; i < v.row; i++)
+            row[i] = frand(&rng);
+        for (int i = 0; i < H * dq; i++)
+            q[i] = 2.5f * frand(&rng);
         al_kv_store(v.cache, (size_t)t * v.row, row, v.row);
         al_attn_decode(&s, q, &v, t + 1, out, work);
         held[t] = 1;
@@ -150,8 +155,10 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
                 if (!held[j]) continue;
                 const float *kr = rows + (size_t)j * v.row;
                 double a = 0;
-                for (int c = 0; c < dk; c++) a += (double)qh[c] * kr[v.k_off + (size_t)g * v.k_group + c];
-                for (int c = 0; c < v.dk2; c++) a += (double)qh[dk + c] * kr[v.k2_off + (size_t)h * v.dk2 + c];
+                for (int c = 0; c < dk; c++)
+                    a += (double)qh[c] * kr[v.k_off + (size_t)g * v.k_group + c];
+                for (int c = 0; c < v.dk2; c++)
+                    a += (double)qh[dk + c] * kr[v.k2_off + (size_t)h * v.dk2 + c];
                 w[j] = (float)(a * s.scale);
                 mx = w[j] > mx ? w[j] : mx;
             }
@@ -173,7 +180,8 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
                     if (!held[j]) continue;
                     const float *vr = rows + (size_t)j * v.row;
                     const double p = score == AL_SCORE_SOFTMAX ? w[j] / sum : w[j];
-                    acc += p * (c < dv ? vr[v.v_off + (size_t)g * v.v_group + c] : vr[v.v2_off + (size_t)h * v.dv2 + c - dv]);
+                    acc += p * (c < dv ? vr[v.v_off + (size_t)g * v.v_group + c]
+                                       : vr[v.v2_off + (size_t)h * v.dv2 + c - dv]);
                 }
                 diff += (acc - out[h * dov + c]) * (acc - out[h * dov + c]);
                 onorm += acc * acc;
@@ -185,7 +193,8 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
         }
         ref_policy(o, t + 1, held, mass);
         memset(got, 0, (size_t)N);
-        for (int i = 0; i < e.n; i++) got[e.pos[i]] = 1;
+        for (int i = 0; i < e.n; i++)
+            got[e.pos[i]] = 1;
         *sets_differ += memcmp(got, held, (size_t)t + 1) != 0;
         /* the rows held are the rows stored for those positions */
         for (int i = 0; i < e.n; i++)
@@ -202,8 +211,8 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
 static void test_policies(void) {
     static const char *const lname[] = {"kv", "mla", "lrkv"};
     const al_kve_opts cases[] = {
-        {AL_KVE_WINDOW, 0.5, 4, 0, 0}, {AL_KVE_WINDOW, 12, 0, 0, 0},  {AL_KVE_H2O, 0.5, 4, 0, 0},
-        {AL_KVE_H2O, 0.3, 0, 0, 0},    {AL_KVE_H2O, 16, 4, 0, 0},     {AL_KVE_SNAPKV, 0.4, 0, 40, 0},
+        {AL_KVE_WINDOW, 0.5, 4, 0, 0}, {AL_KVE_WINDOW, 12, 0, 0, 0},    {AL_KVE_H2O, 0.5, 4, 0, 0},
+        {AL_KVE_H2O, 0.3, 0, 0, 0},    {AL_KVE_H2O, 16, 4, 0, 0},       {AL_KVE_SNAPKV, 0.4, 0, 40, 0},
         {AL_KVE_SNAPKV, 9, 2, 30, 0},  {AL_KVE_SNAPKV, 0.25, 4, 61, 0},
     };
     for (int layout = 0; layout < 3; layout++)
@@ -211,17 +220,20 @@ static void test_policies(void) {
             for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
                 int differ;
                 const double e = run_stream(layout, (al_score_kind)sc, &cases[ci], 67, &differ);
-                CHECK_MSG(e < 1e-4 && differ == 0, "%s score %d %s budget %g sinks %d: output error %.3g, %d steps hold "
-                          "other positions than the reference", lname[layout], sc, al_kve_name(cases[ci].method),
-                          cases[ci].budget, cases[ci].sinks, e, differ);
+                CHECK_MSG(e < 1e-4 && differ == 0,
+                          "%s score %d %s budget %g sinks %d: output error %.3g, %d steps hold "
+                          "other positions than the reference",
+                          lname[layout], sc, al_kve_name(cases[ci].method), cases[ci].budget, cases[ci].sinks, e,
+                          differ);
             }
     /* more than one decode chunk (256 positions) held */
-    const al_kve_opts big[] = {{AL_KVE_H2O, 300, 4, 0, 0}, {AL_KVE_WINDOW, 0.9, 4, 0, 0}, {AL_KVE_SNAPKV, 0.8, 0, 400, 0}};
+    const al_kve_opts big[] = {
+        {AL_KVE_H2O, 300, 4, 0, 0}, {AL_KVE_WINDOW, 0.9, 4, 0, 0}, {AL_KVE_SNAPKV, 0.8, 0, 400, 0}};
     for (size_t ci = 0; ci < 3; ci++) {
         int differ;
         const double e = run_stream(LAYOUT_KV, AL_SCORE_SOFTMAX, &big[ci], 420, &differ);
-        CHECK_MSG(e < 1e-4 && differ == 0, "420 steps %s: output error %.3g, %d steps differ", al_kve_name(big[ci].method),
-                  e, differ);
+        CHECK_MSG(e < 1e-4 && differ == 0, "420 steps %s: output error %.3g, %d steps differ",
+                  al_kve_name(big[ci].method), e, differ);
     }
 }
 
@@ -255,85 +267,100 @@ static int same_held(const al_decoder *a, const al_decoder *b) {
         const al_kve *x = &a->kve[l], *y = &b->kve[l];
         if (x->n != y->n) return 0;
         char seen[256] = {0};
-        for (int i = 0; i < x->n; i++) seen[x->pos[i]] = 1;
+        for (int i = 0; i < x->n; i++)
+            seen[x->pos[i]] = 1;
         for (int i = 0; i < y->n; i++)
             if (!seen[y->pos[i]]) return 0;
     }
     return 1;
 }
 
-static void test_models(void) {
-    enum { T = 50 };
-    int tok[T];
+/* One case on one model: m (design and score function sc), tok[T], two
+ * logit buffers [T][vocab] */
+typedef void (*model_case)(const al_model *m, int sc, const int *tok, int T, float *a, float *b);
+
+/* Runs f on a small model of every design and score function, T random tokens from seed. */
+static void each_model(uint64_t seed, int T, model_case f) {
+    int tok[64];
     al_rng rng;
-    al_rng_seed(&rng, 21);
+    al_rng_seed(&rng, seed);
     tu_random_tokens(tok, T, &rng);
     for (int design = 0; design < AL_ATTN_COUNT; design++)
         for (int sc = 0; sc < AL_SCORE_COUNT; sc++) {
             al_config c = design_config(design, (al_score_kind)sc);
             al_model m;
-            if (tu_make_model(&m, &c, 5 + (uint64_t)design, TU_GAINS_ONE)) {
+            if (tu_make_model(&m, &c, seed + (uint64_t)design, TU_GAINS_ONE)) {
                 CHECK(0);
                 continue;
             }
-            const size_t V = (size_t)c.vocab_size;
-            float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
-            al_err err;
-            const char *dn = al_attn_name(design);
-            al_decoder plain, dec, ref;
-            CHECK(al_decoder_create(&plain, &m, T, &err) == 0 && decode_all(&plain, tok, T, b, &err) == 0);
-            for (int method = AL_KVE_WINDOW; method < AL_KVE_COUNT; method++) {
-                /* budget 1: every position kept, the uncompressed decode bit for bit */
-                const al_kv_opts one = {{0}, {(al_kve_method)method, 1.0, 4, 20, AL_KVE_UNIFORM}};
-                CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &one, &err) == 0);
-                CHECK(decode_all(&dec, tok, T, a, &err) == 0);
-                CHECK_MSG(memcmp(a, b, sizeof(float) * T * V) == 0, "%s score %d %s budget 1 differs", dn, sc,
-                          al_kve_name(method));
-                CHECK(al_decoder_kv_held_bytes(&dec) == al_decoder_kv_held_bytes(&plain));
-                al_decoder_free(&dec);
-                /* a real budget: the kernels evict as the decode reference does */
-                const al_kv_opts half = {{0}, {(al_kve_method)method, 0.4, 2, 30, AL_KVE_PYRAMID}};
-                float *r = malloc(sizeof(float) * T * V);
-                CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &half, &err) == 0);
-                CHECK(al_decoder_create_opts(&ref, &m, T, AL_DT_F32, &half, &err) == 0);
-                CHECK(decode_all(&dec, tok, T, a, &err) == 0);
-                al_attn_test_decode_ref(1);
-                CHECK(decode_all(&ref, tok, T, r, &err) == 0);
-                al_attn_test_decode_ref(0);
-                const double e = tu_err_floor(a, r, T * V);
-                CHECK_MSG(e < 2e-3 && same_held(&dec, &ref), "%s score %d %s: kernels vs reference %.3g, same held %d",
-                          dn, sc, al_kve_name(method), e, same_held(&dec, &ref));
-                CHECK_MSG(memcmp(a, b, sizeof(float) * T * V) != 0, "%s score %d %s at 0.4 evicts nothing", dn, sc,
-                          al_kve_name(method));
-                al_decoder_free(&ref);
-                /* prefill of the prompt then decode: window (at a count budget: a fraction's sinks grow
-                 * with it) and snapkv keep what token by token keeps */
-                if (method != AL_KVE_H2O) {
-                    const int P = 30;
-                    const al_kv_opts pre = {{0}, {(al_kve_method)method, method == AL_KVE_WINDOW ? 12 : 0.4, 2, 30,
-                                                  AL_KVE_PYRAMID}};
-                    al_decoder_free(&dec);
-                    CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &pre, &err) == 0);
-                    CHECK(al_decoder_create_opts(&ref, &m, T, AL_DT_F32, &pre, &err) == 0);
-                    CHECK(al_decoder_prefill(&ref, tok, P, r, &err) == 0);
-                    for (int t = 0; t < P; t++) CHECK(al_decoder_step(&dec, tok[t], a, &err) == 0);
-                    CHECK_MSG(same_held(&dec, &ref), "%s score %d %s: prefill holds other positions", dn, sc,
-                              al_kve_name(method));
-                    for (int t = P; t < T; t++) {
-                        CHECK(al_decoder_step(&dec, tok[t], a, &err) == 0 && al_decoder_step(&ref, tok[t], r, &err) == 0);
-                    }
-                    CHECK_MSG(tu_err_floor(a, r, V) < 1e-3 && same_held(&dec, &ref), "%s score %d %s: after prefill %.3g",
-                              dn, sc, al_kve_name(method), tu_err_floor(a, r, V));
-                    al_decoder_free(&ref);
-                }
-                free(r);
-                al_decoder_free(&dec);
-            }
-            al_decoder_free(&plain);
+            float *a = malloc(sizeof(float) * T * c.vocab_size), *b = malloc(sizeof(float) * T * c.vocab_size);
+            f(&m, sc, tok, T, a, b);
             free(a), free(b);
             al_model_free(&m);
         }
 }
+
+/* budget 1 = uncompressed; kernels = reference; prefill = token by token */
+static void model_case_plain(const al_model *mp, int sc, const int *tok, int T, float *a, float *b) {
+    const al_model m = *mp;
+    const al_config c = m.cfg;
+    const size_t V = (size_t)c.vocab_size;
+    al_err err;
+    const char *dn = al_attn_name(c.attention);
+    al_decoder plain, dec, ref;
+    CHECK(al_decoder_create(&plain, &m, T, &err) == 0 && decode_all(&plain, tok, T, b, &err) == 0);
+    for (int method = AL_KVE_WINDOW; method < AL_KVE_COUNT; method++) {
+        /* budget 1: every position kept, the uncompressed decode bit for bit */
+        const al_kv_opts one = {{0}, {(al_kve_method)method, 1.0, 4, 20, AL_KVE_UNIFORM}};
+        CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &one, &err) == 0);
+        CHECK(decode_all(&dec, tok, T, a, &err) == 0);
+        CHECK_MSG(memcmp(a, b, sizeof(float) * T * V) == 0, "%s score %d %s budget 1 differs", dn, sc,
+                  al_kve_name(method));
+        CHECK(al_decoder_kv_held_bytes(&dec) == al_decoder_kv_held_bytes(&plain));
+        al_decoder_free(&dec);
+        /* a real budget: the kernels evict as the decode reference does */
+        const al_kv_opts half = {{0}, {(al_kve_method)method, 0.4, 2, 30, AL_KVE_PYRAMID}};
+        float *r = malloc(sizeof(float) * T * V);
+        CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &half, &err) == 0);
+        CHECK(al_decoder_create_opts(&ref, &m, T, AL_DT_F32, &half, &err) == 0);
+        CHECK(decode_all(&dec, tok, T, a, &err) == 0);
+        al_attn_test_decode_ref(1);
+        CHECK(decode_all(&ref, tok, T, r, &err) == 0);
+        al_attn_test_decode_ref(0);
+        const double e = tu_err_floor(a, r, T * V);
+        CHECK_MSG(e < 2e-3 && same_held(&dec, &ref), "%s score %d %s: kernels vs reference %.3g, same held %d", dn, sc,
+                  al_kve_name(method), e, same_held(&dec, &ref));
+        CHECK_MSG(memcmp(a, b, sizeof(float) * T * V) != 0, "%s score %d %s at 0.4 evicts nothing", dn, sc,
+                  al_kve_name(method));
+        al_decoder_free(&ref);
+        /* prefill of the prompt then decode: window (at a count budget: a fraction's sinks grow
+         * with it) and snapkv keep what token by token keeps */
+        if (method != AL_KVE_H2O) {
+            const int P = 30;
+            const al_kv_opts pre = {{0},
+                                    {(al_kve_method)method, method == AL_KVE_WINDOW ? 12 : 0.4, 2, 30, AL_KVE_PYRAMID}};
+            al_decoder_free(&dec);
+            CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &pre, &err) == 0);
+            CHECK(al_decoder_create_opts(&ref, &m, T, AL_DT_F32, &pre, &err) == 0);
+            CHECK(al_decoder_prefill(&ref, tok, P, r, &err) == 0);
+            for (int t = 0; t < P; t++)
+                CHECK(al_decoder_step(&dec, tok[t], a, &err) == 0);
+            CHECK_MSG(same_held(&dec, &ref), "%s score %d %s: prefill holds other positions", dn, sc,
+                      al_kve_name(method));
+            for (int t = P; t < T; t++) {
+                CHECK(al_decoder_step(&dec, tok[t], a, &err) == 0 && al_decoder_step(&ref, tok[t], r, &err) == 0);
+            }
+            CHECK_MSG(tu_err_floor(a, r, V) < 1e-3 && same_held(&dec, &ref), "%s score %d %s: after prefill %.3g", dn,
+                      sc, al_kve_name(method), tu_err_floor(a, r, V));
+            al_decoder_free(&ref);
+        }
+        free(r);
+        al_decoder_free(&dec);
+    }
+    al_decoder_free(&plain);
+}
+
+static void test_models(void) { each_model(21, 50, model_case_plain); }
 
 /* ---- prefill mass: tiled column sums ---- */
 
@@ -345,7 +372,8 @@ static void test_colsum(void) {
             al_rng_seed(&rng, 40 + (uint64_t)sc);
             float q[T * d], k[T * d], work[T], mass[T] = {0};
             double ref[T] = {0};
-            for (int i = 0; i < T * d; i++) q[i] = 2 * frand(&rng), k[i] = frand(&rng);
+            for (int i = 0; i < T * d; i++)
+                q[i] = 2 * frand(&rng), k[i] = frand(&rng);
             al_attn_shape s = {1, T, 1, 1, d, d, d, d, d, d, 1.0f / sqrtf((float)d)};
             s.score = (al_score_kind)sc;
             s.poly_power = 3, s.poly_coef = 0.2f, s.score_n = T;
@@ -353,8 +381,10 @@ static void test_colsum(void) {
             al_kve_colsum(&s, q, k, d, T, r0, mass, work);
             al_kve_colsum_ref(&s, q, k, d, T, r0, ref);
             double worst = 0, tot = 0;
-            for (int j = 0; j < T; j++) worst = fmax(worst, fabs(mass[j] - ref[j])), tot += ref[j];
-            CHECK_MSG(worst < 1e-4 * fmax(1, tot / T) && tot > 0, "score %d r0 %d: column sums off by %.3g", sc, r0, worst);
+            for (int j = 0; j < T; j++)
+                worst = fmax(worst, fabs(mass[j] - ref[j])), tot += ref[j];
+            CHECK_MSG(worst < 1e-4 * fmax(1, tot / T) && tot > 0, "score %d r0 %d: column sums off by %.3g", sc, r0,
+                      worst);
             if (sc == AL_SCORE_SOFTMAX) CHECK_CLOSE(tot, T - r0, 1e-9); /* each softmax row sums to 1 */
         }
 }
@@ -395,7 +425,8 @@ static void test_bytes(void) {
         al_decoder dec;
         al_err err;
         CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &o, &err) == 0);
-        for (int t = 0; t < T; t++) CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
+        for (int t = 0; t < T; t++)
+            CHECK(al_decoder_step(&dec, tok[t], logits, &err) == 0);
         const double want = (cases[i].kept[0] + cases[i].kept[1] + cases[i].kept[2]) * vpt * sizeof(float);
         CHECK_MSG(al_decoder_kv_held_bytes(&dec) == want, "%s %g: held %.0f bytes, closed form %.0f",
                   al_kve_name(cases[i].method), cases[i].budget, al_decoder_kv_held_bytes(&dec), want);
@@ -421,9 +452,10 @@ static void test_refusals(void) {
         CHECK_MSG(al_kve_check(&bad[i].o, 64, &err) == -1 && strstr(err.msg, bad[i].flag) && !strchr(err.msg, '\n'),
                   "case %zu", i);
     const al_kve_opts ok[] = {{AL_KVE_H2O, 1.0, 0, 0, 0}, {AL_KVE_H2O, 2, 0, 0, 0}, {AL_KVE_SNAPKV, 0.1, 0, 64, 1}};
-    for (size_t i = 0; i < 3; i++) CHECK(al_kve_check(&ok[i], 64, &err) == 0);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(al_kve_check(&ok[i], 64, &err) == 0);
     CHECK(al_kve_from_name("h2o") == AL_KVE_H2O && al_kve_from_name("lru") == -1);
-    /* eviction of a quantised cache is refused in one line */
+    /* a quantised cache's own refusals pass through */
     al_config c = design_config(AL_ATTN_MHA, AL_SCORE_SOFTMAX);
     al_model m;
     if (tu_make_model(&m, &c, 1, TU_GAINS_ONE)) {
@@ -431,9 +463,100 @@ static void test_refusals(void) {
         return;
     }
     al_decoder dec;
-    const al_kv_opts q = {{AL_KVQ_INT2, 8, 4, 0}, {AL_KVE_H2O, 0.5, 4, 0, 0}};
-    CHECK(al_decoder_create_opts(&dec, &m, 32, AL_DT_F32, &q, &err) == -1 && strstr(err.msg, "not implemented"));
+    const al_kv_opts q = {{AL_KVQ_INT2, 12, 4, 0}, {AL_KVE_H2O, 0.5, 4, 0, 0}};
+    CHECK(al_decoder_create_opts(&dec, &m, 32, AL_DT_F32, &q, &err) == -1 && strstr(err.msg, "does not divide"));
     al_model_free(&m);
+}
+
+/* ---- eviction of a quantised cache (MiniKV: h2o + int2 KIVI) ---- */
+
+static void model_case_quantised(const al_model *mp, int sc, const int *tok, int T, float *a, float *b) {
+    const al_model m = *mp;
+    const al_config c = m.cfg;
+    const size_t V = (size_t)c.vocab_size;
+    al_err err;
+    const char *dn = al_attn_name(c.attention);
+    for (int method = AL_KVE_WINDOW; method < AL_KVE_COUNT; method++) {
+        /* int8 with a residual covering the text: the plain cache's eviction */
+        const al_kv_opts wide = {{AL_KVQ_INT8, 8, T, 0}, {(al_kve_method)method, 0.5, 2, 36, 0}};
+        const al_kv_opts plain = {{0}, wide.e};
+        al_decoder dq, dp;
+        CHECK(al_decoder_create_opts(&dq, &m, T, AL_DT_F32, &wide, &err) == 0);
+        CHECK(al_decoder_create_opts(&dp, &m, T, AL_DT_F32, &plain, &err) == 0);
+        CHECK(decode_all(&dq, tok, T, a, &err) == 0 && decode_all(&dp, tok, T, b, &err) == 0);
+        CHECK_MSG(tu_err_floor(a, b, T * V) < 1e-4 && same_held(&dq, &dp) &&
+                      al_decoder_kv_held_bytes(&dq) == al_decoder_kv_held_bytes(&dp),
+                  "%s score %d %s: int8 + full residual vs plain %.3g", dn, sc, al_kve_name(method),
+                  tu_err_floor(a, b, T * V));
+        al_decoder_free(&dq);
+        al_decoder_free(&dp);
+        /* int2 (blocks of 8, residual 4): kernels vs the decode reference, held bytes the closed form */
+        { /* MiniKV's bits */
+            const int kind = AL_KVQ_INT2;
+            const al_kv_opts o = {{(al_kvq_kind)kind, 8, 4, 0}, {(al_kve_method)method, 0.5, 2, 36, 0}};
+            CHECK(al_decoder_create_opts(&dq, &m, T, AL_DT_F32, &o, &err) == 0);
+            CHECK(al_decoder_create_opts(&dp, &m, T, AL_DT_F32, &o, &err) == 0);
+            CHECK(decode_all(&dq, tok, T, a, &err) == 0);
+            al_attn_test_decode_ref(1);
+            CHECK(decode_all(&dp, tok, T, b, &err) == 0);
+            al_attn_test_decode_ref(0);
+            const double e = tu_err_floor(a, b, T * V);
+            CHECK_MSG(e < 2e-3 && same_held(&dq, &dp), "%s score %d %s + %s: kernels vs reference %.3g", dn, sc,
+                      al_kve_name(method), al_kvq_name(kind), e);
+            double want = 0;
+            for (int l = 0; l < c.num_layers; l++) {
+                const al_kvq *q = &dq.kvq[l];
+                CHECK(q->qn % q->group == 0 && q->qn <= dq.kve[l].n);
+                want += q->qn * al_kvq_bytes_per_token(q) + (dq.kve[l].n - q->qn) * (double)q->vpt * 4;
+            }
+            CHECK_MSG(al_decoder_kv_held_bytes(&dq) == want && want < 0.6 * T * dq.values_per_token * 4 * 2,
+                      "%s %s + %s: held %.0f, closed form %.0f", dn, al_kve_name(method), al_kvq_name(kind),
+                      al_decoder_kv_held_bytes(&dq), want);
+            al_decoder_free(&dq);
+            al_decoder_free(&dp);
+        }
+    }
+}
+
+static void test_quantised(void) { each_model(7, 60, model_case_quantised); }
+
+/* A row written into a quantised slot with its block's key scales: keys
+ * within half a step of their value where inside the block's range, clamped
+ * to it outside; values with their own scales. */
+static void test_put_quantised(void) {
+    const al_kv_seg segs[2] = {{0, 8, 8, AL_KV_SEG_KEY}, {8, 8, 8, AL_KV_SEG_VALUE}};
+    const al_kvq_opts o = {AL_KVQ_INT4, 4, 0, 0};
+    al_kvq q;
+    al_err err;
+    if (al_kvq_create(&q, &o, segs, 2, 16, 16, AL_DT_F32, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    al_rng rng;
+    al_rng_seed(&rng, 4);
+    float x[16];
+    for (int t = 0; t < 8; t++) {
+        for (int i = 0; i < 16; i++)
+            x[i] = frand(&rng);
+        al_kvq_store(&q, (size_t)t * 16, x, 16);
+    }
+    CHECK(q.qn == 8);
+    for (int i = 0; i < 16; i++)
+        x[i] = 1.5f * frand(&rng);
+    x[0] = 5.0f; /* far outside block 1's range: clamped to its top */
+    al_kve_put_quantised(&q, 5, x);
+    for (int i = 0; i < 16; i++) {
+        const float got = al_kvq_get(&q, 5, (size_t)i);
+        if (i < 8) {
+            const uint16_t *sz = q.kscale + 2 * (1 * q.nkey + i);
+            const float s = al_f16_to_f32(sz[0]), z = al_f16_to_f32(sz[1]);
+            const float lo = z, hi = z + 15 * s, want = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+            CHECK_MSG(fabsf(got - want) <= 0.5f * s + 1e-3f, "key %d: %g for %g (range %g..%g)", i, got, x[i], lo, hi);
+        } else {
+            CHECK_MSG(fabsf(got - x[i]) <= 3.0f / 15 * 0.5f + 1e-2f, "value %d: %g for %g", i, got, x[i]);
+        }
+    }
+    al_kvq_free(&q);
 }
 
 int main(void) {
@@ -442,5 +565,7 @@ int main(void) {
     test_models();
     test_bytes();
     test_refusals();
+    test_put_quantised();
+    test_quantised();
     return TEST_EXIT();
 }
