@@ -80,8 +80,14 @@ int al_kve_create(al_kve *e, const al_kve_opts *o, int l, int L, int capacity, s
     return 0;
 }
 
+int al_kve_attach_quantised(al_kve *e, const al_kvq *q, al_err *err) {
+    free(e->side);
+    e->side = malloc(sizeof(float) * ((size_t)q->residual + q->group + 1) * e->row);
+    return e->side ? 0 : al_errf(err, "out of memory for the eviction state of a quantised KV cache");
+}
+
 void al_kve_free(al_kve *e) {
-    free(e->pos), free(e->gone), free(e->iwork), free(e->mass), free(e->work);
+    free(e->pos), free(e->gone), free(e->iwork), free(e->mass), free(e->work), free(e->side);
     memset(e, 0, sizeof *e);
 }
 
@@ -176,9 +182,45 @@ void al_kve_put_quantised(al_kvq *q, int j, const float *x) {
     }
 }
 
+/* Quantises the kept slots of a quantised cache anew, in slot order, as if
+ * stored one after the other (fresh blocks and scales; the quantised ones
+ * dequantised first): the residual rows are copied aside (e->side) first,
+ * as the new residual overwrites them; a block's old codes and scales are
+ * read before a flush rewrites them (a flush writes slots below the one
+ * being stored). The quantised victims of victim[] (< qn) go; the residual
+ * has none left. */
+static void requantise(al_kve *e, const int *victim, al_kvq *q) {
+    const int qn = q->qn, n = e->n;
+    const size_t row = e->row;
+    float *x = e->side + (size_t)(n - qn) * row;
+    for (int i = qn; i < n; i++)
+        for (size_t c = 0; c < row; c++) e->side[(size_t)(i - qn) * row + c] = al_kvq_get(q, i, c);
+    al_kvq_reset(q);
+    int w = 0;
+    for (int i = 0; i < n; i++) {
+        if (victim[i] && i < qn) {
+            e->gone[e->n_gone++] = e->pos[i];
+            continue;
+        }
+        const float *src = x;
+        if (i < qn) { /* old slot i's codes, still in place: read as the old split sees them */
+            const int split = q->qn;
+            q->qn = qn;
+            for (size_t c = 0; c < row; c++) x[c] = al_kvq_get(q, i, c);
+            q->qn = split;
+        } else {
+            src = e->side + (size_t)(i - qn) * row;
+        }
+        al_kvq_store(q, (size_t)w * row, src, row);
+        move_slot(e, i, w++);
+    }
+    e->n = w;
+}
+
 /* Removes the slots marked in victim[] of a quantised cache (kve.h's
- * header: the residual keeps its order; a quantised victim takes the oldest
- * residual row, or stays while the residual is empty). */
+ * header: the residual keeps its order; one quantised victim takes the
+ * oldest residual row once more than `residual` rows are there; else, or
+ * for several, the kept slots are quantised anew). */
 static void remove_marked_quantised(al_kve *e, int *victim, al_kvq *q) {
     const int qn = q->qn;
     const size_t esz = al_dtype_size(q->dt), rb = e->row * esz;
@@ -194,8 +236,15 @@ static void remove_marked_quantised(al_kve *e, int *victim, al_kvq *q) {
         w++;
     }
     e->n = w;
+    int nq = 0;
+    for (int v = 0; v < qn; v++) nq += victim[v];
+    if (nq > 1 || (nq == 1 && e->n - qn <= q->residual)) { /* no aged-out row for each: quantise the cache anew */
+        requantise(e, victim, q);
+        find_current(e);
+        return;
+    }
     for (int v = 0; v < qn; v++) {
-        if (!victim[v] || e->n == qn) continue;
+        if (!victim[v]) continue;
         e->gone[e->n_gone++] = e->pos[v];
         for (size_t c = 0; c < e->row; c++) q->tmp[c] = al_kvq_get(q, qn, c);
         al_kve_put_quantised(q, v, q->tmp);
@@ -213,9 +262,10 @@ static void remove_victims(al_kve *e, int *victim, const al_kv *c) {
     else remove_marked(e, victim, c->data, al_dtype_size(c->dt));
 }
 
-/* qsort context: scores by slot (candidates sorted by score descending, then position ascending) */
-static const float *sort_score;
-static const int *sort_pos;
+/* qsort context: scores by slot (candidates sorted by score descending,
+ * then position ascending); per thread, as decoders may run in several */
+static _Thread_local const float *sort_score;
+static _Thread_local const int *sort_pos;
 static int by_score_desc(const void *a, const void *b) {
     const int i = *(const int *)a, j = *(const int *)b;
     if (sort_score[i] != sort_score[j]) return sort_score[i] > sort_score[j] ? -1 : 1;

@@ -26,9 +26,12 @@
  * residual rows down one (order kept); a victim in the quantised region
  * is overwritten by the oldest residual row (the next to age out anyway),
  * quantised with that block's key scales (clamped) and its own value
- * scales, and the residual moves down one. If the residual is empty, a
- * quantised victim stays until a row arrives (the cache then holds more
- * than its budget for a step; the bytes held count it).
+ * scales, and the residual moves down one: when there is one quantised
+ * victim and the residual holds more than its `residual` newest rows (the
+ * row has aged out: the usual step). Otherwise (several quantised victims:
+ * after a prefill, at SnapKV's selection; or no aged-out row) the kept
+ * slots are quantised anew in slot order (fresh blocks and scales, the
+ * quantised rows dequantised first), so the cache always holds its budget.
  *
  * Budgets: keep(t) positions after t have been seen: a fraction b of t
  * (ceil, at least 1), or a count min(b, t); a layer's b is the budget
@@ -105,6 +108,7 @@ typedef struct al_kve {
     int step_mass;   /* 1: mass holds the last step's only (a full cache's, for recall) */
     float *work;     /* [capacity] selection workspace */
     int *iwork;      /* [2 capacity] */
+    float *side;     /* quantised caches: [residual + group + 1][row], rows set aside when requantising */
 } al_kve;
 
 /* Checks o for a window of T positions (an unknown method, a budget <= 0,
@@ -115,6 +119,8 @@ int al_kve_check(const al_kve_opts *o, int T, al_err *err);
  * layer factor from o->layer_budget for layer l of L. 0 or -1 (err). */
 int al_kve_create(al_kve *e, const al_kve_opts *o, int l, int L, int capacity, size_t row, al_err *err);
 void al_kve_free(al_kve *e);
+/* An evicting layer over quantised cache q: its workspace (e->side). */
+int al_kve_attach_quantised(al_kve *e, const al_kvq *q, al_err *err);
 /* Empty (no positions seen). */
 void al_kve_reset(al_kve *e);
 /* Positions [0, n) have been seen and the slots hold as many as the

@@ -1100,7 +1100,8 @@ int al_decoder_create_opts(al_decoder *dec, const al_model *m, int capacity, al_
         return al_errf(err, "out of memory");
     }
     for (int l = 0; l < L; l++)
-        if (al_kve_create(&dec->kve[l], &o->e, l, L, capacity, dec->values_per_token, err)) {
+        if (al_kve_create(&dec->kve[l], &o->e, l, L, capacity, dec->values_per_token, err) ||
+            (dec->kvq && al_kve_attach_quantised(&dec->kve[l], &dec->kvq[l], err))) {
             al_decoder_free(dec);
             return -1;
         }

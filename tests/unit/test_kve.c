@@ -518,6 +518,44 @@ static void model_case_quantised(const al_model *mp, int sc, const int *tok, int
     }
 }
 
+/* Several quantised victims at once: the kept slots quantised anew hold
+ * their positions' rows within int8's error (twice rounded), the policy's
+ * positions, and the split of a cache that stored them one by one. */
+static void test_requantise(void) {
+    const al_kv_seg segs[2] = {{0, 8, 8, AL_KV_SEG_KEY}, {8, 8, 8, AL_KV_SEG_VALUE}};
+    const al_kvq_opts qo = {AL_KVQ_INT8, 4, 2, 0};
+    const al_kve_opts eo = {AL_KVE_WINDOW, 10, 2, 0, 0};
+    enum { N = 30, R = 16 };
+    al_kvq q;
+    al_kve e;
+    al_err err;
+    if (al_kvq_create(&q, &qo, segs, 2, R, N, AL_DT_F32, &err) || al_kve_create(&e, &eo, 0, 1, N, R, &err) ||
+        al_kve_attach_quantised(&e, &q, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    al_rng rng;
+    al_rng_seed(&rng, 8);
+    float rows[N][R];
+    const al_kv kv = {q.res, AL_DT_F32, &q, &e};
+    for (int t = 0; t < N; t++) {
+        for (int i = 0; i < R; i++) rows[t][i] = frand(&rng);
+        al_kv_store(kv, (size_t)t * R, rows[t], R);
+    }
+    CHECK(q.qn == 28 && e.n == N);
+    al_kve_evict(&e, &kv); /* 20 victims at once, all quantised */
+    CHECK(e.n == 10 && e.n_gone == 20 && q.qn == 8);
+    for (int i = 0; i < e.n; i++) {
+        const int p = e.pos[i];
+        CHECK_MSG(p < 2 || p >= 22, "slot %d holds position %d", i, p);
+        double worst = 0;
+        for (int c = 0; c < R; c++) worst = fmax(worst, fabs(al_kvq_get(&q, i, (size_t)c) - rows[p][c]));
+        CHECK_MSG(worst < 2.0 / 255 + 1e-3, "slot %d (position %d): error %.3g", i, p, worst);
+    }
+    al_kve_free(&e);
+    al_kvq_free(&q);
+}
+
 static void test_quantised(void) { each_model(7, 60, model_case_quantised); }
 
 /* A row written into a quantised slot with its block's key scales: keys
@@ -566,6 +604,7 @@ int main(void) {
     test_bytes();
     test_refusals();
     test_put_quantised();
+    test_requantise();
     test_quantised();
     return TEST_EXIT();
 }
