@@ -20,6 +20,7 @@
 
 #include "attn/attn.h"
 #include "attn/kve.h"
+#include "core/cpu.h"
 #include "testutil.h"
 
 static float frand(al_rng *r) { return 2.0f * (float)al_rng_uniform(r) - 1.0f; }
@@ -598,6 +599,10 @@ static void test_put_quantised(void) {
 }
 
 int main(void) {
+    const al_cpu_level have = al_cpu_detect(); /* the decode kernels run at this level only */
+    if (have < AL_CPU_AVX512)
+        fprintf(stderr, "note: eviction through the AVX-512 decode kernels not run (this CPU: %s)\n",
+                al_cpu_level_name(have));
     test_policies();
     test_colsum();
     test_models();
