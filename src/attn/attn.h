@@ -77,6 +77,10 @@ typedef struct al_kv {
     void *data;
     al_dtype dt;
     struct al_kvq *q; /* NULL: the plain cache */
+    /* NULL, or the layer's eviction state (kve.h): data's rows are then
+     * slots, al_kv_store maps a position to its slot and al_attn_decode
+     * reads the held slots, accumulates their mass and evicts */
+    struct al_kve *e;
 } al_kv;
 
 /* c's values [at, at + n) = src[0, n) (BF16: rounded to nearest even);

@@ -40,6 +40,7 @@
 #include <cblas.h>
 
 #include "attn.h"
+#include "kve.h"
 #include "kvq_internal.h"
 #include "score_internal.h"
 #include "../core/cpu.h"
@@ -49,6 +50,10 @@ enum { DKB = 256 }; /* positions per chunk (a multiple of every vector width) */
 static int chunks_of(int n) { return (n + DKB - 1) / DKB; }
 
 void al_kv_store(al_kv c, size_t at, const float *src, size_t n) {
+    if (c.e) { /* an evicting layer: position at / row goes to its slot */
+        const size_t row = c.e->row;
+        at = (size_t)al_kve_slot(c.e, (int)(at / row)) * row + at % row;
+    }
     if (c.q) {
         al_kvq_store(c.q, at, src, n);
     } else if (c.dt == AL_DT_BF16) {
@@ -167,6 +172,40 @@ static void group_quantised(const al_attn_shape *s, const al_kvq *kq, const al_d
     else al_kvq_values_generic(s, kq, v, g, pg, j0, n, S, lds, P, ldp);
 }
 
+/* An evicting layer after the step's chunks: each held slot's attention
+ * mass of the step (the sum over heads of its weight p_j, |p_j| for the
+ * elementwise score functions; softmax chunks rescaled by exp(cmax - m) / l
+ * as the merge does) added to e->mass (zeroed first for a full cache
+ * measuring recall), then the policy's evictions (kve.h). The chunk
+ * weights are still in S: [nch][H][DKB]. */
+static void evict_after(const al_attn_shape *s, al_kve *e, al_kv c, int n, int nch, int nqch, int qn, int qc,
+                        const float *S, const float *cmax, const float *csum) {
+    const int H = s->H;
+    if (e->step_mass) memset(e->mass, 0, sizeof(float) * (size_t)n);
+    if (al_kve_wants_mass(e)) {
+        for (int h = 0; h < H; h++) {
+            float m = -INFINITY, l = 0.0f;
+            if (s->score == AL_SCORE_SOFTMAX) {
+                for (int ch = 0; ch < nch; ch++) m = cmax[(size_t)ch * H + h] > m ? cmax[(size_t)ch * H + h] : m;
+                for (int ch = 0; ch < nch; ch++) l += expf(cmax[(size_t)ch * H + h] - m) * csum[(size_t)ch * H + h];
+            }
+            for (int ch = 0; ch < nch; ch++) {
+                const int j0 = ch < nqch ? ch * qc : qn + (ch - nqch) * DKB;
+                const int kb = ch < nqch ? (qn - j0 < qc ? qn - j0 : qc) : (n - j0 < DKB ? n - j0 : DKB);
+                const float *p = S + ((size_t)ch * H + h) * DKB;
+                float *mass = e->mass + j0;
+                if (s->score == AL_SCORE_SOFTMAX) {
+                    const float w = expf(cmax[(size_t)ch * H + h] - m) / l;
+                    for (int j = 0; j < kb; j++) mass[j] += w * p[j];
+                } else {
+                    for (int j = 0; j < kb; j++) mass[j] += fabsf(p[j]);
+                }
+            }
+        }
+    }
+    al_kve_evict(e, &c);
+}
+
 /* q[H, dk + dk2] (head h's query at q + h*(dk + dk2)), keys/values of
  * positions [0, n) as described by v -> o[H, dv + dv2]. Only s's H, G, dk,
  * dv, scale and score fields are read. A quantised cache (v->cache.q) is
@@ -174,6 +213,8 @@ static void group_quantised(const al_attn_shape *s, const al_kvq *kq, const al_d
  * DKB-position chunks from its residual rows; all chunks merge alike. */
 void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
                     float *scratch) {
+    al_kve *ev = v->cache.e;
+    if (ev) n = ev->n; /* the held slots, whatever position decodes */
     if (decode_ref_for_tests) {
         al_attn_decode_ref(s, q, v, n, o);
         return;
@@ -225,6 +266,7 @@ void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view
             for (int e = 0; e < ldo; e++) oh[e] += w * pc[e];
         }
     }
+    if (ev) evict_after(s, ev, v->cache, n, nch, nqch, qn, qc, S, cmax, csum);
 }
 
 /* Value at column col of position j of the view's cache (quantised:
@@ -254,15 +296,26 @@ void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_
     enum { OB = 64 };
     const int H = s->H, pg = s->H / s->G, dk = s->dk, dv = s->dv, dk2 = v->dk2, dv2 = v->dv2;
     const int softmax = s->score == AL_SCORE_SOFTMAX;
+    al_kve *ev = v->cache.e;
+    if (ev) n = ev->n;
+    const int want = ev && al_kve_wants_mass(ev);
+    if (ev && ev->step_mass) memset(ev->mass, 0, sizeof(float) * (size_t)n);
     for (int h = 0; h < H; h++) {
         const size_t g = (size_t)(h / pg);
         const float *qh = q + (size_t)h * (dk + dk2);
+
         double mx = -INFINITY, sum = 0;
         for (int j = 0; softmax && j < n; j++) {
             const float w = ref_score(s, v, qh, h, j);
             mx = w > mx ? w : mx;
         }
         for (int j = 0; softmax && j < n; j++) sum += exp(ref_score(s, v, qh, h, j) - mx);
+        for (int j = 0; want && j < n; j++) { /* this head's weight on slot j, added to its mass */
+            float w = ref_score(s, v, qh, h, j);
+            if (softmax) w = (float)(exp(w - mx) / sum);
+            else al_score_row(s, &w, 1);
+            ev->mass[j] += fabsf(w);
+        }
         for (int e0 = 0; e0 < dv + dv2; e0 += OB) {
             const int ne = dv + dv2 - e0 < OB ? dv + dv2 - e0 : OB;
             double acc[OB] = {0};
@@ -279,4 +332,5 @@ void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_
             for (int i = 0; i < ne; i++) o[(size_t)h * (dv + dv2) + e0 + i] = (float)acc[i];
         }
     }
+    if (ev) al_kve_evict(ev, &v->cache);
 }

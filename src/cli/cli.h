@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "model/config.h"
+#include "attn/kve.h"
 #include "attn/kvq.h"
 #include "nn/nn.h"
 #include "tok/tokenizer.h"
@@ -118,6 +119,25 @@ enum { CLI_KVQ_ARGS = 4 };
 int cli_kvq_args(cli_kvq_flags *f, al_arg *args);
 int cli_kvq_given(al_arg *args, int n);
 int cli_kvq_resolve(const char *cmd, const cli_kvq_flags *f, const struct al_model *m, al_kvq_opts *out);
+
+/* The eviction flags of `eval` and `bench decode` (kv_flags.c, attn/kve.h):
+ * --kv-evict none|window|h2o|snapkv, --kv-budget X (a fraction in (0, 1] or
+ * a count >= 2; default 0.5), --kv-sinks N (default 4 for window and h2o,
+ * 0 for snapkv), --kv-prompt N (SnapKV's prompt; default half the window),
+ * --kv-layer-budget uniform|pyramid. cli_kve_args appends their rows
+ * (returns CLI_KVE_ARGS); cli_kve_given: whether any was given;
+ * cli_kve_resolve checks them for a window of T positions (al_kve_check's
+ * rules, an unknown name) as usage errors (printed, CLI_USAGE); q (the
+ * quantisation asked for, composing with eviction) is not checked here. */
+typedef struct cli_kve_flags {
+    const char *evict, *layer_budget;
+    double budget;
+    long sinks, prompt;
+} cli_kve_flags;
+enum { CLI_KVE_ARGS = 5 };
+int cli_kve_args(cli_kve_flags *f, al_arg *args);
+int cli_kve_given(al_arg *args, int n);
+int cli_kve_resolve(const char *cmd, const cli_kve_flags *f, const al_kvq_opts *q, int T, al_kve_opts *out);
 
 /* Text -> a model's tokens (text_input.c). */
 /* The tokenizer of model_dir (al_tok_open_dir) checked against the model's

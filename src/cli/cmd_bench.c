@@ -491,11 +491,13 @@ static int bench_prefill(int argc, char **argv) {
 static int bench_decode(int argc, char **argv) {
     const char *cmd = "bench decode";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 9 + CLI_KVQ_ARGS];
+    al_arg args[TRAIN_MAX_ARGS + 9 + CLI_KVQ_ARGS + CLI_KVE_ARGS];
     int n = train_flags_table(&f, args);
     if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     cli_kvq_flags kf;
     n += cli_kvq_args(&kf, args + n);
+    cli_kve_flags ef;
+    n += cli_kve_args(&ef, args + n);
     const char *model_dir = NULL, *kv_dtype = "f32", *weights = "f32";
     long context = 4096, tokens = 32, triad_mb = 256, sgemm_n = 2048, iters = 3;
     int json = 0;
@@ -508,7 +510,8 @@ static int bench_decode(int argc, char **argv) {
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd,
                        "[--model DIR | --preset NAME] [--decode-context T] [--tokens N] [--weights bf16] "
-                       "[--kv-dtype bf16] [--kv-quant int8|int4|int2 [--kv-group N] [--kv-residual R]] [--json]",
+                       "[--kv-dtype bf16] [--kv-quant int8|int4|int2 [--kv-group N] [--kv-residual R]] "
+                       "[--kv-evict window|h2o|snapkv [--kv-budget X] [--kv-sinks N] [--kv-prompt N]] [--json]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc || (rc = cli_weights_check(cmd, weights))) return rc;
@@ -547,12 +550,15 @@ static int bench_decode(int argc, char **argv) {
         return rc;
     }
     al_kvq_opts kvq;
-    if ((rc = cli_kvq_resolve(cmd, &kf, &m, &kvq))) {
+    al_kve_opts kve;
+    if ((rc = cli_kvq_resolve(cmd, &kf, &m, &kvq)) || (rc = cli_kve_resolve(cmd, &ef, &kvq, (int)context, &kve))) {
         al_model_free(&m);
         return rc;
     }
+    if (kve.method == AL_KVE_SNAPKV && !kve.prompt) kve.prompt = (int)(context / 2);
+    const al_kv_opts kvo = {kvq, kve};
     al_decoder dec;
-    if (al_decoder_create_q(&dec, &m, (int)context, kv_dt, &kvq, &err)) {
+    if (al_decoder_create_opts(&dec, &m, (int)context, kv_dt, &kvo, &err)) {
         al_model_free(&m);
         return cli_fail(cmd, err.msg);
     }
@@ -624,6 +630,8 @@ static int bench_decode(int argc, char **argv) {
                 num(j, "kv_group", kvq.group);
                 num(j, "kv_residual", kvq.residual);
             }
+            cJSON_AddStringToObject(j, "kv_evict", al_kve_name(kve.method));
+            if (kve.method != AL_KVE_NONE) num(j, "kv_budget", kve.budget);
             num(j, "kv_bytes_read_per_token", cache_read);
             num(j, "bytes_per_token", bytes);
             num(j, "achieved_gb_per_s", gbs);
@@ -649,6 +657,9 @@ static int bench_decode(int argc, char **argv) {
             else
                 printf("  bytes per token: weights %.2f MB + KV cache read %.2f MB (%.0f bytes per cached token, %s)\n",
                        weight_bytes / 1e6, cache_read / 1e6, kv_per_pos, al_dtype_name(kv_dt));
+            if (kve.method != AL_KVE_NONE)
+                printf("  KV cache evicted by %s at budget %g: the bytes read count the positions held\n",
+                       al_kve_name(kve.method), kve.budget);
             printf("  %.2f GB/s achieved -> %.1f%% of triad bandwidth\n", gbs, 100 * gbs / e.triad);
             env_text(&e);
         }

@@ -82,7 +82,8 @@ int cmd_eval(int argc, char **argv) {
     long context = 0, batch = 4, max_tokens = 0, threads = 0, max_images = 0;
     int json = 0, verbose = 0;
     cli_kvq_flags kf;
-    al_arg args[14 + CLI_KVQ_ARGS] = {
+    cli_kve_flags ef;
+    al_arg args[14 + CLI_KVQ_ARGS + CLI_KVE_ARGS] = {
         {"model", ARG_STRING, &model_dir, "model directory (config.json + model.safetensors)"},
         {"data", ARG_STRING, &data, "text file to score, whole (default: the training data's validation split)"},
         {"text", ARG_STRING, &text_arg, "score this text instead of a file"},
@@ -100,10 +101,12 @@ int cmd_eval(int argc, char **argv) {
     };
     int n = 14;
     n += cli_kvq_args(&kf, args + n);
+    n += cli_kve_args(&ef, args + n);
     int rc = cli_parse(cmd,
                        "--model DIR [--data FILE | --text STR] [--context T] [--logits OUT.npy] [--images DIR] "
                        "[--weights bf16] [--precision f32|bf16|auto] [--kv-quant none|int8|int4|int2] [--kv-group N] "
-                       "[--kv-residual R]",
+                       "[--kv-residual R] [--kv-evict none|window|h2o|snapkv] [--kv-budget X] [--kv-sinks N] [--kv-prompt N] "
+                       "[--kv-layer-budget uniform|pyramid]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
@@ -134,7 +137,7 @@ int cmd_eval(int argc, char **argv) {
             return cli_usage(cmd, "--%s does not apply to %s model", flag, vit ? "a vision" : "a language");
         }
     }
-    const int kv_path = cli_kvq_given(args, n);
+    const int kv_path = cli_kvq_given(args, n) || cli_kve_given(args, n);
     al_kvq_opts kvq = {0};
     if (kv_path && vit) rc = cli_usage(cmd, "--kv-* flags do not apply to a vision model");
     else if (kv_path) rc = cli_kvq_resolve(cmd, &kf, &m, &kvq);
@@ -181,6 +184,11 @@ int cmd_eval(int argc, char **argv) {
             return cli_failf(cmd, "context %d exceeds the sliding_window %d, which attnlab does not implement", T,
                              window);
         return cli_failf(cmd, "context %d exceeds the model's max_position_embeddings %d", T, max_position);
+    }
+    al_kve_opts kve = {0};
+    if (kv_path && (rc = cli_kve_resolve(cmd, &ef, &kvq, T, &kve))) {
+        al_model_free(&m);
+        return rc;
     }
 
     al_tokenizer *tk = cli_tokenizer(model_dir, m.cfg.vocab_size, &err);
@@ -237,13 +245,15 @@ int cmd_eval(int argc, char **argv) {
     const double kv_fp32 = kv_bytes;
     size_t count = 0, text_bytes = 0, act_bytes = 0;
     double t0 = al_now();
-    double *layer_err = NULL;
+    double *layer_err = NULL, *layer_recall = NULL;
     if (!failed && kv_path) {
-        const al_kv_opts kvo = {kvq, {0}};
+        const al_kv_opts kvo = {kvq, kve};
         al_eval_kv_result r;
-        if (verbose && !(layer_err = calloc((size_t)m.cfg.num_layers, sizeof(double))))
+        if (verbose && (!(layer_err = calloc((size_t)m.cfg.num_layers, sizeof(double))) ||
+                        !(layer_recall = calloc((size_t)m.cfg.num_layers, sizeof(double)))))
             failed = cli_fail(cmd, "out of memory");
-        else if (al_eval_decode(&m, ids, (size_t)n_ids, T, (size_t)max_tokens, &kvo, layer_err, &r, &err))
+        else if (al_eval_decode_recall(&m, ids, (size_t)n_ids, T, (size_t)max_tokens, &kvo, layer_err, layer_recall,
+                                       &r, &err))
             failed = cli_fail(cmd, err.msg);
         else
             loss = r.loss, count = r.count, kv_bytes = r.kv_bytes_per_token;
@@ -276,19 +286,32 @@ int cmd_eval(int argc, char **argv) {
         /* total nats / ln 2 / bytes; a byte model has count == bytes and gives loss / ln 2 exactly */
         const double bpb = text_bytes ? loss / M_LN2 * ((double)count / (double)text_bytes) : NAN;
         const int byte_model = al_tok_is_bytes(tk);
-        char errs[2048] = "";
+        char errs[2048] = "", recs[2048] = "", evict[256] = "";
         for (int l = 0; layer_err && l < m.cfg.num_layers && strlen(errs) + 32 < sizeof errs; l++)
             snprintf(errs + strlen(errs), sizeof errs - strlen(errs), json ? "%s%.6g" : "%s%.3g", l ? (json ? "," : " ") : "",
                      layer_err[l]);
+        for (int l = 0; layer_recall && l < m.cfg.num_layers && strlen(recs) + 32 < sizeof recs; l++)
+            snprintf(recs + strlen(recs), sizeof recs - strlen(recs), json ? "%s%.6g" : "%s%.4f", l ? (json ? "," : " ") : "",
+                     layer_recall[l]);
+        if (json && kve.method != AL_KVE_NONE)
+            snprintf(evict, sizeof evict,
+                     ",\"kv_budget\":%g,\"kv_sinks\":%d,\"kv_prompt\":%d,\"kv_layer_budget\":\"%s\"", kve.budget,
+                     kve.sinks, kve.method == AL_KVE_SNAPKV && !kve.prompt ? T / 2 : kve.prompt,
+                     kve.layer_budget == AL_KVE_PYRAMID ? "pyramid" : "uniform");
+        else if (kve.method != AL_KVE_NONE)
+            snprintf(evict, sizeof evict, ", evicted %s at budget %g with %d sinks%s", al_kve_name(kve.method),
+                     kve.budget, kve.sinks, kve.layer_budget == AL_KVE_PYRAMID ? " (pyramid)" : "");
         if (json && kv_path)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
                    "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
                    "\"precision\":\"%s\",\"path\":\"decode\",\"kv_quant\":\"%s\",\"kv_group\":%d,"
-                   "\"kv_residual\":%d,\"kv_latent\":\"%s\",\"kv_bytes_per_token\":%.2f,\"kv_pct_of_fp32\":%.3f%s%s%s}\n",
+                   "\"kv_residual\":%d,\"kv_latent\":\"%s\",\"kv_evict\":\"%s\"%s,\"kv_bytes_per_token\":%.2f,"
+                   "\"kv_pct_of_fp32\":%.3f%s%s%s%s%s%s}\n",
                    model_dir, what, al_tok_kind(tk), T, count, text_bytes, loss, exp(loss), bpb, dt,
                    al_precision_name(al_precision_now()), al_kvq_name(kvq.kind), kvq.group, kvq.residual,
-                   kvq.latent == AL_KVQ_LATENT_TOKEN ? "token" : "channel", kv_bytes, 100.0 * kv_bytes / kv_fp32,
-                   layer_err ? ",\"layer_output_error\":[" : "", errs, layer_err ? "]" : "");
+                   kvq.latent == AL_KVQ_LATENT_TOKEN ? "token" : "channel", al_kve_name(kve.method), evict, kv_bytes,
+                   100.0 * kv_bytes / kv_fp32, layer_err ? ",\"layer_output_error\":[" : "", errs, layer_err ? "]" : "",
+                   layer_recall ? ",\"layer_mass_recall\":[" : "", recs, layer_recall ? "]" : "");
         else if (json)
             printf("{\"model\":\"%s\",\"data\":\"%s\",\"tokenizer\":\"%s\",\"context\":%d,\"tokens\":%zu,"
                    "\"bytes\":%zu,\"loss\":%.6f,\"perplexity\":%.6g,\"bits_per_byte\":%.6f,\"seconds\":%.3f,"
@@ -297,9 +320,9 @@ int cmd_eval(int argc, char **argv) {
                    al_precision_name(al_precision_now()), kv_bytes);
         else if (kv_path)
             printf("%s: loss %.4f nats/token (perplexity %.4g), %.4f bits/byte over %zu tokens, decoded token by token "
-                   "(KV cache %s: %.1f bytes/token = %.2f%% of fp32; context %d, %.0f tokens/s)\n",
-                   model_dir, loss, exp(loss), bpb, count, al_kvq_name(kvq.kind), kv_bytes, 100.0 * kv_bytes / kv_fp32, T,
-                   count / dt);
+                   "(KV cache %s%s: %.1f bytes/token = %.2f%% of fp32; context %d, %.0f tokens/s)\n",
+                   model_dir, loss, exp(loss), bpb, count, al_kvq_name(kvq.kind), evict, kv_bytes,
+                   100.0 * kv_bytes / kv_fp32, T, count / dt);
         else if (byte_model)
             printf("%s: loss %.4f nats/byte, %.4f bits/byte over %zu bytes (%s, context %d, %.0f bytes/s)\n", model_dir,
                    loss, bpb, count, what, T, count / dt);
@@ -309,6 +332,8 @@ int cmd_eval(int argc, char **argv) {
                    count / dt);
         if (layer_err && !json)
             printf("attention output vs the full cache, per layer (mean |y - y_full| / |y_full|): %s\n", errs);
+        if (layer_recall && !json && kve.method != AL_KVE_NONE)
+            printf("recall of attention mass by the kept keys, per layer (mass on them / the full cache's): %s\n", recs);
         if (verbose && !json) {
             long rss, anon, file;
             al_rss_now(&rss, &anon, &file);
@@ -320,6 +345,7 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     free(layer_err);
+    free(layer_recall);
     free(ids);
     al_tok_free(tk);
     al_corpus_free(&corpus);

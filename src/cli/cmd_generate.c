@@ -41,7 +41,9 @@ int cmd_generate(int argc, char **argv) {
     long count = 200, top_k = 0, seed = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     int print_ids = 0;
-    al_arg args[] = {
+    cli_kvq_flags kf;
+    cli_kve_flags ef;
+    al_arg args[12 + CLI_KVQ_ARGS + CLI_KVE_ARGS] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
         {"prompt", ARG_STRING, &prompt, "text to continue"},
         {"n", ARG_INT, &count, "tokens to generate (bytes for byte models)"},
@@ -55,10 +57,13 @@ int cmd_generate(int argc, char **argv) {
         {"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP},
         {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_F32},
     };
-    int n = (int)(sizeof args / sizeof args[0]);
+    int n = 12;
+    n += cli_kvq_args(&kf, args + n);
+    n += cli_kve_args(&ef, args + n);
     int rc = cli_parse(cmd,
                        "--model DIR --prompt TEXT [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
-                       "[--weights bf16] [--kv-dtype bf16]",
+                       "[--weights bf16] [--kv-dtype bf16] [--kv-quant int8|int4|int2] [--kv-evict window|h2o|snapkv "
+                       "[--kv-budget X] [--kv-sinks N] [--kv-prompt N]]",
                        args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
     if (rc) return rc;
@@ -90,19 +95,26 @@ int cmd_generate(int argc, char **argv) {
     }
     al_sampler s = {(float)temperature, (int)top_k, (float)top_p};
     if (count > 1 << 20) count = 1 << 20;
+    al_kv_opts kvo = {{0}, {0}};
+    if ((rc = cli_kvq_resolve(cmd, &kf, &m, &kvo.q)) || (rc = cli_kve_resolve(cmd, &ef, &kvo.q, n_ids + (int)count, &kvo.e))) {
+        free(ids);
+        al_tok_free(tk);
+        al_model_free(&m);
+        return rc;
+    }
     al_gen_stats st;
     int first = 1;
     if (!print_ids) fputs(prompt, stdout);
-    int made = al_generate_ids(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), kv_dt, NULL,
+    int made = al_generate_ids_kv(&m, ids, n_ids, (int)count, &s, (uint64_t)seed, al_tok_eos(tk), kv_dt, &kvo, NULL,
                                print_ids ? put_id : put_token, print_ids ? (void *)&first : (void *)tk, &st, &err);
     if (made >= 0 || !print_ids) putchar('\n');
     free(ids);
     al_tok_free(tk);
     al_model_free(&m);
     if (made < 0) return cli_fail(cmd, err.msg);
-    fprintf(stderr, "attnlab: %d prompt tokens in %.3f s, %d new tokens in %.3f s (%.1f tokens/s), KV cache %zu bytes\n",
-            st.prompt_tokens, st.prefill_s, st.generated, st.decode_s,
-            st.decode_s > 0 ? st.generated / st.decode_s : 0.0, st.cache_bytes);
+    fprintf(stderr, "attnlab: %d prompt tokens in %.3f s, %d new tokens in %.3f s (%.1f tokens/s), KV cache %zu bytes "
+            "(%.0f held at the end)\n", st.prompt_tokens, st.prefill_s, st.generated, st.decode_s,
+            st.decode_s > 0 ? st.generated / st.decode_s : 0.0, st.cache_bytes, st.kv_held_bytes);
     cli_precision_note(precision, prec);
     return 0;
 }

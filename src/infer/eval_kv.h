@@ -27,5 +27,12 @@ typedef struct al_eval_kv_result {
  * cache fed the same inputs. 0, or -1 with one line in err. */
 int al_eval_decode(const al_model *m, const int *ids, size_t n, int T, size_t max_predictions, const al_kv_opts *o,
                    double *layer_err, al_eval_kv_result *r, al_err *err);
+/* The same, and layer_recall (NULL, or [num_layers]; needs layer_err) the
+ * mean recall of attention mass per layer (al_decoder_layer_recall: 1
+ * without eviction). An evicting cache (o->e): al_kve_check's rules for
+ * the window T; SnapKV's prompt 0 means T / 2. */
+int al_eval_decode_recall(const al_model *m, const int *ids, size_t n, int T, size_t max_predictions,
+                          const al_kv_opts *o, double *layer_err, double *layer_recall, al_eval_kv_result *r,
+                          al_err *err);
 
 #endif

@@ -10,6 +10,13 @@
 int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
                     int stop_id, al_dtype kv_dt, int *out, void (*on_token)(int, void *), void *ctx,
                     al_gen_stats *stats, al_err *err) {
+    return al_generate_ids_kv(m, prompt, prompt_len, n, s, seed, stop_id, kv_dt, NULL, out, on_token, ctx, stats, err);
+}
+
+/* The decoder of kv's cache, then the loop of the header. */
+int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
+                       int stop_id, al_dtype kv_dt, const al_kv_opts *kv, int *out, void (*on_token)(int, void *),
+                       void *ctx, al_gen_stats *stats, al_err *err) {
     const int V = m->cfg.vocab_size, max_ctx = al_config_max_context(&m->cfg);
     if (prompt_len <= 0) return al_errf(err, "the prompt is empty (generation needs at least one token)");
     if (n < 0) return al_errf(err, "negative token count");
@@ -19,7 +26,10 @@ int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n,
         if (prompt[i] < 0 || prompt[i] >= V)
             return al_errf(err, "prompt token %d is outside the model's vocabulary of %d", prompt[i], V);
     al_decoder dec;
-    if (al_decoder_create_kv(&dec, m, prompt_len + n > 0 ? prompt_len + n : 1, kv_dt, err)) return -1;
+    al_kv_opts o = {{0}, {0}};
+    if (kv) o = *kv;
+    if (o.e.method == AL_KVE_SNAPKV && !o.e.prompt) o.e.prompt = prompt_len;
+    if (al_decoder_create_opts(&dec, m, prompt_len + n > 0 ? prompt_len + n : 1, kv_dt, &o, err)) return -1;
     float *logits = malloc(sizeof(float) * 2 * (size_t)V), *probs = logits + V;
     if (!logits) {
         al_decoder_free(&dec);
@@ -48,6 +58,7 @@ int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n,
         stats->prefill_s = t1 - t0;
         stats->decode_s = al_now() - t1;
         stats->cache_bytes = dec.cache_bytes;
+        stats->kv_held_bytes = al_decoder_kv_held_bytes(&dec);
     }
     free(logits);
     al_decoder_free(&dec);

@@ -17,6 +17,7 @@ typedef struct al_gen_stats {
     int prompt_tokens, generated;
     double prefill_s, decode_s;
     size_t cache_bytes;
+    double kv_held_bytes; /* what the cache held at the end (evicted or quantised: less than cache_bytes) */
 } al_gen_stats;
 
 /* Feeds prompt[0..prompt_len) and samples up to n ids into out (may be
@@ -27,6 +28,13 @@ typedef struct al_gen_stats {
 int al_generate_ids(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
                     int stop_id, al_dtype kv_dt, int *out, void (*on_token)(int id, void *ctx), void *ctx, al_gen_stats *stats,
                     al_err *err);
+
+/* The same through a compressed cache (kv: quantised and/or evicting,
+ * al_decoder_create_opts; NULL: uncompressed). The prompt is prefilled;
+ * SnapKV's prompt 0 means the whole prompt. */
+int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int n, const al_sampler *s, uint64_t seed,
+                       int stop_id, al_dtype kv_dt, const al_kv_opts *kv, int *out, void (*on_token)(int id, void *ctx),
+                       void *ctx, al_gen_stats *stats, al_err *err);
 
 /* The same with bytes as ids (and no stop token): samples exactly what
  * al_generate_ids does with the prompt's bytes as ids. */

@@ -777,9 +777,29 @@ const float *al_acts_saved(const al_acts *a, int layer) {
 
 /* Layer l's part of a decoder's cache. */
 static al_kv decoder_layer(const al_decoder *dec, int l) {
-    if (dec->kvq) return (al_kv){dec->kvq[l].res, dec->cache_dt, &dec->kvq[l]};
+    if (dec->kvq) return (al_kv){dec->kvq[l].res, dec->cache_dt, &dec->kvq[l], dec->kve ? &dec->kve[l] : NULL};
     const size_t layer0 = (size_t)l * dec->capacity * dec->values_per_token;
-    return (al_kv){(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt};
+    return (al_kv){(char *)dec->cache + layer0 * al_dtype_size(dec->cache_dt), dec->cache_dt, NULL,
+                   dec->kve ? &dec->kve[l] : NULL};
+}
+
+/* After a prefill's forward of layer l (its saved block still in place):
+ * the attention mass of the prompt's keys in the layer's eviction state,
+ * column sums of each head's weights (al_kve_colsum; SnapKV: the
+ * observation window's rows only), into dec->fill_buf's q | k | work. */
+static void prefill_mass(const al_model *m, const al_acts *a, int l, al_decoder *dec) {
+    al_kve *e = &dec->kve[l];
+    if (e->o.method != AL_KVE_H2O && e->o.method != AL_KVE_SNAPKV) return;
+    const al_attn_layer *L = &m->layers[l].attn;
+    const int T = a->T, d = m->attn->head_qk(L, saved_of(a, l), 1, T, 0, 0, NULL, NULL);
+    const int r0 = e->o.method == AL_KVE_SNAPKV ? e->o.prompt - al_kve_snap_window(e->o.prompt) : 0;
+    float *q = dec->fill_buf, *k = q + (size_t)T * d, *work = k + (size_t)T * d;
+    al_attn_shape s = {1, T, 1, 1, d, d, d, d, d, d, 1.0f / sqrtf((float)d)};
+    al_attn_set_score(&s, &m->cfg);
+    for (int h = 0; h < m->cfg.num_heads; h++) {
+        m->attn->head_qk(L, saved_of(a, l), 1, T, 0, h, q, k);
+        al_kve_colsum(&s, q, k, d, T, r0, e->mass, work); /* slot = position after a prefill */
+    }
 }
 
 /* The transformer blocks, shared by both tasks: a->x_in[0] [B*T, d] (filled
@@ -801,6 +821,7 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         al_rmsnorm_fwd(xn1, a->rstd1 + ls * N, x, L->ln1, N, d, c->rms_norm_eps);
         m->attn->forward(&L->attn, xn1, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
+        if (a->fill && a->fill->kve) prefill_mass(m, a, l, a->fill);
         add_vec(x_mid, x, a->dtmp, Nd);
         al_rmsnorm_fwd(xn2, a->rstd2 + ls * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
         if (L->router.p) {
@@ -1068,9 +1089,65 @@ int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dty
     return 0;
 }
 
+int al_decoder_create_opts(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kv_opts *o,
+                           al_err *err) {
+    if (!o || o->e.method == AL_KVE_NONE) return al_decoder_create_q(dec, m, capacity, cache_dt, o ? &o->q : NULL, err);
+    if (al_kve_check(&o->e, capacity, err)) return -1;
+    if (al_decoder_create_q(dec, m, capacity, cache_dt, &o->q, err)) return -1;
+    const int L = m->cfg.num_layers;
+    if (!(dec->kve = calloc((size_t)L, sizeof(al_kve)))) {
+        al_decoder_free(dec);
+        return al_errf(err, "out of memory");
+    }
+    for (int l = 0; l < L; l++)
+        if (al_kve_create(&dec->kve[l], &o->e, l, L, capacity, dec->values_per_token, err) ||
+            (dec->kvq && al_kve_attach_quantised(&dec->kve[l], &dec->kvq[l], err))) {
+            al_decoder_free(dec);
+            return -1;
+        }
+    return 0;
+}
+
 void al_decoder_reset(al_decoder *dec) {
     al_decoder_seek(dec, 0);
     if (dec->shadow) al_decoder_seek(dec->shadow, 0);
+}
+
+/* A full F32 cache whose layers report each step's attention mass per
+ * position (an al_kve with method none and step_mass): the shadow of an
+ * evicting decoder, for the recall of attention mass. */
+static int create_shadow(al_decoder *sh, const al_model *m, int capacity, al_err *err) {
+    if (al_decoder_create(sh, m, capacity, err)) return -1;
+    const int L = m->cfg.num_layers;
+    const al_kve_opts none = {AL_KVE_NONE, 1.0, 0, 0, 0};
+    if (!(sh->kve = calloc((size_t)L, sizeof(al_kve)))) {
+        al_decoder_free(sh);
+        return al_errf(err, "out of memory");
+    }
+    for (int l = 0; l < L; l++) {
+        if (al_kve_create(&sh->kve[l], &none, l, L, capacity, sh->values_per_token, err)) {
+            al_decoder_free(sh);
+            return -1;
+        }
+        sh->kve[l].step_mass = 1;
+    }
+    return 0;
+}
+
+void al_decoder_layer_recall(const al_decoder *dec, double *out) {
+    for (int l = 0; l < dec->m->cfg.num_layers; l++)
+        out[l] = dec->layer_recall && dec->err_steps ? dec->layer_recall[l] / (double)dec->err_steps : 1.0;
+}
+
+/* The share of the full cache's mass of this step (the shadow's layer l,
+ * slot = position) on the positions e attended to: those it holds now and
+ * those this step evicted. */
+static double step_recall(const al_kve *e, const al_kve *full) {
+    double kept = 0, all = 0;
+    for (int j = 0; j < full->n; j++) all += full->mass[j];
+    for (int i = 0; i < e->n; i++) kept += full->mass[e->pos[i]];
+    for (int i = 0; i < e->n_gone; i++) kept += full->mass[e->gone[i]];
+    return all > 0 ? kept / all : 1.0;
 }
 
 int al_decoder_track_error(al_decoder *dec, al_err *err) {
@@ -1081,9 +1158,17 @@ int al_decoder_track_error(al_decoder *dec, al_err *err) {
         dec->shadow = NULL, dec->layer_err = NULL;
         return al_errf(err, "out of memory");
     }
-    if (al_decoder_create(dec->shadow, dec->m, dec->capacity, err)) {
+    /* an evicting decoder's shadow: a full cache that reports each step's mass per position, for recall */
+    static const al_kv_opts full = {{0}, {AL_KVE_NONE, 1.0, 0, 0, 0}};
+    const al_kv_opts *so = dec->kve ? &full : NULL;
+    if (dec->kve && !(dec->layer_recall = calloc((size_t)dec->m->cfg.num_layers, sizeof(double)))) {
         free(dec->shadow), free(dec->layer_err);
         dec->shadow = NULL, dec->layer_err = NULL;
+        return al_errf(err, "out of memory");
+    }
+    if (so ? create_shadow(dec->shadow, dec->m, dec->capacity, err) : al_decoder_create(dec->shadow, dec->m, dec->capacity, err)) {
+        free(dec->shadow), free(dec->layer_err), free(dec->layer_recall);
+        dec->shadow = NULL, dec->layer_err = NULL, dec->layer_recall = NULL;
         return -1;
     }
     al_decoder_seek(dec->shadow, dec->pos);
@@ -1097,6 +1182,14 @@ void al_decoder_layer_errors(const al_decoder *dec, double *out) {
 
 void al_decoder_seek(al_decoder *dec, int pos) {
     dec->pos = pos;
+    for (int l = 0; dec->kve && l < dec->m->cfg.num_layers; l++) {
+        if (pos) al_kve_seek(&dec->kve[l], pos);
+        else al_kve_reset(&dec->kve[l]);
+    }
+    if (dec->kve && dec->kvq) { /* the quantised split of the positions held */
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) al_kvq_seek(&dec->kvq[l], dec->kve[l].n);
+        return;
+    }
     for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_seek(&dec->kvq[l], pos);
 }
 
@@ -1109,6 +1202,16 @@ double al_decoder_kv_bytes_per_token(const al_decoder *dec) {
 }
 
 double al_decoder_kv_held_bytes(const al_decoder *dec) {
+    if (dec->kve && dec->kvq) { /* the positions each layer holds, quantised or in the residual */
+        double b = 0;
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) b += al_kvq_held_bytes(&dec->kvq[l], dec->kve[l].n);
+        return b;
+    }
+    if (dec->kve) { /* the positions each layer holds */
+        double b = 0;
+        for (int l = 0; l < dec->m->cfg.num_layers; l++) b += (double)dec->kve[l].n;
+        return b * (double)dec->values_per_token * al_dtype_size(dec->cache_dt);
+    }
     if (!dec->kvq) return al_decoder_kv_bytes_per_token(dec) * dec->pos;
     double b = 0;
     for (int l = 0; l < dec->m->cfg.num_layers; l++) b += al_kvq_held_bytes(&dec->kvq[l], dec->pos);
@@ -1136,6 +1239,10 @@ void al_decoder_free(al_decoder *dec) {
     if (dec->shadow) al_decoder_free(dec->shadow);
     free(dec->shadow);
     free(dec->layer_err);
+    free(dec->layer_recall);
+    for (int l = 0; dec->kve && l < dec->m->cfg.num_layers; l++) al_kve_free(&dec->kve[l]);
+    free(dec->kve);
+    free(dec->fill_buf);
     for (int l = 0; dec->kvq && l < dec->m->cfg.num_layers; l++) al_kvq_free(&dec->kvq[l]);
     free(dec->kvq);
     al_free(dec->cache);
@@ -1155,8 +1262,22 @@ int al_decoder_prefill(al_decoder *dec, const int *tokens, int n, float *logits,
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size) return al_errf(err, "token %d outside the vocabulary", tokens[i]);
     al_acts a;
     if (al_acts_create_maps(&a, m, n, NULL, 0, err)) return -1;
+    if (dec->kve) { /* SnapKV: the prefill is the prompt unless --kv-prompt says longer; q | k | row for the mass */
+        for (int l = 0; l < c->num_layers; l++)
+            if (dec->kve[l].o.method == AL_KVE_SNAPKV && dec->kve[l].o.prompt < n) dec->kve[l].o.prompt = n;
+        const size_t dqk = (size_t)m->attn->head_qk(&m->layers[0].attn, saved_of(&a, 0), 1, n, 0, 0, NULL, NULL);
+        free(dec->fill_buf);
+        if (!(dec->fill_buf = malloc(sizeof(float) * (2 * (size_t)n * dqk + al_kve_colsum_work(n))))) {
+            al_acts_free(&a);
+            return al_errf(err, "out of memory for a %d-token prefill's attention mass", n);
+        }
+    }
     a.fill = dec;
     al_model_forward(m, &a, tokens, NULL); /* stops after the blocks: these activations have no logits */
+    for (int l = 0; dec->kve && l < c->num_layers; l++) { /* the policies act on the whole prompt */
+        al_kv kv = decoder_layer(dec, l);
+        al_kve_evict(&dec->kve[l], &kv);
+    }
     float *xn = dec->scratch + d, rstd;
     const float *last = a.x_in + xslot(&a, c->num_layers) * (size_t)n * d + (size_t)(n - 1) * d;
     al_rmsnorm_fwd(xn, &rstd, last, m->final_norm, 1, d, c->rms_norm_eps);
@@ -1188,6 +1309,7 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
             double dd = 0, nn = 0;
             for (int i = 0; i < d; i++) dd += ((double)y[i] - yf[i]) * ((double)y[i] - yf[i]), nn += (double)yf[i] * yf[i];
             dec->layer_err[l] += nn > 0 ? sqrt(dd / nn) : 0.0;
+            if (dec->layer_recall) dec->layer_recall[l] += step_recall(&dec->kve[l], &dec->shadow->kve[l]);
         }
         for (int i = 0; i < d; i++) x[i] += y[i];
         al_rmsnorm_fwd(xn, &rstd, x, L->ln2, 1, d, c->rms_norm_eps);

@@ -34,6 +34,7 @@
 #define AL_MODEL_H
 
 #include "../attn/attn.h"
+#include "../attn/kve.h"
 #include "../core/core.h"
 #include "../nn/nn.h"
 #include "config.h"
@@ -265,6 +266,13 @@ typedef struct al_decoder {
     struct al_decoder *shadow;
     double *layer_err;
     long err_steps;
+    /* evicted caches (al_decoder_create_opts): one al_kve per layer (NULL:
+     * every position kept); the cache's rows are then slots (kve.h), and
+     * with track_error layer_recall[l] sums over steps the share of the
+     * full cache's attention mass that the held keys get */
+    al_kve *kve;
+    double *layer_recall;
+    float *fill_buf; /* al_decoder_prefill with eviction: one head's q, k and a row of weights */
 } al_decoder;
 
 /* An F32 cache (al_decoder_create_kv with AL_DT_F32). */
@@ -277,6 +285,20 @@ int al_decoder_create_kv(al_decoder *dec, const al_model *m, int capacity, al_dt
  * that does not divide a value unit), fail with one line in err. */
 int al_decoder_create_q(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kvq_opts *q,
                         al_err *err);
+/* The cache o asks for (NULL or zeroed: as al_decoder_create_kv): quantised
+ * as al_decoder_create_q, and with o->e.method other than none an eviction
+ * state per layer (kve.h; budgets per layer from o->e.layer_budget). The
+ * cache keeps its capacity (a prompt is held whole until a policy acts);
+ * al_decoder_kv_held_bytes counts the positions held (quantised: the
+ * closed form of the quantised ones plus the residual's). Options
+ * al_kve_check or al_decoder_create_q refuse fail with one line in err. */
+int al_decoder_create_opts(al_decoder *dec, const al_model *m, int capacity, al_dtype cache_dt, const al_kv_opts *o,
+                           al_err *err);
+/* With track_error on an evicting decoder: per layer the mean over steps of
+ * the recall of attention mass (mass the full cache's weights put on the
+ * positions the compressed cache attended to / all of it; out[num_layers]);
+ * 1 for a decoder that does not evict. */
+void al_decoder_layer_recall(const al_decoder *dec, double *out);
 void al_decoder_free(al_decoder *dec);
 /* Empties the cache (pos 0), to decode a new sequence into it. */
 void al_decoder_reset(al_decoder *dec);

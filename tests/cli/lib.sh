@@ -214,6 +214,15 @@ train_tiny() {
     done
 }
 
+# train_tiny_designs DATA: a tiny model of each KV design in $WORK/mha, gqa
+# (2 KV heads), mqa, mla and lrkv, as one case.
+train_tiny_designs() {
+    begin "tiny models of every design"
+    train_tiny "$1" "mha:--attention mha" "gqa:--attention gqa --kv-heads 2" "mqa:--attention mqa --kv-heads 1" \
+        "mla:--attention mla" "lrkv:--attention lrkv"
+    end
+}
+
 # st_edit SRC DST OP [ARG]: copies safetensors SRC to DST with one change:
 #   drop NAME          remove tensor NAME (offsets of the rest recomputed)
 #   shape NAME D0,D1   give tensor NAME another shape (same byte count)

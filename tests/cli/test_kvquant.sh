@@ -12,10 +12,7 @@
 . "$(dirname "$0")/lib.sh" "$@"
 
 make_text "$WORK/text.txt" 60
-begin "tiny models of every design"
-train_tiny "$WORK/text.txt" "mha:--attention mha" "gqa:--attention gqa --kv-heads 2" "mqa:--attention mqa --kv-heads 1" \
-    "mla:--attention mla" "lrkv:--attention lrkv"
-end
+train_tiny_designs "$WORK/text.txt"
 
 EV="--data $WORK/text.txt --max-tokens 200 --threads 2 --json"
 for d in mha gqa mqa mla lrkv; do
