@@ -41,7 +41,7 @@ static const al_study_budget budgets[] = {
      .vit_eval_every = 150, .vit_eval_images = 500, .vit_save_every = 300, .vit_train_images = 10000,
      .vit_test_images = 2000, .vit_lr = 2e-3,
      .lm_step_s = 0.15, .vit_step_s = 0.08, .lm_measure_s = 8, .vit_measure_s = 1, .figures_s = 10,
-     .kv_tokens = 1024, .kv_group = 32, .kv_residual = 32},
+     .kv_tokens = 512, .kv_group = 32, .kv_residual = 32},
     {.name = "standard", .summary = "about 40 minutes on 2 idle cores, 737k training bytes per language model",
      .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 360, .lm_warmup = 30, .lm_eval_every = 60,
      .lm_eval_tokens = 16384, .lm_save_every = 120, .lm_lr = 2e-3, .lm_final_eval_tokens = 65536,
