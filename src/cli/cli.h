@@ -89,6 +89,7 @@ int cmd_explore(int argc, char **argv);
 int cmd_study(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_kvlab(int argc, char **argv);
 /* `attnlab heads` on given models (cmd_heads.c), also used by `study`; titles may be NULL. */
 int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
                 const char *out);

@@ -167,7 +167,7 @@ int cmd_study(int argc, char **argv) {
     const double t0 = al_now();
     const char *out = NULL, *budget = "quick", *data = NULL, *images = NULL, *precision = NULL;
     al_precision prec;
-    long seed = 1337, seeds = 0, max_runs = 0, threads = 0;
+    long seed = 1337, seeds = 0, max_runs = 0, threads = 0, kv_tokens = 0;
     int no_vision = 0, quiet = 0;
     al_arg args[] = {
         {"out", ARG_STRING, &out, "study directory: runs/, figures, report.md/.json/.html"},
@@ -181,6 +181,8 @@ int cmd_study(int argc, char **argv) {
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_AUTO},
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
+        {"kv-tokens", ARG_INT, &kv_tokens,
+         "KV frontier: predictions per design and compression (default: the budget's; docs/kvlab.md)"},
     };
     const int n = (int)(sizeof args / sizeof args[0]);
     int rc =
@@ -194,12 +196,13 @@ int cmd_study(int argc, char **argv) {
     if (max_runs < 0 || max_runs > 1000000) return cli_usage(CMD, "--max-runs must not be negative");
     if (seed < 0) return cli_usage(CMD, "--seed must not be negative");
     if (threads < 0 || threads > 1024) return cli_usage(CMD, "--threads must be 1..1024");
+    if (kv_tokens < 0 || kv_tokens > 100000000) return cli_usage(CMD, "--kv-tokens must not be negative");
     if ((rc = cli_precision(CMD, precision, "auto", &prec))) return rc;
     if (threads > 0) al_set_threads((int)threads);
     view v = {.quiet = quiet, .tty = isatty(2)};
     const al_study_settings set = {.budget = b, .out = out, .data = data, .images = images, .no_vision = no_vision,
                                    .first_seed = (uint64_t)seed, .n_seeds = (int)seeds, .max_runs = (int)max_runs,
-                                   .precision = prec};
+                                   .precision = prec, .kv_tokens = (int)kv_tokens};
     al_study_plan plan;
     al_err err;
     if (cli_dist_begin(CMD)) return 1; /* under mpirun every run trains on all ranks (docs/distributed.md) */

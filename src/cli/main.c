@@ -26,6 +26,7 @@ static const struct {
     {"bench", cmd_bench, "measure speed against this machine's ceilings"},
     {"tokenize", cmd_tokenize, "text -> token ids and back with a model's tokenizer"},
     {"convert", cmd_convert, "convert a trained MHA/GQA model into GQA, MQA, MLA or LRKV"},
+    {"kvlab", cmd_kvlab, "KV-cache compression frontier: bytes per token against loss, per model and method"},
 };
 
 static void usage(FILE *f) {

@@ -31,7 +31,8 @@ static const al_study_budget budgets[] = {
      .vit_layers = 1, .vit_hidden = 16, .vit_heads = 2, .vit_batch = 8, .vit_steps = 4, .vit_warmup = 1,
      .vit_eval_every = 2, .vit_eval_images = 32, .vit_save_every = 0, .vit_train_images = 64,
      .vit_test_images = 64, .vit_lr = 2e-3,
-     .lm_step_s = 0.05, .vit_step_s = 0.02, .lm_measure_s = 0.5, .vit_measure_s = 0.2, .figures_s = 2},
+     .lm_step_s = 0.05, .vit_step_s = 0.02, .lm_measure_s = 0.5, .vit_measure_s = 0.2, .figures_s = 2,
+     .kv_tokens = 64, .kv_group = 16, .kv_residual = 4},
     {.name = "quick", .summary = "about 6 minutes on 2 idle cores, 307k training bytes per language model", .seeds = 1,
      .lm_context = 256, .lm_batch = 4, .lm_steps = 300, .lm_warmup = 30, .lm_eval_every = 50,
      .lm_eval_tokens = 8192, .lm_save_every = 100, .lm_lr = 2e-3, .lm_final_eval_tokens = 32768,
@@ -39,7 +40,8 @@ static const al_study_budget budgets[] = {
      .vit_layers = 2, .vit_hidden = 64, .vit_heads = 4, .vit_batch = 32, .vit_steps = 600, .vit_warmup = 50,
      .vit_eval_every = 150, .vit_eval_images = 500, .vit_save_every = 300, .vit_train_images = 10000,
      .vit_test_images = 2000, .vit_lr = 2e-3,
-     .lm_step_s = 0.15, .vit_step_s = 0.08, .lm_measure_s = 8, .vit_measure_s = 1, .figures_s = 10},
+     .lm_step_s = 0.15, .vit_step_s = 0.08, .lm_measure_s = 8, .vit_measure_s = 1, .figures_s = 10,
+     .kv_tokens = 512, .kv_group = 32, .kv_residual = 32},
     {.name = "standard", .summary = "about 40 minutes on 2 idle cores, 737k training bytes per language model",
      .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 360, .lm_warmup = 30, .lm_eval_every = 60,
      .lm_eval_tokens = 16384, .lm_save_every = 120, .lm_lr = 2e-3, .lm_final_eval_tokens = 65536,
@@ -47,7 +49,8 @@ static const al_study_budget budgets[] = {
      .vit_layers = 2, .vit_hidden = 64, .vit_heads = 4, .vit_batch = 32, .vit_steps = 1000, .vit_warmup = 80,
      .vit_eval_every = 250, .vit_eval_images = 1000, .vit_save_every = 500, .vit_train_images = 0,
      .vit_test_images = 0, .vit_lr = 2e-3,
-     .lm_step_s = 0.3, .vit_step_s = 0.08, .lm_measure_s = 15, .vit_measure_s = 22, .figures_s = 15},
+     .lm_step_s = 0.3, .vit_step_s = 0.08, .lm_measure_s = 15, .vit_measure_s = 22, .figures_s = 15,
+     .kv_tokens = 2048, .kv_group = 32, .kv_residual = 32},
     {.name = "full", .summary = "the presets' own schedule, 3.1M training bytes per language model: many hours",
      .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 1500, .lm_warmup = 100, .lm_eval_every = 100,
      .lm_eval_tokens = 65536, .lm_save_every = 250, .lm_lr = 2e-3, .lm_final_eval_tokens = 0,
@@ -55,7 +58,8 @@ static const al_study_budget budgets[] = {
      .vit_layers = 4, .vit_hidden = 128, .vit_heads = 4, .vit_batch = 64, .vit_steps = 2000, .vit_warmup = 150,
      .vit_eval_every = 250, .vit_eval_images = 2000, .vit_save_every = 250, .vit_train_images = 0,
      .vit_test_images = 0, .vit_lr = 1e-3,
-     .lm_step_s = 0.3, .vit_step_s = 1.0, .lm_measure_s = 40, .vit_measure_s = 90, .figures_s = 20},
+     .lm_step_s = 0.3, .vit_step_s = 1.0, .lm_measure_s = 40, .vit_measure_s = 90, .figures_s = 20,
+     .kv_tokens = 4096, .kv_group = 32, .kv_residual = 32},
 };
 /* clang-format on */
 
@@ -185,6 +189,8 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
     p->max_runs = s->max_runs;
     p->precision = s->precision;
     p->n_seeds = s->n_seeds ? s->n_seeds : p->budget->seeds;
+    if (s->kv_tokens < 0) return al_errf(err, "the KV frontier's tokens must not be negative, got %d", s->kv_tokens);
+    p->kv_tokens = s->kv_tokens ? s->kv_tokens : p->budget->kv_tokens;
     for (int i = 0; i < p->n_seeds; i++) p->seeds[i] = s->first_seed + (uint64_t)i;
     const al_study_budget *b = p->budget;
 

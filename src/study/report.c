@@ -474,6 +474,131 @@ static void vit_findings(const al_study_results *r, const vit_stats *v, findings
             r->cls.layer, r->cls.head, r->cls.image, r->cls.min[0], r->cls.max[0], r->cls.min[1], r->cls.max[1]);
 }
 
+/* ---- the KV frontier (kvfront.c measures it) ---- */
+
+/* The loss of point i against its design's uncompressed point, in % (NAN
+ * when that point is missing). */
+static double kv_delta_pct(const al_kvf *f, int i) {
+    for (int k = 0; k < f->n; k++)
+        if (f->p[k].ok && !strcmp(f->p[k].design, f->p[i].design) && !strcmp(f->p[k].method, "none"))
+            return 100.0 * (f->p[i].loss - f->p[k].loss) / f->p[k].loss;
+    return NAN;
+}
+
+/* "MLA int2 (37.8 bytes/token = 7.38 % of MHA fp32, loss 2.1234)" */
+static void kv_point_text(sbuf *b, const al_kvf_point *p) {
+    sb_printf(b, "%s %s (%.1f bytes/token = %.3g %% of MHA fp32, loss %.4f)", p->label, p->method, p->bytes_per_token,
+              p->pct_of_mha_fp32, p->loss);
+}
+
+/* What the frontier says, by fixed rules: the lowest loss under each bytes
+ * threshold (where it changes), the lower convex hull, the best loss x bytes
+ * trade, the noise caveat, the methods the library refused. */
+static void kv_conclusion(const al_study_results *r, sbuf *b) {
+    const al_kvf *f = &r->kv;
+    sb_printf(b, "Lowest loss per byte at this scale: ");
+    for (int t = 0, last = -1, n = 0; t < AL_KVF_N_THRESHOLDS; t++) {
+        const int i = al_kvf_best_under(f, al_kvf_thresholds[t]);
+        if (i < 0 || i == last) continue;
+        sb_printf(b, "%sat most %g %% of the MHA fp32 cache, ", n++ ? "; " : "", al_kvf_thresholds[t]);
+        kv_point_text(b, &f->p[i]);
+        last = i;
+    }
+    sb_printf(b, ". The lower convex hull in (log bytes, loss), the trades worth making, from most bytes to fewest: ");
+    for (int i = 0, n = 0, last = -1; i < f->n; i++) { /* each round: the largest hull point below the last */
+        int next = -1;
+        for (int k = 0; k < f->n; k++)
+            if (f->p[k].hull && (last < 0 || f->p[k].bytes_per_token < f->p[last].bytes_per_token) &&
+                (next < 0 || f->p[k].bytes_per_token > f->p[next].bytes_per_token))
+                next = k;
+        if (next < 0) break;
+        sb_printf(b, "%s%s %s", n++ ? " \xe2\x86\x92 " : "", f->p[next].label, f->p[next].method);
+        last = next;
+    }
+    const int bt = al_kvf_best_trade(f);
+    if (bt >= 0) {
+        sb_printf(b, ". Best loss x bytes trade: ");
+        kv_point_text(b, &f->p[bt]);
+    }
+    sb_printf(b, ". Across designs, loss differences under %.0f %% are within one seed's run-to-run noise (see above); "
+                 "within a design the compressions are compared on the same model and text.",
+              NOISE_PCT);
+    int n_ref = 0, why = -1;
+    for (int i = 0; i < f->n; i++) {
+        if (f->p[i].ok) continue;
+        int seen = 0; /* each refused method once */
+        for (int k = 0; k < i; k++) seen |= !f->p[k].ok && !strcmp(f->p[k].method, f->p[i].method);
+        if (seen) continue;
+        sb_printf(b, "%s%s", n_ref++ ? ", " : " Not measured, refused by the library: ", f->p[i].method);
+        why = i;
+    }
+    if (why >= 0) sb_printf(b, " (%s).", f->p[why].why);
+}
+
+/* report.json's kv_frontier: settings, measured points, refusals, the
+ * frontier's picks and the conclusion. */
+static cJSON *kv_json(const al_study_results *r) {
+    const al_kvf *f = &r->kv;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", f->n ? "done" : "skipped");
+    if (!f->n) return o;
+    cJSON_AddStringToObject(o, "figure", r->kv_figure.file);
+    cJSON *dd = cJSON_AddArrayToObject(o, "data");
+    for (int j = 0; j < 2; j++) cJSON_AddItemToArray(dd, cJSON_CreateString(r->kv_figure.data[j]));
+    cJSON_AddStringToObject(o, "caption", r->kv_figure.caption);
+    cJSON_AddStringToObject(o, "methods", AL_KVF_STUDY_METHODS);
+    cJSON_AddNumberToObject(o, "context", r->kv_context);
+    cJSON_AddNumberToObject(o, "tokens", r->kv_tokens);
+    cJSON_AddNumberToObject(o, "kv_group", r->kv_group);
+    cJSON_AddNumberToObject(o, "kv_residual", r->kv_residual);
+    cJSON *pts = cJSON_AddArrayToObject(o, "points"), *ref = cJSON_AddArrayToObject(o, "refused");
+    for (int i = 0; i < f->n; i++) {
+        const al_kvf_point *p = &f->p[i];
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddStringToObject(q, "design", p->design);
+        cJSON_AddStringToObject(q, "method", p->method);
+        if (!p->ok) {
+            cJSON_AddStringToObject(q, "why", p->why);
+            cJSON_AddItemToArray(ref, q);
+            continue;
+        }
+        const double delta = kv_delta_pct(f, i);
+        cJSON_AddNumberToObject(q, "bytes_per_token", p->bytes_per_token);
+        cJSON_AddNumberToObject(q, "pct_of_mha_fp32", p->pct_of_mha_fp32);
+        cJSON_AddNumberToObject(q, "loss", p->loss);
+        cJSON_AddNumberToObject(q, "perplexity", p->perplexity);
+        if (isfinite(delta)) cJSON_AddNumberToObject(q, "delta_vs_uncompressed_pct", delta);
+        cJSON_AddBoolToObject(q, "pareto", p->pareto);
+        cJSON_AddBoolToObject(q, "hull", p->hull);
+        cJSON_AddItemToArray(pts, q);
+    }
+    cJSON *bu = cJSON_AddArrayToObject(o, "best_under");
+    for (int t = 0; t < AL_KVF_N_THRESHOLDS; t++) {
+        const int i = al_kvf_best_under(f, al_kvf_thresholds[t]);
+        if (i < 0) continue;
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddNumberToObject(q, "max_pct_of_mha_fp32", al_kvf_thresholds[t]);
+        cJSON_AddStringToObject(q, "design", f->p[i].design);
+        cJSON_AddStringToObject(q, "method", f->p[i].method);
+        cJSON_AddNumberToObject(q, "loss", f->p[i].loss);
+        cJSON_AddNumberToObject(q, "bytes_per_token", f->p[i].bytes_per_token);
+        cJSON_AddItemToArray(bu, q);
+    }
+    const int bt = al_kvf_best_trade(f);
+    if (bt >= 0) {
+        cJSON *q = cJSON_AddObjectToObject(o, "best_trade");
+        cJSON_AddStringToObject(q, "design", f->p[bt].design);
+        cJSON_AddStringToObject(q, "method", f->p[bt].method);
+        cJSON_AddNumberToObject(q, "loss", f->p[bt].loss);
+        cJSON_AddNumberToObject(q, "bytes_per_token", f->p[bt].bytes_per_token);
+    }
+    sbuf c = {0};
+    kv_conclusion(r, &c);
+    cJSON_AddStringToObject(o, "conclusion", c.oom ? "" : sb_str(&c));
+    free(c.s);
+    return o;
+}
+
 /* ---- report.json ---- */
 
 static cJSON *stat_json(const al_stat *s) {
@@ -688,6 +813,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
             cJSON_AddNumberToObject(o, "max", r->cls.max[k]);
         }
     }
+    cJSON_AddItemToObject(root, "kv_frontier", kv_json(r));
     cJSON *fig = cJSON_AddArrayToObject(root, "figures");
     for (int i = 0; i < r->n_figures; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -803,6 +929,44 @@ static void d_figure(doc *d, const al_study_figure *f) {
     }
 }
 
+/* The KV frontier's section: settings, the points' table, the conclusion,
+ * the figure. */
+static void kv_section(doc *d, const al_study_results *r) {
+    const al_kvf *f = &r->kv;
+    d_heading(d, 2, "KV-cache compression: quality per byte");
+    if (!f->n) {
+        d_para(d, "Not measured.");
+        return;
+    }
+    d_printf(d, D_PARA,
+             "Each design's first-seed model scores the first %d predictions of the validation split through the real "
+             "decode path (windows of %d decoded token by token from an empty cache) with each compression of %s "
+             "(KIVI int: group %d, residual %d; h2o: heavy hitters by accumulated attention, with %s the kept "
+             "entries quantised, MiniKV-style). Bytes per token are what the cache held, fp16 scales and the fp32 "
+             "residual included; %% of MHA fp32 is against the MHA cache of the same heads and head width. "
+             "docs/kvlab.md.",
+             r->kv_tokens, r->kv_context, AL_KVF_STUDY_METHODS, r->kv_group, r->kv_residual, "+int2");
+    d_table_begin(d);
+    d_row(d, "design\tcompression\tKV bytes/token\t% of MHA fp32\tloss (nats/byte)\tvs uncompressed\tfrontier", 1);
+    for (int i = 0; i < f->n; i++) {
+        const al_kvf_point *p = &f->p[i];
+        if (!p->ok) continue;
+        const double delta = kv_delta_pct(f, i);
+        char dl[32] = "-";
+        if (isfinite(delta) && strcmp(p->method, "none"))
+            al_strfmt(dl, sizeof dl, fabs(delta) < 0.005 ? "0.00 %%" : "%+.2f %%", delta); /* no "-0.00" */
+        d_printf(d, D_ROW, "%s\t%s\t%.1f\t%.3g\t%.4f\t%s\t%s", p->label, p->method, p->bytes_per_token,
+                 p->pct_of_mha_fp32, p->loss, dl, p->hull ? "hull" : p->pareto ? "Pareto" : "");
+    }
+    d_table_end(d);
+    sbuf c = {0};
+    kv_conclusion(r, &c);
+    if (c.oom) d->b.oom = 1;
+    else d_para(d, sb_str(&c));
+    free(c.s);
+    d_figure(d, &r->kv_figure);
+}
+
 static void write_doc(doc *d, const al_study_results *r, const design_stats *ds, const vit_stats *vs,
                       const findings *f) {
     const al_study_budget *b = r->budget;
@@ -881,6 +1045,8 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
         }
         d_table_end(d);
     }
+
+    kv_section(d, r);
 
     d_heading(d, 2, "Vision: softmax vs polynomial attention");
     if (r->vit_opts.train_subset) al_strfmt(s3, sizeof s3, "the first %d", r->vit_opts.train_subset);

@@ -275,6 +275,7 @@ void al_study_results_free(al_study_results *res) {
     for (int i = 0; i < res->n_vit; i++) al_run_log_free(&res->vit[i].log);
     free(res->lm);
     free(res->vit);
+    al_kvf_free(&res->kv);
     free(res);
 }
 
@@ -418,7 +419,7 @@ static int finish(study *s, al_study_results *res, al_err *err) {
     phase_begin(s, b->figures_s, 0);
     tell(s, AL_STUDY_FIGURES, NULL, eta(s, 0));
     rc = fig_heads(s, res, err) || fig_attnmaps(s, res, err) || (res->n_vit && fig_poly(s, res, err)) ||
-         fig_designs(s, res, err);
+         fig_designs(s, res, err) || al_study_kv_frontier(p, res, err);
     phase_end(s);
     if (rc) return AL_STUDY_ERROR;
     if ((sig = stop_requested(s))) {

@@ -20,6 +20,7 @@
 #ifndef AL_STUDY_H
 #define AL_STUDY_H
 
+#include "../analysis/kv_frontier.h"
 #include "../analysis/study_figures.h"
 #include "../core/core.h"
 #include "../model/model.h"
@@ -66,6 +67,9 @@ typedef struct al_study_budget {
     /* nominal seconds on an idle 2-core machine, for the ETA before any run
      * has been timed */
     double lm_step_s, vit_step_s, lm_measure_s, vit_measure_s, figures_s;
+    /* the KV frontier (kvfront.c): predictions per design and method (the
+     * first of the validation split), the quantised caches' group and residual */
+    int kv_tokens, kv_group, kv_residual;
 } al_study_budget;
 
 /* "tiny" (tests, seconds), "quick", "standard", "full"; NULL if unknown. */
@@ -116,6 +120,7 @@ typedef struct al_study_settings {
     int n_seeds;  /* 1..AL_STUDY_MAX_SEEDS (0: the budget's) */
     int max_runs; /* train at most this many runs, then stop (0: all) */
     al_precision precision; /* of every run's matrix products (a run saved in another one is stale) */
+    int kv_tokens;          /* predictions per point of the KV frontier (0: the budget's) */
 } al_study_settings;
 
 typedef struct al_study_plan {
@@ -132,6 +137,7 @@ typedef struct al_study_plan {
     al_plan_run *runs; /* seed-major: the five designs, then the softmax and poly ViTs */
     int n_runs;
     double t0; /* al_now() when planned: the report's wall time */
+    int kv_tokens; /* predictions per point of the KV frontier */
 } al_study_plan;
 
 /* Creates the study directory and its runs/, loads the corpus, writes the
@@ -348,7 +354,22 @@ typedef struct al_study_results {
     al_cls_figure cls; /* the poly-vs-softmax figure: CLS attention ranges of the two models shown */
     al_study_figure figures[AL_STUDY_MAX_FIGURES];
     int n_figures;
+    /* the KV frontier (kvfront.c): the first seed's five models x AL_KVF_STUDY_METHODS */
+    al_kvf kv;                 /* its points (n = 0: not measured) */
+    al_study_figure kv_figure; /* kv_frontier.png, .json, .csv */
+    int kv_context, kv_tokens, kv_group, kv_residual;
 } al_study_results;
+
+/* ---- the KV frontier (kvfront.c) ---- */
+
+/* The first seed's five language models (res->lm[0..4]) over the first
+ * plan->kv_tokens predictions of the validation split, each through
+ * AL_KVF_STUDY_METHODS (docs/kvlab.md), into res->kv; kv_frontier.png,
+ * .json and .csv into the study directory, named in res->kv_figure. Each
+ * run's points are kept in RUN/kv_frontier.json, keyed by the run's model
+ * file and the settings, so a rerun measures only what is new (and retries
+ * methods the library refused before). */
+int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, al_err *err);
 
 /* Writes report.json, report.md and report.html into r->out (atomically). */
 int al_study_write_reports(const al_study_results *r, al_err *err);

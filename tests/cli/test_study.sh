@@ -18,7 +18,13 @@
 #   - paths are never cut: a study 3,841 bytes deep completes, a longer
 #     study directory is refused in one line;
 #   - a real SIGINT after the first run: exit 130, no temp files, and the
-#     rerun skips the finished run and completes the study.
+#     rerun skips the finished run and completes the study;
+#   - the KV frontier (docs/kvlab.md): kv_frontier.png/.json/.csv, report.json's
+#     kv_frontier (five designs x none/int8/int4/int2 measured, the h2o methods
+#     measured or refused, bytes the closed forms, the picks consistent with
+#     the points) and its report section; a rerun reuses each run's cached
+#     points (kv_frontier.json untouched), a point missing from a cache is
+#     measured again alone, a retrained run's points are measured again.
 #
 # usage: bash tests/cli/test_study.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -241,6 +247,78 @@ check_no_tmp "$S1"
 check_py "report.json against the schema" "exec(open('$WORK/validate.py').read())" "$S1" 1 "$VISION" 64
 end
 
+begin "tiny study: the KV frontier, its data and its report section"
+for f in kv_frontier.png kv_frontier.json kv_frontier.csv; do check_exists "$S1/$f"; done
+for d in mha gqa mqa mla lrkv; do check_exists "$S1/runs/$d-seed1337/kv_frontier.json"; done
+check_py "bad KV frontier" '
+import csv, json, sys
+out = sys.argv[1]
+r = json.load(open(out + "/report.json"))
+k = r["kv_frontier"]
+assert k["status"] == "done" and k["figure"] == "kv_frontier.png" and k["data"] == ["kv_frontier.json", "kv_frontier.csv"], k
+assert open(out + "/kv_frontier.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+assert k["methods"] == "none,int8,int4,int2,h2o:0.5,h2o:0.5+int2" and k["tokens"] == 64 and k["context"] == 32, k
+assert k["kv_group"] == 16 and k["kv_residual"] == 4, k
+pts = {(p["design"], p["method"]): p for p in k["points"]}
+ref = {(p["design"], p["method"]) for p in k["refused"]}
+# uncompressed fp32 bytes of the study presets (4 layers, 8 heads of 32): MHA 8192, GQA 4096, MQA 1024, MLA 1024, LRKV 4608
+FP32 = {"mha": 8192, "gqa": 4096, "mqa": 1024, "mla": 1024, "lrkv": 4608}
+for d in FP32:
+    for m in ("none", "int8", "int4", "int2"):
+        assert (d, m) in pts, (d, m)
+    for m in ("h2o:0.5", "h2o:0.5+int2"):
+        assert ((d, m) in pts) != ((d, m) in ref), (d, m)
+    n = pts[(d, "none")]
+    assert n["bytes_per_token"] == FP32[d] and abs(n["pct_of_mha_fp32"] - FP32[d] / 81.92) < 1e-9, n
+    q = [pts[(d, m)] for m in ("int8", "int4", "int2")]
+    assert FP32[d] > q[0]["bytes_per_token"] > q[1]["bytes_per_token"] > q[2]["bytes_per_token"], q
+    for p in q:
+        assert abs(p["delta_vs_uncompressed_pct"] - 100 * (p["loss"] - n["loss"]) / n["loss"]) < 1e-9, p
+        assert abs(p["pct_of_mha_fp32"] - p["bytes_per_token"] / 81.92) < 1e-9, p
+ok = list(pts.values())
+for b in k["best_under"]:
+    cand = [p for p in ok if p["pct_of_mha_fp32"] <= b["max_pct_of_mha_fp32"] + 1e-9]
+    assert b["loss"] == min(p["loss"] for p in cand), b
+t = k["best_trade"]
+assert t["loss"] * t["bytes_per_token"] == min(p["loss"] * p["bytes_per_token"] for p in ok), t
+assert any(p["hull"] for p in ok) and all(p["pareto"] for p in ok if p["hull"])
+for p in ok:  # Pareto: nothing cheaper (or as cheap) is better
+    better = [o for o in ok if o["bytes_per_token"] <= p["bytes_per_token"] and o["loss"] < p["loss"]]
+    assert p["pareto"] == (not better), p
+rows = list(csv.DictReader(open(out + "/kv_frontier.csv")))
+assert len(rows) == 30 and len(json.load(open(out + "/kv_frontier.json"))["points"]) == 30, len(rows)
+md = open(out + "/report.md").read()
+assert "## KV-cache compression: quality per byte" in md and "Lowest loss per byte at this scale" in md, "section"
+assert k["conclusion"] in md and "![kv_frontier.png](kv_frontier.png)" in md, "conclusion / figure in report.md"
+assert "src=\"kv_frontier.png\"" in open(out + "/report.html").read(), "figure in report.html"
+' "$S1"
+end
+
+begin "the KV frontier's caches: a rerun reuses them, a missing point is measured again alone"
+"$PY" - "$S1/runs/gqa-seed1337/kv_frontier.json" <<'EOF2'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["points"] = [p for p in j["points"] if p["method"] != "int4"]
+json.dump(j, open(sys.argv[1], "w"), indent=1)
+EOF2
+cp "$S1/runs/mha-seed1337/kv_frontier.json" "$WORK/mha.kv"
+study --out "$S1"
+check_ok
+check_same_file "$S1/runs/mha-seed1337/kv_frontier.json" "$WORK/mha.kv"
+check_py "gqa int4 measured again, the rest reused" '
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = [p["method"] for p in r["points"] if p["design"] == "gqa"]
+assert g == "none,int8,int4,int2,h2o:0.5,h2o:0.5+int2".split(","), g
+m = json.load(open(sys.argv[2]))
+old = {p["method"]: p["seconds"] for p in m["points"]}
+now = {p["method"]: p["seconds"] for p in r["points"] if p["design"] == "mha"}
+assert old == now, (old, now)  # the same measurements, not new ones
+' "$S1/kv_frontier.json" "$WORK/mha.kv"
+run study --out "$WORK/u" --kv-tokens -1
+check_error 2 "--kv-tokens"
+end
+
 begin "rerun: every finished run skipped, nothing retrained"
 mtimes "$S1" | grep -v measure.json >"$WORK/before"
 cp "$S1/report.json" "$WORK/report1.json"
@@ -283,6 +361,7 @@ steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
 assert steps == [1, 2, 3, 4], steps
 ' "$S1/runs/mha-seed1337/log.jsonl"
 [ "$(stat -c %Y "$S1/runs/gqa-seed1337/log.jsonl")" = "$gqa_before" ] || note "gqa was retrained"
+cmp -s "$S1/runs/mha-seed1337/kv_frontier.json" "$WORK/mha.kv" && note "the resumed mha's KV frontier was not measured again"
 check_py "report.json against the schema" "exec(open('$WORK/validate.py').read())" "$S1" 1 "$VISION" 64
 end
 
