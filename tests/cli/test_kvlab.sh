@@ -3,7 +3,7 @@
 # the default methods; the figure is a PNG, STEM.json and STEM.csv beside it
 # parse and hold one row per model x method with the documented columns
 # (quantised points: fewer bytes than the uncompressed one, % of MHA fp32 the
-# closed form; eviction points measured or marked refused), --json prints
+# closed form; eviction points measured), --json prints
 # the same document, progress is one stderr line per point with an ETA; bad
 # flags are one-line usage errors (exit 2) that write nothing.
 #
@@ -46,6 +46,7 @@ for k, (p, r) in enumerate(zip(j["points"], rows)):
     assert r["design"] == p["design"] and r["method"] == p["method"] and r["model"] == p["model"], (r, p)
     assert p["quant"] == {"int8": "int8", "int4": "int4", "int2": "int2", "h2o:0.5+int2": "int2"}.get(p["method"], "none")
     assert p["evict"] == p["method"].split(":")[0] if ":" in p["method"] else p["evict"] == "none", p
+    assert p["status"] == "ok", p  # every method, eviction included, is measured
     if p["status"] == "ok":
         assert abs(p["pct_of_mha_fp32"] - 100 * p["bytes_per_token"] / mha_fp32) < 1e-9, p
         assert abs(float(r["loss"]) - p["loss"]) < 1e-6 * p["loss"] and p["loss"] > 0, (r, p)
