@@ -148,8 +148,9 @@ static inline __attribute__((always_inline)) void kq_vsz(const al_kvq *kq, int s
     *sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
     *ze = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
 #else
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nv));
-    const __m256i x = _mm256_i32gather_epi32(base, idx, 4); /* (zero << 16) | scale per lane */
+    /* eight scalar loads: AVX2 gathers are slow on AMD cores */
+    const __m256i x = _mm256_setr_epi32(base[0], base[nv], base[2 * nv], base[3 * nv], base[4 * nv], base[5 * nv],
+                                        base[6 * nv], base[7 * nv]); /* (zero << 16) | scale per lane */
     /* per 128-bit half: its 4 scales, then its 4 zeros; then the halves' scales together */
     const __m256i sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13,
                                         2, 3, 6, 7, 10, 11, 14, 15);
