@@ -6,9 +6,11 @@
  * vectors (plain loops). The includer defines KSFX(name).
  *
  * The codes are read where they lie and widened in registers: a cell's
- * plane bytes are loaded KW at a time, shifted and masked per plane and
- * converted to floats (kq_dot; kq_wsum sums a cell over a block's
- * positions in registers). The scales never multiply a code:
+ * plane bytes are loaded AL_VW at a time, shifted and masked per plane and
+ * converted to floats (kq_dot_tile; kq_wsum_tile sums a cell over a block's
+ * positions in registers), for a tile of up to KQ_TILE heads of a group at
+ * once (the plain loops: kq_dot, kq_wsum, one head). The scales never
+ * multiply a code:
  *   key cells (per channel, one scale s_c and zero z_c per block of group
  *   tokens): q . k_j = sum_c (q_c s_c) code_jc + sum_c q_c z_c, so per block
  *   the query is scaled once (qs) and the bias summed once, and a score is
@@ -82,11 +84,11 @@ static void kq_write_out(const al_kvq *kq, const int rg[2][2], int dv, const flo
  * codes once per tile, not once per head). A head's own cells (LRKV's R_K[h],
  * R_V[h]) go through the same code with a tile of one. The work arrays hold
  * tile head t's padded channels at t P (P: the padded channels of one head's
- * key or value ranges), so a tile needs t P <= AL_KVQ_MAX_CELL floats. */
+ * key or value ranges), so a tile of NT heads needs NT P <= AL_KVQ_MAX_CELL
+ * floats (kq_tile_max). */
 enum { KQ_TILE = 4 };
 
-/* AL_VW bytes widened to 32-bit lanes (KQ_U8), field k of bits each made
- * floats: the lowest plane needs no shift, the highest no mask */
+/* AL_VW bytes widened to 32-bit lanes (KQ_U8) */
 #if AL_VW == 16
 typedef __m512i kq_vi;
 #define KQ_U8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
@@ -101,6 +103,8 @@ typedef __m256i kq_vi;
 #define KQ_CVT(x) _mm256_cvtepi32_ps(x)
 #endif
 
+/* plane k of widened bytes x (bits each) as floats: the lowest plane needs
+ * no shift, the highest no mask */
 static inline __attribute__((always_inline)) vf kq_field(kq_vi x, const int k, const int bits) {
     const int per = 8 / bits;
     if (per == 1) return KQ_CVT(x);
@@ -127,8 +131,8 @@ static inline __attribute__((always_inline)) void kq_sz(const uint16_t *sz, vf *
 }
 
 /* The (scale, zero) pairs of value cell sidx at positions j .. j + nb - 1
- * (nb <= AL_VW; a pair per position, nvcell pairs apart: one gather) as two
- * vectors of floats, lanes past nb 0. */
+ * (nb <= AL_VW; a pair per position, nvcell pairs apart: AVX2 eight scalar
+ * loads, AVX-512 one gather) as two vectors of floats, lanes past nb 0. */
 static inline __attribute__((always_inline)) void kq_vsz(const al_kvq *kq, int sidx, size_t j, int nb, vf *sc, vf *ze) {
     if (nb < AL_VW) {
         float a[AL_VW] = {0}, b[AL_VW] = {0};
