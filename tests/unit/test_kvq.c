@@ -7,7 +7,9 @@
  *    every level this CPU runs) against al_attn_decode_ref reading the same
  *    codes dequantised, for the cache layouts of MHA/GQA/MQA, MLA (latent
  *    per channel and per token) and LRKV, every score function, int8/4/2,
- *    odd group sizes and lengths across blocks, chunks and the residual;
+ *    odd group sizes and lengths across blocks, chunks and the residual,
+ *    head tiles of every size (1 to 4 heads of a group at once, cut short
+ *    where 4 heads' padded channels exceed AL_KVQ_MAX_CELL: "MQA wide");
  *  - whole models of every design and score function: decoding through the
  *    quantised cache with the kernels equals decoding through the reference
  *    (al_attn_test_decode_ref); int8 with a residual covering the text equals
@@ -158,6 +160,9 @@ static void test_kernels(void) {
                     KCASE("MLA token", 8, 1, 64, 48, 0, n, LAYOUT_MLA, AL_KVQ_LATENT_TOKEN, 16, 4);
                     KCASE("LRKV r 14", 8, 1, 32, 32, 14, n, LAYOUT_LRKV, 0, 32, 32); /* the study's r */
                     KCASE("LRKV r 6", 3, 1, 18, 18, 6, n, LAYOUT_LRKV, 0, 3, 2);
+                    if (n == 40) { /* head tiles cut short: 4 heads' padded keys exceed AL_KVQ_MAX_CELL */
+                        KCASE("MQA wide", 4, 1, 1100, 1030, 0, n, LAYOUT_KV, 0, 10, 3);
+                    }
 #undef KCASE
                 }
     }
