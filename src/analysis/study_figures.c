@@ -408,12 +408,51 @@ int al_fig_loss_curves(const char *out_dir, const al_fig_design *d, int n_design
 
 /* ---- kv_vs_loss.png ---- */
 
+/* The conversions of kv_vs_loss.png: for each design with n_conv, a diamond
+ * (converted from MHA and uptrained) and a square (from scratch for the same
+ * total steps) in the design's colour, their rows appended to npy at *n and
+ * to j's "conversions"; a legend of the three markers when there are any. */
+static int kv_conversion_points(al_lineplot *p, const al_fig_design *d, int n_designs, float *npy, int *n, cJSON *j,
+                                al_err *err) {
+    int any = 0, rc = 0;
+    for (int k = 0; k < n_designs; k++) any |= d[k].n_conv > 0;
+    if (!any) return 0;
+    cJSON *conv = cJSON_AddArrayToObject(j, "conversions");
+    static const char *const kind[2] = {"converted_uptrained", "scratch_same_steps"};
+    for (int pass = 0; pass < 2 && !rc; pass++)
+        for (int k = 0; k < n_designs && !rc; k++) {
+            if (d[k].n_conv <= 0) continue;
+            const al_stat st = al_stat_of(pass ? d[k].long_loss : d[k].conv_loss, d[k].n_conv);
+            const int c = d[k].n_conv, idx = al_lineplot_point(p, NULL, d[k].conv_kv_pct_of_mha, st.mean,
+                                                               c > 1 ? st.min : NAN, c > 1 ? st.max : NAN, err);
+            rc = idx < 0 || al_lineplot_color(p, 1, idx, k, err) ||
+                 al_lineplot_point_marker(p, idx, pass ? AL_MARKER_SQUARE : AL_MARKER_DIAMOND, err);
+            float *q = npy + 4 * (*n)++;
+            q[0] = (float)d[k].conv_kv_pct_of_mha, q[1] = (float)st.mean, q[2] = (float)st.min, q[3] = (float)st.max;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "design", d[k].name);
+            cJSON_AddStringToObject(o, "kind", kind[pass]);
+            cJSON_AddNumberToObject(o, "kv_pct_of_mha", d[k].conv_kv_pct_of_mha);
+            cJSON_AddNumberToObject(o, "val_loss_mean", st.mean);
+            cJSON_AddNumberToObject(o, "val_loss_min", st.min);
+            cJSON_AddNumberToObject(o, "val_loss_max", st.max);
+            cJSON_AddNumberToObject(o, "seeds", c);
+            cJSON_AddItemToArray(conv, o);
+        }
+    if (!rc) /* wider: the legend sits beside the axes when every corner holds points */
+        rc = al_lineplot_marker_key(p, "from scratch", AL_MARKER_CIRCLE, err) ||
+             al_lineplot_marker_key(p, "converted + uptrained", AL_MARKER_DIAMOND, err) ||
+             al_lineplot_marker_key(p, "from scratch, same total", AL_MARKER_SQUARE, err) ||
+             al_lineplot_set_size(p, 7.0, 3.8, 150, err);
+    return rc ? -1 : 0;
+}
+
 int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs, int n_seeds, al_study_figure *fig,
                       al_err *err) {
     al_lineplot *p = al_lineplot_new("KV cache vs validation loss", "KV cache per token (% of MHA)",
                                      "validation loss (nats/byte)", err);
     if (!p) return -1;
-    float *npy = malloc(sizeof(float) * 4 * (size_t)(n_designs > 0 ? n_designs : 1));
+    float *npy = malloc(sizeof(float) * 4 * 3 * (size_t)(n_designs > 0 ? n_designs : 1)); /* designs, conversions */
     int n = 0, rc = npy ? 0 : al_errf(err, "out of memory");
     cJSON *j = cJSON_CreateObject(), *pts = cJSON_AddArrayToObject(j, "points");
     for (int k = 0; k < n_designs && !rc; k++) {
@@ -444,6 +483,8 @@ int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs
         cJSON_AddItemToArray(pts, o);
         n++;
     }
+    const int n_plain = n;
+    if (!rc) rc = kv_conversion_points(p, d, n_designs, npy, &n, j, err);
     if (!rc) {
         char note[160];
         snprintf(note, sizeof note, "%d seed%s per design%s", n_seeds, n_seeds == 1 ? "" : "s",
@@ -452,7 +493,11 @@ int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs
     }
     if (!rc) {
         cJSON_AddStringToObject(j, "figure", "kv_vs_loss.png");
-        cJSON_AddStringToObject(j, "npy_layout", "[design (mha gqa mqa mla lrkv), (kv_pct_of_mha, mean, min, max)]");
+        cJSON_AddStringToObject(j, "npy_layout",
+                                n > n_plain ? "[design (mha gqa mqa mla lrkv), then converted and uptrained, then from "
+                                              "scratch for the same total steps (designs with conversions), "
+                                              "(kv_pct_of_mha, mean, min, max)]"
+                                            : "[design (mha gqa mqa mla lrkv), (kv_pct_of_mha, mean, min, max)]");
     }
     const int64_t shape[2] = {n, 4};
     rc = finish_lineplot(out_dir, p, j, rc, "kv_vs_loss", npy, 2, shape,

@@ -72,6 +72,12 @@ typedef struct al_fig_design {
     size_t kv_bytes_per_token;
     const al_fig_run *runs;
     int n_runs; /* 0: the design is left out */
+    /* converted from MHA (kv_vs_loss.png, study --conversions): per seed the
+     * loss after uptraining, and from scratch for the same total steps; the
+     * cache of the converted model (n_conv 0: none) */
+    const double *conv_loss, *long_loss;
+    int n_conv;
+    double conv_kv_pct_of_mha;
 } al_fig_design;
 
 /* loss_curves.png: validation loss against training tokens (steps x
@@ -84,7 +90,11 @@ int al_fig_loss_curves(const char *out_dir, const al_fig_design *d, int n_design
 
 /* kv_vs_loss.png: one labelled point per design, KV cache (% of MHA) against
  * the final validation loss (mean; error bar min..max over seeds); STEM.npy
- * [design, (kv_pct_of_mha, mean, min, max)]. */
+ * [design, (kv_pct_of_mha, mean, min, max)]. Designs with conversions
+ * (n_conv > 0) add two unlabelled points in the design's colour, a diamond
+ * (converted from MHA and uptrained) and a square (from scratch for the same
+ * total steps), with a legend of the three markers; their rows follow the
+ * designs' in STEM.npy, diamonds then squares, in design order. */
 int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs, int n_seeds, al_study_figure *fig,
                       al_err *err);
 

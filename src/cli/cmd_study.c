@@ -2,7 +2,7 @@
  * cmd_study.c: `attnlab study`: the end-to-end comparison (docs/study.md).
  *
  *   attnlab study --out DIR [--budget quick|standard|full] [--data FILE]
- *                 [--images DIR] [--seed N] [--seeds N] [--max-runs N]
+ *                 [--images DIR] [--seed N] [--seeds N] [--max-runs N] [--conversions]
  *
  * Argument handling around the library's study (src/study/): the plan, with
  * every run's typed options, is made there; this file runs it and prints its
@@ -99,10 +99,11 @@ static void show(void *ctx, const al_study_progress *p) {
             done += pl->runs[i].state == AL_RUN_COMPLETE;
             part += pl->runs[i].state == AL_RUN_PARTIAL;
         }
-        say(v, "study: budget %s: %d runs (%d language models x %d seed%s%s) into %s; %d complete, %d to resume; "
+        say(v, "study: budget %s: %d runs (%d language models x %d seed%s%s%s) into %s; %d complete, %d to resume; "
                "about %s on an idle 2-core machine\n",
             pl->budget->name, nr, AL_STUDY_DESIGNS, pl->n_seeds, pl->n_seeds == 1 ? "" : "s",
-            pl->vision ? " + 2 ViTs each" : "", pl->out, done, part, eta);
+            pl->vision ? " + 2 ViTs each" : "", pl->conversions ? " + 8 conversion runs each" : "", pl->out, done,
+            part, eta);
     } else if (p->event == AL_STUDY_RUN_BEGIN) {
         v->printed_decile = 0, v->printed_at = 0;
         if (r->state == AL_RUN_COMPLETE) {
@@ -114,6 +115,9 @@ static void show(void *ctx, const al_study_progress *p) {
             if (r->state == AL_RUN_STALE) say(v, "[run %d/%d] %s: %s: training it again\n", no, nr, r->name, r->why);
             say(v, "[run %d/%d] %s: training %d steps (study ETA %s)\n", no, nr, r->name, r->opts.steps, eta);
         }
+    } else if (p->event == AL_STUDY_CONVERT) {
+        say(v, "[run %d/%d] %s: converting %s to %s\n", no, nr, r->name, pl->runs[r->conv_source].name,
+            al_study_design_title(r->design));
     } else if (p->event == AL_STUDY_RUN_MEASURE) {
         say(v, "[run %d/%d] %s: trained; measuring\n", no, nr, r->name);
     } else if (p->event == AL_STUDY_SPEED) {
@@ -154,6 +158,17 @@ static void print_summary(const al_study_results *res) {
                res->speed[l->design].train_tokens_per_s, res->speed[l->design].decode_tokens_per_s,
                l->m.erank_uncentered_pct);
     }
+    if (res->n_conv)
+        printf("\nconverted from MHA (%d steps), uptrained %d steps, vs from scratch for %d steps (val loss):\n"
+               "%-6s %5s %9s %12s %12s %12s\n",
+               res->conv_source_steps, res->conv_uptrain_steps, res->conv_long_steps, "design", "seed", "KV % MHA",
+               "converted", "uptrained", "scratch");
+    for (int i = 0; i < res->n_conv; i++) {
+        const al_study_conversion *c = &res->conv[i];
+        printf("%-6s %5llu %9.2f %12.4f %12.4f %12.4f\n", al_study_design_title(c->design),
+               (unsigned long long)c->seed, c->kv_pct_of_mha, c->loss_converted, c->loss_uptrained,
+               c->loss_scratch_long);
+    }
     printf("unigram baseline: %.4f nats/byte (%.4f bits/byte) on the validation split\n",
            res->unigram.val_cross_entropy, res->unigram.val_cross_entropy / M_LN2);
     for (int i = 0; i < res->n_vit; i++)
@@ -168,7 +183,7 @@ int cmd_study(int argc, char **argv) {
     const char *out = NULL, *budget = "quick", *data = NULL, *images = NULL, *precision = NULL;
     al_precision prec;
     long seed = 1337, seeds = 0, max_runs = 0, threads = 0, kv_tokens = 0;
-    int no_vision = 0, quiet = 0;
+    int no_vision = 0, quiet = 0, conversions = 0;
     al_arg args[] = {
         {"out", ARG_STRING, &out, "study directory: runs/, figures, report.md/.json/.html"},
         {"budget", ARG_STRING, &budget, "quick (~10 min), standard (~1 h, 3 seeds) or full (hours): docs/study.md"},
@@ -183,6 +198,9 @@ int cmd_study(int argc, char **argv) {
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
         {"kv-tokens", ARG_INT, &kv_tokens,
          "KV frontier: predictions per design and compression (default: the budget's; docs/kvlab.md)"},
+        {"conversions", ARG_FLAG, &conversions,
+         "also convert each MHA run to GQA, MQA, MLA, LRKV, uptrain 10 % of its steps, and train each from scratch "
+         "for 110 %"},
     };
     const int n = (int)(sizeof args / sizeof args[0]);
     int rc =
@@ -202,7 +220,7 @@ int cmd_study(int argc, char **argv) {
     view v = {.quiet = quiet, .tty = isatty(2)};
     const al_study_settings set = {.budget = b, .out = out, .data = data, .images = images, .no_vision = no_vision,
                                    .first_seed = (uint64_t)seed, .n_seeds = (int)seeds, .max_runs = (int)max_runs,
-                                   .precision = prec, .kv_tokens = (int)kv_tokens};
+                                   .precision = prec, .kv_tokens = (int)kv_tokens, .conversions = conversions};
     al_study_plan plan;
     al_err err;
     if (cli_dist_begin(CMD)) return 1; /* under mpirun every run trains on all ranks (docs/distributed.md) */

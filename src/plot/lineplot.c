@@ -58,7 +58,14 @@ typedef struct lp_point {
     char *label;
     double x, y, ylo, yhi;
     int color;
+    al_marker shape;
 } lp_point;
+
+/* A legend row of a marker kind (al_lineplot_marker_key). */
+typedef struct lp_key {
+    char *label;
+    al_marker shape;
+} lp_key;
 
 /* A rectangle in points, for overlap tests. */
 typedef struct rect {
@@ -76,6 +83,8 @@ struct al_lineplot {
     int n_hlines, cap_hlines;
     lp_point *points;
     int n_points, cap_points;
+    lp_key *keys;
+    int n_keys, cap_keys;
     /* after a save */
     int saved, has_legend;
     double out_w, out_h;
@@ -131,7 +140,8 @@ void al_lineplot_free(al_lineplot *p) {
     }
     for (int i = 0; i < p->n_hlines; i++) free(p->hlines[i].label);
     for (int i = 0; i < p->n_points; i++) free(p->points[i].label);
-    free(p->lines), free(p->hlines), free(p->points);
+    for (int i = 0; i < p->n_keys; i++) free(p->keys[i].label);
+    free(p->lines), free(p->hlines), free(p->points), free(p->keys);
     free(p->title), free(p->xlabel), free(p->ylabel), free(p->footnote);
     free(p);
 }
@@ -273,6 +283,26 @@ int al_lineplot_color(al_lineplot *p, int is_point, int index, int color, al_err
         p->points[index].color = color;
     else
         p->lines[index].color = color;
+    return 0;
+}
+
+int al_lineplot_point_marker(al_lineplot *p, int index, al_marker shape, al_err *err) {
+    if (!p) return al_errf(err, "line plot: NULL plot");
+    if (index < 0 || index >= p->n_points) return al_errf(err, "line plot: point %d does not exist", index);
+    if (shape < AL_MARKER_CIRCLE || shape > AL_MARKER_SQUARE) return al_errf(err, "line plot: unknown marker %d", (int)shape);
+    p->points[index].shape = shape;
+    return 0;
+}
+
+int al_lineplot_marker_key(al_lineplot *p, const char *label, al_marker shape, al_err *err) {
+    if (!p) return al_errf(err, "line plot: NULL plot");
+    if (!label || !*label) return al_errf(err, "line plot: a marker key needs a label");
+    if (shape < AL_MARKER_CIRCLE || shape > AL_MARKER_SQUARE) return al_errf(err, "line plot: unknown marker %d", (int)shape);
+    if (grow((void **)&p->keys, &p->cap_keys, p->n_keys, sizeof *p->keys)) return al_errf(err, "line plot: out of memory");
+    int oom = 0;
+    p->keys[p->n_keys] = (lp_key){al_pdup_or_null(label, &oom), shape};
+    if (oom) return al_errf(err, "line plot: out of memory");
+    p->n_keys++;
     return 0;
 }
 
@@ -422,6 +452,10 @@ static void place_legend(const al_lineplot *p, layout *L, cairo_t *m) {
             L->legend_rows++;
             L->legend_text_w = fmax(L->legend_text_w, al_ptext_width(m, p->hlines[i].label, L->f_legend, 0));
         }
+    for (int i = 0; i < p->n_keys; i++) {
+        L->legend_rows++;
+        L->legend_text_w = fmax(L->legend_text_w, al_ptext_width(m, p->keys[i].label, L->f_legend, 0));
+    }
     if (!L->legend_rows) return;
     double w = 5 + 22 + 5 + L->legend_text_w + 6, h = 4 + L->legend_rows * 1.4 * L->f_legend + 3;
     const double inset = 6;
@@ -512,10 +546,20 @@ static void set_color(cairo_t *cr, int c, double alpha) {
     cairo_set_source_rgba(cr, tab10[c][0], tab10[c][1], tab10[c][2], alpha);
 }
 
-/* A filled marker circle with a thin darker edge. */
-static void marker(cairo_t *cr, double x, double y, double r, int color) {
+/* A filled marker (circle, diamond or square of about the same area) with a
+ * thin darker edge. */
+static void marker(cairo_t *cr, double x, double y, double r, int color, al_marker shape) {
     cairo_new_sub_path(cr);
-    cairo_arc(cr, x, y, r, 0, 2 * M_PI);
+    if (shape == AL_MARKER_DIAMOND) {
+        const double d = 1.35 * r;
+        cairo_move_to(cr, x, y - d), cairo_line_to(cr, x + d, y), cairo_line_to(cr, x, y + d), cairo_line_to(cr, x - d, y);
+        cairo_close_path(cr);
+    } else if (shape == AL_MARKER_SQUARE) {
+        const double h = 0.9 * r;
+        cairo_rectangle(cr, x - h, y - h, 2 * h, 2 * h);
+    } else {
+        cairo_arc(cr, x, y, r, 0, 2 * M_PI);
+    }
     set_color(cr, color, 1);
     cairo_fill_preserve(cr);
     cairo_set_source_rgba(cr, 0, 0, 0, 0.6);
@@ -565,7 +609,7 @@ static void draw_line(cairo_t *cr, const layout *L, const lp_line *l) {
     cairo_stroke(cr);
     for (int j = 0; j < l->n; j++) {
         double a = px(L, l->x[j]), b = py(L, l->y[j]);
-        if (isfinite(a) && isfinite(b)) marker(cr, a, b, MARKER_R, l->color);
+        if (isfinite(a) && isfinite(b)) marker(cr, a, b, MARKER_R, l->color, AL_MARKER_CIRCLE);
     }
 }
 
@@ -602,11 +646,17 @@ static void draw_legend(cairo_t *cr, const al_lineplot *p, const layout *L) {
             cairo_line_to(cr, x1, y);
             cairo_stroke(cr);
             dashed(cr, 0);
-            if (!pass) marker(cr, (x0 + x1) / 2, y, MARKER_R, p->lines[i].color);
+            if (!pass) marker(cr, (x0 + x1) / 2, y, MARKER_R, p->lines[i].color, AL_MARKER_CIRCLE);
             cairo_set_source_rgb(cr, 0, 0, 0);
             al_ptext_draw(cr, label, x1 + 5, y, L->f_legend, 0, 0, AL_VA_MIDDLE, 0);
             y += row;
         }
+    }
+    for (int i = 0; i < p->n_keys; i++, y += row) { /* marker kinds: a grey marker, no line */
+        const double x1 = r.x + 5 + 22;
+        marker(cr, r.x + 5 + 11, y, POINT_R, 7, p->keys[i].shape);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        al_ptext_draw(cr, p->keys[i].label, x1 + 5, y, L->f_legend, 0, 0, AL_VA_MIDDLE, 0);
     }
 }
 
@@ -660,7 +710,7 @@ static int render(cairo_t *cr, const al_lineplot *p, const layout *L, al_err *er
                 cairo_stroke(cr);
             }
         }
-        marker(cr, x, y, POINT_R, q->color);
+        marker(cr, x, y, POINT_R, q->color, q->shape);
     }
     cairo_restore(cr);
     cairo_set_source_rgb(cr, 0, 0, 0);

@@ -68,6 +68,14 @@ int al_lineplot_point(al_lineplot *p, const char *label, double x, double y, dou
  * lines and points each count up from 0 in the order added. */
 int al_lineplot_color(al_lineplot *p, int is_point, int index, int color, al_err *err);
 
+/* Marker shapes of points (al_lineplot_point_marker); circles by default. */
+typedef enum { AL_MARKER_CIRCLE = 0, AL_MARKER_DIAMOND, AL_MARKER_SQUARE } al_marker;
+/* The marker shape of point `index`. */
+int al_lineplot_point_marker(al_lineplot *p, int index, al_marker shape, al_err *err);
+/* A legend row for a kind of point: a grey marker of `shape` and its label
+ * (points themselves are labelled beside them, not in the legend). */
+int al_lineplot_marker_key(al_lineplot *p, const char *label, al_marker shape, al_err *err);
+
 /* Renders and writes `path` (.png, .svg or .pdf, any case), atomically. */
 int al_lineplot_save(al_lineplot *p, const char *path, al_err *err);
 

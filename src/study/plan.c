@@ -188,6 +188,7 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
     p->no_vision = s->no_vision;
     p->max_runs = s->max_runs;
     p->precision = s->precision;
+    p->conversions = s->conversions;
     p->n_seeds = s->n_seeds ? s->n_seeds : p->budget->seeds;
     if (s->kv_tokens < 0) return al_errf(err, "the KV frontier's tokens must not be negative, got %d", s->kv_tokens);
     p->kv_tokens = s->kv_tokens ? s->kv_tokens : p->budget->kv_tokens;
@@ -215,7 +216,8 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
     }
 
     const int per_seed = AL_STUDY_DESIGNS + (p->vision ? 2 : 0);
-    p->runs = calloc((size_t)p->n_seeds * per_seed, sizeof *p->runs);
+    const int conv_per_seed = p->conversions ? AL_STUDY_CONV_RUNS_PER_SEED : 0;
+    p->runs = calloc((size_t)p->n_seeds * (per_seed + conv_per_seed), sizeof *p->runs);
     if (!p->runs) {
         al_study_plan_free(p);
         return al_errf(err, "out of memory");
@@ -241,6 +243,10 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
                 return -1;
             }
         }
+    if (p->conversions && al_study_plan_conversions(p, err)) { /* after the comparison's runs */
+        al_study_plan_free(p);
+        return -1;
+    }
     return 0;
 }
 

@@ -652,6 +652,79 @@ static cJSON *train_json(const al_train_opts *o, int vision) {
     return t;
 }
 
+/* ---- conversions (study --conversions) ---- */
+
+/* One design's conversions summarised over seeds (report.json, report.md). */
+typedef struct conv_stats {
+    int design, n;
+    double kv_pct_of_mha;
+    al_stat source, converted, uptrained, scratch, scratch_long;
+} conv_stats;
+
+/* The designs' conversions in design order; returns how many designs. */
+static int conv_stats_of(const al_study_results *r, conv_stats out[AL_STUDY_DESIGNS]) {
+    int n = 0;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        double v[5][AL_STUDY_MAX_SEEDS];
+        int c = 0;
+        conv_stats *s = &out[n];
+        for (int i = 0; i < r->n_conv && c < AL_STUDY_MAX_SEEDS; i++) {
+            const al_study_conversion *x = &r->conv[i];
+            if (x->design != k) continue;
+            s->kv_pct_of_mha = x->kv_pct_of_mha;
+            v[0][c] = x->loss_source, v[1][c] = x->loss_converted, v[2][c] = x->loss_uptrained;
+            v[3][c] = x->loss_scratch, v[4][c] = x->loss_scratch_long;
+            c++;
+        }
+        if (!c) continue;
+        s->design = k, s->n = c;
+        s->source = al_stat_of(v[0], c), s->converted = al_stat_of(v[1], c), s->uptrained = al_stat_of(v[2], c);
+        s->scratch = al_stat_of(v[3], c), s->scratch_long = al_stat_of(v[4], c);
+        n++;
+    }
+    return n;
+}
+
+/* report.json's "conversions" block: the steps, per design the summary over
+ * seeds, and every conversion. */
+static void conversions_json(const al_study_results *r, cJSON *root) {
+    conv_stats cs[AL_STUDY_DESIGNS];
+    const int n = conv_stats_of(r, cs);
+    cJSON *cj = cJSON_AddObjectToObject(root, "conversions");
+    cJSON_AddNumberToObject(cj, "source_steps", r->conv_source_steps);
+    cJSON_AddNumberToObject(cj, "uptrain_steps", r->conv_uptrain_steps);
+    cJSON_AddNumberToObject(cj, "scratch_steps", r->conv_long_steps);
+    cJSON *des = cJSON_AddArrayToObject(cj, "designs");
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "design", al_study_design(cs[i].design));
+        cJSON_AddNumberToObject(o, "kv_pct_of_mha", cs[i].kv_pct_of_mha);
+        cJSON_AddItemToObject(o, "loss_source", stat_json(&cs[i].source));
+        cJSON_AddItemToObject(o, "loss_converted", stat_json(&cs[i].converted));
+        cJSON_AddItemToObject(o, "loss_uptrained", stat_json(&cs[i].uptrained));
+        cJSON_AddItemToObject(o, "loss_scratch", stat_json(&cs[i].scratch));
+        cJSON_AddItemToObject(o, "loss_scratch_same_steps", stat_json(&cs[i].scratch_long));
+        cJSON_AddItemToArray(des, o);
+    }
+    cJSON *runs = cJSON_AddArrayToObject(cj, "runs");
+    for (int i = 0; i < r->n_conv; i++) {
+        const al_study_conversion *x = &r->conv[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "design", al_study_design(x->design));
+        cJSON_AddNumberToObject(o, "seed", (double)x->seed);
+        cJSON_AddNumberToObject(o, "kv_pct_of_mha", x->kv_pct_of_mha);
+        cJSON_AddNumberToObject(o, "loss_source", x->loss_source);
+        cJSON_AddNumberToObject(o, "loss_converted", x->loss_converted);
+        cJSON_AddNumberToObject(o, "loss_uptrained", x->loss_uptrained);
+        cJSON_AddNumberToObject(o, "loss_scratch", x->loss_scratch);
+        cJSON_AddNumberToObject(o, "loss_scratch_same_steps", x->loss_scratch_long);
+        cJSON_AddStringToObject(o, "converted_dir", x->converted_dir);
+        cJSON_AddStringToObject(o, "uptrained_dir", x->uptrained_dir);
+        cJSON_AddStringToObject(o, "scratch_same_steps_dir", x->scratch_long_dir);
+        cJSON_AddItemToArray(runs, o);
+    }
+}
+
 static char *report_json(const al_study_results *r, const design_stats *d, const vit_stats *v, const findings *f) {
     const al_study_budget *b = r->budget;
     cJSON *root = cJSON_CreateObject();
@@ -814,6 +887,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         }
     }
     cJSON_AddItemToObject(root, "kv_frontier", kv_json(r));
+    if (r->n_conv) conversions_json(r, root);
     cJSON *fig = cJSON_AddArrayToObject(root, "figures");
     for (int i = 0; i < r->n_figures; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -967,6 +1041,59 @@ static void kv_section(doc *d, const al_study_results *r) {
     d_figure(d, &r->kv_figure);
 }
 
+/* The conversions' section (study --conversions): a table of the losses
+ * and one sentence per design. */
+static void conversions_doc(doc *d, const al_study_results *r) {
+    conv_stats cs[AL_STUDY_DESIGNS];
+    const int n = conv_stats_of(r, cs);
+    const int n0 = r->conv_source_steps, nu = r->conv_uptrain_steps, nl = r->conv_long_steps;
+    char s[5][96];
+    d_heading(d, 2, "Converted from MHA vs trained from scratch");
+    d_printf(d, D_PARA,
+             "Each design converted from the MHA run of the same seed (as `attnlab convert` does: GQA/MQA by "
+             "mean-pooling key and value heads, MLA by partial RoPE and a joint SVD into the latent, LRKV by a "
+             "shared map and low-rank residuals; calibrated on the start of the training split), then uptrained "
+             "for %d steps (a tenth of the MHA run's %d, at least 10; fresh optimizer, half the peak learning rate, "
+             "warmup and intervals scaled by a tenth), against the same design trained from scratch for %d steps (the same total) "
+             "and for the comparison's %d. A converted model keeps MHA's SwiGLU width, where the from-scratch "
+             "presets adjust it to match parameters. Validation loss in nats/byte as above.",
+             nu, n0, nl, n0);
+    d_table_begin(d);
+    d_printf(d, D_HEADER_ROW,
+             "design	KV %% of MHA	after conversion	after uptraining (%d steps)	from scratch (%d steps)	from "
+             "scratch (%d steps)	MHA source (%d steps)",
+             nu, nl, n0, n0);
+    for (int i = 0; i < n; i++) {
+        fmt_stat(s[0], sizeof s[0], &cs[i].converted, 4, 1, 1);
+        fmt_stat(s[1], sizeof s[1], &cs[i].uptrained, 4, 1, 1);
+        fmt_stat(s[2], sizeof s[2], &cs[i].scratch_long, 4, 1, 1);
+        fmt_stat(s[3], sizeof s[3], &cs[i].scratch, 4, 1, 1);
+        fmt_stat(s[4], sizeof s[4], &cs[i].source, 4, 1, 1);
+        d_printf(d, D_ROW, "%s	%.4g	%s	%s	%s	%s	%s", al_study_design_title(cs[i].design), cs[i].kv_pct_of_mha,
+                 s[0], s[1], s[2], s[3], s[4]);
+    }
+    d_table_end(d);
+    sb_printf(&d->b, d->html ? "<ul>\n" : "");
+    for (int i = 0; i < n; i++) {
+        const conv_stats *c = &cs[i];
+        const double gap = c->uptrained.mean - c->scratch_long.mean;
+        sb_printf(&d->b, d->html ? "<li>" : "- ");
+        sbuf t = {0};
+        sb_printf(&t,
+                  "%s (%.4g %% of MHA's cache): conversion changes the loss by %+.4f nats/byte from the MHA "
+                  "source's (%.4f to %.4f); %d steps of uptraining bring it to %.4f, %.4f %s the same design trained from scratch for "
+                  "%d steps (%.4f)%s.",
+                  al_study_design_title(c->design), c->kv_pct_of_mha, c->converted.mean - c->source.mean,
+                  c->source.mean, c->converted.mean, nu, c->uptrained.mean, fabs(gap), gap <= 0 ? "below" : "above",
+                  nl, c->scratch_long.mean, c->n > 1 ? " (means over seeds)" : "");
+        if (t.oom) d->b.oom = 1;
+        else d_text(d, sb_str(&t));
+        free(t.s);
+        sb_printf(&d->b, d->html ? "</li>\n" : "\n");
+    }
+    sb_printf(&d->b, d->html ? "</ul>\n" : "\n");
+}
+
 static void write_doc(doc *d, const al_study_results *r, const design_stats *ds, const vit_stats *vs,
                       const findings *f) {
     const al_study_budget *b = r->budget;
@@ -1072,6 +1199,7 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
         d_para(d, r->vision_note[0] ? r->vision_note : "Not run.");
     }
 
+    if (r->n_conv) conversions_doc(d, r);
     d_heading(d, 2, "Figures");
     for (int i = 0; i < r->n_figures; i++) d_figure(d, &r->figures[i]);
 

@@ -173,6 +173,16 @@ static int measure_run(const al_study_plan *p, const al_plan_run *r, al_err *err
     return al_study_save_lm_measure(o->out, &m, err);
 }
 
+/* Before uptraining run i (--conversions): its source converted (when that
+ * is not done yet) and the converted model measured. */
+static int convert_for(study *s, int i, al_err *err) {
+    al_plan_run *r = &s->p->runs[i];
+    if (al_study_conv_needed(r)) tell(s, AL_STUDY_CONVERT, NULL, eta(s, 0));
+    if (!al_study_conv_prepare(s->p, r, err)) return AL_STUDY_DONE;
+    al_err_prefix(err, "%s", r->name);
+    return AL_STUDY_ERROR;
+}
+
 /* Trains (or resumes) run i unless it is complete, then measures it. */
 static int train_and_measure(study *s, int i, al_err *err) {
     al_study_plan *p = s->p;
@@ -182,7 +192,9 @@ static int train_and_measure(study *s, int i, al_err *err) {
     const double step_s = r->vision ? b->vit_step_s : b->lm_step_s;
     const double measure_s = r->vision ? b->vit_measure_s : b->lm_measure_s;
     s->run = i;
+    int rc;
     if (r->state == AL_RUN_COMPLETE) {
+        if (r->conv_kind == AL_CONV_UPTRAIN && (rc = convert_for(s, i, err))) return rc;
         tell(s, AL_STUDY_RUN_BEGIN, NULL, eta(s, 0));
         phase_begin(s, nominal_left(p, i), after);
     } else {
@@ -191,6 +203,7 @@ static int train_and_measure(study *s, int i, al_err *err) {
             return AL_STUDY_PAUSED;
         }
         s->left_after = nominal_left(p, i) + after;
+        if (r->conv_kind == AL_CONV_UPTRAIN && (rc = convert_for(s, i, err))) return rc;
         tell(s, AL_STUDY_RUN_BEGIN, NULL, eta(s, 0));
         al_train_opts o;
         const int lead = al_dist_rank() == 0; /* under mpirun rank 0 alone touches the run directories */
@@ -207,7 +220,7 @@ static int train_and_measure(study *s, int i, al_err *err) {
         if (lead && remove_file(r->opts.out, "measure.json", err)) return AL_STUDY_ERROR;
         const int from = r->state == AL_RUN_PARTIAL ? r->step : 0;
         phase_begin(s, (r->opts.steps - from) * step_s, after + measure_s);
-        int rc = al_train(&o, err);
+        rc = al_train(&o, err);
         phase_end(s);
         if (rc == AL_TRAIN_ERROR) {
             al_err_prefix(err, "%s", r->name);
@@ -223,7 +236,7 @@ static int train_and_measure(study *s, int i, al_err *err) {
         phase_begin(s, measure_s, after);
         tell(s, AL_STUDY_RUN_MEASURE, NULL, eta(s, 0));
     }
-    int rc = al_dist_rank() == 0 ? measure_run(p, r, err) : 0; /* rank 0 measures for an MPI job */
+    rc = al_dist_rank() == 0 ? measure_run(p, r, err) : 0; /* rank 0 measures for an MPI job */
     phase_end(s);
     if (rc) {
         al_err_prefix(err, "measuring %s", r->name);
@@ -242,6 +255,7 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
     for (int i = 0; i < p->n_runs; i++) {
         const al_plan_run *r = &p->runs[i];
         const al_train_opts *o = &r->opts;
+        if (r->conv_kind) continue; /* --conversions: al_study_conv_collect */
         if (r->vision) {
             al_study_vit_run *v = &res->vit[res->n_vit];
             v->poly = r->poly, v->seed = r->seed, v->precision = o->precision;
@@ -276,6 +290,7 @@ void al_study_results_free(al_study_results *res) {
     free(res->lm);
     free(res->vit);
     al_kvf_free(&res->kv);
+    free(res->conv);
     free(res);
 }
 
@@ -335,6 +350,29 @@ static int fig_poly(const study *s, al_study_results *res, al_err *err) {
     return 0;
 }
 
+/* The conversions' losses for kv_vs_loss.png (--conversions): per design
+ * its seeds' loss after uptraining and from scratch for the same total, in
+ * the returned array (free it; NULL without conversions, or out of memory). */
+static double *fig_conversions(const al_study_results *res, al_fig_design *d) {
+    double *v = res->n_conv ? malloc(sizeof(double) * 2 * (size_t)res->n_conv) : NULL;
+    if (!v) return NULL;
+    int used = 0;
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) {
+        const int first = used;
+        for (int i = 0; i < res->n_conv; i++)
+            if (res->conv[i].design == k) {
+                v[used++] = res->conv[i].loss_uptrained;
+                d[k].conv_kv_pct_of_mha = res->conv[i].kv_pct_of_mha;
+            }
+        d[k].n_conv = used - first;
+        d[k].conv_loss = v + first;
+        d[k].long_loss = v + res->n_conv + first;
+        for (int i = 0, j = first; i < res->n_conv; i++)
+            if (res->conv[i].design == k) v[res->n_conv + j++] = res->conv[i].loss_scratch_long;
+    }
+    return v;
+}
+
 /* loss_curves.png and kv_vs_loss.png: the designs' runs, seed-major order
  * kept within each design. */
 static int fig_designs(const study *s, al_study_results *res, al_err *err) {
@@ -356,6 +394,11 @@ static int fig_designs(const study *s, al_study_results *res, al_err *err) {
             d[k].n_runs++;
         }
     }
+    double *conv = fig_conversions(res, d);
+    if (res->n_conv && !conv) {
+        free(runs);
+        return al_errf(err, "out of memory");
+    }
     const al_train_opts *o = &res->lm_opts;
     const double per_step = (double)o->batch * o->context;
     al_study_figure *f = next_figure(res, err);
@@ -368,6 +411,7 @@ static int fig_designs(const study *s, al_study_results *res, al_err *err) {
     }
     if (!rc) res->n_figures++;
     free(runs);
+    free(conv);
     return rc ? -1 : 0;
 }
 
@@ -401,7 +445,8 @@ static int finish(study *s, al_study_results *res, al_err *err) {
     const al_study_plan *p = s->p;
     const al_study_budget *b = p->budget;
     s->run = -1;
-    if (describe(p, res, err) || collect(p, res, err)) return AL_STUDY_ERROR;
+    if (describe(p, res, err) || collect(p, res, err) || (p->conversions && al_study_conv_collect(p, res, err)))
+        return AL_STUDY_ERROR;
     /* speeds side by side, the first seed's model of each design */
     const char *dirs[AL_STUDY_DESIGNS];
     for (int k = 0; k < AL_STUDY_DESIGNS; k++) dirs[k] = res->lm[k].dir;
@@ -442,7 +487,8 @@ int al_study_run_plan(al_study_plan *p, const al_study_hooks *h, al_study_result
         al_plan_run *r = &p->runs[i];
         if (strcmp(r->opts.out, r->dir)) return al_errf(err, "%s: the run's out is %s", r->dir, r->opts.out);
         int failed = al_dist_rank() == 0 && /* under mpirun: rank 0's run directories decide */
-                     al_study_run_state(&r->opts, &r->state, &r->step, r->why, sizeof r->why, err);
+                     (r->conv_kind ? al_study_conv_state(p, r, err)
+                                   : al_study_run_state(&r->opts, &r->state, &r->step, r->why, sizeof r->why, err));
         if (al_dist_bcast(&failed, sizeof failed, err) || failed) return AL_STUDY_ERROR;
         if (al_dist_bcast(&r->state, sizeof r->state, err) || al_dist_bcast(&r->step, sizeof r->step, err) ||
             al_dist_bcast(r->why, sizeof r->why, err))

@@ -91,6 +91,12 @@ typedef enum {
     AL_RUN_STALE     /* different settings or inconsistent files: train again from scratch */
 } al_run_state;
 
+/* What a run is for, beyond the comparison of the designs (--conversions,
+ * docs/study.md): a design converted from the MHA run and uptrained for a
+ * tenth of its steps, or the design trained from scratch for the same total
+ * (110 % of the MHA run's steps). */
+typedef enum { AL_CONV_NONE = 0, AL_CONV_UPTRAIN, AL_CONV_SCRATCH } al_conv_kind;
+
 /* One planned training run: what al_train gets, and what the study needs to
  * know about it. */
 typedef struct al_plan_run {
@@ -105,6 +111,13 @@ typedef struct al_plan_run {
     al_run_state state;
     int step; /* the saved step */
     char why[256];
+    /* --conversions (conversions.c): 0 for a run of the comparison, else
+     * what the run is for; source: index of the MHA run it starts from;
+     * conv_dir: the converted model (AL_CONV_UPTRAIN) */
+    al_conv_kind conv_kind;
+    int conv_source;
+    int conv_redo; /* its source is trained again in this invocation: convert again */
+    char conv_dir[AL_STUDY_PATH_LEN];
 } al_plan_run;
 
 enum { AL_STUDY_MAX_SEEDS = 16 };
@@ -121,6 +134,7 @@ typedef struct al_study_settings {
     int max_runs; /* train at most this many runs, then stop (0: all) */
     al_precision precision; /* of every run's matrix products (a run saved in another one is stale) */
     int kv_tokens;          /* predictions per point of the KV frontier (0: the budget's) */
+    int conversions;        /* also convert the MHA run(s) to the other designs, uptrain, compare (conversions.c) */
 } al_study_settings;
 
 typedef struct al_study_plan {
@@ -138,6 +152,7 @@ typedef struct al_study_plan {
     int n_runs;
     double t0; /* al_now() when planned: the report's wall time */
     int kv_tokens; /* predictions per point of the KV frontier */
+    int conversions; /* runs after the comparison's: per seed, per design but MHA, an uptraining and a 110 % run */
 } al_study_plan;
 
 /* Creates the study directory and its runs/, loads the corpus, writes the
@@ -158,7 +173,8 @@ typedef enum {
     AL_STUDY_RUN_MEASURE, /* run `run` is trained; measuring it */
     AL_STUDY_SPEED,       /* the side-by-side speed benchmark begins */
     AL_STUDY_FIGURES,     /* the figures begin */
-    AL_STUDY_HALTED       /* the study stops before its end: halt says why */
+    AL_STUDY_HALTED,      /* the study stops before its end: halt says why */
+    AL_STUDY_CONVERT      /* run `run` (an uptraining) first converts its source MHA run into conv_dir */
 } al_study_event;
 
 typedef enum {
@@ -303,6 +319,38 @@ int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m);
  * there with the right sizes are kept. */
 int al_fmnist_write_subset(const char *src_dir, const char *dst_dir, int n_train, int n_test, al_err *err);
 
+/* ---- conversions (conversions.c, docs/study.md "Conversions") ---- */
+
+/* One design converted from one seed's MHA run: the cache, and the
+ * validation loss (nats/byte, as every run's) of the MHA source, right after
+ * conversion, after uptraining, and of the same design trained from scratch
+ * for the MHA run's steps and for the conversion's total (110 %). */
+typedef struct al_study_conversion {
+    int design;
+    uint64_t seed;
+    double kv_pct_of_mha;
+    double loss_source, loss_converted, loss_uptrained, loss_scratch, loss_scratch_long;
+    char converted_dir[AL_STUDY_PATH_LEN], uptrained_dir[AL_STUDY_PATH_LEN], scratch_long_dir[AL_STUDY_PATH_LEN];
+} al_study_conversion;
+
+/* Steps of the uptraining after a source run of `steps`: a tenth, at least 10. */
+int al_study_uptrain_steps(int steps);
+/* Appends the conversion runs to a plan whose comparison runs are filled
+ * (p->runs has room for AL_STUDY_CONV_RUNS_PER_SEED more per seed). */
+enum { AL_STUDY_CONV_RUNS_PER_SEED = 2 * (AL_STUDY_DESIGNS - 1) };
+int al_study_plan_conversions(al_study_plan *p, al_err *err);
+/* The state of conversion run r (in place of al_study_run_state): an
+ * uptraining run's model is its converted model's config when that
+ * conversion is there (MLA's RoPE base depends on the source's weights);
+ * an uptraining whose MHA source is not complete is converted and trained
+ * again. The source's state must be known. */
+int al_study_conv_state(const al_study_plan *p, al_plan_run *r, al_err *err);
+/* 1 when uptraining run r must convert its source first. */
+int al_study_conv_needed(const al_plan_run *r);
+/* Before uptraining run r: converts its source (when not done, or redo),
+ * and measures the converted model (measure.json, steps 0). */
+int al_study_conv_prepare(const al_study_plan *p, al_plan_run *r, al_err *err);
+
 /* ---- results and reports (report.c) ---- */
 
 typedef struct al_study_lm_run {
@@ -358,6 +406,10 @@ typedef struct al_study_results {
     al_kvf kv;                 /* its points (n = 0: not measured) */
     al_study_figure kv_figure; /* kv_frontier.png, .json, .csv */
     int kv_context, kv_tokens, kv_group, kv_residual;
+    /* --conversions: [n_seeds * 4], seed-major, gqa mqa mla lrkv; the steps of
+     * the MHA runs, the uptrainings and the long from-scratch runs */
+    al_study_conversion *conv;
+    int n_conv, conv_source_steps, conv_uptrain_steps, conv_long_steps;
 } al_study_results;
 
 /* ---- the KV frontier (kvfront.c) ---- */
@@ -370,6 +422,9 @@ typedef struct al_study_results {
  * file and the settings, so a rerun measures only what is new (and retries
  * methods the library refused before). */
 int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, al_err *err);
+
+/* Reads the conversions' measurements into res (after the comparison's). */
+int al_study_conv_collect(const al_study_plan *p, al_study_results *res, al_err *err);
 
 /* Writes report.json, report.md and report.html into r->out (atomically). */
 int al_study_write_reports(const al_study_results *r, al_err *err);

@@ -2,7 +2,9 @@
  * test_lineplot.c: line and labelled-point plots (src/plot/lineplot.c):
  * a PNG of the expected pixel size that is not blank, carries its lines'
  * colours, and has legend text inside the reported legend box; labelled
- * points with error bars; log axes; SVG and PDF output; errors (unknown
+ * points with error bars; marker shapes (a diamond is drawn with other
+ * pixels than a circle) and a legend of marker kinds (grey markers and text
+ * inside the legend box); log axes; SVG and PDF output; errors (unknown
  * format, nothing to plot, bad limits, an unwritable path) leave no file
  * and no temporary file behind. Set AL_PLOT_EXAMPLES=<dir> to keep copies
  * of the figures for looking at them.
@@ -172,6 +174,59 @@ static void test_points(void) {
     al_lineplot_free(p);
 }
 
+/* Pixels of tab10 blue in the axes of a two-point plot whose first point
+ * has `shape` (the second, orange, is a square), and the legend box of its
+ * marker keys (keys: add them). */
+static long marker_pixels(al_marker shape, int keys, double legend[4]) {
+    al_err err;
+    char path[600];
+    snprintf(path, sizeof path, "%s/markers.png", tmpdir);
+    al_lineplot *p = al_lineplot_new("markers", "x", "y", &err);
+    CHECK(al_lineplot_point(p, NULL, 1, 1, NAN, NAN, &err) == 0);
+    CHECK(al_lineplot_point(p, NULL, 2, 2, NAN, NAN, &err) == 1);
+    CHECK(al_lineplot_point_marker(p, 0, shape, &err) == 0);
+    CHECK(al_lineplot_point_marker(p, 1, AL_MARKER_SQUARE, &err) == 0);
+    if (keys) {
+        CHECK(al_lineplot_marker_key(p, "from scratch", AL_MARKER_CIRCLE, &err) == 0);
+        CHECK(al_lineplot_marker_key(p, "converted", AL_MARKER_DIAMOND, &err) == 0);
+    }
+    int rc = al_lineplot_save(p, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    keep(path, keys ? "lineplot_marker_keys.png" : "lineplot_markers.png");
+    double ax, ay, aw, ah;
+    CHECK(al_lineplot_axes_rect(p, &ax, &ay, &aw, &ah) == 0);
+    CHECK((al_lineplot_legend_rect(p, &legend[0], &legend[1], &legend[2], &legend[3]) == 0) == keys);
+    cairo_surface_t *s = cairo_image_surface_create_from_png(path);
+    long n = -1;
+    if (cairo_surface_status(s) == CAIRO_STATUS_SUCCESS) {
+        static const int blue[3] = {0x1f, 0x77, 0xb4}, grey[3] = {0x7f, 0x7f, 0x7f};
+        n = count_px(s, ax, ay, aw, ah, near_color, blue);
+        if (keys) {
+            CHECK(count_px(s, legend[0], legend[1], legend[2], legend[3], near_color, grey) > 20); /* two markers */
+            CHECK(count_px(s, legend[0], legend[1], legend[2], legend[3], dark, NULL) > 50);       /* two labels */
+        }
+    }
+    cairo_surface_destroy(s);
+    al_lineplot_free(p);
+    return n;
+}
+
+/* Marker shapes and marker keys; their errors. */
+static void test_markers(void) {
+    double legend[4];
+    const long circle = marker_pixels(AL_MARKER_CIRCLE, 0, legend), diamond = marker_pixels(AL_MARKER_DIAMOND, 0, legend);
+    CHECK_MSG(circle > 20 && diamond > 20 && labs(circle - diamond) > 3, "circle %ld px, diamond %ld px", circle, diamond);
+    CHECK(marker_pixels(AL_MARKER_DIAMOND, 1, legend) == diamond); /* the legend lies outside the markers */
+    al_err err;
+    al_lineplot *p = al_lineplot_new(NULL, NULL, NULL, &err);
+    CHECK(al_lineplot_point_marker(p, 0, AL_MARKER_DIAMOND, &err) == -1);
+    CHECK(al_lineplot_point(p, NULL, 1, 1, NAN, NAN, &err) == 0);
+    CHECK(al_lineplot_point_marker(p, 0, (al_marker)7, &err) == -1);
+    CHECK(al_lineplot_marker_key(p, "", AL_MARKER_SQUARE, &err) == -1);
+    CHECK(al_lineplot_marker_key(p, "k", (al_marker)-1, &err) == -1);
+    al_lineplot_free(p);
+}
+
 /* Log axes skip non-positive values; fixed limits; size. */
 static void test_log_axes(void) {
     al_err err;
@@ -230,6 +285,7 @@ int main(void) {
     mkdir(tmpdir, 0777);
     test_lines_png();
     test_points();
+    test_markers();
     test_log_axes();
     test_errors();
     char cmd[700];
