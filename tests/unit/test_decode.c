@@ -14,29 +14,10 @@
 
 #include "attn/attn.h"
 #include "core/cpu.h"
-#include "test.h"
+#include "testutil.h"
 
 static float frand(al_rng *r) { return 2.0f * (float)al_rng_uniform(r) - 1.0f; }
 
-enum { LAYOUT_KV, LAYOUT_MLA, LAYOUT_LRKV };
-
-/* The cache view of a layout: LAYOUT_KV [K groups | V groups]; LAYOUT_MLA
- * one group whose value is the first dv key columns; LAYOUT_LRKV one shared
- * group [K_s (dk) | V_s (dv)] then per-head parts [R_K (H r) | R_V (H r)]. */
-static al_decode_view view_of(int layout, int H, int G, int dk, int dv, int r) {
-    al_decode_view v = {0};
-    if (layout == LAYOUT_MLA) {
-        v.row = (size_t)dk;
-    } else if (layout == LAYOUT_LRKV) {
-        v.row = (size_t)(dk + dv + 2 * H * r);
-        v.v_off = (size_t)dk, v.k2_off = (size_t)(dk + dv), v.v2_off = (size_t)(dk + dv + H * r);
-        v.dk2 = v.dv2 = r;
-    } else {
-        v.row = (size_t)G * (dk + dv);
-        v.k_group = (size_t)dk, v.v_off = (size_t)G * dk, v.v_group = (size_t)dv;
-    }
-    return v;
-}
 
 /* One case: H heads over G groups, head sizes dk/dv (+ r per head for LRKV),
  * n positions, a cache of dtype dt. Returns the relative error against the
@@ -49,7 +30,7 @@ static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r,
     s.poly_power = 3;
     s.poly_coef = 1.0f / sqrtf((float)n);
     s.score_n = (float)n;
-    al_decode_view v = view_of(layout, H, G, dk, dv, r);
+    al_decode_view v = tu_decode_view(layout, H, G, dk, dv, r);
     const size_t qn = (size_t)H * (dk + v.dk2), on = (size_t)H * (dv + v.dv2);
     float *cache = malloc(sizeof(float) * v.row * n), *q = malloc(sizeof(float) * qn);
     void *stored = malloc(al_dtype_size(dt) * v.row * n);
@@ -79,19 +60,19 @@ int main(void) {
                     const al_dtype dt = bf ? AL_DT_BF16 : AL_DT_F32;
                     const char *dn = bf ? "bf16" : "f32";
                     double e;
-                    e = run_case((al_score_kind)sc, 4, 4, 17, 17, 0, n, LAYOUT_KV, dt); /* MHA, odd head size */
+                    e = run_case((al_score_kind)sc, 4, 4, 17, 17, 0, n, TU_LAYOUT_KV, dt); /* MHA, odd head size */
                     CHECK_MSG(e < 2e-5, "%s %s MHA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
-                    e = run_case((al_score_kind)sc, 6, 2, 16, 16, 0, n, LAYOUT_KV, dt); /* GQA */
+                    e = run_case((al_score_kind)sc, 6, 2, 16, 16, 0, n, TU_LAYOUT_KV, dt); /* GQA */
                     CHECK_MSG(e < 2e-5, "%s %s GQA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
-                    e = run_case((al_score_kind)sc, 5, 1, 8, 12, 0, n, LAYOUT_KV, dt); /* MQA, dv != dk */
+                    e = run_case((al_score_kind)sc, 5, 1, 8, 12, 0, n, TU_LAYOUT_KV, dt); /* MQA, dv != dk */
                     CHECK_MSG(e < 2e-5, "%s %s MQA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
-                    e = run_case((al_score_kind)sc, 3, 1, 24, 16, 0, n, LAYOUT_MLA, dt); /* MLA latent layout */
+                    e = run_case((al_score_kind)sc, 3, 1, 24, 16, 0, n, TU_LAYOUT_MLA, dt); /* MLA latent layout */
                     CHECK_MSG(e < 2e-5, "%s %s MLA score %d n %d: rel err %.3g", ln, dn, sc, n, e);
-                    e = run_case((al_score_kind)sc, 8, 1, 64, 48, 0, n, LAYOUT_MLA, dt); /* MLA, the study's sizes */
+                    e = run_case((al_score_kind)sc, 8, 1, 64, 48, 0, n, TU_LAYOUT_MLA, dt); /* MLA, the study's sizes */
                     CHECK_MSG(e < 2e-5, "%s %s MLA-64 score %d n %d: rel err %.3g", ln, dn, sc, n, e);
-                    e = run_case((al_score_kind)sc, 8, 1, 32, 32, 14, n, LAYOUT_LRKV, dt); /* LRKV, r 14 */
+                    e = run_case((al_score_kind)sc, 8, 1, 32, 32, 14, n, TU_LAYOUT_LRKV, dt); /* LRKV, r 14 */
                     CHECK_MSG(e < 2e-5, "%s %s LRKV score %d n %d: rel err %.3g", ln, dn, sc, n, e);
-                    e = run_case((al_score_kind)sc, 3, 1, 18, 18, 20, n, LAYOUT_LRKV, dt); /* r > one vector */
+                    e = run_case((al_score_kind)sc, 3, 1, 18, 18, 20, n, TU_LAYOUT_LRKV, dt); /* r > one vector */
                     CHECK_MSG(e < 2e-5, "%s %s LRKV-odd score %d n %d: rel err %.3g", ln, dn, sc, n, e);
                 }
 

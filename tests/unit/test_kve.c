@@ -25,25 +25,6 @@
 
 static float frand(al_rng *r) { return 2.0f * (float)al_rng_uniform(r) - 1.0f; }
 
-enum { LAYOUT_KV, LAYOUT_MLA, LAYOUT_LRKV };
-
-/* the cache view of a layout (as test_decode.c): KV [K groups | V groups];
- * MLA one group whose value is the first dv key columns; LRKV [K_s | V_s |
- * R_K (H r) | R_V (H r)] */
-static al_decode_view view_of(int layout, int H, int G, int dk, int dv, int r) {
-    al_decode_view v = {0};
-    if (layout == LAYOUT_MLA) {
-        v.row = (size_t)dk;
-    } else if (layout == LAYOUT_LRKV) {
-        v.row = (size_t)(dk + dv + 2 * H * r);
-        v.v_off = (size_t)dk, v.k2_off = (size_t)(dk + dv), v.v2_off = (size_t)(dk + dv + H * r);
-        v.dk2 = v.dv2 = r;
-    } else {
-        v.row = (size_t)G * (dk + dv);
-        v.k_group = (size_t)dk, v.v_off = (size_t)G * dk, v.v_group = (size_t)dv;
-    }
-    return v;
-}
 
 /* ---- the reference policy, by brute force over positions ---- */
 
@@ -113,8 +94,8 @@ static int ref_wants(const al_kve_opts *o, int t) {
  * kept, weights materialised over the held positions). Returns the worst
  * relative output error; *sets_differ counts steps whose held sets differ. */
 static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, int N, int *sets_differ) {
-    const int H = 4, G = layout == LAYOUT_KV ? 2 : 1, dk = layout == LAYOUT_MLA ? 12 : 8, dv = 8,
-              r = layout == LAYOUT_LRKV ? 3 : 0;
+    const int H = 4, G = layout == TU_LAYOUT_KV ? 2 : 1, dk = layout == TU_LAYOUT_MLA ? 12 : 8, dv = 8,
+              r = layout == TU_LAYOUT_LRKV ? 3 : 0;
     al_rng rng;
     al_rng_seed(&rng, (uint64_t)(layout * 101 + score * 7 + o->method * 13 + N + o->sinks));
     al_attn_shape s = {1, N, H, G, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)(dk + r))};
@@ -122,7 +103,7 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
     s.poly_power = 3;
     s.poly_coef = 1.0f / sqrtf((float)N);
     s.score_n = (float)N;
-    al_decode_view v = view_of(layout, H, G, dk, dv, r);
+    al_decode_view v = tu_decode_view(layout, H, G, dk, dv, r);
     const int dq = dk + v.dk2, dov = dv + v.dv2, pg = H / G;
     float *rows = malloc(sizeof(float) * v.row * N), *cache = malloc(sizeof(float) * v.row * N);
     float *q = malloc(sizeof(float) * H * dq), *out = malloc(sizeof(float) * H * dov);
@@ -232,7 +213,7 @@ static void test_policies(void) {
         {AL_KVE_H2O, 300, 4, 0, 0}, {AL_KVE_WINDOW, 0.9, 4, 0, 0}, {AL_KVE_SNAPKV, 0.8, 0, 400, 0}};
     for (size_t ci = 0; ci < 3; ci++) {
         int differ;
-        const double e = run_stream(LAYOUT_KV, AL_SCORE_SOFTMAX, &big[ci], 420, &differ);
+        const double e = run_stream(TU_LAYOUT_KV, AL_SCORE_SOFTMAX, &big[ci], 420, &differ);
         CHECK_MSG(e < 1e-4 && differ == 0, "420 steps %s: output error %.3g, %d steps differ",
                   al_kve_name(big[ci].method), e, differ);
     }
@@ -240,27 +221,6 @@ static void test_policies(void) {
 
 /* ---- whole models ---- */
 
-/* a small model of each design (as test_kvq.c: 2 layers, hidden 64, 4 heads of 16) */
-static al_config design_config(int design, al_score_kind score) {
-    al_config c = tu_config(64, 96, 2, 4, design == AL_ATTN_GQA ? 2 : design == AL_ATTN_MQA ? 1 : 4, 16, 64);
-    c.attention = design;
-    if (design == AL_ATTN_MLA) {
-        c.kv_lora_rank = 24, c.q_lora_rank = 0, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
-        c.head_dim = 24;
-    }
-    if (design == AL_ATTN_LRKV) c.lrkv_rank = 6;
-    c.score = score;
-    c.poly_power = 3;
-    c.score_n = 64;
-    return c;
-}
-
-static int decode_all(al_decoder *dec, const int *tok, int T, float *logits, al_err *err) {
-    al_decoder_reset(dec);
-    for (int t = 0; t < T; t++)
-        if (al_decoder_step(dec, tok[t], logits + (size_t)t * dec->m->cfg.vocab_size, err)) return -1;
-    return 0;
-}
 
 /* whether two decoders' layers hold the same positions */
 static int same_held(const al_decoder *a, const al_decoder *b) {
@@ -288,7 +248,7 @@ static void each_model(uint64_t seed, int T, model_case f) {
     tu_random_tokens(tok, T, &rng);
     for (int design = 0; design < AL_ATTN_COUNT; design++)
         for (int sc = 0; sc < AL_SCORE_COUNT; sc++) {
-            al_config c = design_config(design, (al_score_kind)sc);
+            al_config c = tu_design_config(design, (al_score_kind)sc);
             al_model m;
             if (tu_make_model(&m, &c, seed + (uint64_t)design, TU_GAINS_ONE)) {
                 CHECK(0);
@@ -309,12 +269,12 @@ static void model_case_plain(const al_model *mp, int sc, const int *tok, int T, 
     al_err err;
     const char *dn = al_attn_name(c.attention);
     al_decoder plain, dec, ref;
-    CHECK(al_decoder_create(&plain, &m, T, &err) == 0 && decode_all(&plain, tok, T, b, &err) == 0);
+    CHECK(al_decoder_create(&plain, &m, T, &err) == 0 && tu_decode_all(&plain, tok, T, b, &err) == 0);
     for (int method = AL_KVE_WINDOW; method < AL_KVE_COUNT; method++) {
         /* budget 1: every position kept, the uncompressed decode bit for bit */
         const al_kv_opts one = {{0}, {(al_kve_method)method, 1.0, 4, 20, AL_KVE_UNIFORM}};
         CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &one, &err) == 0);
-        CHECK(decode_all(&dec, tok, T, a, &err) == 0);
+        CHECK(tu_decode_all(&dec, tok, T, a, &err) == 0);
         CHECK_MSG(memcmp(a, b, sizeof(float) * T * V) == 0, "%s score %d %s budget 1 differs", dn, sc,
                   al_kve_name(method));
         CHECK(al_decoder_kv_held_bytes(&dec) == al_decoder_kv_held_bytes(&plain));
@@ -324,9 +284,9 @@ static void model_case_plain(const al_model *mp, int sc, const int *tok, int T, 
         float *r = malloc(sizeof(float) * T * V);
         CHECK(al_decoder_create_opts(&dec, &m, T, AL_DT_F32, &half, &err) == 0);
         CHECK(al_decoder_create_opts(&ref, &m, T, AL_DT_F32, &half, &err) == 0);
-        CHECK(decode_all(&dec, tok, T, a, &err) == 0);
+        CHECK(tu_decode_all(&dec, tok, T, a, &err) == 0);
         al_attn_test_decode_ref(1);
-        CHECK(decode_all(&ref, tok, T, r, &err) == 0);
+        CHECK(tu_decode_all(&ref, tok, T, r, &err) == 0);
         al_attn_test_decode_ref(0);
         const double e = tu_err_floor(a, r, T * V);
         CHECK_MSG(e < 2e-3 && same_held(&dec, &ref), "%s score %d %s: kernels vs reference %.3g, same held %d", dn, sc,
@@ -394,7 +354,7 @@ static void test_colsum(void) {
 
 static void test_bytes(void) {
     enum { T = 40 };
-    al_config c = design_config(AL_ATTN_GQA, AL_SCORE_SOFTMAX);
+    al_config c = tu_design_config(AL_ATTN_GQA, AL_SCORE_SOFTMAX);
     c.num_layers = 3;
     al_model m;
     if (tu_make_model(&m, &c, 9, TU_GAINS_ONE)) {
@@ -457,7 +417,7 @@ static void test_refusals(void) {
         CHECK(al_kve_check(&ok[i], 64, &err) == 0);
     CHECK(al_kve_from_name("h2o") == AL_KVE_H2O && al_kve_from_name("lru") == -1);
     /* a quantised cache's own refusals pass through */
-    al_config c = design_config(AL_ATTN_MHA, AL_SCORE_SOFTMAX);
+    al_config c = tu_design_config(AL_ATTN_MHA, AL_SCORE_SOFTMAX);
     al_model m;
     if (tu_make_model(&m, &c, 1, TU_GAINS_ONE)) {
         CHECK(0);
@@ -484,7 +444,7 @@ static void model_case_quantised(const al_model *mp, int sc, const int *tok, int
         al_decoder dq, dp;
         CHECK(al_decoder_create_opts(&dq, &m, T, AL_DT_F32, &wide, &err) == 0);
         CHECK(al_decoder_create_opts(&dp, &m, T, AL_DT_F32, &plain, &err) == 0);
-        CHECK(decode_all(&dq, tok, T, a, &err) == 0 && decode_all(&dp, tok, T, b, &err) == 0);
+        CHECK(tu_decode_all(&dq, tok, T, a, &err) == 0 && tu_decode_all(&dp, tok, T, b, &err) == 0);
         CHECK_MSG(tu_err_floor(a, b, T * V) < 1e-4 && same_held(&dq, &dp) &&
                       al_decoder_kv_held_bytes(&dq) == al_decoder_kv_held_bytes(&dp),
                   "%s score %d %s: int8 + full residual vs plain %.3g", dn, sc, al_kve_name(method),
@@ -497,9 +457,9 @@ static void model_case_quantised(const al_model *mp, int sc, const int *tok, int
             const al_kv_opts o = {{(al_kvq_kind)kind, 8, 4, 0}, {(al_kve_method)method, 0.5, 2, 36, 0}};
             CHECK(al_decoder_create_opts(&dq, &m, T, AL_DT_F32, &o, &err) == 0);
             CHECK(al_decoder_create_opts(&dp, &m, T, AL_DT_F32, &o, &err) == 0);
-            CHECK(decode_all(&dq, tok, T, a, &err) == 0);
+            CHECK(tu_decode_all(&dq, tok, T, a, &err) == 0);
             al_attn_test_decode_ref(1);
-            CHECK(decode_all(&dp, tok, T, b, &err) == 0);
+            CHECK(tu_decode_all(&dp, tok, T, b, &err) == 0);
             al_attn_test_decode_ref(0);
             const double e = tu_err_floor(a, b, T * V);
             CHECK_MSG(e < 2e-3 && same_held(&dq, &dp), "%s score %d %s + %s: kernels vs reference %.3g", dn, sc,

@@ -66,35 +66,26 @@ static void test_quantiser(void) {
 
 /* ---- the kernels on synthetic layouts ---- */
 
-enum { LAYOUT_KV, LAYOUT_MLA, LAYOUT_LRKV };
-
-/* the view and segments of a layout: KV [K groups | V groups]; MLA one
- * group, key [c (dv) | pe (dk - dv)], value c; LRKV [K_s | V_s | R_K | R_V] */
-static al_decode_view view_of(int layout, int H, int G, int dk, int dv, int r, int latent, al_kv_seg *segs,
-                              int *nseg) {
-    al_decode_view v = {0};
-    if (layout == LAYOUT_MLA) {
-        v.row = (size_t)dk;
+/* the view (tu_decode_view) and segments of a layout: MLA's key is
+ * [c (dv) | pe (dk - dv)], its value c; LRKV [K_s | V_s | R_K | R_V] */
+static al_decode_view view_and_segs(int layout, int H, int G, int dk, int dv, int r, int latent, al_kv_seg *segs,
+                                    int *nseg) {
+    if (layout == TU_LAYOUT_MLA) {
         segs[0] = (al_kv_seg){0, dv, dv, latent == AL_KVQ_LATENT_TOKEN ? AL_KV_SEG_VALUE : AL_KV_SEG_KEY};
         segs[1] = (al_kv_seg){dv, dk - dv, dk - dv, AL_KV_SEG_KEY};
         *nseg = 2;
-    } else if (layout == LAYOUT_LRKV) {
-        v.row = (size_t)(dk + dv + 2 * H * r);
-        v.v_off = (size_t)dk, v.k2_off = (size_t)(dk + dv), v.v2_off = (size_t)(dk + dv + H * r);
-        v.dk2 = v.dv2 = r;
+    } else if (layout == TU_LAYOUT_LRKV) {
         segs[0] = (al_kv_seg){0, dk, dk, AL_KV_SEG_KEY};
         segs[1] = (al_kv_seg){dk, dv, dv, AL_KV_SEG_VALUE};
         segs[2] = (al_kv_seg){dk + dv, H * r, r, AL_KV_SEG_KEY};
         segs[3] = (al_kv_seg){dk + dv + H * r, H * r, r, AL_KV_SEG_VALUE};
         *nseg = 4;
     } else {
-        v.row = (size_t)G * (dk + dv);
-        v.k_group = (size_t)dk, v.v_off = (size_t)G * dk, v.v_group = (size_t)dv;
         segs[0] = (al_kv_seg){0, G * dk, dk, AL_KV_SEG_KEY};
         segs[1] = (al_kv_seg){G * dk, G * dv, dv, AL_KV_SEG_VALUE};
         *nseg = 2;
     }
-    return v;
+    return tu_decode_view(layout, H, G, dk, dv, r);
 }
 
 /* One case: a quantised cache of n positions of random rows (stored one
@@ -111,7 +102,7 @@ static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r,
     s.score_n = (float)n;
     al_kv_seg segs[AL_KV_MAX_SEGS];
     int nseg;
-    al_decode_view v = view_of(layout, H, G, dk, dv, r, latent, segs, &nseg);
+    al_decode_view v = view_and_segs(layout, H, G, dk, dv, r, latent, segs, &nseg);
     const al_kvq_opts o = {kind, group, residual, latent};
     al_kvq kq;
     al_err err;
@@ -153,15 +144,15 @@ static void test_kernels(void) {
 #define KCASE(what, ...)                                                                                               \
     e = run_case((al_score_kind)sc, __VA_ARGS__, k, dt);                                                               \
     CHECK_MSG(e < 2e-5, "%s %s %s score %d n %d: rel err %.3g", ln, al_kvq_name(k), what, sc, n, e)
-                    KCASE("MHA odd", 4, 4, 20, 20, 0, n, LAYOUT_KV, 0, 5, 3);       /* group 5: odd blocks, cells */
-                    KCASE("GQA", 6, 2, 16, 16, 0, n, LAYOUT_KV, 0, 8, 0);           /* no residual */
-                    KCASE("MQA dv != dk", 5, 1, 36, 12, 0, n, LAYOUT_KV, 0, 12, 17); /* keys beyond one vector */
-                    KCASE("MLA channel", 3, 1, 24, 16, 0, n, LAYOUT_MLA, AL_KVQ_LATENT_CHANNEL, 8, 4);
-                    KCASE("MLA token", 8, 1, 64, 48, 0, n, LAYOUT_MLA, AL_KVQ_LATENT_TOKEN, 16, 4);
-                    KCASE("LRKV r 14", 8, 1, 32, 32, 14, n, LAYOUT_LRKV, 0, 32, 32); /* the study's r */
-                    KCASE("LRKV r 6", 3, 1, 18, 18, 6, n, LAYOUT_LRKV, 0, 3, 2);
+                    KCASE("MHA odd", 4, 4, 20, 20, 0, n, TU_LAYOUT_KV, 0, 5, 3);       /* group 5: odd blocks, cells */
+                    KCASE("GQA", 6, 2, 16, 16, 0, n, TU_LAYOUT_KV, 0, 8, 0);           /* no residual */
+                    KCASE("MQA dv != dk", 5, 1, 36, 12, 0, n, TU_LAYOUT_KV, 0, 12, 17); /* keys beyond one vector */
+                    KCASE("MLA channel", 3, 1, 24, 16, 0, n, TU_LAYOUT_MLA, AL_KVQ_LATENT_CHANNEL, 8, 4);
+                    KCASE("MLA token", 8, 1, 64, 48, 0, n, TU_LAYOUT_MLA, AL_KVQ_LATENT_TOKEN, 16, 4);
+                    KCASE("LRKV r 14", 8, 1, 32, 32, 14, n, TU_LAYOUT_LRKV, 0, 32, 32); /* the study's r */
+                    KCASE("LRKV r 6", 3, 1, 18, 18, 6, n, TU_LAYOUT_LRKV, 0, 3, 2);
                     if (n == 40) { /* head tiles cut short: 4 heads' padded keys exceed AL_KVQ_MAX_CELL */
-                        KCASE("MQA wide", 4, 1, 1100, 1030, 0, n, LAYOUT_KV, 0, 10, 3);
+                        KCASE("MQA wide", 4, 1, 1100, 1030, 0, n, TU_LAYOUT_KV, 0, 10, 3);
                     }
 #undef KCASE
                 }
@@ -173,28 +164,6 @@ static void test_kernels(void) {
 
 /* ---- whole models ---- */
 
-/* a small model of each design (2 layers, hidden 64, 4 heads of 16) */
-static al_config design_config(int design, al_score_kind score) {
-    al_config c = tu_config(64, 96, 2, 4, design == AL_ATTN_GQA ? 2 : design == AL_ATTN_MQA ? 1 : 4, 16, 64);
-    c.attention = design;
-    if (design == AL_ATTN_MLA) {
-        c.kv_lora_rank = 24, c.q_lora_rank = 0, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
-        c.head_dim = 24;
-    }
-    if (design == AL_ATTN_LRKV) c.lrkv_rank = 6;
-    c.score = score;
-    c.poly_power = 3;
-    c.score_n = 64;
-    return c;
-}
-
-/* logits[T][V] of T tokens decoded one at a time through dec (emptied first) */
-static int decode_all(al_decoder *dec, const int *tok, int T, float *logits, al_err *err) {
-    al_decoder_reset(dec);
-    for (int t = 0; t < T; t++)
-        if (al_decoder_step(dec, tok[t], logits + (size_t)t * dec->m->cfg.vocab_size, err)) return -1;
-    return 0;
-}
 
 static void test_models(void) {
     enum { T = 50 };
@@ -204,7 +173,7 @@ static void test_models(void) {
     tu_random_tokens(tok, T, &rng);
     for (int design = 0; design < AL_ATTN_COUNT; design++)
         for (int sc = 0; sc < AL_SCORE_COUNT; sc++) {
-            al_config c = design_config(design, (al_score_kind)sc);
+            al_config c = tu_design_config(design, (al_score_kind)sc);
             al_model m;
             if (tu_make_model(&m, &c, 3 + (uint64_t)design, TU_GAINS_ONE)) {
                 CHECK(0);
@@ -222,9 +191,9 @@ static void test_models(void) {
                     CHECK_MSG(0, "%s: %s", dn, err.msg);
                     continue;
                 }
-                CHECK(decode_all(&dec, tok, T, a, &err) == 0);
+                CHECK(tu_decode_all(&dec, tok, T, a, &err) == 0);
                 al_attn_test_decode_ref(1);
-                CHECK(decode_all(&dec, tok, T, b, &err) == 0);
+                CHECK(tu_decode_all(&dec, tok, T, b, &err) == 0);
                 al_attn_test_decode_ref(0);
                 const double e = tu_err_floor(a, b, T * V);
                 CHECK_MSG(e < 2e-3, "%s score %d %s: kernels vs reference %.3g", dn, sc, al_kvq_name(kind), e);
@@ -259,7 +228,7 @@ static void test_models(void) {
             al_decoder dq, dp;
             CHECK(al_decoder_create_q(&dq, &m, T, AL_DT_F32, &full, &err) == 0);
             CHECK(al_decoder_create(&dp, &m, T, &err) == 0);
-            CHECK(decode_all(&dq, tok, T, a, &err) == 0 && decode_all(&dp, tok, T, b, &err) == 0);
+            CHECK(tu_decode_all(&dq, tok, T, a, &err) == 0 && tu_decode_all(&dp, tok, T, b, &err) == 0);
             CHECK_MSG(memcmp(a, b, sizeof(float) * T * V) == 0, "%s score %d: int8 + full residual differs", dn, sc);
             al_decoder_free(&dq);
             al_decoder_free(&dp);
@@ -275,7 +244,7 @@ static int ceil_bytes(int w, int bits) { return (w * bits + 7) / 8; }
 static void test_bytes(void) {
     for (int design = 0; design < AL_ATTN_COUNT; design++)
         for (int kind = AL_KVQ_INT8; kind <= AL_KVQ_INT2; kind++) {
-            const al_config c = design_config(design, AL_SCORE_SOFTMAX);
+            const al_config c = tu_design_config(design, AL_SCORE_SOFTMAX);
             const int b = al_kvq_bits((al_kvq_kind)kind), N = 8, R = 5, cap = 64, dh = c.head_dim;
             double per; /* codes + value scales + key scales over N tokens, one layer */
             if (design == AL_ATTN_MLA) { /* c~ per channel (one cell of 24), k_pe one of 8 */
@@ -314,7 +283,7 @@ static void test_bytes(void) {
 /* ---- refusals ---- */
 
 static void test_refusals(void) {
-    al_config c = design_config(AL_ATTN_MHA, AL_SCORE_SOFTMAX);
+    al_config c = tu_design_config(AL_ATTN_MHA, AL_SCORE_SOFTMAX);
     al_model m;
     al_err err;
     if (tu_make_model(&m, &c, 1, TU_GAINS_ONE)) {

@@ -264,6 +264,53 @@ static inline int tu_decode_random_model(const al_config *c, uint64_t seed, int 
     return 0;
 }
 
+
+/* ---- decode caches and small models of every design ---- */
+
+/* The cache layouts of the decode kernels' tests: TU_LAYOUT_KV [K groups |
+ * V groups]; TU_LAYOUT_MLA one group whose value is the first dv key
+ * columns; TU_LAYOUT_LRKV one shared group [K_s (dk) | V_s (dv)] then
+ * per-head parts [R_K (H r) | R_V (H r)]. */
+enum { TU_LAYOUT_KV, TU_LAYOUT_MLA, TU_LAYOUT_LRKV };
+static inline al_decode_view tu_decode_view(int layout, int H, int G, int dk, int dv, int r) {
+    al_decode_view v = {0};
+    if (layout == TU_LAYOUT_MLA) {
+        v.row = (size_t)dk;
+    } else if (layout == TU_LAYOUT_LRKV) {
+        v.row = (size_t)(dk + dv + 2 * H * r);
+        v.v_off = (size_t)dk, v.k2_off = (size_t)(dk + dv), v.v2_off = (size_t)(dk + dv + H * r);
+        v.dk2 = v.dv2 = r;
+    } else {
+        v.row = (size_t)G * (dk + dv);
+        v.k_group = (size_t)dk, v.v_off = (size_t)G * dk, v.v_group = (size_t)dv;
+    }
+    return v;
+}
+
+/* A small model config of each design (2 layers, hidden 64, 4 heads of 16),
+ * with the given score function (poly: cubic; relu/sigmoid: N = 64). */
+static inline al_config tu_design_config(int design, al_score_kind score) {
+    al_config c = tu_config(64, 96, 2, 4, design == AL_ATTN_GQA ? 2 : design == AL_ATTN_MQA ? 1 : 4, 16, 64);
+    c.attention = design;
+    if (design == AL_ATTN_MLA) {
+        c.kv_lora_rank = 24, c.q_lora_rank = 0, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
+        c.head_dim = 24;
+    }
+    if (design == AL_ATTN_LRKV) c.lrkv_rank = 6;
+    c.score = score;
+    c.poly_power = 3;
+    c.score_n = 64;
+    return c;
+}
+
+/* logits[T][V] of T tokens decoded one at a time through dec (emptied first) */
+static inline int tu_decode_all(al_decoder *dec, const int *tok, int T, float *logits, al_err *err) {
+    al_decoder_reset(dec);
+    for (int t = 0; t < T; t++)
+        if (al_decoder_step(dec, tok[t], logits + (size_t)t * dec->m->cfg.vocab_size, err)) return -1;
+    return 0;
+}
+
 /* ---- configs and checkpoints ---- */
 
 /* al_config_parse of the JSON text printf(fmt, ...) must fail with a one-line
