@@ -4,12 +4,14 @@
 # plain eval's loss and bytes for every policy and design; window, h2o and
 # snapkv hold the closed form of bytes per token; --verbose reports the
 # recall of attention mass per layer (1 at budget 1); `bench decode
-# --kv-evict` reads fewer bytes; bad flags are one-line usage errors (exit 2).
+# --kv-evict` reads fewer bytes; a Hugging Face checkpoint evicts too (budget
+# 1 = plain eval); bad flags are one-line usage errors (exit 2).
 #
 # usage: bash tests/cli/test_kvevict.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
 . "$(dirname "$0")/lib.sh" "$@"
 
+REF=$(readlink -f "$(dirname "$0")/../ref")
 make_text "$WORK/text.txt" 60
 train_tiny_designs "$WORK/text.txt"
 
@@ -129,6 +131,36 @@ run generate $G --kv-evict h2o --kv-budget 0.5 --kv-quant int2 --kv-group 4 --kv
 check_ok
 run generate $G --kv-evict h2o --kv-budget 0
 check_error 2 "--kv-budget must be"
+end
+
+begin "a Hugging Face checkpoint (tiny random Llama, BF16): budget 1 = plain eval; h2o and h2o + int4 hold fewer bytes"
+"$PY" - "$REF" "$WORK/llama" <<'PYEOF' || note "make_hf_checkpoint"
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import make_hf_checkpoint as M
+cfg = M.make_config("llama")
+M.write_checkpoint(sys.argv[2], cfg, M.random_weights(cfg, np.random.default_rng(5)), "BF16", 1)
+PYEOF
+HV="--data $WORK/text.txt --context 32 --max-tokens 96 --threads 2 --json"
+run eval --model "$WORK/llama" $HV
+check_ok
+cp "$OUTF" "$WORK/hf.plain"
+for m in "h2o --kv-budget 1" "h2o --kv-budget 0.5" "h2o --kv-budget 0.5 --kv-quant int4 --kv-group 8 --kv-residual 4"; do
+    # shellcheck disable=SC2086
+    run eval --model "$WORK/llama" $HV --kv-evict $m
+    check_ok
+    cp "$OUTF" "$WORK/hf.$(echo $m | tr -cd 'a-z0-9.')"
+done
+check_py "bad HF eviction JSON" '
+import json, sys, glob
+w = sys.argv[1]
+p = json.loads(open(w + "/hf.plain").read())
+one, half, q = (json.loads(open(w + "/hf.h2o" + k).read()) for k in ("kvbudget1", "kvbudget0.5", "kvbudget0.5kvquantint4kvgroup8kvresidual4"))
+assert abs(one["loss"] - p["loss"]) < 2e-5 and one["kv_bytes_per_token"] == p["kv_bytes_per_token"], (one, p)
+assert half["kv_bytes_per_token"] < 0.6 * p["kv_bytes_per_token"] and q["kv_bytes_per_token"] < half["kv_bytes_per_token"], (half, q)
+assert abs(half["loss"] - p["loss"]) < 0.5 and abs(q["loss"] - p["loss"]) < 0.5, (half, q, p)
+' "$WORK"
 end
 
 for bad in "--kv-evict lru:--kv-evict must be none, window, h2o or snapkv" "--kv-evict h2o --kv-budget 0:--kv-budget must be" \
