@@ -13,6 +13,9 @@
  * of W keep the memory system busy: about twice the bandwidth of one row at
  * a time on a Xeon), the next four rows prefetched; leftover rows one at a
  * time. Specialised per N and per F16/BF16 (constants at each call site).
+ *
+ * The F32 matrix-vector kernel (decode's products over attnlab's own fp32
+ * weights): y[r] (+)= W[r, :] x, four rows at a time, described below.
  */
 #ifndef WSFX
 #error "wmat_kern.h is included by wmat_avx512.c / wmat_avx2.c only"
@@ -86,6 +89,53 @@ void WSFX(al_wmat_direct)(float *y, int ldy, const float *x, int ldx, const uint
         }
     }
 #undef DIRECT_CASE
+}
+
+/* The F32 matrix-vector kernel: y[r] (+)= sum_i W[r, i] x[i] for rows r in
+ * [r0, r1), W fp32 row-major with `in` columns. RQ rows at a time (4, the
+ * leftovers 1), two vectors of each per step: 2 RQ independent FMA chains
+ * and RQ streams of W, each x vector loaded once for the RQ rows; the rows
+ * RQ further on are prefetched as far as this step reads in its rows, so the
+ * next block is in flight while this one is summed. Every row is summed in
+ * the same order whatever RQ (two accumulators, the tail masked into them,
+ * added and reduced at the end), so a row's bits do not depend on how the
+ * rows were split between threads. */
+static inline __attribute__((always_inline)) void gemv_rows(float *y, const float *x, const float *W, const int RQ,
+                                                            int in, int r, int r1, int accumulate) {
+    const float *w = W + (size_t)r * in;
+    const int pf = r + 2 * RQ <= r1; /* a next block exists to prefetch */
+    vf a0[4], a1[4];
+    for (int q = 0; q < RQ; q++) a0[q] = a1[q] = V_ZERO();
+    int i = 0;
+    for (; i + 2 * AL_VW <= in; i += 2 * AL_VW) {
+        if (pf)
+            for (int q = 0; q < RQ; q++)
+                for (int o = 0; o < 2 * AL_VW; o += 16) /* 16 floats: one line */
+                    _mm_prefetch((const char *)(w + (size_t)(q + RQ) * in + i + o), _MM_HINT_T0);
+        const vf x0 = V_LOAD(x + i), x1 = V_LOAD(x + i + AL_VW);
+        for (int q = 0; q < RQ; q++) {
+            a0[q] = V_FMA(V_LOAD(w + (size_t)q * in + i), x0, a0[q]);
+            a1[q] = V_FMA(V_LOAD(w + (size_t)q * in + i + AL_VW), x1, a1[q]);
+        }
+    }
+    if (i < in) { /* the tail: up to two partial vectors (lanes past `in` are 0) */
+        const int len = in - i;
+        const vf x0 = v_loadn(x + i, len), x1 = v_loadn(x + i + AL_VW, len - AL_VW);
+        for (int q = 0; q < RQ; q++) {
+            a0[q] = V_FMA(v_loadn(w + (size_t)q * in + i, len), x0, a0[q]);
+            a1[q] = V_FMA(v_loadn(w + (size_t)q * in + i + AL_VW, len - AL_VW), x1, a1[q]);
+        }
+    }
+    for (int q = 0; q < RQ; q++) {
+        const float v = V_HSUM(V_ADD(a0[q], a1[q]));
+        y[r + q] = accumulate ? y[r + q] + v : v;
+    }
+}
+
+void WSFX(al_wmat_gemv_f32)(float *y, const float *x, const float *W, int in, int r0, int r1, int accumulate) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) gemv_rows(y, x, W, 4, in, r, r1, accumulate);
+    for (; r < r1; r++) gemv_rows(y, x, W, 1, in, r, r1, accumulate);
 }
 
 /* dst[n] = src[n] widened, AL_VW values at a time (the tail masked). */
