@@ -15,7 +15,7 @@
  * al_linear_fwd, so prefill computes bit for bit as before) and al_matvec_t
  * (sgemv, transposed). F32 al_matvec, the product that bounds decode speed,
  * has its own kernel (gemv_f32: four rows of W at a time, rows split between
- * threads in one parallel region, prefetched ahead), which streams W near
+ * threads in one parallel region, prefetched 16 rows ahead), which streams W near
  * the memory bandwidth where OpenBLAS's sgemv reached about half of it;
  * ATTNLAB_MATVEC=blas (or al_wmat_matvec_blas) puts sgemv back. BF16 and F16:
  *   - N <= AL_WMAT_SMALL_N (decode, a few rows): a direct kernel widens W in
@@ -44,6 +44,7 @@
  * parallelise inside).
  */
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,17 +337,18 @@ void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int
 
 /* y[out] (+)= W x for fp32 W with set k's kernel: the rows cut into
  * blocks of GEMV_RB (a multiple of the kernel's four, counted from row 0, so
- * a row is summed the same way whatever the threads), contiguous runs of
- * blocks per thread in one parallel region (static: each thread streams
- * one stretch of W, the hardware prefetchers follow it); small products stay
- * on the calling thread. */
+ * a row is summed the same way whatever the threads), one contiguous run of
+ * blocks per thread in one parallel region, one kernel call each (each
+ * thread streams one stretch of W and prefetches across its blocks); small
+ * products stay on the calling thread. */
 static void gemv_f32(const wmat_set *k, float *y, const float *x, const float *W, int out, int in, int accumulate) {
     enum { GEMV_RB = 16 };
-    const int nb = (out + GEMV_RB - 1) / GEMV_RB;
-#pragma omp parallel for schedule(static) if ((long)out * in > AL_WMAT_GEMV_PARALLEL)
-    for (int b = 0; b < nb; b++) {
-        const int r0 = b * GEMV_RB, r1 = r0 + GEMV_RB < out ? r0 + GEMV_RB : out;
-        k->gemv_f32(y, x, W, in, r0, r1, accumulate);
+    const long nb = (out + GEMV_RB - 1) / GEMV_RB;
+#pragma omp parallel if ((long)out * in > AL_WMAT_GEMV_PARALLEL)
+    {
+        const long t = omp_get_thread_num(), T = omp_get_num_threads();
+        const long r0 = nb * t / T * GEMV_RB, r1 = nb * (t + 1) / T * GEMV_RB;
+        if (r0 < out) k->gemv_f32(y, x, W, in, (int)r0, (int)(r1 < out ? r1 : out), accumulate);
     }
 }
 
