@@ -248,18 +248,20 @@ float al_wget(al_wref W, size_t i) {
     }
 }
 
-/* The direct kernel over all rows, parallel over blocks of output rows (each
- * element is one thread's sum: the result does not depend on the threads). */
+/* The direct kernel over all rows: one contiguous run of 16-row blocks per
+ * thread, one kernel call each, so that the kernel's prefetch runs across
+ * blocks (each element is one thread's sum, the blocks counted from row 0:
+ * the result does not depend on the threads). */
 static void direct(const wmat_set *k, float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const uint16_t *w = (const uint16_t *)W.p;
     const int f16 = W.dt == AL_DT_F16;
     enum { RB = 16 };
-    const int nb = (out + RB - 1) / RB;
-    /* dynamic: a thread that loses its core (a busy machine) does not hold the others up */
-#pragma omp parallel for schedule(dynamic, 4) if ((long)out * in > 65536)
-    for (int b = 0; b < nb; b++) {
-        const int r0 = b * RB, r1 = r0 + RB < out ? r0 + RB : out;
-        k->direct(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
+    const long nb = (out + RB - 1) / RB;
+#pragma omp parallel if ((long)out * in > 65536)
+    {
+        const long t = omp_get_thread_num(), T = omp_get_num_threads();
+        const long r0 = nb * t / T * RB, r1 = nb * (t + 1) / T * RB;
+        if (r0 < out) k->direct(y, ldy, x, ldx, w, f16, N, in, (int)r0, (int)(r1 < out ? r1 : out), accumulate);
     }
 }
 

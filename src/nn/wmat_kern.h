@@ -11,8 +11,8 @@
  * AL_VW weights of each widened once and used by every row of x, whose
  * AL_VW values are loaded once for the four rows (four independent streams
  * of W keep the memory system busy: about twice the bandwidth of one row at
- * a time on a Xeon), the next four rows prefetched; leftover rows one at a
- * time. Specialised per N and per F16/BF16 (constants at each call site).
+ * a time on a Xeon), the rows GEMV_PF_ROWS ahead prefetched into L2;
+ * leftover rows one at a time. Specialised per N and per F16/BF16 (constants at each call site).
  *
  * The F32 matrix-vector kernel (decode's products over attnlab's own fp32
  * weights): y[r] (+)= W[r, :] x, four rows at a time, described below.
@@ -20,6 +20,13 @@
 #ifndef WSFX
 #error "wmat_kern.h is included by wmat_avx512.c / wmat_avx2.c only"
 #endif
+
+/* Rows ahead of the four being read that the kernels prefetch into L2
+ * (prefetcht1). Measured on the 12 x 768 model's 340 MB of weights, 2
+ * threads (AVX2, Zen 4): no prefetch 31 GB/s, the next 4 rows into L1
+ * (prefetcht0) 33, 8 rows ahead into L2 40-50, 12 rows 48-56, 16 rows 49-58
+ * (triad 47-63); into L1 at 8 or 12 rows ahead, 29-32. */
+enum { GEMV_PF_ROWS = 16 };
 
 static inline __attribute__((always_inline)) void direct_n(float *y, int ldy, const float *x, int ldx,
                                                            const uint16_t *W, const int F16, const int NN, int in,
@@ -32,8 +39,9 @@ static inline __attribute__((always_inline)) void direct_n(float *y, int ldy, co
             for (int n = 0; n < NN; n++) s[q][n] = V_ZERO();
         for (int i = 0; i < in; i += AL_VW) {
             const int len = in - i;
-            if (!(i & 31) && r + 8 <= r1) /* the next four rows, one 64-byte line each per 32 columns */
-                for (int q = 4; q < 8; q++) _mm_prefetch((const char *)(w + (size_t)q * in + i), _MM_HINT_T0);
+            if (!(i & 31) && r + GEMV_PF_ROWS + 4 <= r1) /* rows ahead: one 64-byte line each per 32 columns */
+                for (int q = 0; q < 4; q++)
+                    _mm_prefetch((const char *)(w + (size_t)(q + GEMV_PF_ROWS) * in + i), _MM_HINT_T1);
             const vf w0 = v_load16(w + i, len, F16), w1 = v_load16(w + (size_t)in + i, len, F16);
             const vf w2 = v_load16(w + 2 * (size_t)in + i, len, F16), w3 = v_load16(w + 3 * (size_t)in + i, len, F16);
             for (int n = 0; n < NN; n++) {
@@ -90,13 +98,6 @@ void WSFX(al_wmat_direct)(float *y, int ldy, const float *x, int ldx, const uint
     }
 #undef DIRECT_CASE
 }
-
-/* Rows ahead of the four being read that the F32 kernel prefetches into
- * L2 (prefetcht1). Measured on the 12 x 768 model's 340 MB of weights, 2
- * threads (AVX2, Zen 4): no prefetch 31 GB/s, the next 4 rows into L1
- * (prefetcht0) 33, 8 rows ahead into L2 40-50, 12 rows 48-56, 16 rows 49-58
- * (triad 47-63); into L1 at 8 or 12 rows ahead, 29-32. */
-enum { GEMV_PF_ROWS = 16 };
 
 /* The F32 matrix-vector kernel: y[r] (+)= sum_i W[r, i] x[i] for rows r in
  * [r0, r1), W fp32 row-major with `in` columns. RQ rows at a time (4, the
