@@ -12,7 +12,8 @@
  * AL_VW values are loaded once for the four rows (four independent streams
  * of W keep the memory system busy: about twice the bandwidth of one row at
  * a time on a Xeon), the rows GEMV_PF_ROWS ahead prefetched into L2;
- * leftover rows one at a time. Specialised per N and per F16/BF16 (constants at each call site).
+ * leftover rows one at a time. Specialised per N and per F16/BF16
+ * (constants at each call site).
  *
  * The F32 matrix-vector kernel (decode's products over attnlab's own fp32
  * weights): y[r] (+)= W[r, :] x, four rows at a time, described below.
