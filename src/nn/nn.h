@@ -149,7 +149,8 @@ enum { AL_WMAT_SMALL_N = 4 };
 /* y[N, out] (+)= x[N, in] . W[out, in]^T, rows of x ldx floats apart and of
  * y ldy apart. F32: the sgemm of al_linear_fwd (identical bits). */
 void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate);
-/* y[out] (+)= W[out, in] x[in]  (F32: cblas_sgemv) */
+/* y[out] (+)= W[out, in] x[in]  (F32: wmat.c's own kernel, or cblas_sgemv
+ * under ATTNLAB_MATVEC=blas / al_wmat_matvec_blas(1)) */
 void al_matvec(float *y, const float *x, al_wref W, int out, int in, int accumulate);
 /* y[in] (+)= W[out, in]^T x[out]  (F32: cblas_sgemv, transposed) */
 void al_matvec_t(float *y, const float *x, al_wref W, int out, int in, int accumulate);
@@ -169,6 +170,11 @@ float al_wget(al_wref W, size_t i);
  * "avx2" or "generic"). */
 void al_wmat_panel_rows(int rows);
 const char *al_wmat_kernel_name(void);
+/* F32 al_matvec through cblas_sgemv (on != 0) or attnlab's own kernel (0,
+ * the default; the environment's ATTNLAB_MATVEC=blas|own sets the start).
+ * Not while a kernel runs. al_wmat_matvec_name: "blas" or "own". */
+void al_wmat_matvec_blas(int on);
+const char *al_wmat_matvec_name(void);
 
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w ---- */
 /* y[N,d], rstd[N] (saved for backward), x[N,d], w[d] */

@@ -11,9 +11,13 @@
  *   al_matvec    y[out]    (+)= W[out, in] x[in]
  *   al_matvec_t  y[in]     (+)= W[out, in]^T x[out]
  *
- * F32 weights go straight to CBLAS (al_matmul is then the very al_sgemm call
- * of al_linear_fwd, al_matvec / al_matvec_t the sgemv calls the decoders make),
- * so attnlab's own fp32 models compute bit for bit as before. BF16 and F16:
+ * F32 weights go straight to CBLAS for al_matmul (the very al_sgemm call of
+ * al_linear_fwd, so prefill computes bit for bit as before) and al_matvec_t
+ * (sgemv, transposed). F32 al_matvec, the product that bounds decode speed,
+ * has its own kernel (gemv_f32: four rows of W at a time, rows split between
+ * threads in one parallel region, prefetched 16 rows ahead), which streams W near
+ * the memory bandwidth where OpenBLAS's sgemv reached about half of it;
+ * ATTNLAB_MATVEC=blas (or al_wmat_matvec_blas) puts sgemv back. BF16 and F16:
  *   - N <= AL_WMAT_SMALL_N (decode, a few rows): a direct kernel widens W in
  *     registers and keeps N dot products per output row (four rows of W at a
  *     time), parallel over output rows with OpenMP; W is read once, which is
@@ -25,13 +29,14 @@
  *     out x in once per call, amortised over N; a small matrix (<= 8 MiB as
  *     fp32) is widened whole and multiplied by one al_sgemm (linear.c) when
  *     x has rows enough for al_sgemm to cut them (192 and more).
- * The direct kernel and the widening have three implementations: AVX-512
- * and AVX2 + F16C, one source (wmat_kern.h over core/vec.h's vectors)
- * compiled twice, and plain C here that the compiler vectorises (the
- * fallback the others are checked against); core/cpu.h's set in use picks
- * one per call (avx512 and above, avx2, generic), as for every kernel family. They agree within fp32 rounding (the sums are
- * grouped differently); al_matmul_ref is the double-precision reference the
- * tests compare all three against.
+ * The direct kernel, the F32 matrix-vector kernel and the widening have
+ * three implementations: AVX-512 and AVX2 + F16C, one source (wmat_kern.h
+ * over core/vec.h's vectors) compiled twice, and plain C here that the
+ * compiler vectorises (the fallback the others are checked against);
+ * core/cpu.h's set in use picks one per call (avx512 and above, avx2,
+ * generic), as for every kernel family. They agree within fp32 rounding
+ * (the sums are grouped differently); al_matmul_ref is the double-precision
+ * reference the tests compare all three against.
  *
  * Every reduction runs in a fixed order that does not depend on the number
  * of threads (each output element is one thread's loop), so results repeat.
@@ -39,6 +44,7 @@
  * parallelise inside).
  */
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,17 +54,36 @@
 
 /* ---- configuration: panel size ---- */
 
-static int panel_cfg_ready = 0;    /* AL_WMAT_PANEL_ROWS has been read */
+static int panel_cfg_ready = 0;    /* the environment has been read */
 static int forced_panel_rows = 0; /* > 0: always the panel path with this many rows */
+static int matvec_blas = 0;       /* F32 al_matvec through cblas_sgemv, not gemv_f32 */
 
-/* Reads AL_WMAT_PANEL_ROWS once: the hook that lets the reference tests
- * run a model through the panel path with small panels. */
+/* Products below this many weights run on the calling thread (the fork
+ * and join would cost more than the second thread saves). */
+#define AL_WMAT_GEMV_PARALLEL 32768L
+
+/* Reads the environment once: AL_WMAT_PANEL_ROWS, the hook that lets the
+ * reference tests run a model through the panel path with small panels,
+ * and ATTNLAB_MATVEC=blas|own, the F32 matrix-vector product (own kernel by
+ * default; blas keeps OpenBLAS's sgemv for comparison; other values: own). */
 static void wmat_init(void) {
     if (panel_cfg_ready) return;
     const char *p = getenv("AL_WMAT_PANEL_ROWS");
     long v = 0;
     if (p && al_parse_int(p, &v) == 0 && v > 0 && v <= 4096) forced_panel_rows = (int)v;
+    const char *m = getenv("ATTNLAB_MATVEC");
+    matvec_blas = m && !strcmp(m, "blas");
     panel_cfg_ready = 1;
+}
+
+void al_wmat_matvec_blas(int on) {
+    wmat_init();
+    matvec_blas = on != 0;
+}
+
+const char *al_wmat_matvec_name(void) {
+    wmat_init();
+    return matvec_blas ? "blas" : "own";
 }
 
 void al_wmat_panel_rows(int rows) {
@@ -137,21 +162,54 @@ static void direct_portable(float *y, int ldy, const float *x, int ldx, const ui
     }
 }
 
+/* ---- F32 matrix-vector kernel ----
+ * y[r] (+)= sum_i W[r, i] x[i] for rows r in [r0, r1), fp32 W. */
+
+/* Plain C, the same order as wmat_kern.h's AVX2 kernel: per row two
+ * 8-lane partial sums over steps of 16 columns (lane l of the first takes
+ * columns 16k + l, of the second 16k + 8 + l), added lane by lane, then the
+ * 8 lanes pairwise (fused multiply-adds aside: C11 does not contract). */
+static void gemv_f32_portable(float *y, const float *x, const float *W, int in, int r0, int r1, int accumulate) {
+    enum { RQ = 4, L = 8 };
+    for (int r = r0; r < r1; r += RQ) {
+        const int nq = r1 - r < RQ ? r1 - r : RQ;
+        float a[RQ][2][L] = {{{0}}};
+        for (int q = 0; q < nq; q++) {
+            const float *w = W + (size_t)(r + q) * in;
+            float *a0 = a[q][0], *a1 = a[q][1];
+            int i = 0;
+            for (; i + 2 * L <= in; i += 2 * L)
+                for (int l = 0; l < L; l++) {
+                    a0[l] += w[i + l] * x[i + l];
+                    a1[l] += w[i + L + l] * x[i + L + l];
+                }
+            for (int j = 0; i + j < in; j++) a[q][j / L][j % L] += w[i + j] * x[i + j];
+        }
+        for (int q = 0; q < nq; q++) {
+            float t[L];
+            for (int l = 0; l < L; l++) t[l] = a[q][0][l] + a[q][1][l];
+            const float v = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+            y[r + q] = accumulate ? y[r + q] + v : v;
+        }
+    }
+}
+
 /* ---- the kernel sets: plain C here, AVX2 and AVX-512 from wmat_kern.h ---- */
 
-/* A kernel set: its widening and its direct kernel, and the core/cpu.h set
- * it needs (whose name it reports). */
+/* A kernel set: its widening, its direct kernel and its F32 matrix-vector
+ * kernel, and the core/cpu.h set it needs (whose name it reports). */
 typedef struct wmat_set {
     void (*widen)(float *dst, const uint16_t *src, size_t n, int f16);
     void (*direct)(float *y, int ldy, const float *x, int ldx, const uint16_t *W, int f16, int N, int in, int r0,
                    int r1, int accumulate);
     al_cpu_level needs;
+    void (*gemv_f32)(float *y, const float *x, const float *W, int in, int r0, int r1, int accumulate);
 } wmat_set;
 
 static const wmat_set sets[] = {
-    {widen_portable, direct_portable, AL_CPU_GENERIC},
-    {al_wmat_widen_avx2, al_wmat_direct_avx2, AL_CPU_AVX2},
-    {al_wmat_widen_avx512, al_wmat_direct_avx512, AL_CPU_AVX512},
+    {widen_portable, direct_portable, AL_CPU_GENERIC, gemv_f32_portable},
+    {al_wmat_widen_avx2, al_wmat_direct_avx2, AL_CPU_AVX2, al_wmat_gemv_f32_avx2},
+    {al_wmat_widen_avx512, al_wmat_direct_avx512, AL_CPU_AVX512, al_wmat_gemv_f32_avx512},
 };
 
 /* The best set core/cpu.h's set in use runs (ATTNLAB_CPU and al_cpu_force
@@ -190,18 +248,20 @@ float al_wget(al_wref W, size_t i) {
     }
 }
 
-/* The direct kernel over all rows, parallel over blocks of output rows (each
- * element is one thread's sum: the result does not depend on the threads). */
+/* The direct kernel over all rows: one contiguous run of 16-row blocks per
+ * thread, one kernel call each, so that the kernel's prefetch runs across
+ * blocks (each element is one thread's sum, the blocks counted from row 0:
+ * the result does not depend on the threads). */
 static void direct(const wmat_set *k, float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const uint16_t *w = (const uint16_t *)W.p;
     const int f16 = W.dt == AL_DT_F16;
     enum { RB = 16 };
-    const int nb = (out + RB - 1) / RB;
-    /* dynamic: a thread that loses its core (a busy machine) does not hold the others up */
-#pragma omp parallel for schedule(dynamic, 4) if ((long)out * in > 65536)
-    for (int b = 0; b < nb; b++) {
-        const int r0 = b * RB, r1 = r0 + RB < out ? r0 + RB : out;
-        k->direct(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
+    const long nb = (out + RB - 1) / RB;
+#pragma omp parallel if ((long)out * in > 65536)
+    {
+        const long t = omp_get_thread_num(), T = omp_get_num_threads();
+        const long r0 = nb * t / T * RB, r1 = nb * (t + 1) / T * RB;
+        if (r0 < out) k->direct(y, ldy, x, ldx, w, f16, N, in, (int)r0, (int)(r1 < out ? r1 : out), accumulate);
     }
 }
 
@@ -277,11 +337,33 @@ void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int
     else panels(k, y, ldy, x, ldx, W, N, in, out, accumulate);
 }
 
+/* y[out] (+)= W x for fp32 W with set k's kernel: the rows cut into
+ * blocks of GEMV_RB (a multiple of the kernel's four, counted from row 0, so
+ * a row is summed the same way whatever the threads), one contiguous run of
+ * blocks per thread in one parallel region, one kernel call each (each
+ * thread streams one stretch of W and prefetches across its blocks); small
+ * products stay on the calling thread. */
+static void gemv_f32(const wmat_set *k, float *y, const float *x, const float *W, int out, int in, int accumulate) {
+    enum { GEMV_RB = 16 };
+    const long nb = (out + GEMV_RB - 1) / GEMV_RB;
+#pragma omp parallel if ((long)out * in > AL_WMAT_GEMV_PARALLEL)
+    {
+        const long t = omp_get_thread_num(), T = omp_get_num_threads();
+        const long r0 = nb * t / T * GEMV_RB, r1 = nb * (t + 1) / T * GEMV_RB;
+        if (r0 < out) k->gemv_f32(y, x, W, in, (int)r0, (int)(r1 < out ? r1 : out), accumulate);
+    }
+}
+
 void al_matvec(float *y, const float *x, al_wref W, int out, int in, int accumulate) {
     if (out <= 0) return;
     if (W.dt == AL_DT_F32) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, (const float *)W.p, in, x, 1,
-                    accumulate ? 1.0f : 0.0f, y, 1);
+        wmat_init();
+        if (matvec_blas)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, (const float *)W.p, in, x, 1,
+                        accumulate ? 1.0f : 0.0f, y, 1);
+        else if (in <= 0) {
+            if (!accumulate) memset(y, 0, sizeof(float) * (size_t)out);
+        } else gemv_f32(set_now(), y, x, (const float *)W.p, out, in, accumulate);
         return;
     }
     if (in <= 0) {

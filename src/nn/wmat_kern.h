@@ -11,12 +11,23 @@
  * AL_VW weights of each widened once and used by every row of x, whose
  * AL_VW values are loaded once for the four rows (four independent streams
  * of W keep the memory system busy: about twice the bandwidth of one row at
- * a time on a Xeon), the next four rows prefetched; leftover rows one at a
- * time. Specialised per N and per F16/BF16 (constants at each call site).
+ * a time on a Xeon), the rows GEMV_PF_ROWS ahead prefetched into L2;
+ * leftover rows one at a time. Specialised per N and per F16/BF16
+ * (constants at each call site).
+ *
+ * The F32 matrix-vector kernel (decode's products over attnlab's own fp32
+ * weights): y[r] (+)= W[r, :] x, four rows at a time, described below.
  */
 #ifndef WSFX
 #error "wmat_kern.h is included by wmat_avx512.c / wmat_avx2.c only"
 #endif
+
+/* Rows ahead of the four being read that the kernels prefetch into L2
+ * (prefetcht1). Measured on the 12 x 768 model's 340 MB of weights, 2
+ * threads (AVX2, Zen 4): no prefetch 31 GB/s, the next 4 rows into L1
+ * (prefetcht0) 33, 8 rows ahead into L2 40-50, 12 rows 48-56, 16 rows 49-58
+ * (triad 47-63); into L1 at 8 or 12 rows ahead, 29-32. */
+enum { GEMV_PF_ROWS = 16 };
 
 static inline __attribute__((always_inline)) void direct_n(float *y, int ldy, const float *x, int ldx,
                                                            const uint16_t *W, const int F16, const int NN, int in,
@@ -29,8 +40,9 @@ static inline __attribute__((always_inline)) void direct_n(float *y, int ldy, co
             for (int n = 0; n < NN; n++) s[q][n] = V_ZERO();
         for (int i = 0; i < in; i += AL_VW) {
             const int len = in - i;
-            if (!(i & 31) && r + 8 <= r1) /* the next four rows, one 64-byte line each per 32 columns */
-                for (int q = 4; q < 8; q++) _mm_prefetch((const char *)(w + (size_t)q * in + i), _MM_HINT_T0);
+            if (!(i & 31) && r + GEMV_PF_ROWS + 4 <= r1) /* rows ahead: one 64-byte line each per 32 columns */
+                for (int q = 0; q < 4; q++)
+                    _mm_prefetch((const char *)(w + (size_t)(q + GEMV_PF_ROWS) * in + i), _MM_HINT_T1);
             const vf w0 = v_load16(w + i, len, F16), w1 = v_load16(w + (size_t)in + i, len, F16);
             const vf w2 = v_load16(w + 2 * (size_t)in + i, len, F16), w3 = v_load16(w + 3 * (size_t)in + i, len, F16);
             for (int n = 0; n < NN; n++) {
@@ -86,6 +98,53 @@ void WSFX(al_wmat_direct)(float *y, int ldy, const float *x, int ldx, const uint
         }
     }
 #undef DIRECT_CASE
+}
+
+/* The F32 matrix-vector kernel: y[r] (+)= sum_i W[r, i] x[i] for rows r in
+ * [r0, r1), W fp32 row-major with `in` columns. RQ rows at a time (4, the
+ * leftovers 1), two vectors of each per step: 2 RQ independent FMA chains
+ * and RQ streams of W, each x vector loaded once for the RQ rows; the same
+ * columns GEMV_PF_ROWS rows further on (inside [r0, r1)) are prefetched as
+ * this step reads its rows, so memory stays busy across row and block ends.
+ * Every row is summed in the same order whatever RQ (two accumulators, the
+ * tail masked into them, added and reduced at the end), so a row's bits do
+ * not depend on how the rows were split between threads. */
+static inline __attribute__((always_inline)) void gemv_rows(float *y, const float *x, const float *W, const int RQ,
+                                                            int in, int r, int r1, int accumulate) {
+    const float *w = W + (size_t)r * in;
+    const int pf = r + GEMV_PF_ROWS + RQ <= r1; /* the rows to prefetch are this call's */
+    vf a0[4], a1[4];
+    for (int q = 0; q < RQ; q++) a0[q] = a1[q] = V_ZERO();
+    int i = 0;
+    for (; i + 2 * AL_VW <= in; i += 2 * AL_VW) {
+        if (pf)
+            for (int q = 0; q < RQ; q++)
+                for (int o = 0; o < 2 * AL_VW; o += 16) /* 16 floats: one line */
+                    _mm_prefetch((const char *)(w + (size_t)(q + GEMV_PF_ROWS) * in + i + o), _MM_HINT_T1);
+        const vf x0 = V_LOAD(x + i), x1 = V_LOAD(x + i + AL_VW);
+        for (int q = 0; q < RQ; q++) {
+            a0[q] = V_FMA(V_LOAD(w + (size_t)q * in + i), x0, a0[q]);
+            a1[q] = V_FMA(V_LOAD(w + (size_t)q * in + i + AL_VW), x1, a1[q]);
+        }
+    }
+    if (i < in) { /* the tail: up to two partial vectors (lanes past `in` are 0) */
+        const int len = in - i;
+        const vf x0 = v_loadn(x + i, len), x1 = v_loadn(x + i + AL_VW, len - AL_VW);
+        for (int q = 0; q < RQ; q++) {
+            a0[q] = V_FMA(v_loadn(w + (size_t)q * in + i, len), x0, a0[q]);
+            a1[q] = V_FMA(v_loadn(w + (size_t)q * in + i + AL_VW, len - AL_VW), x1, a1[q]);
+        }
+    }
+    for (int q = 0; q < RQ; q++) {
+        const float v = V_HSUM(V_ADD(a0[q], a1[q]));
+        y[r + q] = accumulate ? y[r + q] + v : v;
+    }
+}
+
+void WSFX(al_wmat_gemv_f32)(float *y, const float *x, const float *W, int in, int r0, int r1, int accumulate) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) gemv_rows(y, x, W, 4, in, r, r1, accumulate);
+    for (; r < r1; r++) gemv_rows(y, x, W, 1, in, r, r1, accumulate);
 }
 
 /* dst[n] = src[n] widened, AL_VW values at a time (the tail masked). */

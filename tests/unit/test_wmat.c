@@ -7,7 +7,9 @@
  * with al_cpu_force) and both paths (direct kernel, panels):
  *   - al_matmul for N = 1..5, 7, 33 rows, row strides wider than the rows,
  *     overwrite and accumulate;
- *   - al_matvec and al_matvec_t;
+ *   - al_matvec and al_matvec_t; F32 al_matvec (attnlab's own kernel) also
+ *     on parallel sizes, 1 vs 2 threads bit for bit, and against cblas_sgemv
+ *     (ATTNLAB_MATVEC=blas);
  *   - the widening of every one of the 65536 BF16 and F16 bit patterns
  *     against the scalar conversions of core/dtype.h (exact);
  *   - the AVX-512, AVX2 and plain-C results agree within fp32 rounding, and a
@@ -249,6 +251,53 @@ static void check_paths_agree(void) {
     }
 }
 
+/* F32 al_matvec, attnlab's own kernel, on a product big enough to run in
+ * parallel (rows not a multiple of the kernel's blocks, columns with a
+ * partial tail): every kernel set against the reference, the same bits
+ * with 1 and 2 threads, and within rounding of cblas_sgemv (the
+ * ATTNLAB_MATVEC=blas path, also checked against the reference). */
+static void check_matvec_f32_own(int in, int out) {
+    float *Wf;
+    float *W = make_w(AL_DT_F32, out, in, &Wf);
+    const al_wref w = al_wref_f32(W);
+    float *x = malloc(sizeof(float) * (size_t)in), *ref = malloc(sizeof(float) * (size_t)out);
+    float *y1 = malloc(sizeof(float) * (size_t)out), *y2 = malloc(sizeof(float) * (size_t)out);
+    float *yb = malloc(sizeof(float) * (size_t)out);
+    for (int i = 0; i < in; i++) x[i] = (float)rnd();
+    al_matmul_ref(ref, out, x, in, w, 1, in, out, 0);
+    const int th = omp_get_max_threads();
+    for (int si = 0; si < NSETS; si++) {
+        use_set(SETS[si], 0);
+        omp_set_num_threads(1);
+        al_matvec(y1, x, w, out, in, 0);
+        omp_set_num_threads(2);
+        al_matvec(y2, x, w, out, in, 0);
+        omp_set_num_threads(th);
+        double e = worst_err(y2, ref, out, Wf, x, in, 1, in, out, NULL);
+        CHECK_MSG(e <= 2e-6, "own F32 matvec in=%d out=%d set=%d (%s): err %.3g", in, out, SETS[si],
+                  al_wmat_kernel_name(), e);
+        CHECK_MSG(memcmp(y1, y2, sizeof(float) * (size_t)out) == 0,
+                  "own F32 matvec in=%d out=%d set=%s: 1 vs 2 threads differ", in, out, al_wmat_kernel_name());
+    }
+    use_set(SET_BEST, 0);
+    al_wmat_matvec_blas(1);
+    CHECK(!strcmp(al_wmat_matvec_name(), "blas"));
+    al_matvec(yb, x, w, out, in, 0);
+    al_wmat_matvec_blas(0);
+    CHECK(!strcmp(al_wmat_matvec_name(), "own"));
+    double e = worst_err(yb, ref, out, Wf, x, in, 1, in, out, NULL);
+    CHECK_MSG(e <= 2e-6, "blas F32 matvec in=%d out=%d: err %.3g", in, out, e);
+    e = worst_err(yb, y2, out, Wf, x, in, 1, in, out, NULL);
+    CHECK_MSG(e <= 4e-6, "own and blas F32 matvec in=%d out=%d differ by %.3g", in, out, e);
+    free(W);
+    free(Wf);
+    free(x);
+    free(ref);
+    free(y1);
+    free(y2);
+    free(yb);
+}
+
 int main(void) {
     char sets[160];
     al_cpu_describe(sets, sizeof sets);
@@ -266,5 +315,7 @@ int main(void) {
     check_matvec(AL_DT_BF16, 4099, 300); /* several column blocks of the transposed kernel, parallel rows */
     check_matmul(AL_DT_BF16, 9, 1100, 700); /* whole-matrix widening with threads, and panels */
     check_paths_agree();
+    check_matvec_f32_own(771, 301); /* 232k weights: parallel; 301 rows = 75 blocks of 4 + 1 */
+    check_matvec_f32_own(3001, 37);
     return TEST_EXIT();
 }
