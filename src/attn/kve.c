@@ -163,21 +163,21 @@ static void remove_marked(al_kve *e, int *victim, char *data, size_t esz) {
 void al_kve_put_quantised(al_kvq *q, int j, const float *x) {
     const int b = q->bits, levels = (1 << b) - 1;
     const size_t blk = (size_t)(j / q->group);
-    uint8_t *row = q->codes + (size_t)j * q->code_row;
-    memset(row, 0, q->code_row);
     for (int ci = 0; ci < q->ncell; ci++) {
         const al_kvq_cell *c = &q->cells[ci];
+        uint8_t *cell = q->codes + al_kvq_cell_off(q, j, c);
+        memset(cell, 0, (size_t)c->L);
         if (c->kind == AL_KV_SEG_KEY) {
             for (int e = 0; e < c->w; e++) {
                 const uint16_t *sz = q->kscale + 2 * (blk * q->nkey + c->sidx + e);
                 const float sc = al_f16_to_f32(sz[0]), z = al_f16_to_f32(sz[1]);
                 long code = sc > 0 ? lrintf((x[c->col + e] - z) / sc) : 0;
                 code = code < 0 ? 0 : code > levels ? levels : code;
-                row[c->byte + e % c->L] |= (uint8_t)(code << ((e / c->L) * b));
+                cell[e % c->L] |= (uint8_t)(code << ((e / c->L) * b));
             }
         } else {
             al_kvq_quantise(x + c->col, 1, c->w, b, q->u8, q->vscale + 2 * ((size_t)j * q->nvcell + c->sidx));
-            al_kvq_pack(q->u8, c->w, b, row + c->byte);
+            al_kvq_pack(q->u8, c->w, b, cell);
         }
     }
 }

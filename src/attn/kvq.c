@@ -235,13 +235,13 @@ static void flush_block(al_kvq *q) {
                 uint16_t *sz = q->kscale + 2 * (blk * q->nkey + c->sidx + e);
                 al_kvq_quantise(q->tmp + c->col + e, vpt, N, b, q->u8, sz);
                 for (int t = 0; t < N; t++)
-                    rows[(size_t)t * q->code_row + c->byte + e % c->L] |= (uint8_t)(q->u8[t] << ((e / c->L) * b));
+                    rows[c->byte * N + (size_t)t * c->L + e % c->L] |= (uint8_t)(q->u8[t] << ((e / c->L) * b));
             }
         } else { /* per token across the cell's channels */
             for (int t = 0; t < N; t++) {
                 uint16_t *sz = q->vscale + 2 * (((size_t)q->qn + t) * q->nvcell + c->sidx);
                 al_kvq_quantise(q->tmp + (size_t)t * vpt + c->col, 1, c->w, b, q->u8, sz);
-                al_kvq_pack(q->u8, c->w, b, rows + (size_t)t * q->code_row + c->byte);
+                al_kvq_pack(q->u8, c->w, b, rows + c->byte * N + (size_t)t * c->L);
             }
         }
     }
@@ -264,7 +264,7 @@ float al_kvq_get(const al_kvq *q, int j, size_t col) {
     }
     const al_kvq_cell *c = &q->cells[q->cell_of[col]];
     const int e = (int)(col - c->col);
-    const int code = (q->codes[(size_t)j * q->code_row + c->byte + e % c->L] >> ((e / c->L) * q->bits)) & ((1 << q->bits) - 1);
+    const int code = (q->codes[al_kvq_cell_off(q, j, c) + e % c->L] >> ((e / c->L) * q->bits)) & ((1 << q->bits) - 1);
     const uint16_t *sz = c->kind == AL_KV_SEG_KEY ? q->kscale + 2 * ((size_t)(j / q->group) * q->nkey + c->sidx + e)
                                                   : q->vscale + 2 * ((size_t)j * q->nvcell + c->sidx);
     return (float)((double)al_f16_to_f32(sz[0]) * code + al_f16_to_f32(sz[1]));

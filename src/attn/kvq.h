@@ -12,11 +12,16 @@
  * min(group, unit) channels, each a cell with its own scale and zero point.
  *
  * One layer's quantised cache (al_kvq) holds
- *   codes   [capacity][code_row] bytes: position j's cells, each packed
- *           "planar": a cell of w channels at b bits has per = 8/b planes
- *           of L = ceil(w/per) bytes; channel c sits in byte c % L at bit
- *           (c / L) * b (unused channels of the last plane are 0). A plane is
- *           then one run of L bytes the kernels widen KW at a time.
+ *   codes   capacity x code_row bytes in blocks of `group` positions,
+ *           cell-major inside a block: cell c's bytes of the block's
+ *           positions lie together, L apart (al_kvq_cell_off), so a head
+ *           reads its cells of a block as one stream instead of a few bytes
+ *           of every row (with rows of all heads, kilobytes apart, the
+ *           reads waited on memory). Each cell is packed "planar": a cell of
+ *           w channels at b bits has per = 8/b planes of L = ceil(w/per)
+ *           bytes; channel c sits in byte c % L at bit (c / L) * b (unused
+ *           channels of the last plane are 0). A plane is then one run of L
+ *           bytes the kernels widen KW at a time.
  *   kscale  [ceil(capacity/group)][nkey][2] fp16 (scale, zero) of every key
  *           channel in each block of `group` tokens;
  *   vscale  [capacity][nvcell][2] fp16 (scale, zero) of each value cell;
@@ -109,6 +114,14 @@ typedef struct al_kvq {
     int qn;       /* positions quantised, a multiple of group */
     size_t bytes; /* allocated for the cache proper (codes, scales, residual) */
 } al_kvq;
+
+/* Byte offset in codes of cell c of position j (j < qn: whole blocks): its
+ * block's base, the cell's run of the block (c->byte group apart), the
+ * position's L bytes in it. */
+static inline size_t al_kvq_cell_off(const al_kvq *q, int j, const al_kvq_cell *c) {
+    const size_t N = (size_t)q->group, blk = (size_t)j / N;
+    return blk * N * q->code_row + c->byte * N + ((size_t)j - blk * N) * (size_t)c->L;
+}
 
 /* Checks opts against the segments of a row (a group that does not divide
  * a value unit, int2/int4 cells beyond AL_KVQ_MAX_CELL, ...): 0 or -1 with

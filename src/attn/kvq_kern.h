@@ -164,32 +164,6 @@ static inline __attribute__((always_inline)) void kq_vsz(const al_kvq *kq, int s
 #endif
 }
 
-/* Positions ahead whose codes a sparse read prefetches into L1
- * (kq_prefetch). Measured on the 12 x 768 model, int4 at 4096 positions
- * (AVX2, Zen 4, 2 threads): 8 ahead made decode 1.2x faster; 16 or 32, 24
- * for the values, an L2 prefetch 48 ahead, a whole next chunk into L2 while
- * this one is read, or the next block's key scales: no better in
- * alternating runs, so the simplest stays. */
-enum { KQ_PF = 8 };
-
-/* A cell read is sparse when its L bytes per position are a small part of
- * the cache row (MHA, GQA: one group's keys among every group's keys and
- * values): the rows lie code_row bytes apart, a stride the hardware
- * prefetchers follow badly, and without help the loads wait on memory (the
- * int4 scores of the 12 x 768 model at 4096 positions spent 60 % of their
- * time on the instruction after the code load). A dense read (MQA, MLA,
- * LRKV's shared part) is streamed by the hardware. */
-static inline int kq_sparse(size_t stride, int L) { return stride >= 4 * (size_t)L; }
-
-/* Prefetches into L1 the lines of the L code bytes at base + off (an
- * address past the cache's end is harmless: prefetches never fault; integer
- * arithmetic, so no out-of-range pointer is formed). */
-static inline __attribute__((always_inline)) void kq_prefetch(const uint8_t *base, size_t off, int L) {
-    const uintptr_t a = (uintptr_t)base + off;
-    _mm_prefetch((const char *)a, _MM_HINT_T0);
-    if ((a & 63) + (uintptr_t)L > 64) _mm_prefetch((const char *)(a + (uintptr_t)L - 1), _MM_HINT_T0);
-}
-
 /* One vector step of a cell's dot products: bytes c[i, i + AL_VW) widened
  * once; plane k's field times lanes [k L + i, ...) of each tile head's
  * padded query (qp + t ldq), into a[t][(k + u) & 1] (two chains per head).
@@ -233,14 +207,12 @@ static inline __attribute__((always_inline)) void kq_wsum_tile(const int bits, c
                                                                size_t stride, int L, const float *w, int ldw, int n,
                                                                float *out, int ldo) {
     const int per = 8 / bits, NA = NT * per, NI = NA >= 8 ? 1 : 8 / NA > 4 ? 4 : 8 / NA;
-    const int sparse = kq_sparse(stride, L);
     for (int i = 0; i < L; i += NI * AL_VW) {
         vf acc[8];
 #pragma GCC unroll 8
         for (int a = 0; a < 8; a++) acc[a] = V_ZERO();
         for (int j = 0; j < n; j++) {
             const uint8_t *c = base + (size_t)j * stride + i;
-            if (sparse && i == 0) kq_prefetch(base, (size_t)(j + KQ_PF) * stride, L);
             vf wt[KQ_TILE];
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) wt[t] = V_SET1(w[(size_t)t * ldw + j]);
@@ -365,8 +337,7 @@ static inline __attribute__((always_inline)) void kq_score_range(const int bits,
         const al_kvq_cell *c = &kq->cells[ci];
         const int key = c->kind == AL_KV_SEG_KEY, L = c->L;
         const float *qp = (key ? qs : qpad) + p;
-        const uint8_t *codes = kq->codes + (size_t)jb * kq->code_row + c->byte;
-        const int sparse = kq_sparse(kq->code_row, L);
+        const uint8_t *codes = kq->codes + al_kvq_cell_off(kq, jb, c); /* the block's run of this cell, L apart */
         for (int j = 0; j < n; j += AL_VW) {
             const int nb = n - j < AL_VW ? n - j : AL_VW;
             vf acc[KQ_TILE][AL_VW];
@@ -374,8 +345,7 @@ static inline __attribute__((always_inline)) void kq_score_range(const int bits,
                 vf a[KQ_TILE][2];
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) a[t][0] = a[t][1] = V_ZERO();
-                if (sparse) kq_prefetch(codes, (size_t)(j + jj + KQ_PF) * kq->code_row, L);
-                if (jj < nb) kq_dot_tile(bits, NT, qp, P, codes + (size_t)(j + jj) * kq->code_row, L, a);
+                if (jj < nb) kq_dot_tile(bits, NT, qp, P, codes + (size_t)(j + jj) * L, L, a);
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) acc[t][V_SUM_SLOT(jj)] = V_ADD(a[t][0], a[t][1]);
             }
@@ -483,7 +453,6 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
                                                                  int ldw, const float *psum, float *opad,
                                                                  float *zacc, float *kacc, int P, int p0) {
     const int N = kq->group;
-    const uint8_t *rows = kq->codes + (size_t)jb * kq->code_row;
     float ws[KQ_TILE][256];
     int p = p0;
     for (int ci = width > 0 ? kq->cell_of[start] : kq->ncell; ci < kq->ncell && kq->cells[ci].col < start + width;
@@ -492,7 +461,7 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
         if (c->kind == AL_KV_SEG_KEY) { /* read as a value: then this block's scales */
             const uint16_t *sz = kq->kscale + 2 * (((size_t)jb / N) * kq->nkey + c->sidx);
             for (int t = 0; t < NT; t++) memset(kacc + (size_t)t * P, 0, sizeof(float) * (size_t)c->pw);
-            kq_wsum_tile(bits, NT, rows + c->byte, kq->code_row, c->L, w, ldw, N, kacc, P);
+            kq_wsum_tile(bits, NT, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, w, ldw, N, kacc, P);
             int e = 0;
             for (; e + AL_VW <= c->w; e += AL_VW) {
                 vf sc, ze;
@@ -520,7 +489,7 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
                 }
             }
             for (int t = 0; t < NT; t++) zacc[(size_t)t * P + p] += V_HSUM(zs[t]);
-            kq_wsum_tile(bits, NT, rows + c->byte, kq->code_row, c->L, ws[0], 256, N, opad + p, P);
+            kq_wsum_tile(bits, NT, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, ws[0], 256, N, opad + p, P);
         }
         p += c->pw;
     }
@@ -606,16 +575,16 @@ void KSFX(al_kvq_scores)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                 p += c->pw;
             }
             for (int j = jb; j < jb + N; j++) {
-                const uint8_t *row = kq->codes + (size_t)j * kq->code_row;
                 float a = bias;
                 p = 0;
                 KQ_FOR_CELLS(kq, rg, r, ci) {
                     const al_kvq_cell *c = &kq->cells[ci];
                     if (c->kind == AL_KV_SEG_KEY) {
-                        a += kq_dot(bits, qs + p, row + c->byte, c->L);
+                        a += kq_dot(bits, qs + p, kq->codes + al_kvq_cell_off(kq, j, c), c->L);
                     } else {
                         const uint16_t *sz = kq->vscale + 2 * ((size_t)j * kq->nvcell + c->sidx);
-                        a += kq_f16(sz[0]) * kq_dot(bits, qpad + p, row + c->byte, c->L) + kq_f16(sz[1]) * qsum[p];
+                        a += kq_f16(sz[0]) * kq_dot(bits, qpad + p, kq->codes + al_kvq_cell_off(kq, j, c), c->L) +
+                             kq_f16(sz[1]) * qsum[p];
                     }
                     p += c->pw;
                 }
@@ -645,7 +614,6 @@ void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_deco
         for (int jb = j0; jb < j0 + n; jb += N) {
             const size_t blk = (size_t)jb / N;
             const float *w = Si + (jb - j0);
-            const uint8_t *rows = kq->codes + (size_t)jb * kq->code_row;
             float psum = 0.0f;
             for (int j = 0; j < N; j++) psum += w[j];
             p = 0;
@@ -654,7 +622,7 @@ void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                 if (c->kind == AL_KV_SEG_KEY) { /* read as a value: then this block's scales */
                     const uint16_t *sz = kq->kscale + 2 * (blk * kq->nkey + c->sidx);
                     for (int e = 0; e < c->pw; e++) kacc[e] = 0.0f;
-                    kq_wsum(bits, rows + c->byte, kq->code_row, c->L, w, N, kacc);
+                    kq_wsum(bits, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, w, N, kacc);
                     for (int e = 0; e < c->w; e++)
                         opad[p + e] += kq_f16(sz[2 * e]) * kacc[e] + kq_f16(sz[2 * e + 1]) * psum;
                 } else { /* per token: weights times the tokens' scales */
@@ -663,7 +631,7 @@ void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                         ws[j] = w[j] * kq_f16(sz[0]);
                         zacc[p] += w[j] * kq_f16(sz[1]);
                     }
-                    kq_wsum(bits, rows + c->byte, kq->code_row, c->L, ws, N, opad + p);
+                    kq_wsum(bits, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, ws, N, opad + p);
                 }
                 p += c->pw;
             }
