@@ -226,8 +226,7 @@ static void flush_block(al_kvq *q) {
     const size_t vpt = q->vpt, blk = (size_t)q->qn / N;
     for (size_t i = 0; i < (size_t)N * vpt; i++)
         q->tmp[i] = q->dt == AL_DT_BF16 ? al_bf16_to_f32(((const uint16_t *)q->res)[i]) : ((const float *)q->res)[i];
-    uint8_t *rows = q->codes + (size_t)q->qn * q->code_row;
-    memset(rows, 0, (size_t)N * q->code_row);
+    memset(q->codes + (size_t)q->qn * q->code_row, 0, (size_t)N * q->code_row); /* the block's codes */
     for (int ci = 0; ci < q->ncell; ci++) {
         const al_kvq_cell *c = &q->cells[ci];
         if (c->kind == AL_KV_SEG_KEY) { /* per channel across the block's tokens */
@@ -235,13 +234,13 @@ static void flush_block(al_kvq *q) {
                 uint16_t *sz = q->kscale + 2 * (blk * q->nkey + c->sidx + e);
                 al_kvq_quantise(q->tmp + c->col + e, vpt, N, b, q->u8, sz);
                 for (int t = 0; t < N; t++)
-                    rows[c->byte * N + (size_t)t * c->L + e % c->L] |= (uint8_t)(q->u8[t] << ((e / c->L) * b));
+                    q->codes[al_kvq_cell_off(q, q->qn + t, c) + e % c->L] |= (uint8_t)(q->u8[t] << ((e / c->L) * b));
             }
         } else { /* per token across the cell's channels */
             for (int t = 0; t < N; t++) {
                 uint16_t *sz = q->vscale + 2 * (((size_t)q->qn + t) * q->nvcell + c->sidx);
                 al_kvq_quantise(q->tmp + (size_t)t * vpt + c->col, 1, c->w, b, q->u8, sz);
-                al_kvq_pack(q->u8, c->w, b, rows + c->byte * N + (size_t)t * c->L);
+                al_kvq_pack(q->u8, c->w, b, q->codes + al_kvq_cell_off(q, q->qn + t, c));
             }
         }
     }

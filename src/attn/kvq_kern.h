@@ -35,12 +35,15 @@ static inline float kq_f16(uint16_t h) { return _cvtsh_ss(h); }
 static inline float kq_f16(uint16_t h) { return al_f16_to_f32(h); }
 #endif
 
-/* The cells of column ranges rg[0], rg[1] (start, width), in order: ci from
- * the cell of the range's first column while cells start inside it. */
+/* The cells of column range [start, start + width), in order: ci from the
+ * cell of the range's first column while cells start inside it. */
+#define KQ_FOR_RANGE(kq, start, width, ci)                                                                            \
+    for (int ci = (width) > 0 ? (kq)->cell_of[start] : (kq)->ncell;                                                  \
+         ci < (kq)->ncell && (kq)->cells[ci].col < (start) + (width); ci++)
+
+/* The cells of column ranges rg[0], rg[1] (start, width), in order. */
 #define KQ_FOR_CELLS(kq, rg, r, ci)                                                                                   \
-    for (int r = 0; r < 2; r++)                                                                                       \
-        for (int ci = rg[r][1] > 0 ? (kq)->cell_of[rg[r][0]] : (kq)->ncell;                                          \
-             ci < (kq)->ncell && (kq)->cells[ci].col < rg[r][0] + rg[r][1]; ci++)
+    for (int r = 0; r < 2; r++) KQ_FOR_RANGE(kq, rg[r][0], rg[r][1], ci)
 
 /* A head's query qh (key ranges rg, the shared one dk wide) in padded
  * channel order: qpad (zeros past each cell's w), qs zeroed, qsum at each
@@ -277,8 +280,7 @@ static inline void kq_wsum(int bits, const uint8_t *base, size_t stride, int L, 
 /* padded channels of the cells of column range rg (start, width) */
 static int kq_padded(const al_kvq *kq, int start, int width) {
     int p = 0;
-    for (int ci = width > 0 ? kq->cell_of[start] : kq->ncell; ci < kq->ncell && kq->cells[ci].col < start + width; ci++)
-        p += kq->cells[ci].pw;
+    KQ_FOR_RANGE(kq, start, width, ci) p += kq->cells[ci].pw;
     return p;
 }
 
@@ -289,8 +291,7 @@ static inline __attribute__((always_inline)) void kq_scale_query(const int NT, c
                                                                  int width, const float *qpad, float *qs, int P, int p0,
                                                                  float *bias) {
     int p = p0;
-    for (int ci = width > 0 ? kq->cell_of[start] : kq->ncell; ci < kq->ncell && kq->cells[ci].col < start + width;
-         ci++) {
+    KQ_FOR_RANGE(kq, start, width, ci) {
         const al_kvq_cell *c = &kq->cells[ci];
         if (c->kind == AL_KV_SEG_KEY) {
             const uint16_t *sz = kq->kscale + 2 * (blk * kq->nkey + c->sidx);
@@ -332,8 +333,7 @@ static inline __attribute__((always_inline)) void kq_score_range(const int bits,
                                                                  const float *qsum, int P, int p0, float *S,
                                                                  int lds) {
     int p = p0;
-    for (int ci = width > 0 ? kq->cell_of[start] : kq->ncell; ci < kq->ncell && kq->cells[ci].col < start + width;
-         ci++) {
+    KQ_FOR_RANGE(kq, start, width, ci) {
         const al_kvq_cell *c = &kq->cells[ci];
         const int key = c->kind == AL_KV_SEG_KEY, L = c->L;
         const float *qp = (key ? qs : qpad) + p;
@@ -455,8 +455,7 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
     const int N = kq->group;
     float ws[KQ_TILE][256];
     int p = p0;
-    for (int ci = width > 0 ? kq->cell_of[start] : kq->ncell; ci < kq->ncell && kq->cells[ci].col < start + width;
-         ci++) {
+    KQ_FOR_RANGE(kq, start, width, ci) {
         const al_kvq_cell *c = &kq->cells[ci];
         if (c->kind == AL_KV_SEG_KEY) { /* read as a value: then this block's scales */
             const uint16_t *sz = kq->kscale + 2 * (((size_t)jb / N) * kq->nkey + c->sidx);
@@ -641,4 +640,5 @@ void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_deco
 }
 #endif
 #undef KQ_FOR_CELLS
+#undef KQ_FOR_RANGE
 #undef KQ_DISPATCH

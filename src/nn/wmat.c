@@ -248,6 +248,17 @@ float al_wget(al_wref W, size_t i) {
     }
 }
 
+/* This thread's rows [r0, r1) of out: one contiguous run of blocks of 16
+ * rows counted from row 0 (a multiple of the kernels' four, so a row is
+ * summed the same way whatever the threads); 0 if it has none. */
+static int thread_rows(int out, int *r0, int *r1) {
+    enum { RB = 16 };
+    const long nb = (out + RB - 1) / RB, t = omp_get_thread_num(), T = omp_get_num_threads();
+    const long a = nb * t / T * RB, b = nb * (t + 1) / T * RB;
+    *r0 = (int)a, *r1 = (int)(b < out ? b : out);
+    return a < out;
+}
+
 /* The direct kernel over all rows: one contiguous run of 16-row blocks per
  * thread, one kernel call each, so that the kernel's prefetch runs across
  * blocks (each element is one thread's sum, the blocks counted from row 0:
@@ -255,13 +266,10 @@ float al_wget(al_wref W, size_t i) {
 static void direct(const wmat_set *k, float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
     const uint16_t *w = (const uint16_t *)W.p;
     const int f16 = W.dt == AL_DT_F16;
-    enum { RB = 16 };
-    const long nb = (out + RB - 1) / RB;
 #pragma omp parallel if ((long)out * in > 65536)
     {
-        const long t = omp_get_thread_num(), T = omp_get_num_threads();
-        const long r0 = nb * t / T * RB, r1 = nb * (t + 1) / T * RB;
-        if (r0 < out) k->direct(y, ldy, x, ldx, w, f16, N, in, (int)r0, (int)(r1 < out ? r1 : out), accumulate);
+        int r0, r1;
+        if (thread_rows(out, &r0, &r1)) k->direct(y, ldy, x, ldx, w, f16, N, in, r0, r1, accumulate);
     }
 }
 
@@ -337,20 +345,15 @@ void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int
     else panels(k, y, ldy, x, ldx, W, N, in, out, accumulate);
 }
 
-/* y[out] (+)= W x for fp32 W with set k's kernel: the rows cut into
- * blocks of GEMV_RB (a multiple of the kernel's four, counted from row 0, so
- * a row is summed the same way whatever the threads), one contiguous run of
- * blocks per thread in one parallel region, one kernel call each (each
- * thread streams one stretch of W and prefetches across its blocks); small
+/* y[out] (+)= W x for fp32 W with set k's kernel: each thread's rows
+ * (thread_rows) in one parallel region, one kernel call each (each thread
+ * streams one stretch of W and prefetches across its blocks); small
  * products stay on the calling thread. */
 static void gemv_f32(const wmat_set *k, float *y, const float *x, const float *W, int out, int in, int accumulate) {
-    enum { GEMV_RB = 16 };
-    const long nb = (out + GEMV_RB - 1) / GEMV_RB;
 #pragma omp parallel if ((long)out * in > AL_WMAT_GEMV_PARALLEL)
     {
-        const long t = omp_get_thread_num(), T = omp_get_num_threads();
-        const long r0 = nb * t / T * GEMV_RB, r1 = nb * (t + 1) / T * GEMV_RB;
-        if (r0 < out) k->gemv_f32(y, x, W, in, (int)r0, (int)(r1 < out ? r1 : out), accumulate);
+        int r0, r1;
+        if (thread_rows(out, &r0, &r1)) k->gemv_f32(y, x, W, in, r0, r1, accumulate);
     }
 }
 

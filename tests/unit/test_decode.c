@@ -25,11 +25,7 @@ static float frand(al_rng *r) { return 2.0f * (float)al_rng_uniform(r) - 1.0f; }
 static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r, int n, int layout, al_dtype dt) {
     al_rng rng;
     al_rng_seed(&rng, (uint64_t)(H * 1000003 + G * 1009 + dk * 31 + n + score + 7 * r));
-    al_attn_shape s = {1, n, H, G, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)(dk + r))};
-    s.score = score;
-    s.poly_power = 3;
-    s.poly_coef = 1.0f / sqrtf((float)n);
-    s.score_n = (float)n;
+    al_attn_shape s = tu_decode_shape(H, G, dk, dv, r, n, score);
     al_decode_view v = tu_decode_view(layout, H, G, dk, dv, r);
     const size_t qn = (size_t)H * (dk + v.dk2), on = (size_t)H * (dv + v.dv2);
     float *cache = malloc(sizeof(float) * v.row * n), *q = malloc(sizeof(float) * qn);

@@ -98,11 +98,7 @@ static double run_stream(int layout, al_score_kind score, const al_kve_opts *o, 
               r = layout == TU_LAYOUT_LRKV ? 3 : 0;
     al_rng rng;
     al_rng_seed(&rng, (uint64_t)(layout * 101 + score * 7 + o->method * 13 + N + o->sinks));
-    al_attn_shape s = {1, N, H, G, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)(dk + r))};
-    s.score = score;
-    s.poly_power = 3;
-    s.poly_coef = 1.0f / sqrtf((float)N);
-    s.score_n = (float)N;
+    al_attn_shape s = tu_decode_shape(H, G, dk, dv, r, N, score);
     al_decode_view v = tu_decode_view(layout, H, G, dk, dv, r);
     const int dq = dk + v.dk2, dov = dv + v.dv2, pg = H / G;
     float *rows = malloc(sizeof(float) * v.row * N), *cache = malloc(sizeof(float) * v.row * N);

@@ -95,11 +95,7 @@ static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r,
                        int group, int residual, al_kvq_kind kind, al_dtype dt) {
     al_rng rng;
     al_rng_seed(&rng, (uint64_t)(H * 1000003 + G * 1009 + dk * 31 + n + score + 7 * r + group));
-    al_attn_shape s = {1, n, H, G, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)(dk + r))};
-    s.score = score;
-    s.poly_power = 3;
-    s.poly_coef = 1.0f / sqrtf((float)n);
-    s.score_n = (float)n;
+    al_attn_shape s = tu_decode_shape(H, G, dk, dv, r, n, score);
     al_kv_seg segs[AL_KV_MAX_SEGS];
     int nseg;
     al_decode_view v = view_and_segs(layout, H, G, dk, dv, r, latent, segs, &nseg);

@@ -287,6 +287,18 @@ static inline al_decode_view tu_decode_view(int layout, int H, int G, int dk, in
     return v;
 }
 
+/* The attention shape of a decode kernel test: one query against n cached
+ * positions, H heads in G groups, scale 1/sqrt(dk + r) (r: LRKV's rank),
+ * poly cubic with c = 1/sqrt(n), relu/sigmoid over n. */
+static inline al_attn_shape tu_decode_shape(int H, int G, int dk, int dv, int r, int n, al_score_kind score) {
+    al_attn_shape s = {1, n, H, G, dk, dv, 0, 0, 0, 0, 1.0f / sqrtf((float)(dk + r))};
+    s.score = score;
+    s.poly_power = 3;
+    s.poly_coef = 1.0f / sqrtf((float)n);
+    s.score_n = (float)n;
+    return s;
+}
+
 /* A small model config of each design (2 layers, hidden 64, 4 heads of 16),
  * with the given score function (poly: cubic; relu/sigmoid: N = 64). */
 static inline al_config tu_design_config(int design, al_score_kind score) {
