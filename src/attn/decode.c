@@ -96,11 +96,22 @@ static void weights_row(const al_attn_shape *s, float *r, int n, float *mx_out, 
         al_score_row(s, r, n); /* elementwise: chunks simply add */
         return;
     }
+    /* eight running maxima and sums, so the loops vectorise and no chain
+     * of dependent additions runs the length of the row */
+    float m8[8], s8[8] = {0};
+    for (int k = 0; k < 8; k++) m8[k] = r[0];
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) m8[k] = r[j + k] > m8[k] ? r[j + k] : m8[k];
     float mx = r[0], sum = 0.0f;
-    for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;
-    for (int j = 0; j < n; j++) r[j] -= mx;
+    for (; j < n; j++) mx = r[j] > mx ? r[j] : mx;
+    for (int k = 0; k < 8; k++) mx = m8[k] > mx ? m8[k] : mx;
+    for (j = 0; j < n; j++) r[j] -= mx;
     al_expf_inplace(r, n);
-    for (int j = 0; j < n; j++) sum += r[j];
+    for (j = 0; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) s8[k] += r[j + k];
+    for (; j < n; j++) sum += r[j];
+    for (int k = 0; k < 8; k++) sum += s8[k];
     *mx_out = mx;
     *sum_out = sum;
 }

@@ -165,19 +165,18 @@ void al_kve_put_quantised(al_kvq *q, int j, const float *x) {
     const size_t blk = (size_t)(j / q->group);
     for (int ci = 0; ci < q->ncell; ci++) {
         const al_kvq_cell *c = &q->cells[ci];
-        uint8_t *cell = q->codes + al_kvq_cell_off(q, j, c);
-        memset(cell, 0, (size_t)c->L);
+        for (int i = 0; i < c->L; i++) q->codes[al_kvq_byte_off(q, j, c, i)] = 0;
         if (c->kind == AL_KV_SEG_KEY) {
             for (int e = 0; e < c->w; e++) {
                 const uint16_t *sz = q->kscale + 2 * (blk * q->nkey + c->sidx + e);
                 const float sc = al_f16_to_f32(sz[0]), z = al_f16_to_f32(sz[1]);
                 long code = sc > 0 ? lrintf((x[c->col + e] - z) / sc) : 0;
                 code = code < 0 ? 0 : code > levels ? levels : code;
-                cell[e % c->L] |= (uint8_t)(code << ((e / c->L) * b));
+                q->codes[al_kvq_byte_off(q, j, c, e % c->L)] |= (uint8_t)(code << ((e / c->L) * b));
             }
         } else {
-            al_kvq_quantise(x + c->col, 1, c->w, b, q->u8, q->vscale + 2 * ((size_t)j * q->nvcell + c->sidx));
-            al_kvq_pack(q->u8, c->w, b, cell);
+            al_kvq_quantise(x + c->col, 1, c->w, b, q->u8, q->vscale + al_kvq_vsz_off(q, j, c->sidx));
+            al_kvq_pack(q->u8, c->w, b, q->codes + al_kvq_byte_off(q, j, c, 0));
         }
     }
 }

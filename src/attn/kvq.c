@@ -139,7 +139,7 @@ int al_kvq_create(al_kvq *q, const al_kvq_opts *o, const al_kv_seg *segs, int ns
         for (int c0 = 0; c0 < s->width; c0 += cw) {
             al_kvq_cell *c = &q->cells[q->ncell];
             c->col = s->off + c0, c->w = cw, c->L = cell_L(cw, q->bits), c->pw = c->L * (8 / q->bits);
-            c->kind = s->kind, c->byte = q->code_row;
+            c->kind = s->kind, c->byte = q->code_row, c->bm = s->kind == AL_KV_SEG_KEY && !s->dual;
             c->sidx = s->kind == AL_KV_SEG_KEY ? q->nkey : q->nvcell;
             if (s->kind == AL_KV_SEG_KEY) q->nkey += cw;
             else q->nvcell++;
@@ -234,13 +234,13 @@ static void flush_block(al_kvq *q) {
                 uint16_t *sz = q->kscale + 2 * (blk * q->nkey + c->sidx + e);
                 al_kvq_quantise(q->tmp + c->col + e, vpt, N, b, q->u8, sz);
                 for (int t = 0; t < N; t++)
-                    q->codes[al_kvq_cell_off(q, q->qn + t, c) + e % c->L] |= (uint8_t)(q->u8[t] << ((e / c->L) * b));
+                    q->codes[al_kvq_byte_off(q, q->qn + t, c, e % c->L)] |= (uint8_t)(q->u8[t] << ((e / c->L) * b));
             }
         } else { /* per token across the cell's channels */
             for (int t = 0; t < N; t++) {
-                uint16_t *sz = q->vscale + 2 * (((size_t)q->qn + t) * q->nvcell + c->sidx);
+                uint16_t *sz = q->vscale + al_kvq_vsz_off(q, q->qn + t, c->sidx);
                 al_kvq_quantise(q->tmp + (size_t)t * vpt + c->col, 1, c->w, b, q->u8, sz);
-                al_kvq_pack(q->u8, c->w, b, q->codes + al_kvq_cell_off(q, q->qn + t, c));
+                al_kvq_pack(q->u8, c->w, b, q->codes + al_kvq_byte_off(q, q->qn + t, c, 0));
             }
         }
     }
@@ -263,10 +263,10 @@ float al_kvq_get(const al_kvq *q, int j, size_t col) {
     }
     const al_kvq_cell *c = &q->cells[q->cell_of[col]];
     const int e = (int)(col - c->col);
-    const int code = (q->codes[al_kvq_cell_off(q, j, c) + e % c->L] >> ((e / c->L) * q->bits)) & ((1 << q->bits) - 1);
+    const int code = (q->codes[al_kvq_byte_off(q, j, c, e % c->L)] >> ((e / c->L) * q->bits)) & ((1 << q->bits) - 1);
     const uint16_t *sz = c->kind == AL_KV_SEG_KEY ? q->kscale + 2 * ((size_t)(j / q->group) * q->nkey + c->sidx + e)
-                                                  : q->vscale + 2 * ((size_t)j * q->nvcell + c->sidx);
+                                                  : q->vscale + al_kvq_vsz_off(q, j, c->sidx);
     return (float)((double)al_f16_to_f32(sz[0]) * code + al_f16_to_f32(sz[1]));
 }
 
-int al_kvq_chunk(const al_kvq *q) { return q->group <= 128 ? q->group * ((128 + q->group - 1) / q->group) : q->group; }
+int al_kvq_chunk(const al_kvq *q) { return q->group * (256 / q->group); }

@@ -13,18 +13,27 @@
  *
  * One layer's quantised cache (al_kvq) holds
  *   codes   capacity x code_row bytes in blocks of `group` positions,
- *           cell-major inside a block: cell c's bytes of the block's
- *           positions lie together, L apart (al_kvq_cell_off), so a head
- *           reads its cells of a block as one stream instead of a few bytes
- *           of every row (with rows of all heads, kilobytes apart, the
- *           reads waited on memory). Each cell is packed "planar": a cell of
- *           w channels at b bits has per = 8/b planes of L = ceil(w/per)
- *           bytes; channel c sits in byte c % L at bit (c / L) * b (unused
- *           channels of the last plane are 0). A plane is then one run of L
- *           bytes the kernels widen KW at a time.
+ *           cell-major inside a block: cell c's bytes of the block's N
+ *           positions lie together in one run of N x L bytes
+ *           (al_kvq_run_off), so a head reads its cells of a block as one
+ *           stream instead of a few bytes of every row (with rows of all
+ *           heads, kilobytes apart, the reads waited on memory). Each cell
+ *           is packed "planar": a cell of w channels at b bits has per = 8/b
+ *           planes of L = ceil(w/per) bytes; channel c sits in byte c % L at
+ *           bit (c / L) * b (unused channels of the last plane are 0).
+ *           Inside its run a value cell is position-major (a position's L
+ *           bytes together: the kernels widen them a vector at a time and
+ *           add them, weighted, into the output channels) and a key cell is
+ *           byte-major (byte i of the N positions together: the kernels
+ *           widen a vector of positions at once and accumulate their scores
+ *           in lanes, no horizontal sums), unless its segment is also read
+ *           as values (al_kv_seg.dual: MLA's latent), which stays
+ *           position-major; al_kvq_byte_off says where a byte lies.
  *   kscale  [ceil(capacity/group)][nkey][2] fp16 (scale, zero) of every key
  *           channel in each block of `group` tokens;
- *   vscale  [capacity][nvcell][2] fp16 (scale, zero) of each value cell;
+ *   vscale  [capacity / group][nvcell][group][2] fp16 (scale, zero) of each
+ *           value cell at each position, block-major like the codes, so a
+ *           cell's pairs over a block lie together (al_kvq_vsz_off);
  *   res     [residual + group][vpt] the newest positions [qn, n), unquantised
  *           (at most capacity rows)
  *           in the cache's dtype (F32 or BF16), row 0 = position qn.
@@ -74,9 +83,12 @@ enum { AL_KV_SEG_KEY = 0, AL_KV_SEG_VALUE = 1, AL_KV_MAX_SEGS = 4, AL_KVQ_MAX_CE
 enum { AL_KVQ_LATENT_CHANNEL = 0, AL_KVQ_LATENT_TOKEN = 1 };
 
 /* Columns [off, off + width) of a cache row, made of units of `unit`
- * columns; kind AL_KV_SEG_KEY or AL_KV_SEG_VALUE. */
+ * columns; kind AL_KV_SEG_KEY or AL_KV_SEG_VALUE; dual: a key segment the
+ * decode also reads as values (MLA's latent c~ per channel), whose codes
+ * then stay position-major like a value's (a byte-major run would make
+ * every value read a reduction across lanes). */
 typedef struct al_kv_seg {
-    int off, width, unit, kind;
+    int off, width, unit, kind, dual;
 } al_kv_seg;
 
 /* What the user asks for (--kv-quant, --kv-group, --kv-residual, --kv-latent). */
@@ -91,9 +103,10 @@ typedef struct al_kvq_opts {
  * at `byte` of a code row (L per plane, planes x L = pw padded channels),
  * kind AL_KV_SEG_*, and its scales: key, the index of channel col among the
  * nkey key channels (scale of channel col + c at sidx + c); value, its index
- * among the nvcell value cells. */
+ * among the nvcell value cells. bm: its runs are byte-major (a key cell
+ * that is only ever read as keys), else position-major. */
 typedef struct al_kvq_cell {
-    int col, w, L, pw, kind, sidx;
+    int col, w, L, pw, kind, sidx, bm;
     size_t byte;
 } al_kvq_cell;
 
@@ -115,12 +128,25 @@ typedef struct al_kvq {
     size_t bytes; /* allocated for the cache proper (codes, scales, residual) */
 } al_kvq;
 
-/* Byte offset in codes of cell c of position j (j < qn: whole blocks): its
- * block's base, the cell's run of the block (c->byte group apart), the
- * position's L bytes in it. */
-static inline size_t al_kvq_cell_off(const al_kvq *q, int j, const al_kvq_cell *c) {
+/* Byte offset in codes of the run of cell c in block blk: the block's
+ * base, then the cells before c, N bytes for each of their bytes. */
+static inline size_t al_kvq_run_off(const al_kvq *q, size_t blk, const al_kvq_cell *c) {
+    return blk * (size_t)q->group * q->code_row + c->byte * (size_t)q->group;
+}
+
+/* Byte offset in codes of byte i (< c->L) of cell c at position j (j < qn:
+ * whole blocks): in the cell's run of j's block, byte-major (i N + t) or
+ * position-major (t L + i), t = j's place in its block. */
+static inline size_t al_kvq_byte_off(const al_kvq *q, int j, const al_kvq_cell *c, int i) {
+    const size_t N = (size_t)q->group, blk = (size_t)j / N, t = (size_t)j - blk * N;
+    return al_kvq_run_off(q, blk, c) + (c->bm ? (size_t)i * N + t : t * (size_t)c->L + (size_t)i);
+}
+
+/* Index in vscale of the (scale, zero) pair of value cell sidx at position
+ * j (j < qn: whole blocks). */
+static inline size_t al_kvq_vsz_off(const al_kvq *q, int j, int sidx) {
     const size_t N = (size_t)q->group, blk = (size_t)j / N;
-    return blk * N * q->code_row + c->byte * N + ((size_t)j - blk * N) * (size_t)c->L;
+    return 2 * ((blk * (size_t)q->nvcell + (size_t)sidx) * N + ((size_t)j - blk * N));
 }
 
 /* Checks opts against the segments of a row (a group that does not divide
@@ -151,8 +177,10 @@ void al_kvq_store(al_kvq *q, size_t at, const float *src, size_t n);
 /* Value at column col of position j (quantised: dequantised; else the
  * residual's), for references and tests. */
 float al_kvq_get(const al_kvq *q, int j, size_t col);
-/* Positions per decode chunk of the quantised part: a multiple of group in
- * [128, 256] (group <= 256). */
+/* Positions per decode chunk of the quantised part: the largest multiple
+ * of group up to 256 (the decode's chunk rows), at least 128 (group <=
+ * 256). Long chunks spread each work item's fixed costs (the padded and
+ * scaled query, the merge) over more positions. */
 int al_kvq_chunk(const al_kvq *q);
 
 /* Group-wise quantisation of x[n] (one cell's values, or one channel's

@@ -5,12 +5,16 @@
  * core/vec.h under their target pragma (AL_VW 16 / 8), kvq_generic.c without
  * vectors (plain loops). The includer defines KSFX(name).
  *
- * The codes are read where they lie and widened in registers: a cell's
- * plane bytes are loaded AL_VW at a time, shifted and masked per plane and
- * converted to floats (kq_dot_tile; kq_wsum_tile sums a cell over a block's
- * positions in registers), for a tile of up to KQ_TILE heads of a group at
- * once (the plain loops: kq_dot, kq_wsum, one head). The scales never
- * multiply a code:
+ * The codes are read where they lie and widened in registers, a vector of
+ * bytes at a time, shifted and masked per plane and converted to floats.
+ * A key cell that is only read as keys lies byte-major (kvq.h), so its
+ * scores build up in lanes, a vector of positions per load
+ * (kq_key_scores); a position-major cell (values, MLA's latent) is read a
+ * position at a time: its dot products (kq_dot_tile) end in horizontal
+ * sums, its weighted sums (kq_wsum_tile) keep a block's channel sums in
+ * registers. The vector kernels take a tile of up to KQ_TILE heads of a
+ * group at once (the plain loops: one head). The scales never multiply a
+ * code:
  *   key cells (per channel, one scale s_c and zero z_c per block of group
  *   tokens): q . k_j = sum_c (q_c s_c) code_jc + sum_c q_c z_c, so per block
  *   the query is scaled once (qs) and the bias summed once, and a score is
@@ -134,37 +138,24 @@ static inline __attribute__((always_inline)) void kq_sz(const uint16_t *sz, vf *
 }
 
 /* The (scale, zero) pairs of value cell sidx at positions j .. j + nb - 1
- * (nb <= AL_VW; a pair per position, nvcell pairs apart: AVX2 eight scalar
- * loads, AVX-512 one gather) as two vectors of floats, lanes past nb 0. */
-static inline __attribute__((always_inline)) void kq_vsz(const al_kvq *kq, int sidx, size_t j, int nb, vf *sc, vf *ze) {
-    if (nb < AL_VW) {
-        float a[AL_VW] = {0}, b[AL_VW] = {0};
-        for (int u = 0; u < nb; u++) {
-            const uint16_t *sz = kq->vscale + 2 * ((j + u) * kq->nvcell + sidx);
-            a[u] = kq_f16(sz[0]), b[u] = kq_f16(sz[1]);
-        }
-        *sc = V_LOAD(a), *ze = V_LOAD(b);
+ * of one block (nb <= AL_VW; the pairs lie together, al_kvq_vsz_off) as
+ * two vectors of floats, lanes past nb 0. */
+static inline __attribute__((always_inline)) void kq_vsz(const al_kvq *kq, int sidx, int j, int nb, vf *sc, vf *ze) {
+    const uint16_t *sz = kq->vscale + al_kvq_vsz_off(kq, j, sidx);
+    if (nb == AL_VW) {
+        kq_sz(sz, sc, ze);
         return;
     }
-    const int *base = (const int *)(kq->vscale + 2 * (j * kq->nvcell + sidx));
-    const int nv = kq->nvcell;
-#if AL_VW == 16
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(nv));
-    const __m512i x = _mm512_i32gather_epi32(idx, base, 4); /* (zero << 16) | scale per lane */
-    *sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
-    *ze = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
-#else
-    /* eight scalar loads: AVX2 gathers are slow on AMD cores */
-    const __m256i x = _mm256_setr_epi32(base[0], base[nv], base[2 * nv], base[3 * nv], base[4 * nv], base[5 * nv],
-                                        base[6 * nv], base[7 * nv]); /* (zero << 16) | scale per lane */
-    /* per 128-bit half: its 4 scales, then its 4 zeros; then the halves' scales together */
-    const __m256i sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13,
-                                        2, 3, 6, 7, 10, 11, 14, 15);
-    const __m256i y = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(x, sh), 0xD8);
-    *sc = _mm256_cvtph_ps(_mm256_castsi256_si128(y));
-    *ze = _mm256_cvtph_ps(_mm256_extracti128_si256(y, 1));
-#endif
+    float a[AL_VW] = {0}, b[AL_VW] = {0};
+    for (int u = 0; u < nb; u++) a[u] = kq_f16(sz[2 * u]), b[u] = kq_f16(sz[2 * u + 1]);
+    *sc = V_LOAD(a), *ze = V_LOAD(b);
+}
+
+/* o[0 .. n) += the first n lanes of d (n >= AL_VW: the whole vector; a
+ * shorter tail through the mask mk = V_MASK(n), nothing past it touched) */
+static inline __attribute__((always_inline)) void kq_add_out(float *o, vf d, int n, vmask mk) {
+    if (n >= AL_VW) V_STORE(o, V_ADD(V_LOAD(o), d));
+    else V_STOREM(o, mk, V_ADD(V_LOADM(o, mk), d));
 }
 
 /* One vector step of a cell's dot products: bytes c[i, i + AL_VW) widened
@@ -203,36 +194,42 @@ static inline __attribute__((always_inline)) void kq_dot_tile(const int bits, co
 }
 
 /* out[t][planes x L] (head t at out + t ldo) += sum_j w[t][j] * codes of the
- * cell at base + j stride, j < n (w[t] at w + t ldw): NI vectors of bytes of
- * every position at a time, the NI x NT x planes sums in registers (at most
- * 8 of them) */
-static inline __attribute__((always_inline)) void kq_wsum_tile(const int bits, const int NT, const uint8_t *base,
-                                                               size_t stride, int L, const float *w, int ldw, int n,
-                                                               float *out, int ldo) {
-    const int per = 8 / bits, NA = NT * per, NI = NA >= 8 ? 1 : 8 / NA > 4 ? 4 : 8 / NA;
-    for (int i = 0; i < L; i += NI * AL_VW) {
+ * position-major cell at base + j stride, j < n (w[t] at w + t ldw): NC
+ * vectors of bytes of JP positions at a time, the JP x NC x NT x planes
+ * sums in registers (at most 8 of them; each gets one product per JP
+ * positions, so with JP = 2 a short cell keeps twice the chains in flight) */
+static inline __attribute__((always_inline)) void kq_wsum_run(const int bits, const int NT, const int JP,
+                                                              const uint8_t *base, size_t stride, int L,
+                                                              const float *w, int ldw, int n, float *out, int ldo) {
+    const int per = 8 / bits, NA = NT * per, NI = NA >= 8 ? 1 : 8 / NA > 4 ? 4 : 8 / NA, NC = NI / JP;
+    for (int i = 0; i < L; i += NC * AL_VW) {
         vf acc[8];
 #pragma GCC unroll 8
         for (int a = 0; a < 8; a++) acc[a] = V_ZERO();
-        for (int j = 0; j < n; j++) {
-            const uint8_t *c = base + (size_t)j * stride + i;
-            vf wt[KQ_TILE];
+        for (int j = 0; j < n; j += JP) {
+#pragma GCC unroll 2
+            for (int jp = 0; jp < JP; jp++) {
+                if (jp > 0 && j + jp >= n) break;
+                const uint8_t *c = base + (size_t)(j + jp) * stride + i;
+                vf wt[KQ_TILE];
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) wt[t] = V_SET1(w[(size_t)t * ldw + j]);
+                for (int t = 0; t < NT; t++) wt[t] = V_SET1(w[(size_t)t * ldw + j + jp]);
 #pragma GCC unroll 4
-            for (int u = 0; u < NI; u++) {
-                if (u > 0 && i + u * AL_VW >= L) break;
-                const kq_vi x = KQ_U8(c + u * AL_VW);
+                for (int u = 0; u < NC; u++) {
+                    if (u > 0 && i + u * AL_VW >= L) break;
+                    const kq_vi x = KQ_U8(c + u * AL_VW);
 #pragma GCC unroll 4
-                for (int k = 0; k < per; k++) {
-                    const vf f = kq_field(x, k, bits);
+                    for (int k = 0; k < per; k++) {
+                        const vf f = kq_field(x, k, bits);
+                        const int a0 = ((jp * NC + u) * NT) * per + k;
 #pragma GCC unroll 4
-                    for (int t = 0; t < NT; t++) acc[(u * NT + t) * per + k] = V_FMA(wt[t], f, acc[(u * NT + t) * per + k]);
+                        for (int t = 0; t < NT; t++) acc[a0 + t * per] = V_FMA(wt[t], f, acc[a0 + t * per]);
+                    }
                 }
             }
         }
 #pragma GCC unroll 4
-        for (int u = 0; u < NI; u++) {
+        for (int u = 0; u < NC; u++) {
             const int at = i + u * AL_VW;
             if (at >= L) break;
             const vmask mk = V_MASK(L - at);
@@ -241,38 +238,147 @@ static inline __attribute__((always_inline)) void kq_wsum_tile(const int bits, c
 #pragma GCC unroll 4
                 for (int k = 0; k < per; k++) {
                     float *o = out + (size_t)t * ldo + k * L + at;
-                    const vf s = acc[(u * NT + t) * per + k];
-                    if (L - at >= AL_VW) V_STORE(o, V_ADD(V_LOAD(o), s));
-                    else V_STOREM(o, mk, V_ADD(V_LOADM(o, mk), s));
+                    vf s = acc[(u * NT + t) * per + k];
+                    if (JP == 2) s = V_ADD(s, acc[((NC + u) * NT + t) * per + k]);
+                    kq_add_out(o, s, L - at, mk);
                 }
         }
     }
 }
+
+/* kq_wsum_run, two positions at a time where the cell's bytes need at most
+ * half the vectors of bytes the sums' registers allow */
+static inline __attribute__((always_inline)) void kq_wsum_tile(const int bits, const int NT, const uint8_t *base,
+                                                               size_t stride, int L, const float *w, int ldw, int n,
+                                                               float *out, int ldo) {
+    const int NA = NT * (8 / bits), NI = NA >= 8 ? 1 : 8 / NA > 4 ? 4 : 8 / NA;
+    if (NI >= 2 && L <= NI / 2 * AL_VW) kq_wsum_run(bits, NT, 2, base, stride, L, w, ldw, n, out, ldo);
+    else kq_wsum_run(bits, NT, 1, base, stride, L, w, ldw, n, out, ldo);
+}
+
+/* The vectors of positions kq_key_scores handles at once for a tile of NT
+ * heads at `per` planes a byte, and the chains of sums per head and vector:
+ * at most 8 sums in registers, and enough chains in flight; with 3 or 4
+ * heads at int4 the 4 x 2 broadcast query values leave room for one vector
+ * of positions only (measured, AVX2: two vectors spilled and ran 10 %
+ * slower) */
+#define KQ_KEY_UV(NT, per) ((NT) <= 2 ? 4 : (per) == 1 ? 2 : 1)
+#define KQ_KEY_SL(NT, per) ((NT) == 1 || ((NT) >= 3 && (per) > 1) ? 2 : 1)
+
+/* S[t][j] += sum over bytes i < L and planes k of qp[t][k L + i] times
+ * plane k of byte i of position j, for positions j < n of a key cell's
+ * byte-major run R (byte i of position j at R[i N + j]) and tile heads t
+ * (query at qp + t ldq, scores at S + t lds): each load widens a vector of
+ * positions, whose scores build up in lanes (two chains: bytes i and i + 1
+ * alternate), so no horizontal sums are needed. A vector of positions that
+ * runs past n reads bytes of the next byte (or of the run after, or of
+ * the 64 spare bytes past the codes) into lanes that are never stored. */
+static inline __attribute__((always_inline)) void kq_key_scores(const int bits, const int NT, const uint8_t *R, int N,
+                                                                int n, int L, const float *qp, int ldq, float *S,
+                                                                int lds) {
+    const int per = 8 / bits, UV = KQ_KEY_UV(NT, per), SL = KQ_KEY_SL(NT, per);
+    for (int j0 = 0; j0 < n; j0 += UV * AL_VW) {
+        vf acc[KQ_TILE * 4][2];
+#pragma GCC unroll 16
+        for (int a = 0; a < NT * UV; a++) acc[a][0] = acc[a][1] = V_ZERO();
+        for (int i = 0; i < L; i++) {
+            const int par = i & 1;
+            vf bq[KQ_TILE][4];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+                for (int k = 0; k < per; k++) bq[t][k] = V_SET1(qp[(size_t)t * ldq + k * L + i]);
+#pragma GCC unroll 4
+            for (int u = 0; u < UV; u++) {
+                if (u > 0 && j0 + u * AL_VW >= n) break;
+                const kq_vi x = KQ_U8(R + (size_t)i * N + j0 + u * AL_VW);
+#pragma GCC unroll 4
+                for (int k = 0; k < per; k++) {
+                    const vf f = kq_field(x, k, bits);
+                    const int sl = SL == 1 ? 0 : per == 1 ? par : k & 1;
+#pragma GCC unroll 4
+                    for (int t = 0; t < NT; t++) acc[t * UV + u][sl] = V_FMA(bq[t][k], f, acc[t * UV + u][sl]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < UV; u++) {
+            const int at = j0 + u * AL_VW;
+            if (at >= n) break;
+            const vmask mk = V_MASK(n - at);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                float *o = S + (size_t)t * lds + at;
+                const vf d = SL == 1 ? acc[t * UV + u][0] : V_ADD(acc[t * UV + u][0], acc[t * UV + u][1]);
+                kq_add_out(o, d, n - at, mk);
+            }
+        }
+    }
+}
+
+/* out[t][k L + i] += sum_j w[t][j] times plane k of byte i of position j,
+ * j < n, for a key cell's byte-major run R read as values (MLA's latent):
+ * per byte a vector of positions at a time against the weights (lanes past
+ * n weigh 0), the NT x planes sums reduced at the end of the byte. */
+static inline __attribute__((always_inline)) void kq_key_wsum(const int bits, const int NT, const uint8_t *R, int N,
+                                                              int n, int L, const float *w, int ldw, float *out,
+                                                              int ldo) {
+    const int per = 8 / bits;
+    for (int i = 0; i < L; i++) {
+        vf acc[KQ_TILE][4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+            for (int k = 0; k < per; k++) acc[t][k] = V_ZERO();
+        for (int j = 0; j < n; j += AL_VW) {
+            const kq_vi x = KQ_U8(R + (size_t)i * N + j);
+            vf wt[KQ_TILE];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) wt[t] = v_loadn(w + (size_t)t * ldw + j, n - j);
+#pragma GCC unroll 4
+            for (int k = 0; k < per; k++) {
+                const vf f = kq_field(x, k, bits);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) acc[t][k] = V_FMA(wt[t], f, acc[t][k]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+            for (int k = 0; k < per; k++) out[(size_t)t * ldo + k * L + i] += V_HSUM(acc[t][k]);
+    }
+}
 #else
-static inline void kq_wsum_b(const int bits, const uint8_t *base, size_t stride, int L, const float *w, int n,
+/* out[k L + i] += sum_j w[j] plane k of byte i of position j (j < n):
+ * byte i of position j at base[j ps + i bs] (a value cell: ps = L, bs = 1;
+ * a key cell's byte-major run: ps = 1, bs = N) */
+static inline void kq_wsum_b(const int bits, const uint8_t *base, size_t ps, size_t bs, int L, const float *w, int n,
                              float *out) {
     const int per = 8 / bits, m = (1 << bits) - 1;
     for (int j = 0; j < n; j++)
         for (int k = 0; k < per; k++)
-            for (int i = 0; i < L; i++) out[k * L + i] += w[j] * (float)((base[(size_t)j * stride + i] >> (k * bits)) & m);
+            for (int i = 0; i < L; i++) out[k * L + i] += w[j] * (float)((base[j * ps + i * bs] >> (k * bits)) & m);
 }
 
-static inline float kq_dot_b(const int bits, const float *qp, const uint8_t *c, int L) {
+/* sum over bytes i and planes k of qp[k L + i] times plane k of byte
+ * c[i bs] */
+static inline float kq_dot_b(const int bits, const float *qp, const uint8_t *c, size_t bs, int L) {
     const int per = 8 / bits, m = (1 << bits) - 1;
     float acc = 0.0f;
     for (int k = 0; k < per; k++)
-        for (int i = 0; i < L; i++) acc += qp[k * L + i] * (float)((c[i] >> (k * bits)) & m);
+        for (int i = 0; i < L; i++) acc += qp[k * L + i] * (float)((c[i * bs] >> (k * bits)) & m);
     return acc;
 }
 
-static inline float kq_dot(int bits, const float *qp, const uint8_t *c, int L) {
-    return bits == 8 ? kq_dot_b(8, qp, c, L) : bits == 4 ? kq_dot_b(4, qp, c, L) : kq_dot_b(2, qp, c, L);
+static inline float kq_dot(int bits, const float *qp, const uint8_t *c, size_t bs, int L) {
+    return bits == 8 ? kq_dot_b(8, qp, c, bs, L) : bits == 4 ? kq_dot_b(4, qp, c, bs, L) : kq_dot_b(2, qp, c, bs, L);
 }
 
-static inline void kq_wsum(int bits, const uint8_t *base, size_t stride, int L, const float *w, int n, float *out) {
-    if (bits == 8) kq_wsum_b(8, base, stride, L, w, n, out);
-    else if (bits == 4) kq_wsum_b(4, base, stride, L, w, n, out);
-    else kq_wsum_b(2, base, stride, L, w, n, out);
+static inline void kq_wsum(int bits, const uint8_t *base, size_t ps, size_t bs, int L, const float *w, int n,
+                           float *out) {
+    if (bits == 8) kq_wsum_b(8, base, ps, bs, L, w, n, out);
+    else if (bits == 4) kq_wsum_b(4, base, ps, bs, L, w, n, out);
+    else kq_wsum_b(2, base, ps, bs, L, w, n, out);
 }
 #endif
 
@@ -337,7 +443,12 @@ static inline __attribute__((always_inline)) void kq_score_range(const int bits,
         const al_kvq_cell *c = &kq->cells[ci];
         const int key = c->kind == AL_KV_SEG_KEY, L = c->L;
         const float *qp = (key ? qs : qpad) + p;
-        const uint8_t *codes = kq->codes + al_kvq_cell_off(kq, jb, c); /* the block's run of this cell, L apart */
+        const uint8_t *codes = kq->codes + al_kvq_run_off(kq, (size_t)jb / kq->group, c); /* the block's run */
+        if (c->bm) {
+            kq_key_scores(bits, NT, codes, kq->group, n, L, qp, P, S, lds);
+            p += c->pw;
+            continue;
+        }
         for (int j = 0; j < n; j += AL_VW) {
             const int nb = n - j < AL_VW ? n - j : AL_VW;
             vf acc[KQ_TILE][AL_VW];
@@ -350,17 +461,28 @@ static inline __attribute__((always_inline)) void kq_score_range(const int bits,
                 for (int t = 0; t < NT; t++) acc[t][V_SUM_SLOT(jj)] = V_ADD(a[t][0], a[t][1]);
             }
             vf sc = V_ZERO(), ze = V_ZERO();
-            if (!key) kq_vsz(kq, c->sidx, (size_t)(jb + j), nb, &sc, &ze);
+            if (!key) kq_vsz(kq, c->sidx, jb + j, nb, &sc, &ze);
             const vmask mk = V_MASK(nb);
             for (int t = 0; t < NT; t++) {
                 float *o = S + (size_t)t * lds + j;
                 vf d = v_sum_lanes(acc[t]);
                 if (!key) d = V_FMA(d, sc, V_MUL(ze, V_SET1(qsum[(size_t)t * P + p])));
-                if (nb == AL_VW) V_STORE(o, V_ADD(V_LOAD(o), d));
-                else V_STOREM(o, mk, V_ADD(V_LOADM(o, mk), d));
+                kq_add_out(o, d, nb, mk);
             }
         }
         p += c->pw;
+    }
+}
+
+/* Asks for the runs of block blk of the cells of column range [start,
+ * start + width) to be brought into L1 (integer addresses: nothing is
+ * formed past the codes; the caller names blocks that exist). */
+static inline void kq_prefetch_runs(const al_kvq *kq, size_t blk, int start, int width) {
+    KQ_FOR_RANGE(kq, start, width, ci) {
+        const al_kvq_cell *c = &kq->cells[ci];
+        const uintptr_t r = (uintptr_t)kq->codes + al_kvq_run_off(kq, blk, c);
+        const size_t len = (size_t)kq->group * (size_t)c->L;
+        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)(r + o), _MM_HINT_T0);
     }
 }
 
@@ -381,10 +503,24 @@ static inline __attribute__((always_inline)) void kq_scores_tile(const int bits,
         const int rg[2][2] = {{ks, dk}, {(int)(v->k2_off + (size_t)h * dk2), dk2}};
         kq_pad_query(kq, rg, qh, dk, qpad + (size_t)t * P, qs + (size_t)t * P, qsum + (size_t)t * P);
     }
+    const int vs = (int)(v->v_off + (size_t)g * v->v_group), dv2 = v->dv2;
     for (int jb = j0; jb < j0 + n; jb += N) {
         const size_t blk = (size_t)jb / N;
         float bias[KQ_TILE] = {0};
         float *Sb = S + (size_t)hi0 * lds + (jb - j0);
+        /* Each head's cells of a block are short runs a cache row apart, a
+         * pattern the hardware prefetchers follow late: ask for the keys
+         * two blocks ahead, and for this block's values, which the values
+         * pass reads next (measured: int4 MHA 12 x 64 at 4096 positions,
+         * two threads, 1.1-1.25x faster in alternated runs). */
+        if (jb + 2 * N < j0 + n) {
+            kq_prefetch_runs(kq, blk + 2, ks, dk);
+            for (int t = 0; t < NT && dk2 > 0; t++)
+                kq_prefetch_runs(kq, blk + 2, (int)(v->k2_off + (size_t)(g * pg + hi0 + t) * dk2), dk2);
+        }
+        kq_prefetch_runs(kq, blk, vs, s->dv);
+        for (int t = 0; t < NT && dv2 > 0; t++)
+            kq_prefetch_runs(kq, blk, (int)(v->v2_off + (size_t)(g * pg + hi0 + t) * dv2), dv2);
         kq_scale_query(NT, kq, blk, ks, dk, qpad, qs, P, 0, bias);
         for (int t = 0; t < NT && dk2 > 0; t++)
             kq_scale_query(1, kq, blk, (int)(v->k2_off + (size_t)(g * pg + hi0 + t) * dk2), dk2, qpad + (size_t)t * P,
@@ -460,7 +596,9 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
         if (c->kind == AL_KV_SEG_KEY) { /* read as a value: then this block's scales */
             const uint16_t *sz = kq->kscale + 2 * (((size_t)jb / N) * kq->nkey + c->sidx);
             for (int t = 0; t < NT; t++) memset(kacc + (size_t)t * P, 0, sizeof(float) * (size_t)c->pw);
-            kq_wsum_tile(bits, NT, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, w, ldw, N, kacc, P);
+            const uint8_t *run = kq->codes + al_kvq_run_off(kq, (size_t)jb / N, c);
+            if (c->bm) kq_key_wsum(bits, NT, run, N, N, c->L, w, ldw, kacc, P);
+            else kq_wsum_tile(bits, NT, run, c->L, c->L, w, ldw, N, kacc, P);
             int e = 0;
             for (; e + AL_VW <= c->w; e += AL_VW) {
                 vf sc, ze;
@@ -480,7 +618,7 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
             for (int j = 0; j < N; j += AL_VW) { /* AL_VW tokens' scales at a time (N <= 256: ws holds them) */
                 const int nb = N - j < AL_VW ? N - j : AL_VW;
                 vf sc, ze;
-                kq_vsz(kq, c->sidx, (size_t)(jb + j), nb, &sc, &ze);
+                kq_vsz(kq, c->sidx, jb + j, nb, &sc, &ze);
                 for (int t = 0; t < NT; t++) {
                     const vf wv = v_loadn(w + (size_t)t * ldw + j, nb);
                     V_STORE(ws[t] + j, V_MUL(wv, sc));
@@ -488,7 +626,8 @@ static inline __attribute__((always_inline)) void kq_value_cells(const int bits,
                 }
             }
             for (int t = 0; t < NT; t++) zacc[(size_t)t * P + p] += V_HSUM(zs[t]);
-            kq_wsum_tile(bits, NT, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, ws[0], 256, N, opad + p, P);
+            kq_wsum_tile(bits, NT, kq->codes + al_kvq_run_off(kq, (size_t)jb / N, c), c->L, c->L, ws[0], 256, N,
+                         opad + p, P);
         }
         p += c->pw;
     }
@@ -511,8 +650,9 @@ static inline __attribute__((always_inline)) void kq_values_tile(const int bits,
         const float *w = S + (size_t)hi0 * lds + (jb - j0);
         float psum[KQ_TILE];
         for (int t = 0; t < NT; t++) {
-            psum[t] = 0.0f;
-            for (int j = 0; j < N; j++) psum[t] += w[(size_t)t * lds + j];
+            vf a = V_ZERO();
+            for (int j = 0; j < N; j += AL_VW) a = V_ADD(a, v_loadn(w + (size_t)t * lds + j, N - j));
+            psum[t] = V_HSUM(a);
         }
         kq_value_cells(bits, NT, kq, vs, dv, jb, w, lds, psum, opad, zacc, kacc, P, 0);
         for (int t = 0; t < NT && dv2 > 0; t++)
@@ -579,10 +719,10 @@ void KSFX(al_kvq_scores)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                 KQ_FOR_CELLS(kq, rg, r, ci) {
                     const al_kvq_cell *c = &kq->cells[ci];
                     if (c->kind == AL_KV_SEG_KEY) {
-                        a += kq_dot(bits, qs + p, kq->codes + al_kvq_cell_off(kq, j, c), c->L);
+                        a += kq_dot(bits, qs + p, kq->codes + al_kvq_byte_off(kq, j, c, 0), c->bm ? (size_t)N : 1, c->L);
                     } else {
-                        const uint16_t *sz = kq->vscale + 2 * ((size_t)j * kq->nvcell + c->sidx);
-                        a += kq_f16(sz[0]) * kq_dot(bits, qpad + p, kq->codes + al_kvq_cell_off(kq, j, c), c->L) +
+                        const uint16_t *sz = kq->vscale + al_kvq_vsz_off(kq, j, c->sidx);
+                        a += kq_f16(sz[0]) * kq_dot(bits, qpad + p, kq->codes + al_kvq_byte_off(kq, j, c, 0), 1, c->L) +
                              kq_f16(sz[1]) * qsum[p];
                     }
                     p += c->pw;
@@ -621,16 +761,17 @@ void KSFX(al_kvq_values)(const al_attn_shape *s, const al_kvq *kq, const al_deco
                 if (c->kind == AL_KV_SEG_KEY) { /* read as a value: then this block's scales */
                     const uint16_t *sz = kq->kscale + 2 * (blk * kq->nkey + c->sidx);
                     for (int e = 0; e < c->pw; e++) kacc[e] = 0.0f;
-                    kq_wsum(bits, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, w, N, kacc);
+                    kq_wsum(bits, kq->codes + al_kvq_run_off(kq, blk, c), c->bm ? 1 : (size_t)c->L,
+                            c->bm ? (size_t)N : 1, c->L, w, N, kacc);
                     for (int e = 0; e < c->w; e++)
                         opad[p + e] += kq_f16(sz[2 * e]) * kacc[e] + kq_f16(sz[2 * e + 1]) * psum;
                 } else { /* per token: weights times the tokens' scales */
                     for (int j = 0; j < N; j++) {
-                        const uint16_t *sz = kq->vscale + 2 * ((size_t)(jb + j) * kq->nvcell + c->sidx);
+                        const uint16_t *sz = kq->vscale + al_kvq_vsz_off(kq, jb + j, c->sidx);
                         ws[j] = w[j] * kq_f16(sz[0]);
                         zacc[p] += w[j] * kq_f16(sz[1]);
                     }
-                    kq_wsum(bits, kq->codes + al_kvq_cell_off(kq, jb, c), c->L, c->L, ws, N, opad + p);
+                    kq_wsum(bits, kq->codes + al_kvq_run_off(kq, blk, c), (size_t)c->L, 1, c->L, ws, N, opad + p);
                 }
                 p += c->pw;
             }

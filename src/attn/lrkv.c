@@ -455,11 +455,11 @@ static int lrkv_head_qk(const al_attn_layer *L, const float *saved, int B, int T
 static int lrkv_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
     const int dh = c->head_dim, hr = c->num_heads * c->lrkv_rank;
     (void)latent;
-    out[0] = (al_kv_seg){0, dh, dh, AL_KV_SEG_KEY};
-    out[1] = (al_kv_seg){dh, dh, dh, AL_KV_SEG_VALUE};
+    out[0] = (al_kv_seg){0, dh, dh, AL_KV_SEG_KEY, 0};
+    out[1] = (al_kv_seg){dh, dh, dh, AL_KV_SEG_VALUE, 0};
     if (hr == 0) return 2;
-    out[2] = (al_kv_seg){2 * dh, hr, c->lrkv_rank, AL_KV_SEG_KEY};
-    out[3] = (al_kv_seg){2 * dh + hr, hr, c->lrkv_rank, AL_KV_SEG_VALUE};
+    out[2] = (al_kv_seg){2 * dh, hr, c->lrkv_rank, AL_KV_SEG_KEY, 0};
+    out[3] = (al_kv_seg){2 * dh + hr, hr, c->lrkv_rank, AL_KV_SEG_VALUE, 0};
     return 4;
 }
 

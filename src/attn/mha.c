@@ -378,8 +378,8 @@ static int heads_convert(const al_attn_source *s, const al_attn_layer *L, double
 static int gqa_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
     const int kv = c->num_kv_heads * c->head_dim;
     (void)latent;
-    out[0] = (al_kv_seg){0, kv, c->head_dim, AL_KV_SEG_KEY};
-    out[1] = (al_kv_seg){kv, kv, c->head_dim, AL_KV_SEG_VALUE};
+    out[0] = (al_kv_seg){0, kv, c->head_dim, AL_KV_SEG_KEY, 0};
+    out[1] = (al_kv_seg){kv, kv, c->head_dim, AL_KV_SEG_VALUE, 0};
     return 2;
 }
 

@@ -496,8 +496,9 @@ static int mla_head_qk(const al_attn_layer *L, const float *saved, int B, int T,
  * a value. */
 static int mla_cache_segments(const al_config *c, int latent, al_kv_seg *out) {
     const int dc = c->kv_lora_rank, dr = c->qk_rope_head_dim;
-    out[0] = (al_kv_seg){0, dc, dc, latent == AL_KVQ_LATENT_TOKEN ? AL_KV_SEG_VALUE : AL_KV_SEG_KEY};
-    out[1] = (al_kv_seg){dc, dr, dr, AL_KV_SEG_KEY};
+    /* the latent is key and value at once: read as values too (dual) */
+    out[0] = (al_kv_seg){0, dc, dc, latent == AL_KVQ_LATENT_TOKEN ? AL_KV_SEG_VALUE : AL_KV_SEG_KEY, 1};
+    out[1] = (al_kv_seg){dc, dr, dr, AL_KV_SEG_KEY, 0};
     return 2;
 }
 

@@ -66,23 +66,29 @@ static void test_quantiser(void) {
 
 /* ---- the kernels on synthetic layouts ---- */
 
+/* MLA's latent per channel but not marked as read as values (al_kv_seg's
+ * dual), so its codes lie byte-major and the values pass takes the
+ * byte-major reduction kernel (kq_key_wsum), which no design uses today */
+enum { LATENT_CHANNEL_BYTE_MAJOR = 2 };
+
 /* the view (tu_decode_view) and segments of a layout: MLA's key is
  * [c (dv) | pe (dk - dv)], its value c; LRKV [K_s | V_s | R_K | R_V] */
 static al_decode_view view_and_segs(int layout, int H, int G, int dk, int dv, int r, int latent, al_kv_seg *segs,
                                     int *nseg) {
     if (layout == TU_LAYOUT_MLA) {
-        segs[0] = (al_kv_seg){0, dv, dv, latent == AL_KVQ_LATENT_TOKEN ? AL_KV_SEG_VALUE : AL_KV_SEG_KEY};
-        segs[1] = (al_kv_seg){dv, dk - dv, dk - dv, AL_KV_SEG_KEY};
+        segs[0] = (al_kv_seg){0, dv, dv, latent == AL_KVQ_LATENT_TOKEN ? AL_KV_SEG_VALUE : AL_KV_SEG_KEY,
+                              latent == AL_KVQ_LATENT_CHANNEL};
+        segs[1] = (al_kv_seg){dv, dk - dv, dk - dv, AL_KV_SEG_KEY, 0};
         *nseg = 2;
     } else if (layout == TU_LAYOUT_LRKV) {
-        segs[0] = (al_kv_seg){0, dk, dk, AL_KV_SEG_KEY};
-        segs[1] = (al_kv_seg){dk, dv, dv, AL_KV_SEG_VALUE};
-        segs[2] = (al_kv_seg){dk + dv, H * r, r, AL_KV_SEG_KEY};
-        segs[3] = (al_kv_seg){dk + dv + H * r, H * r, r, AL_KV_SEG_VALUE};
+        segs[0] = (al_kv_seg){0, dk, dk, AL_KV_SEG_KEY, 0};
+        segs[1] = (al_kv_seg){dk, dv, dv, AL_KV_SEG_VALUE, 0};
+        segs[2] = (al_kv_seg){dk + dv, H * r, r, AL_KV_SEG_KEY, 0};
+        segs[3] = (al_kv_seg){dk + dv + H * r, H * r, r, AL_KV_SEG_VALUE, 0};
         *nseg = 4;
     } else {
-        segs[0] = (al_kv_seg){0, G * dk, dk, AL_KV_SEG_KEY};
-        segs[1] = (al_kv_seg){G * dk, G * dv, dv, AL_KV_SEG_VALUE};
+        segs[0] = (al_kv_seg){0, G * dk, dk, AL_KV_SEG_KEY, 0};
+        segs[1] = (al_kv_seg){G * dk, G * dv, dv, AL_KV_SEG_VALUE, 0};
         *nseg = 2;
     }
     return tu_decode_view(layout, H, G, dk, dv, r);
@@ -99,7 +105,7 @@ static double run_case(al_score_kind score, int H, int G, int dk, int dv, int r,
     al_kv_seg segs[AL_KV_MAX_SEGS];
     int nseg;
     al_decode_view v = view_and_segs(layout, H, G, dk, dv, r, latent, segs, &nseg);
-    const al_kvq_opts o = {kind, group, residual, latent};
+    const al_kvq_opts o = {kind, group, residual, latent == LATENT_CHANNEL_BYTE_MAJOR ? AL_KVQ_LATENT_CHANNEL : latent};
     al_kvq kq;
     al_err err;
     if (al_kvq_create(&kq, &o, segs, nseg, v.row, n, dt, &err)) {
@@ -145,6 +151,7 @@ static void test_kernels(void) {
                     KCASE("MQA dv != dk", 5, 1, 36, 12, 0, n, TU_LAYOUT_KV, 0, 12, 17); /* keys beyond one vector */
                     KCASE("MLA channel", 3, 1, 24, 16, 0, n, TU_LAYOUT_MLA, AL_KVQ_LATENT_CHANNEL, 8, 4);
                     KCASE("MLA token", 8, 1, 64, 48, 0, n, TU_LAYOUT_MLA, AL_KVQ_LATENT_TOKEN, 16, 4);
+                    KCASE("MLA byte-major", 5, 1, 40, 32, 0, n, TU_LAYOUT_MLA, LATENT_CHANNEL_BYTE_MAJOR, 20, 4);
                     KCASE("LRKV r 14", 8, 1, 32, 32, 14, n, TU_LAYOUT_LRKV, 0, 32, 32); /* the study's r */
                     KCASE("LRKV r 6", 3, 1, 18, 18, 6, n, TU_LAYOUT_LRKV, 0, 3, 2);
                     if (n == 40) { /* head tiles cut short: 4 heads' padded keys exceed AL_KVQ_MAX_CELL */
