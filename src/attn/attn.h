@@ -315,6 +315,12 @@ typedef struct al_decode_view {
 void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
                     float *scratch);
 size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n);
+/* Benchmarks: while on, al_attn_decode adds its wall time to a total that
+ * al_attn_decode_seconds reads (`bench decode`: the attention's share of a
+ * token and the KV cache's own read speed). Turning it on or off zeroes the
+ * total; one process-wide total, so for one decoding thread at a time. */
+void al_attn_decode_timing(int on);
+double al_attn_decode_seconds(void);
 /* Tests: al_attn_decode runs al_attn_decode_ref instead (1) or not (0), so
  * a whole model can decode through the reference. */
 void al_attn_test_decode_ref(int on);

@@ -222,8 +222,8 @@ static void evict_after(const al_attn_shape *s, al_kve *e, al_kv c, int n, int n
  * dv, scale and score fields are read. A quantised cache (v->cache.q) is
  * read in chunks of whole blocks from its codes up to its split, then in
  * DKB-position chunks from its residual rows; all chunks merge alike. */
-void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
-                    float *scratch) {
+static void decode_step(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
+                        float *scratch) {
     al_kve *ev = v->cache.e;
     if (ev) n = ev->n; /* the held slots, whatever position decodes */
     if (decode_ref_for_tests) {
@@ -344,4 +344,26 @@ void al_attn_decode_ref(const al_attn_shape *s, const float *q, const al_decode_
         }
     }
     if (ev) al_kve_evict(ev, &v->cache);
+}
+
+static int decode_timing = 0;         /* al_attn_decode_timing */
+static double decode_timed_s = 0.0;   /* wall seconds in al_attn_decode since timing began */
+
+void al_attn_decode_timing(int on) {
+    decode_timing = on != 0;
+    decode_timed_s = 0.0;
+}
+
+double al_attn_decode_seconds(void) { return decode_timed_s; }
+
+/* decode_step, timed when a benchmark asks (al_attn_decode_timing) */
+void al_attn_decode(const al_attn_shape *s, const float *q, const al_decode_view *v, int n, float *o,
+                    float *scratch) {
+    if (!decode_timing) {
+        decode_step(s, q, v, n, o, scratch);
+        return;
+    }
+    const double t0 = al_now();
+    decode_step(s, q, v, n, o, scratch);
+    decode_timed_s += al_now() - t0;
 }

@@ -131,8 +131,18 @@ for k in ("tokens_per_s", "ms_per_token", "weight_bytes", "bytes_per_token", "ac
     assert j[k] > 0, k
 close(j["bandwidth_ratio"], j["achieved_gb_per_s"] / j["triad_gb_per_s"])
 assert j["kv_dtype"] == "F32", j["kv_dtype"]
+# the attention alone: part of the token, and the cache read against its time
+assert 0 < j["attention_ms_per_token"] < j["ms_per_token"], j
+close(j["kv_gb_per_s"], j["kv_bytes_read_per_token"] / j["attention_ms_per_token"] / 1e6)
+close(j["kv_bandwidth_ratio"], j["kv_gb_per_s"] / j["triad_gb_per_s"])
 ' "$OUTF" decode
 cp "$OUTF" "$WORK/decode_f32.json"
+end
+
+begin "bench decode (text): the attention's share of a token and the cache's read speed"
+run bench decode --preset tiny --decode-context 64 --tokens 8 --iters 2 $SMALL
+check_ok
+check_stdout "attention [0-9.]* ms/token: the KV cache read at [0-9.]* GB/s"
 end
 
 begin "bench decode --kv-dtype bf16: half the cache bytes per position"
