@@ -127,6 +127,9 @@ static void show(void *ctx, const al_study_progress *p) {
             b->speed_rounds, b->speed_rounds == 1 ? "" : "s", o->batch, o->context, b->decode_context);
     } else if (p->event == AL_STUDY_FIGURES) {
         say(v, "study: figures\n");
+    } else if (p->event == AL_STUDY_KV_FRONTIER) {
+        say(v, "study: KV frontier %d/%d: %s through the study's compressed caches\n", p->kv_done + 1, p->kv_total,
+            r ? r->name : "?");
     } else if (p->halt == AL_STUDY_HALT_MAX_RUNS) {
         say(v, "study: stopped after %d run%s (--max-runs); rerun without it to continue\n", p->trained,
             p->trained == 1 ? "" : "s");

@@ -107,7 +107,18 @@ static int run_points(const al_study_plan *plan, const al_study_lm_run *l, al_st
     return rc;
 }
 
-int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, al_err *err) {
+/* Tells h's caller (if any) that run k of the first seed's designs is next. */
+static void tell_run(const al_study_plan *plan, const al_study_results *res, const al_study_hooks *h, int k) {
+    if (!h || !h->on_progress) return;
+    int run = -1;
+    for (int i = 0; i < plan->n_runs && run < 0; i++)
+        if (!strcmp(plan->runs[i].dir, res->lm[k].dir)) run = i;
+    const al_study_progress p = {
+        .event = AL_STUDY_KV_FRONTIER, .plan = plan, .run = run, .kv_done = k, .kv_total = AL_STUDY_DESIGNS};
+    h->on_progress(h->ctx, &p);
+}
+
+int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, const al_study_hooks *h, al_err *err) {
     const al_study_budget *b = plan->budget;
     al_kvf_method meth[AL_KVF_MAX_METHODS];
     int n_meth;
@@ -116,8 +127,10 @@ int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, al_er
     res->kv_group = b->kv_group, res->kv_residual = b->kv_residual;
     if (plan->kv_tokens <= 0 || res->n_lm < AL_STUDY_DESIGNS) return 0; /* asked for none, or the designs are missing */
     if (plan->corpus.n - plan->corpus.n_train < 2) return al_errf(err, "KV frontier: the validation split is empty");
-    for (int k = 0; k < AL_STUDY_DESIGNS; k++) /* seed-major: the first seed's five */
+    for (int k = 0; k < AL_STUDY_DESIGNS; k++) { /* seed-major: the first seed's five */
+        tell_run(plan, res, h, k);
         if (run_points(plan, &res->lm[k], res, meth, n_meth, err)) return -1;
+    }
     al_kvf_select(&res->kv);
     const al_kvf_meta meta = {AL_KVF_STUDY_METHODS, NULL, res->kv_context, res->kv_group, res->kv_residual,
                               (size_t)res->kv_tokens};

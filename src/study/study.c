@@ -464,7 +464,7 @@ static int finish(study *s, al_study_results *res, al_err *err) {
     phase_begin(s, b->figures_s, 0);
     tell(s, AL_STUDY_FIGURES, NULL, eta(s, 0));
     rc = fig_heads(s, res, err) || fig_attnmaps(s, res, err) || (res->n_vit && fig_poly(s, res, err)) ||
-         fig_designs(s, res, err) || al_study_kv_frontier(p, res, err);
+         fig_designs(s, res, err) || al_study_kv_frontier(p, res, s->h, err);
     phase_end(s);
     if (rc) return AL_STUDY_ERROR;
     if ((sig = stop_requested(s))) {

@@ -174,7 +174,8 @@ typedef enum {
     AL_STUDY_SPEED,       /* the side-by-side speed benchmark begins */
     AL_STUDY_FIGURES,     /* the figures begin */
     AL_STUDY_HALTED,      /* the study stops before its end: halt says why */
-    AL_STUDY_CONVERT      /* run `run` (an uptraining) first converts its source MHA run into conv_dir */
+    AL_STUDY_CONVERT,     /* run `run` (an uptraining) first converts its source MHA run into conv_dir */
+    AL_STUDY_KV_FRONTIER  /* the KV frontier of language model run `run` (the kv_done-th of kv_total) */
 } al_study_event;
 
 typedef enum {
@@ -192,6 +193,7 @@ typedef struct al_study_progress {
     double eta_s;                   /* seconds left in the whole study (see docs/study.md) */
     al_study_halt halt;             /* HALTED */
     int trained;                    /* runs trained so far in this invocation */
+    int kv_done, kv_total;          /* KV_FRONTIER: runs whose points are in hand, of how many */
 } al_study_progress;
 
 typedef struct al_study_hooks {
@@ -421,7 +423,7 @@ typedef struct al_study_results {
  * run's points are kept in RUN/kv_frontier.json, keyed by the run's model
  * file and the settings, so a rerun measures only what is new (and retries
  * methods the library refused before). */
-int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, al_err *err);
+int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, const al_study_hooks *h, al_err *err);
 
 /* Reads the conversions' measurements into res (after the comparison's). */
 int al_study_conv_collect(const al_study_plan *p, al_study_results *res, al_err *err);

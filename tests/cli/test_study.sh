@@ -228,6 +228,8 @@ study --out "$S1"
 check_ok
 check_stderr "\[run 1/[0-9]+\] mha-seed1337"
 check_stderr "study ETA"
+check_stderr "study: KV frontier 1/5: mha-seed1337"
+check_stderr "study: KV frontier 5/5: lrkv-seed1337"
 check_stdout "wrote .*report.md"
 for f in report.md report.json report.html heads.png heads.json heads.npy heads.csv attnmaps.png attnmaps.json \
     attnmaps.npy loss_curves.png loss_curves.json loss_curves.npy kv_vs_loss.png kv_vs_loss.json kv_vs_loss.npy; do
