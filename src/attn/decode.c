@@ -75,8 +75,9 @@ static inline const void *kv_at(const void *p, al_dtype dt, size_t i) {
 }
 
 /* Chunks of n positions at most: DKB-position chunks, or with a quantised
- * cache chunks of at least 128 quantised positions (al_kvq_chunk) then
- * DKB-position chunks of the residual. */
+ * cache chunks of whole blocks (al_kvq_chunk: up to DKB positions, at least
+ * 128) then DKB-position chunks of the residual; bounded for both by
+ * counting 128 positions a chunk, plus one. */
 static int max_chunks(int n) { return (n + 127) / 128 + 1; }
 
 size_t al_attn_decode_scratch(const al_attn_shape *s, int dv2, int max_n) {
