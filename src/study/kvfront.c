@@ -44,14 +44,19 @@ static const al_kvf_point *cached(const al_kvf *c, const char *name) {
     return NULL;
 }
 
+/* The index in plan->runs of the run trained into dir, or -1. */
+static int run_index(const al_study_plan *plan, const char *dir) {
+    for (int i = 0; i < plan->n_runs; i++)
+        if (!strcmp(plan->runs[i].dir, dir)) return i;
+    return -1;
+}
+
 /* One run's points (cached or measured now) appended to res->kv in method
  * order; its cache rewritten when anything was measured. */
 static int run_points(const al_study_plan *plan, const al_study_lm_run *l, al_study_results *res,
                       const al_kvf_method *meth, int n_meth, al_err *err) {
     char key[1024];
-    int steps = 0;
-    for (int i = 0; i < plan->n_runs; i++)
-        if (!strcmp(plan->runs[i].dir, l->dir)) steps = plan->runs[i].opts.steps;
+    const int ri = run_index(plan, l->dir), steps = ri >= 0 ? plan->runs[ri].opts.steps : 0;
     cache_key(l->dir, steps, res, key, sizeof key);
     char *path = al_study_join(l->dir, "kv_frontier.json", err);
     if (!path) return -1;
@@ -110,11 +115,11 @@ static int run_points(const al_study_plan *plan, const al_study_lm_run *l, al_st
 /* Tells h's caller (if any) that run k of the first seed's designs is next. */
 static void tell_run(const al_study_plan *plan, const al_study_results *res, const al_study_hooks *h, int k) {
     if (!h || !h->on_progress) return;
-    int run = -1;
-    for (int i = 0; i < plan->n_runs && run < 0; i++)
-        if (!strcmp(plan->runs[i].dir, res->lm[k].dir)) run = i;
-    const al_study_progress p = {
-        .event = AL_STUDY_KV_FRONTIER, .plan = plan, .run = run, .kv_done = k, .kv_total = AL_STUDY_DESIGNS};
+    const al_study_progress p = {.event = AL_STUDY_KV_FRONTIER,
+                                 .plan = plan,
+                                 .run = run_index(plan, res->lm[k].dir),
+                                 .kv_done = k,
+                                 .kv_total = AL_STUDY_DESIGNS};
     h->on_progress(h->ctx, &p);
 }
 
