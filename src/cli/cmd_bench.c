@@ -520,7 +520,6 @@ static int bench_decode(int argc, char **argv) {
     al_dtype kv_dt;
     al_precision prec;
     if ((rc = cli_kv_dtype(cmd, kv_dtype, &kv_dt)) || (rc = cli_precision(cmd, f.precision, "auto", &prec))) return rc;
-    if (prec == AL_PREC_BF16) cli_precision_line(prec);
     al_err err;
     al_config cfg;
     al_model m;
@@ -556,6 +555,7 @@ static int bench_decode(int argc, char **argv) {
         return rc;
     }
     if (kve.method == AL_KVE_SNAPKV && !kve.prompt) kve.prompt = (int)(context / 2);
+    if (prec == AL_PREC_BF16) cli_precision_line(prec); /* after the usage checks: those stay one line */
     const al_kv_opts kvo = {kvq, kve};
     al_decoder dec;
     if (al_decoder_create_opts(&dec, &m, (int)context, kv_dt, &kvo, &err)) {

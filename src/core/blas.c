@@ -6,6 +6,7 @@
 #include "blas.h"
 #include "cpu.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +18,27 @@ static const char *const generic_cores[] = {"Prescott", "Core2", "Penryn", "Dunn
                                             "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Bobcat", NULL};
 
 const char *al_blas_kernels(void) { return openblas_get_corename(); }
+
+/* Kernel sets on which row cuts at multiples of 48 were checked to keep the
+ * bits of one whole call (test_nn's sgemm shapes, at 1, 2 and 3 threads). */
+static const char *const row_exact_cores[] = {"Haswell", "Zen", "Sandybridge", "Prescott", "Core2", "Penryn",
+                                              "Dunnington", "Nehalem", "Barcelona", "Bobcat", "Opteron",
+                                              "Opteron_SSE3", "Athlon", "Excavator", "Steamroller",
+                                              "Piledriver", "Bulldozer", NULL};
+
+int al_blas_row_cuts_exact(void) {
+    /* the core does not change in a process: look it up once (any thread may
+     * be first; they all store the same answer) */
+    static _Atomic int known = -1;
+    int exact = atomic_load_explicit(&known, memory_order_relaxed);
+    if (exact < 0) {
+        const char *core = openblas_get_corename();
+        exact = 0;
+        for (int i = 0; core && row_exact_cores[i]; i++) exact |= strcasecmp(core, row_exact_cores[i]) == 0;
+        atomic_store_explicit(&known, exact, memory_order_relaxed);
+    }
+    return exact;
+}
 
 /* The OpenBLAS kernel set to ask for (OPENBLAS_CORETYPE), or NULL when the
  * one it picked is right or the user chose one. */

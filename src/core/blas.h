@@ -35,5 +35,12 @@
 void al_blas_fix_kernels(char **argv);
 /* The kernel set OpenBLAS is using, e.g. "SkylakeX". */
 const char *al_blas_kernels(void);
+/* 1 if, on the kernel set OpenBLAS is using, a single-threaded sgemm cut
+ * into row blocks at multiples of 48 rows gives the bits of one whole call
+ * (the SSE3, AVX and AVX2 sets); 0 on the AVX-512 sets (SkylakeX, Cooperlake,
+ * SapphireRapids) and any set not known, where a block's shape can switch
+ * OpenBLAS between its small-matrix, direct and packed paths, which sum in
+ * different orders (seen: 210 x 8 x 48 on Cooperlake, Zen 4). */
+int al_blas_row_cuts_exact(void);
 
 #endif

@@ -11,9 +11,11 @@
  * the shape only and runs each block as one single-threaded OpenBLAS call
  * inside an OpenMP loop. Row blocks are cut at multiples of 48 rows: on
  * OpenBLAS's SSE3, AVX and AVX2 kernels such blocks give the very bits of
- * one whole single-threaded call, so wherever al_sgemm cuts rows only (every
- * product of the study's models) any thread count now computes what one
- * thread computed before.
+ * one whole single-threaded call, so there fewer threads than blocks may run
+ * neighbouring blocks as one call. On its AVX-512 kernels they do not (a
+ * block's shape can move OpenBLAS between its small-matrix, direct and packed
+ * paths, which sum in different orders), so there every thread count runs
+ * the shape's blocks as they are (al_blas_row_cuts_exact).
  *
  * In BF16 mode (nn.h's precision) the same tiles run precision.c's BF16
  * product instead of OpenBLAS, each single-threaded with its thread's slot
@@ -27,6 +29,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "../core/blas.h"
 #include "nn.h"
 #include "precision_internal.h"
 
@@ -37,10 +40,9 @@
  * few rows, e.g. a short prompt), its columns likewise, in blocks of at least
  * 512 columns (each re-packs op(A)) cut at multiples of 64. The cut is a
  * function of the shape; with fewer threads than blocks, neighbouring row
- * blocks run as one call (al_sgemm), which changes no bits (rows cut at
- * multiples of 48 give those of one whole call) but saves re-packing: one
- * thread makes exactly the one call it made before al_sgemm existed. Even
- * block counts keep 2, 4, 8 and 16 threads equally busy. */
+ * blocks run as one call where that changes no bits (al_blas_row_cuts_exact:
+ * rows cut at multiples of 48 give those of one whole call), which saves
+ * re-packing. Even block counts keep 2, 4, 8 and 16 threads equally busy. */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
 
 /* Halve n into blocks of at least min_size while fewer than `most`. */
@@ -98,13 +100,14 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     const int col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving
      * keeps every boundary a boundary of the shape's cut, at a multiple of
-     * 48 rows), so each thread re-packs op(B) fewer times; row cuts at those
-     * multiples give the bits of one whole call (above), columns stay cut by
-     * the shape alone. BF16 engines other than the emulated one (precision.c)
-     * keep the shape's tiles: their bits are only known to depend on the
-     * tile's shape. */
+     * 48 rows), so each thread re-packs op(B) fewer times, where OpenBLAS's
+     * kernels give the bits of one whole call for such cuts (above); columns
+     * stay cut by the shape alone. BF16 engines other than the emulated one
+     * (precision.c, OpenBLAS underneath) keep the shape's tiles: their bits
+     * are only known to depend on the tile's shape. */
+    const int may_merge = (!plan || plan->merge_rows) && al_blas_row_cuts_exact();
     int row_blocks = shape_rows;
-    while (row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0 && (!plan || plan->merge_rows))
+    while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0)
         row_blocks /= 2;
     const int tiles = row_blocks * col_blocks;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */

@@ -82,7 +82,7 @@ end
 
 # start_server: runs explore --serve in the background; sets SPID, URL, PORT, TOKEN
 start_server() {
-    "$BIN" explore --model "$WORK/m" --text "$WORK/text.txt" --max-tokens 200 --serve "$@" \
+    "$BIN" explore --model "$WORK/m" --text "$WORK/text.txt" --max-tokens 200 --precision f32 --serve "$@" \
         >"$WORK/serve.out" 2>"$WORK/serve.err" </dev/null &
     SPID=$!
     URL=

@@ -439,7 +439,8 @@ def run_eval(chk, attnlab, workdir, name, cfg, w, rng):
     labels = rng.integers(0, cfg["num_labels"], size=n)
     write_idx_gz(os.path.join(idir, "t10k-images-idx3-ubyte.gz"), pix)
     write_idx_gz(os.path.join(idir, "t10k-labels-idx1-ubyte.gz"), labels)
-    ok, out = run([attnlab, "eval", "--model", mdir, "--images", idir, "--batch", "3", "--json"])
+    ok, out = run([attnlab, "eval", "--model", mdir, "--images", idir, "--batch", "3", "--json",
+                   "--precision", "f32"])
     if not ok:
         return chk.fail("eval/" + name, "attnlab eval failed: " + out)
     try:

@@ -729,6 +729,11 @@ int main(void) {
     test_sgemm_threads(1000, 77, 33);
     test_sgemm_threads(16, 1100, 40);  /* one block of rows, two of columns */
     test_sgemm_threads(200, 2100, 20); /* two x four blocks */
+    /* shapes whose row blocks switch OpenBLAS's AVX-512 kernels (Cooperlake,
+     * Zen 4) between their small-matrix and packed paths */
+    test_sgemm_threads(210, 8, 48);
+    test_sgemm_threads(300, 16, 384);
+    test_sgemm_threads(210, 8, 1000);
 
     return TEST_EXIT();
 }
