@@ -2,7 +2,7 @@
  * gemm_onednn.c: the onednn engine of precision.c: one block of a BF16
  * product, C[mb, nb] = alpha A B + beta C, as a oneDNN matmul primitive
  * (bf16 A and B, fp32 C; alpha as the output scale, beta as a sum post-op,
- * transposes as strides), created once per block shape and kept.
+ * transposes as strides), created once per block shape and strides and kept.
  *
  * Data: one CPU engine for the process; a table of primitives keyed by
  * everything they were created for (shape, strides, alpha, beta, data type;
@@ -31,7 +31,7 @@
 
 typedef struct prim_key {
     int test_f32, mb, nb, kb;
-    long lda, brs, bcs, ldc;
+    long ars, acs, brs, bcs, ldc;
     float alpha, beta;
 } prim_key;
 
@@ -107,7 +107,7 @@ static thread_res *thread_res_get(size_t bytes) {
 /* Creates the primitive of key k into e (0), or -1 (nothing to free). */
 static int prim_create(const prim_key *k, prim_entry *e) {
     const dnnl_data_type_t in = k->test_f32 ? dnnl_f32 : dnnl_bf16;
-    const dnnl_dims_t a_dims = {k->mb, k->kb}, a_str = {k->lda, 1};
+    const dnnl_dims_t a_dims = {k->mb, k->kb}, a_str = {k->ars, k->acs};
     const dnnl_dims_t b_dims = {k->kb, k->nb}, b_str = {k->brs, k->bcs};
     const dnnl_dims_t c_dims = {k->mb, k->nb}, c_str = {k->ldc, 1};
     memset(e, 0, sizeof *e);
@@ -163,16 +163,16 @@ static int prim_run(const prim_entry *e, const void *A, const void *B, float *C)
 }
 
 static int key_equal(const prim_key *a, const prim_key *b) {
-    return a->test_f32 == b->test_f32 && a->mb == b->mb && a->nb == b->nb && a->kb == b->kb && a->lda == b->lda &&
+    return a->test_f32 == b->test_f32 && a->mb == b->mb && a->nb == b->nb && a->kb == b->kb && a->ars == b->ars && a->acs == b->acs &&
            a->brs == b->brs && a->bcs == b->bcs && a->ldc == b->ldc && !memcmp(&a->alpha, &b->alpha, sizeof(float)) &&
            !memcmp(&a->beta, &b->beta, sizeof(float));
 }
 
-int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long lda, const void *B, long brs,
-                    long bcs, float beta, float *C, long ldc) {
+int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs, const void *B,
+                    long brs, long bcs, float beta, float *C, long ldc) {
     pthread_once(&g_engine_once, engine_make);
     if (!g_engine) return -1;
-    const prim_key k = {test_f32, mb, nb, kb, lda, brs, bcs, ldc, alpha, beta};
+    const prim_key k = {test_f32, mb, nb, kb, ars, acs, brs, bcs, ldc, alpha, beta};
     const prim_entry *hit = NULL;
     prim_entry fresh;
     int fresh_made = 0, failed = 0;
@@ -209,7 +209,7 @@ int al_onednn_available(int test_f32) {
     if (a >= 0) return a;
     pthread_once(&g_engine_once, engine_make);
     prim_entry e;
-    const prim_key k = {t, 32, 32, 32, 32, 1, 32, 32, 1.0f, 0.0f};
+    const prim_key k = {t, 32, 32, 32, 32, 1, 1, 32, 32, 1.0f, 0.0f};
     a = g_engine && prim_create(&k, &e) == 0;
     if (a) dnnl_primitive_destroy(e.prim);
     atomic_store(&g_avail[t], a);
@@ -220,8 +220,8 @@ int al_onednn_available(int test_f32) {
 
 int al_onednn_available(int test_f32) { return 0; }
 
-int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long lda, const void *B, long brs,
-                    long bcs, float beta, float *C, long ldc) {
+int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs, const void *B,
+                    long brs, long bcs, float beta, float *C, long ldc) {
     return -1;
 }
 

@@ -93,7 +93,7 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     al_bf16_plan bf16;
     const al_bf16_plan *plan = NULL;
     if (Bbf || al_precision_now() == AL_PREC_BF16) {
-        al_bf16_plan_product(&bf16, threads);
+        al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, Bbf, ldb);
         plan = &bf16;
     }
     const int shape_rows = al_sgemm_row_blocks(M);

@@ -104,14 +104,17 @@ al_bf16_engine al_bf16_engine_now(void);
  * product runs (tests compare engines in one process). */
 al_bf16_engine al_bf16_engine_force(int e);
 /* The BF16 products' workspace: each thread that calls al_sgemm in BF16
- * mode owns one buffer, carved into one slot per OpenMP thread; a slot holds
- * the rounded operand blocks of one tile (sized by the engine's block sizes,
- * not by the product: at most a few MB per thread). al_precision_reserve
- * plans it for the calling thread, the engine in use and the thread count
- * now (0, or -1 with one line in err when out of memory); a product whose
- * caller did not reserve grows it at first use, and if memory runs out
- * there runs the emulated engine on small stack blocks (slower; the same
- * values within fp32 rounding). al_precision_release frees the calling
+ * mode owns one buffer. For the onednn engine it holds the product's two
+ * operands rounded to BF16 (those without a BF16 copy: activations; its size
+ * follows the largest product, e.g. 6 MB for 1024 x 3072), for the others
+ * one slot per OpenMP thread of rounded operand blocks of one tile (sized by
+ * the engine's block sizes: at most a few MB per thread). al_precision_reserve
+ * plans the slots for the calling thread, the engine in use and the thread
+ * count now (0, or -1 with one line in err when out of memory; nothing for
+ * onednn, whose room is sized by the first products); a buffer too small
+ * grows at first use, and if memory runs out there the product runs the
+ * emulated engine on small stack blocks (slower; the same values within fp32
+ * rounding). al_precision_release frees the calling
  * thread's buffer (a thread's is also freed when it exits). */
 int al_precision_reserve(al_err *err);
 void al_precision_release(void);

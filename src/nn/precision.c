@@ -9,9 +9,10 @@
  * command holds); the engine table (AL_BF16_ENGINES: what each needs, its
  * block sizes); and one workspace per calling thread.
  *
- * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs as
- * blocks: columns in steps of the engine's nch from c0, K in steps of kch
- * from 0, rows in steps of mch from r0. For each (column, K) block the B
+ * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs, for
+ * every engine but onednn (below), as blocks: columns in steps of the
+ * engine's nch from c0, K in steps of kch from 0, rows in steps of mch from
+ * r0. For each (column, K) block the B
  * operand is prepared once (rounded from fp32, or read from the arena's BF16
  * copy), for each row block within it the A operand, then the engine
  * multiplies them into C (beta for the first K block, 1 after: the K blocks'
@@ -27,10 +28,12 @@
  * Engines (nn.h): emulated rounds both operands into fp32 blocks and calls
  * single-threaded sgemm (a bf16 x bf16 product is exact in fp32, so this
  * computes what the matrix units compute, up to the order of the fp32 sums);
- * onednn calls a cached bf16 matmul primitive per block (gemm_onednn.c) with
- * both operands dense in the workspace (B copied from its BF16 copy when it
- * has one: oneDNN's fastest layouts are dense ones, and a copy costs little
- * against the block's products); avx512-bf16 and amx pack both into the VNNI layouts of
+ * onednn rounds each operand once per product, whole and in its memory
+ * order (an operand with a BF16 copy, the weights, is read in place), and
+ * runs each tile, K whole, as one cached bf16 matmul primitive over strided
+ * views of them (gemm_onednn.c; transposes are strides, oneDNN packs what it
+ * needs itself: rounding or transposing per block cost more than the
+ * products, measured on Zen 4); avx512-bf16 and amx pack both into the VNNI layouts of
  * precision_internal.h and run our kernels (gemm_avx512bf16.c, gemm_amx.c).
  */
 #include <cblas.h>
@@ -78,7 +81,7 @@ static const struct {
     int mch, kch, nch;
 } engines[AL_BF16_ENGINE_COUNT] = {
     [AL_BF16_EMULATED] = {AL_CPU_GENERIC, 768, EMU_KCH, 1024},
-    [AL_BF16_ONEDNN] = {AL_CPU_AVX512_BF16, 512, 1024, 1024},
+    [AL_BF16_ONEDNN] = {AL_CPU_AVX512_BF16, 0, 0, 0}, /* whole tiles over the plan's operands: no blocks */
     [AL_BF16_AVX512BF16] = {AL_CPU_AVX512_BF16, 256, 256, 256},
     [AL_BF16_AMX] = {AL_CPU_AMX, 256, 256, 256},
 };
@@ -278,14 +281,54 @@ static int product_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_th
 int al_precision_reserve(al_err *err) {
     const al_bf16_engine e = al_bf16_engine_now();
     const size_t need = slot_bytes_of(e) * (size_t)product_threads();
-    if (!ws_get(need)) return al_errf(err, "bf16 products: out of memory for their workspace (%zu MB)", need >> 20);
+    if (need && !ws_get(need)) return al_errf(err, "bf16 products: out of memory for their workspace (%zu MB)", need >> 20);
     return 0;
 }
 
-void al_bf16_plan_product(al_bf16_plan *p, int slots) {
-    p->engine = al_bf16_engine_now();
-    p->slot_bytes = slot_bytes_of(p->engine);
-    p->ws = ws_get(p->slot_bytes * (size_t)(slots > 0 ? slots : 1));
+/* One operand of the onednn engine's plan: op(X) with `n` rows (M for A, N
+ * for B) and K columns, lying in memory as X (fp32) or Xbf (BF16), `ld`
+ * apart, its rows along memory rows when i_is_row. A BF16 source is viewed
+ * in place; anything else is rounded (test mode: to bf16 values kept as
+ * fp32) into `room` in its memory order, on `threads` threads. */
+static al_bf16_view plan_operand(char *room, int threads, int i_is_row, int n, int K, const float *X,
+                                 const uint16_t *Xbf, long ld) {
+    const int rows = i_is_row ? n : K, cols = i_is_row ? K : n;
+    if (Xbf && !onednn_test_f32) return (al_bf16_view){Xbf, i_is_row ? ld : 1, i_is_row ? 1 : ld};
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int r = 0; r < rows; r++) {
+        const size_t from = (size_t)r * ld, to = (size_t)r * cols;
+        if (!onednn_test_f32) round_run_bf16((uint16_t *)room + to, X + from, (size_t)cols);
+        else if (Xbf) widen_run((float *)room + to, Xbf + from, (size_t)cols);
+        else round_run_f32((float *)room + to, X + from, (size_t)cols);
+    }
+    return (al_bf16_view){room, i_is_row ? cols : 1, i_is_row ? 1 : cols};
+}
+
+/* Bytes of room plan_operand needs for an operand of n x K (none for a BF16
+ * source outside the test mode), rounded up to 64. */
+static size_t operand_bytes(int n, int K, int has_bf16) {
+    if (has_bf16 && !onednn_test_f32) return 0;
+    return ((size_t)n * K * elem_bytes(AL_BF16_ONEDNN) + 63) & ~(size_t)63;
+}
+
+void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
+                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb) {
+    *p = (al_bf16_plan){.engine = al_bf16_engine_now()};
+    if (slots < 1) slots = 1;
+    if (p->engine == AL_BF16_ONEDNN) {
+        /* the operands once for the whole product: every tile reads them in
+         * place, oneDNN packing what it needs itself */
+        const uint16_t *Abf = al_bf16_shadow_of(A), *Bsrc = Bbf ? Bbf : al_bf16_shadow_of(B);
+        const size_t a_bytes = operand_bytes(M, K, Abf != NULL), b_bytes = operand_bytes(N, K, Bsrc != NULL);
+        p->ws = ws_get(a_bytes + b_bytes > 0 ? a_bytes + b_bytes : 64);
+        if (p->ws) {
+            p->a = plan_operand(p->ws, slots, !a_transposed, M, K, A, Abf, lda);
+            p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, B, Bsrc, ldb);
+        }
+    } else {
+        p->slot_bytes = slot_bytes_of(p->engine);
+        p->ws = ws_get(p->slot_bytes * (size_t)slots);
+    }
     if (!p->ws) p->engine = AL_BF16_EMULATED; /* the stack blocks */
     p->merge_rows = p->engine == AL_BF16_EMULATED;
 }
@@ -387,13 +430,11 @@ void al_bf16_kernel_ref(int mb, int nb, int kp, int np, float alpha, const uint1
 
 /* The block product of one engine: C[mb, nb] (+)= alpha op(A) op(B) for the
  * operands from their block's corner on, beta_eff for C, with the prepared
- * B block (bblk: a buffer the engine filled, or, for onednn, the BF16 copy
- * in place). */
+ * B block (bblk: a buffer the engine filled). */
 typedef struct block {
     operand a, b;      /* from (i0, k0) and (j0, k0) on */
     int mb, nb, kb;
     const void *bblk;  /* B as the engine reads it */
-    long brs, bcs;     /* onednn: element strides (k, j) of bblk */
     void *ablk;        /* room for A */
 } block;
 
@@ -406,11 +447,6 @@ static void prepare_b(al_bf16_engine e, block *b, void *room) {
         pack_f32(room, kb, b->b, nb, kb);
         b->bblk = room;
         break;
-    case AL_BF16_ONEDNN: /* dense rows j of k values (oneDNN's "ba"), whatever B's strides */
-        if (onednn_test_f32) pack_f32(room, kb, b->b, nb, kb);
-        else pack_bf16(room, kb, b->b, nb, kb);
-        b->bblk = room, b->brs = 1, b->bcs = kb;
-        break;
     default:
         al_bf16_pack_vnni(room, b->b.x, b->b.bf, b->b.rs, b->b.cs, nb, kb);
         b->bblk = room;
@@ -418,27 +454,22 @@ static void prepare_b(al_bf16_engine e, block *b, void *room) {
     }
 }
 
-/* Block b of the product on engine e (A packed into b->ablk first). 0, or
- * -1 if oneDNN could not run it. */
-static int block_multiply(al_bf16_engine e, const block *b, float alpha, float beta, float *C, int ldc) {
+/* Block b of the product on engine e (A packed into b->ablk first): the
+ * emulated engine and the own kernels (onednn runs whole tiles). */
+static void block_multiply(al_bf16_engine e, const block *b, float alpha, float beta, float *C, int ldc) {
     switch (e) {
     case AL_BF16_EMULATED:
         pack_f32(b->ablk, b->kb, b->a, b->mb, b->kb);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->mb, b->nb, b->kb, alpha, b->ablk, b->kb, b->bblk,
                     b->kb, beta, C, ldc);
-        return 0;
-    case AL_BF16_ONEDNN:
-        if (onednn_test_f32) pack_f32(b->ablk, b->kb, b->a, b->mb, b->kb);
-        else pack_bf16(b->ablk, b->kb, b->a, b->mb, b->kb);
-        return al_onednn_block(onednn_test_f32, b->mb, b->nb, b->kb, alpha, b->ablk, b->kb, b->bblk, b->brs, b->bcs,
-                               beta, C, ldc);
+        return;
     default: {
         const int kp = al_round_up(b->kb, AL_BF16_PAD_K), np = al_round_up(b->nb, AL_BF16_PAD_N);
         al_bf16_pack_rows(b->ablk, b->a.x, b->a.bf, b->a.rs, b->a.cs, b->mb, b->kb);
         if (own_test_ref) al_bf16_kernel_ref(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
         else if (e == AL_BF16_AMX) al_bf16_kernel_amx(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
         else al_bf16_kernel_avx512bf16(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
-        return 0;
+        return;
     }
     }
 }
@@ -474,8 +505,20 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
     }
     const al_bf16_engine e = p->engine;
     const operand oa = operand_of(A, a_transposed, lda, 0), ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
+    const block whole = {operand_at(oa, r0, 0), operand_at(ob, c0, 0), r1 - r0, c1 - c0, K, NULL, NULL};
+    if (e == AL_BF16_ONEDNN) {
+        /* the tile whole, K included, over the plan's operands (B's view
+         * gives (k, j) strides (cs, rs)); a tile oneDNN cannot run goes to
+         * the stack blocks */
+        const size_t el = elem_bytes(e);
+        const char *a = (const char *)p->a.p + (size_t)r0 * p->a.rs * el;
+        const char *b = (const char *)p->b.p + (size_t)c0 * p->b.rs * el;
+        if (al_onednn_block(onednn_test_f32, r1 - r0, c1 - c0, K, alpha, a, p->a.rs, p->a.cs, b, p->b.cs, p->b.rs,
+                            beta, C + (size_t)r0 * ldc + c0, ldc))
+            tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);
+        return;
+    }
     if (!p->ws) {
-        const block whole = {operand_at(oa, r0, 0), operand_at(ob, c0, 0), r1 - r0, c1 - c0, K, NULL, 0, 0, NULL};
         tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);
         return;
     }
@@ -492,7 +535,7 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
                 b.a = operand_at(oa, i0, k0);
                 float *Cb = C + (size_t)i0 * ldc + j0;
                 const float beta_k = k0 == 0 ? beta : 1.0f;
-                if (block_multiply(e, &b, alpha, beta_k, Cb, ldc)) tile_on_stack(&b, alpha, beta_k, Cb, ldc);
+                block_multiply(e, &b, alpha, beta_k, Cb, ldc);
             }
         }
 }

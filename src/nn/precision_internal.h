@@ -25,16 +25,30 @@
 
 #include "nn.h"
 
+/* An operand held whole in the engine's input type: element (i, k) of op(X)
+ * (for B: i is the column j) at p + (i rs + k cs) elements. */
+typedef struct al_bf16_view {
+    const void *p;
+    long rs, cs;
+} al_bf16_view;
+
 /* How a BF16 product runs: planned once per product by the calling thread. */
 typedef struct al_bf16_plan {
     al_bf16_engine engine; /* the engine of this product */
     char *ws;              /* the workspace: `slots` slots of slot_bytes (NULL: stack blocks) */
     size_t slot_bytes;
     int merge_rows; /* whether al_sgemm may run neighbouring row blocks as one tile (emulated only) */
+    /* onednn: both operands whole, rounded once for the product (or read in
+     * place from a BF16 copy), which every tile reads as a strided view */
+    al_bf16_view a, b;
 } al_bf16_plan;
 
-/* Plans a product whose tiles run on `slots` threads (thread t uses slot t). */
-void al_bf16_plan_product(al_bf16_plan *p, int slots);
+/* Plans a product whose tiles run on `slots` threads (thread t uses slot t),
+ * with al_sgemm's arguments (B fp32, or BF16 itself in Bbf). For the onednn
+ * engine this rounds the operands that have no BF16 copy, once, on `slots`
+ * threads (each element alone: the bits do not depend on them). */
+void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
+                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb);
 /* One tile of al_sgemm's product in BF16 mode, with al_sgemm's arguments;
  * single-threaded, with workspace slot `slot` of the plan. B is fp32 (B,
  * Bbf NULL) or BF16 itself (Bbf, B NULL: al_sgemm_bf16_b). */
@@ -68,11 +82,11 @@ static inline int al_round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 /* oneDNN (gemm_onednn.c): whether bf16 (or, test_f32, fp32) matmul
  * primitives can be created here (probed once per kind, cached), and one
- * block C[mb, nb] = alpha A B + beta C with A row-major (lda) and B at
- * element strides (brs, bcs), both bf16 (fp32 when test_f32). 0, or -1 when
+ * block C[mb, nb] = alpha A B + beta C with A at element strides (ars, acs)
+ * (row, k) and B at (brs, bcs) (k, column), both bf16 (fp32 when test_f32). 0, or -1 when
  * a primitive or its memory could not be had (the caller falls back). */
 int al_onednn_available(int test_f32);
-int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long lda, const void *B, long brs,
-                    long bcs, float beta, float *C, long ldc);
+int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs, const void *B,
+                    long brs, long bcs, float beta, float *C, long ldc);
 
 #endif
