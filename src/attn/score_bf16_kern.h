@@ -123,14 +123,61 @@ static inline layout16 lay_rows(int np, int dp) { (void)np; return (layout16){2L
 static inline layout16 lay_pairs(int np, int dp) { (void)np; return (layout16){2L * dp, 1, 4, 2}; }
 static inline layout16 lay_tpairs(int np, int dp) { (void)dp; return (layout16){4, 2, 2L * np, 1}; }
 
+/* h[0 .. dp) = bf16(src[0 .. d)), zeros past d (d <= dp; h has room for
+ * dp rounded up to AL_VW): whole vectors, the tail read masked */
+static inline void row_round_pad(uint16_t *restrict h, const float *restrict src, int d, int dp) {
+    int e = 0;
+    for (; e + KW <= d; e += KW) VH_STORE(h + e, v_to_bf16(V_LOAD(src + e)));
+    if (e < d) {
+        VH_STORE(h + e, v_to_bf16(V_LOADM(src + e, V_MASK(d - e)))); /* masked lanes read as 0 */
+        e += KW;
+    }
+    for (; e < dp; e++) h[e] = 0;
+}
+
 /* The rows r < np, columns e < dp of an operand in layout L: bf16(src[r][e])
- * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). */
+ * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). Rows
+ * go two at a time (r even, r + 1), each rounded in vectors into h first,
+ * then laid out: rows whole (their elements adjacent), pairs as one 32-bit
+ * word per column (the two rows' values adjacent), tpairs as one 64-bit
+ * word per column pair (both rows' pairs adjacent); any other layout
+ * element by element. */
+enum { PACK_ROW_MAX = 1024 };
 static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src, long ld, int n, int np, int d,
                    int dp) {
-    for (int r = 0; r < np; r++) {
-        uint16_t *restrict row = dst + (r / 2) * L.r2 + (r % 2) * L.r1;
-        for (int e = 0; e < dp; e++)
-            row[(e / 2) * L.e2 + (e % 2) * L.e1] = r < n && e < d ? al_f32_to_bf16(src[(long)r * ld + e]) : 0;
+    if (dp > PACK_ROW_MAX) { /* wider than the row buffer: element by element */
+        for (int r = 0; r < np; r++) {
+            uint16_t *restrict row = dst + (r / 2) * L.r2 + (r % 2) * L.r1;
+            for (int e = 0; e < dp; e++)
+                row[(e / 2) * L.e2 + (e % 2) * L.e1] = r < n && e < d ? al_f32_to_bf16(src[(long)r * ld + e]) : 0;
+        }
+        return;
+    }
+    uint16_t h[2][PACK_ROW_MAX + KW];
+    const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2 && L.e2 == 4,
+              is_tpairs = L.r2 == 4 && L.r1 == 2 && L.e1 == 1;
+    for (int r = 0; r < np; r += 2) {
+        for (int t = 0; t < 2; t++) {
+            if (r + t < n) row_round_pad(h[t], src + (long)(r + t) * ld, d, dp);
+            else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
+        }
+        uint16_t *restrict base = dst + (r / 2) * L.r2;
+        if (is_rows) {
+            memcpy(base, h[0], sizeof(uint16_t) * (size_t)dp);
+            memcpy(base + L.r1, h[1], sizeof(uint16_t) * (size_t)dp);
+        } else if (is_pairs) {
+            uint32_t words[PACK_ROW_MAX];
+            for (int e = 0; e < dp; e++) words[e] = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
+            memcpy(base, words, sizeof(uint32_t) * (size_t)dp);
+        } else if (is_tpairs) {
+            for (int e = 0; e < dp; e += 2) {
+                uint16_t quad[4] = {h[0][e], h[0][e + 1], h[1][e], h[1][e + 1]};
+                memcpy(base + (e / 2) * L.e2, quad, sizeof quad);
+            }
+        } else {
+            for (int t = 0; t < 2; t++)
+                for (int e = 0; e < dp; e++) base[t * L.r1 + (e / 2) * L.e2 + (e % 2) * L.e1] = h[t][e];
+        }
     }
 }
 
