@@ -31,7 +31,8 @@
  *   per thread: the item's heads' Q rows [.][dkp] (A operands), scores S
  *     [hpc][RB][KT] fp32, weights P (and dS) in bf16 rows, the product's
  *     fp32 results; backward also Q and dO as pairs along rows (B of
- *     dK += dS^T Q, dV += P^T dO) and P^T, dS^T rows (their A).
+ *     dK += dS^T Q, dV += P^T dO) and P^T, dS^T (their A: rows for AMX,
+ *     interleaved pairs for the vector engines).
  * dkp, dvp: d_k, d_v rounded up to KP = 32 (an AMX tile row of bf16); rows
  * of every A operand come in blocks of RB = 16 (an AMX tile's rows), their
  * buffers sized for whole blocks.
@@ -202,12 +203,15 @@ static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, i
     }
 }
 
+#ifdef BF16_AMX
 /* dst[c][r] = src[r][c]: r < nr, c < nc (bf16 rows; P^T and dS^T for the
- * products that reduce over query rows) */
+ * AMX products that reduce over query rows; the vector engines read them
+ * interleaved instead, interleave_pairs) */
 static void transpose16(uint16_t *restrict dst, int ldd, const uint16_t *restrict src, int lds, int nr, int nc) {
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
 }
+#endif
 
 /* ---- the product ----
  * C_h (acc: +=, else =) A_h B for heads h < nh: C_h[r][n] over rows r < R,
@@ -281,9 +285,11 @@ static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long a
 #define BF16_THREAD_END() ((void)0)
 
 /* C[r][0 .. NC AL_VW) (acc: +=, else =) sum over K2 pairs, R <= BRG rows,
- * the R x NC accumulators in registers (R, NC constant after inlining) */
+ * the R x NC accumulators in registers (R, NC constant after inlining);
+ * row r's pair kp of A at A + r lda + kp lpa (lpa 2: rows; 2 KT: the
+ * interleaved pairs of the backward's dV, dK products) */
 static inline __attribute__((always_inline)) void bk_body(const int R, const int NC, int K2, const uint16_t *restrict A,
-                                                          long lda, const uint16_t *restrict B, long ldb,
+                                                          long lda, long lpa, const uint16_t *restrict B, long ldb,
                                                           float *restrict C, long ldc, int acc) {
     vf c[BRG][BNC];
 #pragma GCC unroll 8
@@ -297,7 +303,7 @@ static inline __attribute__((always_inline)) void bk_body(const int R, const int
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             uint32_t pair;
-            memcpy(&pair, A + (long)r * lda + 2 * kp, sizeof pair);
+            memcpy(&pair, A + (long)r * lda + (long)kp * lpa, sizeof pair);
             const bva a = BV_A(pair);
 #pragma GCC unroll 8
             for (int j = 0; j < NC; j++) c[r][j] = BV_DP(c[r][j], a, b[j]);
@@ -312,13 +318,15 @@ static inline __attribute__((always_inline)) void bk_body(const int R, const int
         }
 }
 
-typedef void (*bk_fn)(int K2, const uint16_t *A, long lda, const uint16_t *B, long ldb, float *C, long ldc, int acc);
+typedef void (*bk_fn)(int K2, const uint16_t *A, long lda, long lpa, const uint16_t *B, long ldb, float *C, long ldc,
+                      int acc);
 
 /* one out-of-line instance per (rows, vectors) shape */
 #define BK_DEF(R, NC)                                                                                         \
-    static __attribute__((noinline)) void bk_##R##_##NC(int K2, const uint16_t *A, long lda, const uint16_t *B, \
-                                                        long ldb, float *C, long ldc, int acc) {              \
-        bk_body(R, NC, K2, A, lda, B, ldb, C, ldc, acc);                                                      \
+    static __attribute__((noinline)) void bk_##R##_##NC(int K2, const uint16_t *A, long lda, long lpa,         \
+                                                        const uint16_t *B, long ldb, float *C, long ldc,       \
+                                                        int acc) {                                             \
+        bk_body(R, NC, K2, A, lda, lpa, B, ldb, C, ldc, acc);                                                 \
     }
 #if BRG == 6 && BNC == 4
 #define BK_ROW(R) BK_DEF(R, 1) BK_DEF(R, 2) BK_DEF(R, 3) BK_DEF(R, 4)
@@ -337,15 +345,34 @@ static bk_fn const bk_tab[BRG][BNC] = {BK_TAB(1), BK_TAB(2), BK_TAB(3), BK_TAB(4
 #undef BK_ROW
 #undef BK_DEF
 
-static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
-                float *C, long ldc, long chs, int acc) {
+/* bmm with A's pairs lpa apart along a row (bmm: 2) */
+static void bmm_lpa(int nh, int R, int N, int K, const uint16_t *A, long lda, long lpa, long ahs, const uint16_t *B,
+                    long ldb, float *C, long ldc, long chs, int acc) {
     for (int h = 0; h < nh; h++)
         for (int n0 = 0; n0 < N; n0 += BNC * KW) {
             const int nc = imin(BNC, (N - n0) / KW);
             for (int r0 = 0; r0 < R; r0 += BRG)
-                bk_tab[imin(BRG, R - r0) - 1][nc - 1](K / 2, A + (long)h * ahs + (long)r0 * lda, lda, B + 2 * n0, ldb,
-                                                      C + (long)h * chs + (long)r0 * ldc + n0, ldc, acc);
+                bk_tab[imin(BRG, R - r0) - 1][nc - 1](K / 2, A + (long)h * ahs + (long)r0 * lda, lda, lpa, B + 2 * n0,
+                                                      ldb, C + (long)h * chs + (long)r0 * ldc + n0, ldc, acc);
         }
+}
+
+static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
+                float *C, long ldc, long chs, int acc) {
+    bmm_lpa(nh, R, N, K, A, lda, 2, ahs, B, ldb, C, ldc, chs, acc);
+}
+
+/* dst[(q/2) 2 nc + 2 c + q%2] = src[q][c], q < nr (even), c < nc: rows of
+ * bf16 interleaved by pairs, so that column c read down the rows is the A
+ * row of a product reducing over q (P^T, dS^T) with its pairs 2 nc apart;
+ * one 32-bit word per (row pair, column), a loop gcc vectorises, where the
+ * AMX engine needs them transposed (transpose16) */
+static void interleave_pairs(uint16_t *restrict dst, const uint16_t *restrict src, int lds, int nr, int nc) {
+    for (int q = 0; q < nr; q += 2) {
+        const uint16_t *restrict lo = src + (size_t)q * lds, *restrict hi = lo + lds;
+        uint32_t *restrict w = (uint32_t *)(dst + (size_t)q * nc);
+        for (int c = 0; c < nc; c++) w[c] = (uint32_t)lo[c] | (uint32_t)hi[c] << 16;
+    }
 }
 
 #endif
@@ -523,7 +550,8 @@ size_t BSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bbwd_
  * of RB query rows, S = Q K^T and dP = dO V^T for every head of the chunk
  * (the tile shared), P and dS (row_bwd, fp32) rounded to bf16, dq_rows +=
  * dS K (the tile shared); per query block and head, dV_tile += P^T dO and
- * dK_tile += dS^T Q (P^T, dS^T transposed into rows; rows past T are 0).
+ * dK_tile += dS^T Q (P^T, dS^T as rows for AMX, as interleaved pairs for
+ * the vector engines; rows past T are 0).
  * Every row of a query block at or after the tile sees some of it (KT =
  * QBK), so causal blocks start at the tile's own. */
 void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
@@ -611,10 +639,19 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                         uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = dS + (size_t)hh * QBK * KT;
                         memset(ph + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
                         memset(dsh + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
+#ifdef BF16_AMX /* A tiles want P^T and dS^T as rows */
                         transpose16(PT, QBK, ph, KT, QBK, KT);
                         transpose16(dST, QBK, dsh, KT, QBK, KT);
                         bmm(1, KT, dvp, QBK, PT, QBK, 0, d2 + ((size_t)hh * tq + i0) * dvp, 2 * dvp, dVa, dvp, 0, 1);
                         bmm(1, KT, dkp, QBK, dST, QBK, 0, q2 + ((size_t)hh * tq + i0) * dkp, 2 * dkp, dKa, dkp, 0, 1);
+#else /* the vector engines read them as interleaved pairs: key j's row at 2 j, its pairs 2 KT apart */
+                        interleave_pairs(PT, ph, KT, QBK, KT);
+                        interleave_pairs(dST, dsh, KT, QBK, KT);
+                        bmm_lpa(1, KT, dvp, QBK, PT, 2, 2 * KT, 0, d2 + ((size_t)hh * tq + i0) * dvp, 2 * dvp, dVa, dvp,
+                                0, 1);
+                        bmm_lpa(1, KT, dkp, QBK, dST, 2, 2 * KT, 0, q2 + ((size_t)hh * tq + i0) * dkp, 2 * dkp, dKa,
+                                dkp, 0, 1);
+#endif
                     }
                 }
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
