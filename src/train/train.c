@@ -425,14 +425,34 @@ int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train
     return bad_tensors;
 }
 
+/* The gradient's 2-norm. The parameters tile the arena (model.c), so it is
+ * summed whole: in blocks whose size follows from the arena's alone, each
+ * in eight double lanes (a loop gcc vectorises, and no single chain of
+ * additions, which made this a serial 4 cycles per weight: 2 % of a gpt2
+ * step), the blocks' sums added in block order. Parallel, and the same
+ * bits for any thread count. */
 double al_grad_norm(const al_model *m) {
-    double total = 0;
-    for (int i = 0; i < m->n_params; i++) {
-        const float *g = m->g + m->params[i].offset;
+    enum { LANES = 8, MAX_BLOCKS = 1024, MIN_BLOCK = 1 << 14 };
+    const size_t n = m->n_floats;
+    size_t blk = (n + MAX_BLOCKS - 1) / MAX_BLOCKS;
+    blk = blk < MIN_BLOCK ? MIN_BLOCK : (blk + LANES - 1) / LANES * LANES;
+    const long blocks = (long)((n + blk - 1) / blk);
+    double part[MAX_BLOCKS];
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (long b = 0; b < blocks; b++) {
+        const float *g = m->g + (size_t)b * blk;
+        const size_t len = n - (size_t)b * blk < blk ? n - (size_t)b * blk : blk;
+        double lane[LANES] = {0};
+        size_t j = 0;
+        for (; j + LANES <= len; j += LANES)
+            for (int l = 0; l < LANES; l++) lane[l] += (double)g[j + l] * g[j + l];
+        for (; j < len; j++) lane[0] += (double)g[j] * g[j];
         double s = 0;
-        for (size_t j = 0; j < m->params[i].numel; j++) s += (double)g[j] * g[j];
-        total += s;
+        for (int l = 0; l < LANES; l++) s += lane[l];
+        part[b] = s;
     }
+    double total = 0;
+    for (long b = 0; b < blocks; b++) total += part[b];
     return sqrt(total);
 }
 

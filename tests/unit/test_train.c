@@ -8,9 +8,11 @@
  * the corpus as token ids of a byte model is its bytes with the byte split,
  * and al_eval_ids scores them as al_eval_bytes does, bit for bit; init_from
  * survives the settings' JSON; al_config_contradicts names the first flag
- * that differs from a run's config or does not apply to it.
+ * that differs from a run's config or does not apply to it; al_grad_norm
+ * against a long double sum, the same bits at 1 and 2 threads.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,9 +253,39 @@ static void test_init_from_settings(void) {
     CHECK_MSG(strstr(why, "--kv-lora-rank") && strstr(why, "does not apply") && strstr(why, "mha"), "%s", why);
 }
 
+/* al_grad_norm over arenas of one block, several and a ragged last one:
+ * within 1e-12 of a long double sum, and the same bits at 1 and 2 threads. */
+static void test_grad_norm(void) {
+    static const size_t sizes[] = {0, 1, 7, 16385, 3000001};
+    for (size_t t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+        const size_t n = sizes[t];
+        float *g = malloc(sizeof(float) * (n ? n : 1));
+        al_model m;
+        memset(&m, 0, sizeof m);
+        m.g = g, m.n_floats = n;
+        long double sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            g[i] = (float)((double)((i * 2654435761u) % 1000003) / 1000003.0 - 0.5) * (i % 5 ? 1.0f : 1e-3f);
+            sum += (long double)g[i] * g[i];
+        }
+        const double want = sqrt((double)sum);
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        const double one = al_grad_norm(&m);
+        omp_set_num_threads(2);
+        const double two = al_grad_norm(&m);
+        omp_set_num_threads(saved);
+        CHECK_MSG(fabs(one - want) <= 1e-12 * want || (n == 0 && one == 0),
+                  "grad norm n=%zu: %.17g vs %.17g", n, one, want);
+        CHECK_MSG(memcmp(&one, &two, sizeof one) == 0, "grad norm n=%zu: 1 and 2 threads differ", n);
+        free(g);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
+    test_grad_norm();
     char dir[] = "/tmp/al_test_train_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     test_progress_and_loader(dir);
