@@ -18,13 +18,15 @@
  * the shape's blocks as they are (al_blas_row_cuts_exact).
  *
  * In BF16 mode (nn.h's precision) the same tiles run precision.c's BF16
- * product instead of OpenBLAS, each single-threaded with its thread's slot
- * of a workspace planned once per product, whatever the engine (oneDNN
- * included: it is called per tile, one OpenMP thread, rather than for the
- * whole product on all threads): a tile's bits depend on its shape only, so
- * BF16 products give the same bits for any thread count too. Neighbouring
- * row blocks are merged only for the emulated engine (OpenBLAS underneath,
- * rows at multiples of 48); the other engines always run the shape's tiles.
+ * product instead of OpenBLAS, each single-threaded, over a workspace planned
+ * once per product (oneDNN: the operands rounded once; the other engines: a
+ * slot of blocks per thread), whatever the engine (oneDNN included: it is
+ * called per tile, one OpenMP thread, rather than for the whole product on
+ * all threads): a tile's bits depend on its shape only, so BF16 products
+ * give the same bits for any thread count too. Neighbouring row blocks are
+ * merged only for the emulated engine (OpenBLAS underneath, rows at
+ * multiples of 48, where its kernels allow); the other engines always run
+ * the shape's tiles.
  */
 #include <cblas.h>
 #include <omp.h>
