@@ -140,9 +140,9 @@ static inline void row_round_pad(uint16_t *restrict h, const float *restrict src
  * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). Rows
  * go two at a time (r even, r + 1), each rounded in vectors into h first,
  * then laid out: rows whole (their elements adjacent), pairs as one 32-bit
- * word per column (the two rows' values adjacent), tpairs as one 64-bit
- * word per column pair (both rows' pairs adjacent); any other layout
- * element by element. */
+ * word per column (the two rows' values adjacent), tpairs (the third layout
+ * lay_* makes) as one 64-bit word per column pair (both rows' pairs
+ * adjacent). */
 enum { PACK_ROW_MAX = 1024 };
 static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src, long ld, int n, int np, int d,
                    int dp) {
@@ -155,8 +155,7 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
         return;
     }
     uint16_t h[2][PACK_ROW_MAX + KW];
-    const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2 && L.e2 == 4,
-              is_tpairs = L.r2 == 4 && L.r1 == 2 && L.e1 == 1;
+    const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2;
     for (int r = 0; r < np; r += 2) {
         for (int t = 0; t < 2; t++) {
             if (r + t < n) row_round_pad(h[t], src + (long)(r + t) * ld, d, dp);
@@ -170,14 +169,11 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
             uint32_t words[PACK_ROW_MAX];
             for (int e = 0; e < dp; e++) words[e] = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
             memcpy(base, words, sizeof(uint32_t) * (size_t)dp);
-        } else if (is_tpairs) {
+        } else { /* tpairs */
             for (int e = 0; e < dp; e += 2) {
                 uint16_t quad[4] = {h[0][e], h[0][e + 1], h[1][e], h[1][e + 1]};
                 memcpy(base + (e / 2) * L.e2, quad, sizeof quad);
             }
-        } else {
-            for (int t = 0; t < 2; t++)
-                for (int e = 0; e < dp; e++) base[t * L.r1 + (e / 2) * L.e2 + (e % 2) * L.e1] = h[t][e];
         }
     }
 }

@@ -19,12 +19,18 @@ static const char *const generic_cores[] = {"Prescott", "Core2", "Penryn", "Dunn
 
 const char *al_blas_kernels(void) { return openblas_get_corename(); }
 
-/* Kernel sets on which row cuts at multiples of 48 were checked to keep the
- * bits of one whole call (test_nn's sgemm shapes, at 1, 2 and 3 threads). */
-static const char *const row_exact_cores[] = {"Haswell", "Zen", "Sandybridge", "Prescott", "Core2", "Penryn",
-                                              "Dunnington", "Nehalem", "Barcelona", "Bobcat", "Opteron",
-                                              "Opteron_SSE3", "Athlon", "Excavator", "Steamroller",
-                                              "Piledriver", "Bulldozer", NULL};
+/* The AVX and AVX2 kernel sets above the pre-AVX2 ones of generic_cores:
+ * with those, the sets on which row cuts at multiples of 48 keep the bits of
+ * one whole call (checked: test_nn's sgemm shapes at 1, 2 and 3 threads). */
+static const char *const avx2_cores[] = {"Haswell", "Zen", "Excavator", "Steamroller", "Piledriver", "Bulldozer",
+                                         NULL};
+
+/* Whether core (may be NULL) is one of the names of list. */
+static int core_in(const char *core, const char *const *list) {
+    int in = 0;
+    for (int i = 0; core && list[i]; i++) in |= strcasecmp(core, list[i]) == 0;
+    return in;
+}
 
 int al_blas_row_cuts_exact(void) {
     /* the core does not change in a process: look it up once (any thread may
@@ -33,8 +39,7 @@ int al_blas_row_cuts_exact(void) {
     int exact = atomic_load_explicit(&known, memory_order_relaxed);
     if (exact < 0) {
         const char *core = openblas_get_corename();
-        exact = 0;
-        for (int i = 0; core && row_exact_cores[i]; i++) exact |= strcasecmp(core, row_exact_cores[i]) == 0;
+        exact = core_in(core, generic_cores) || core_in(core, avx2_cores);
         atomic_store_explicit(&known, exact, memory_order_relaxed);
     }
     return exact;
@@ -45,9 +50,7 @@ int al_blas_row_cuts_exact(void) {
 static const char *blas_coretype_wanted(void) {
     if (getenv("OPENBLAS_CORETYPE")) return NULL;
     const char *core = openblas_get_corename();
-    int generic = 0;
-    for (int i = 0; generic_cores[i]; i++) generic |= core && strcasecmp(core, generic_cores[i]) == 0;
-    if (!generic) return NULL;
+    if (!core_in(core, generic_cores)) return NULL;
     const al_cpu_level top = al_cpu_detect();
     return top >= AL_CPU_AVX512 ? "SkylakeX" : top >= AL_CPU_AVX2 ? "Haswell" : NULL;
 }

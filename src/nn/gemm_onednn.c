@@ -163,9 +163,9 @@ static int prim_run(const prim_entry *e, const void *A, const void *B, float *C)
 }
 
 static int key_equal(const prim_key *a, const prim_key *b) {
-    return a->test_f32 == b->test_f32 && a->mb == b->mb && a->nb == b->nb && a->kb == b->kb && a->ars == b->ars && a->acs == b->acs &&
-           a->brs == b->brs && a->bcs == b->bcs && a->ldc == b->ldc && !memcmp(&a->alpha, &b->alpha, sizeof(float)) &&
-           !memcmp(&a->beta, &b->beta, sizeof(float));
+    return a->test_f32 == b->test_f32 && a->mb == b->mb && a->nb == b->nb && a->kb == b->kb && a->ars == b->ars &&
+           a->acs == b->acs && a->brs == b->brs && a->bcs == b->bcs && a->ldc == b->ldc &&
+           !memcmp(&a->alpha, &b->alpha, sizeof(float)) && !memcmp(&a->beta, &b->beta, sizeof(float));
 }
 
 int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs, const void *B,

@@ -114,8 +114,8 @@ al_bf16_engine al_bf16_engine_force(int e);
  * onednn, whose room is sized by the first products); a buffer too small
  * grows at first use, and if memory runs out there the product runs the
  * emulated engine on small stack blocks (slower; the same values within fp32
- * rounding). al_precision_release frees the calling
- * thread's buffer (a thread's is also freed when it exits). */
+ * rounding). al_precision_release frees the calling thread's buffer (a
+ * thread's is also freed when it exits). */
 int al_precision_reserve(al_err *err);
 void al_precision_release(void);
 /* Test hook: nonzero makes the onednn engine build fp32 primitives fed with

@@ -12,9 +12,9 @@
  * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs, for
  * every engine but onednn (below), as blocks: columns in steps of the
  * engine's nch from c0, K in steps of kch from 0, rows in steps of mch from
- * r0. For each (column, K) block the B
- * operand is prepared once (rounded from fp32, or read from the arena's BF16
- * copy), for each row block within it the A operand, then the engine
+ * r0. For each (column, K) block the B operand is prepared once (rounded
+ * from fp32, or read from the arena's BF16 copy), for each row block within
+ * it the A operand, then the engine
  * multiplies them into C (beta for the first K block, 1 after: the K blocks'
  * sums are added in fp32 in a fixed order). Every block boundary is a
  * function of the shape and the tile, and the tiles are cut by the shape
@@ -33,8 +33,9 @@
  * runs each tile, K whole, as one cached bf16 matmul primitive over strided
  * views of them (gemm_onednn.c; transposes are strides, oneDNN packs what it
  * needs itself: rounding or transposing per block cost more than the
- * products, measured on Zen 4); avx512-bf16 and amx pack both into the VNNI layouts of
- * precision_internal.h and run our kernels (gemm_avx512bf16.c, gemm_amx.c).
+ * products, measured on Zen 4); avx512-bf16 and amx pack both into the VNNI
+ * layouts of precision_internal.h and run our kernels (gemm_avx512bf16.c,
+ * gemm_amx.c).
  */
 #include <cblas.h>
 #include <omp.h>
@@ -281,7 +282,8 @@ static int product_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_th
 int al_precision_reserve(al_err *err) {
     const al_bf16_engine e = al_bf16_engine_now();
     const size_t need = slot_bytes_of(e) * (size_t)product_threads();
-    if (need && !ws_get(need)) return al_errf(err, "bf16 products: out of memory for their workspace (%zu MB)", need >> 20);
+    if (need && !ws_get(need))
+        return al_errf(err, "bf16 products: out of memory for their workspace (%zu MB)", need >> 20);
     return 0;
 }
 
