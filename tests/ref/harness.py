@@ -280,14 +280,16 @@ def emulation_tol(attention):
 
 def attention_in_bf16(attnlab):
     """Whether attnlab's attention kernels round their products to bf16 in
-    BF16 mode (the set `bench attention --precision bf16` names has "bf16"
-    in it; a library without BF16 attention kernels computes them in fp32)."""
+    BF16 mode (the set `bench attention --precision bf16` names is amx or
+    has "bf16" in it; the fp32 sets, generic, avx2 and avx512, are what a
+    library without BF16 attention kernels names)."""
     if attnlab not in _attention_bf16:
         ok, out = run([attnlab, "bench", "attention", "--precision", "bf16", "--context", "8", "--heads", "1",
                        "--head-dim", "8", "--iters", "1", "--sgemm-n", "64", "--triad-mb", "1", "--json"])
         try:
             line = [l for l in out.splitlines() if l.startswith("{")][-1]  # stderr may hold a precision line
-            _attention_bf16[attnlab] = ok and "bf16" in json.loads(line)["kernels"]
+            kernels = json.loads(line)["kernels"]
+            _attention_bf16[attnlab] = ok and ("bf16" in kernels or kernels == "amx")
         except (ValueError, KeyError, IndexError):
             _attention_bf16[attnlab] = False
     return _attention_bf16[attnlab]
