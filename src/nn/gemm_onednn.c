@@ -9,9 +9,11 @@
  * a key oneDNN refused is kept with no primitive, so it is not asked again),
  * filled under a mutex and never evicted (a block of a shape that finds the
  * table full creates a primitive for that call alone: slower, same bits);
- * per calling thread a stream and a scratchpad buffer (user scratchpad mode:
+ * per calling thread a stream, a scratchpad buffer (user scratchpad mode:
  * oneDNN allocates nothing per call; the buffer grows to the largest
- * primitive's need and is freed at thread exit). Each block is executed
+ * primitive's need and is freed at thread exit) and a buffer for the dense
+ * copies of strided blocks (al_onednn_block: oneDNN's AMX kernels want
+ * dense memory). Each block is executed
  * single-threaded (precision.c calls it inside al_sgemm's parallel region,
  * where oneDNN's OpenMP runtime sees one thread), so the bits depend on the
  * shape only. Whether oneDNN has a bf16 matmul here is probed once with a
@@ -66,6 +68,8 @@ typedef struct thread_res {
     dnnl_stream_t stream;
     void *scratch;
     size_t scratch_cap;
+    char *dense; /* compacted operands and C of a strided block (dense_views) */
+    size_t dense_cap;
 } thread_res;
 static _Thread_local thread_res *my_res;
 static pthread_key_t res_key;
@@ -77,6 +81,7 @@ static void res_free(void *p) {
     if (!r) return;
     if (r->stream) dnnl_stream_destroy(r->stream);
     free(r->scratch);
+    free(r->dense);
     free(r);
 }
 static void res_key_make(void) { res_key_ok = pthread_key_create(&res_key, res_free) == 0; }
@@ -162,16 +167,90 @@ static int prim_run(const prim_entry *e, const void *A, const void *B, float *C)
     return ok ? 0 : -1;
 }
 
+/* Room for dense copies on the calling thread's resources (grown, never
+ * shrunk); NULL when out of memory. */
+static char *dense_room(thread_res *r, size_t bytes) {
+    if (bytes > r->dense_cap) {
+        free(r->dense);
+        r->dense = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        r->dense_cap = r->dense ? bytes : 0;
+    }
+    return r->dense;
+}
+
+/* Whether a rows x cols view with strides (rs, cs) lies dense in memory:
+ * one stride 1 and the other the extent along it (or a single line). */
+static int view_dense(int rows, int cols, long rs, long cs) {
+    return (cs == 1 && (rs == cols || rows == 1)) || (rs == 1 && (cs == rows || cols == 1));
+}
+
+/* Copies a view with one unit stride into dst, dense, in the same
+ * orientation (lines are memcpy'd: no transposing), and sets its strides
+ * to dst's. */
+static void view_compact(char *dst, const char *src, int rows, int cols, long *rs, long *cs, size_t el) {
+    if (*cs == 1) {
+        for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * cols * el, src + (size_t)i * *rs * el, (size_t)cols * el);
+        *rs = cols;
+    } else {
+        for (int j = 0; j < cols; j++) memcpy(dst + (size_t)j * rows * el, src + (size_t)j * *cs * el, (size_t)rows * el);
+        *cs = rows;
+    }
+}
+
+/* Bytes of a dense copy of n elements of el bytes, rounded up to 64 */
+static size_t dense_bytes(size_t n, size_t el) { return (n * el + 63) & ~(size_t)63; }
+
 static int key_equal(const prim_key *a, const prim_key *b) {
     return a->test_f32 == b->test_f32 && a->mb == b->mb && a->nb == b->nb && a->kb == b->kb && a->ars == b->ars &&
            a->acs == b->acs && a->brs == b->brs && a->bcs == b->bcs && a->ldc == b->ldc &&
            !memcmp(&a->alpha, &b->alpha, sizeof(float)) && !memcmp(&a->beta, &b->beta, sizeof(float));
 }
 
+static int block_run(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs,
+                     const void *B, long brs, long bcs, float beta, float *C, long ldc);
+
 int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs, const void *B,
                     long brs, long bcs, float beta, float *C, long ldc) {
     pthread_once(&g_engine_once, engine_make);
     if (!g_engine) return -1;
+    /* oneDNN 2.6 runs its brgemm matmul (AMX, AVX512-BF16) only on dense
+     * memory: a tile of a wider matrix (a leading stride past the tile's
+     * extent) gets gemm:jit, without AMX and 2-3x slower on Sapphire Rapids
+     * (measured). So strided operands are copied dense first (line by line,
+     * the same orientation), and a strided C is computed into a dense block
+     * (read from C first when beta needs it) and copied back. The copies
+     * change no value: the bits are those of the dense block. */
+    const size_t el = test_f32 ? sizeof(float) : sizeof(uint16_t);
+    /* a view with no unit stride cannot be copied by lines: it stays as it is */
+    const int a_dense = view_dense(mb, kb, ars, acs) || (ars != 1 && acs != 1),
+              b_dense = view_dense(kb, nb, brs, bcs) || (brs != 1 && bcs != 1), c_dense = view_dense(mb, nb, ldc, 1);
+    const size_t a_bytes = a_dense ? 0 : dense_bytes((size_t)mb * kb, el),
+                 b_bytes = b_dense ? 0 : dense_bytes((size_t)kb * nb, el),
+                 c_bytes = c_dense ? 0 : dense_bytes((size_t)mb * nb, sizeof(float));
+    float *Cd = C;
+    long ldcd = ldc;
+    if (a_bytes + b_bytes + c_bytes) {
+        thread_res *r = thread_res_get(0);
+        char *room = r ? dense_room(r, a_bytes + b_bytes + c_bytes) : NULL;
+        if (!room) return -1;
+        if (!a_dense) view_compact(room, A, mb, kb, &ars, &acs, el), A = room;
+        if (!b_dense) view_compact(room + a_bytes, B, kb, nb, &brs, &bcs, el), B = room + a_bytes;
+        if (!c_dense) {
+            Cd = (float *)(room + a_bytes + b_bytes), ldcd = nb;
+            if (beta != 0.0f)
+                for (int i = 0; i < mb; i++) memcpy(Cd + (size_t)i * nb, C + (size_t)i * ldc, sizeof(float) * nb);
+        }
+    }
+    const int rc = block_run(test_f32, mb, nb, kb, alpha, A, ars, acs, B, brs, bcs, beta, Cd, ldcd);
+    if (rc == 0 && Cd != C)
+        for (int i = 0; i < mb; i++) memcpy(C + (size_t)i * ldc, Cd + (size_t)i * nb, sizeof(float) * nb);
+    return rc;
+}
+
+/* al_onednn_block on the views as given: the primitive of their key (made
+ * and cached on first use) run on the calling thread. */
+static int block_run(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs,
+                     const void *B, long brs, long bcs, float beta, float *C, long ldc) {
     const prim_key k = {test_f32, mb, nb, kb, ars, acs, brs, bcs, ldc, alpha, beta};
     const prim_entry *hit = NULL;
     prim_entry fresh;

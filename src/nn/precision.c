@@ -33,7 +33,9 @@
  * runs each tile, K whole, as one cached bf16 matmul primitive over strided
  * views of them (gemm_onednn.c; transposes are strides, oneDNN packs what it
  * needs itself: rounding or transposing per block cost more than the
- * products, measured on Zen 4); avx512-bf16 and amx pack both into the VNNI
+ * products, measured on Zen 4; a view strided past its tile is copied dense
+ * there, line by line, for oneDNN's AMX kernels; al_sgemm cuts its tiles
+ * columns first); avx512-bf16 and amx pack both into the VNNI
  * layouts of precision_internal.h and run our kernels (gemm_avx512bf16.c,
  * gemm_amx.c).
  */
@@ -333,6 +335,7 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
     }
     if (!p->ws) p->engine = AL_BF16_EMULATED; /* the stack blocks */
     p->merge_rows = p->engine == AL_BF16_EMULATED;
+    p->cols_first = p->engine == AL_BF16_ONEDNN;
 }
 
 /* ---- packing blocks of the operands ---- */

@@ -89,6 +89,8 @@ static const gemm_case cases[] = {
     {0, 1, 37, 29, 61, 1.0f, 0.0f},    {0, 0, 53, 41, 300, 0.5f, 1.0f}, {1, 0, 45, 19, 517, 1.0f, 0.75f},
     {1, 1, 23, 67, 33, -2.0f, 0.0f},   {0, 1, 301, 77, 1100, 1.0f, 1.0f}, {1, 0, 97, 1301, 67, 1.0f, 0.0f},
     {0, 1, 1000, 33, 270, 1.0f, 0.0f}, {0, 0, 7, 3, 1, 1.0f, 0.5f},
+    /* wide C: onednn cuts columns first, so its tiles copy strided op(A), op(B) and C dense (gemm_onednn.c) */
+    {0, 0, 130, 700, 90, 1.0f, 0.5f},  {1, 1, 200, 600, 75, 0.5f, 1.0f},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
