@@ -78,18 +78,22 @@ const char *al_precision_engine(void);
  *                (exact products, fp32 sums): every CPU
  *   onednn       oneDNN's bf16 matmul primitives (libdnnl): AVX512-BF16/AMX
  *   avx512-bf16  attnlab's own vdpbf16ps kernel (gemm_avx512bf16.c)
- *   amx          attnlab's own AMX tile kernel, tdpbf16ps (gemm_amx.c)
+ *   amx          attnlab's own AMX tile kernel, tdpbf16ps (gemm_amx.c), over
+ *                operands packed whole once per product (bf16_tiles.c)
  * The engine in use: al_bf16_engine_force's, else the environment variable
  * ATTNLAB_BF16_ENGINE=onednn|own|amx|avx512-bf16|emulated ("own": amx where
- * it runs, else avx512-bf16), else onednn; a choice that cannot run here
- * falls to the next that can (onednn -> own -> emulated; amx ->
- * avx512-bf16 -> emulated). An engine runs where the CPU set in use
+ * it runs, else avx512-bf16), else AL_BF16_DEFAULT (amx: 1.2-2.0x oneDNN's
+ * products and a 1.2-1.5x faster gpt2 training step on a shared AMX host,
+ * docs/bench.md); a choice that cannot run here falls to the next that can
+ * (amx -> onednn -> avx512-bf16 -> emulated: oneDNN measured faster than the
+ * own vdpbf16ps kernel on Zen 4). An engine runs where the CPU set in use
  * (core/cpu.h, ATTNLAB_CPU) has its instructions and, for onednn, where a
  * bf16 matmul primitive can be created (probed once, cached). */
 #define AL_BF16_ENGINES(X) X(EMULATED, "emulated") X(ONEDNN, "onednn") X(AVX512BF16, "avx512-bf16") X(AMX, "amx")
 #define AL_BF16_ENGINE_ENUM(id, name) AL_BF16_##id,
 typedef enum { AL_BF16_ENGINES(AL_BF16_ENGINE_ENUM) AL_BF16_ENGINE_COUNT } al_bf16_engine;
 #undef AL_BF16_ENGINE_ENUM
+#define AL_BF16_DEFAULT AL_BF16_AMX
 /* "emulated", "onednn", ... ("?" out of range). */
 const char *al_bf16_engine_name(al_bf16_engine e);
 /* A name (as above, or "own") into *out: 0, or -1 for an unknown name. "own"
@@ -106,12 +110,14 @@ al_bf16_engine al_bf16_engine_force(int e);
 /* The BF16 products' workspace: each thread that calls al_sgemm in BF16
  * mode owns one buffer. For the onednn engine it holds the product's two
  * operands rounded to BF16 (those without a BF16 copy: activations; its size
- * follows the largest product, e.g. 6 MB for 1024 x 3072), for the others
+ * follows the largest product, e.g. 6 MB for 1024 x 3072), for the amx
+ * engine both operands packed into tiles (likewise; 116 MB for a
+ * Llama-7B-shaped MLP product of 1200 tokens), for the others
  * one slot per OpenMP thread of rounded operand blocks of one tile (sized by
  * the engine's block sizes: at most a few MB per thread). al_precision_reserve
  * plans the slots for the calling thread, the engine in use and the thread
  * count now (0, or -1 with one line in err when out of memory; nothing for
- * onednn, whose room is sized by the first products); a buffer too small
+ * onednn and amx, whose room is sized by the first products); a buffer too small
  * grows at first use, and if memory runs out there the product runs the
  * emulated engine on small stack blocks (slower; the same values within fp32
  * rounding). al_precision_release frees the calling thread's buffer (a

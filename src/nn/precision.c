@@ -86,7 +86,7 @@ static const struct {
     [AL_BF16_EMULATED] = {AL_CPU_GENERIC, 768, EMU_KCH, 1024},
     [AL_BF16_ONEDNN] = {AL_CPU_AVX512_BF16, 0, 0, 0}, /* whole tiles over the plan's operands: no blocks */
     [AL_BF16_AVX512BF16] = {AL_CPU_AVX512_BF16, 256, 256, 256},
-    [AL_BF16_AMX] = {AL_CPU_AMX, 256, 256, 256},
+    [AL_BF16_AMX] = {AL_CPU_AMX, 0, 0, 0}, /* whole tiles over the plan's packed operands: no blocks */
 };
 /* The emulated engine without a workspace: blocks on the stack (its K blocks
  * as above, so only the fp32 rounding of row/column edges can differ). */
@@ -119,7 +119,7 @@ int al_bf16_engine_of_name(const char *name, al_bf16_engine *out) {
 int al_bf16_engine_runs(al_bf16_engine e) {
     if ((unsigned)e >= AL_BF16_ENGINE_COUNT) return 0;
     if (e == AL_BF16_ONEDNN && onednn_test_f32) return al_onednn_available(1);
-    if (e == AL_BF16_AVX512BF16 && own_test_ref) return 1;
+    if ((e == AL_BF16_AVX512BF16 || e == AL_BF16_AMX) && own_test_ref) return 1;
     if (al_cpu_level_now() < engines[e].needs) return 0;
     return e == AL_BF16_ONEDNN ? al_onednn_available(0) : 1;
 }
@@ -127,8 +127,8 @@ int al_bf16_engine_runs(al_bf16_engine e) {
 /* What an engine that cannot run falls to (nn.h). */
 static al_bf16_engine engine_below(al_bf16_engine e) {
     switch (e) {
-    case AL_BF16_ONEDNN: return AL_BF16_AMX;
-    case AL_BF16_AMX: return AL_BF16_AVX512BF16;
+    case AL_BF16_AMX: return AL_BF16_ONEDNN;
+    case AL_BF16_ONEDNN: return AL_BF16_AVX512BF16;
     default: return AL_BF16_EMULATED;
     }
 }
@@ -136,9 +136,9 @@ static al_bf16_engine engine_below(al_bf16_engine e) {
 al_bf16_engine al_bf16_engine_now(void) {
     int want = atomic_load(&engine_forced);
     if (want < 0) {
-        al_bf16_engine e = AL_BF16_ONEDNN;
+        al_bf16_engine e = AL_BF16_DEFAULT;
         const char *env = getenv("ATTNLAB_BF16_ENGINE");
-        if (env && *env && al_bf16_engine_of_name(env, &e)) e = AL_BF16_ONEDNN; /* unknown: the default */
+        if (env && *env && al_bf16_engine_of_name(env, &e)) e = AL_BF16_DEFAULT; /* unknown: the default */
         want = (int)e;
     }
     al_bf16_engine e = (al_bf16_engine)want;
@@ -172,36 +172,19 @@ static shadow *shadow_find(const float *w) {
     return NULL;
 }
 
-/* f's bits rounded to the nearest bf16 (ties to even; NaN kept, quiet), as
- * the top half of a float's bits: al_f32_to_bf16 without the branch, so that
- * loops over it vectorise. */
-static inline uint32_t bf16_round_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    const uint32_t nan = (u | 0x00400000u) & 0xFFFF0000u;
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded;
-}
-
-static inline float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* dst[n] = bf16 of src[n] (a loop gcc vectorises). */
 static void round_run_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(bf16_round_bits(src[i]) >> 16);
+    for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(al_bf16_round_bits(src[i]) >> 16);
 }
 
 /* dst[n] = src[n] rounded to bf16 values, kept as fp32. */
 static void round_run_f32(float *restrict dst, const float *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = bits_float(bf16_round_bits(src[i]));
+    for (size_t i = 0; i < n; i++) dst[i] = al_bits_float(al_bf16_round_bits(src[i]));
 }
 
 /* dst[n] = the bf16 values src[n] widened to fp32. */
 static void widen_run(float *restrict dst, const uint16_t *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = bits_float((uint32_t)src[i] << 16);
+    for (size_t i = 0; i < n; i++) dst[i] = al_bits_float((uint32_t)src[i] << 16);
 }
 
 /* Rounds src[n] to BF16 into dst (in parallel: arenas are large). */
@@ -289,6 +272,26 @@ int al_precision_reserve(al_err *err) {
     return 0;
 }
 
+/* An operand: element (i, k) of op(X) at x[i rs + k cs]; bf: X's BF16 copy
+ * (same offsets) or NULL. For B, i is the column index j. */
+typedef struct operand {
+    const float *x;
+    const uint16_t *bf;
+    size_t rs, cs;
+} operand;
+
+static operand operand_of(const float *X, int transposed, int ld, int is_b) {
+    /* op(A)(i, k) = A[i][k] or A[k][i]; op(B)(k, j) = B[k][j] or B[j][k] */
+    const int rows_contiguous = is_b ? transposed : !transposed;
+    return (operand){X, al_bf16_shadow_of(X), rows_contiguous ? (size_t)ld : 1, rows_contiguous ? 1 : (size_t)ld};
+}
+
+/* The B operand when B itself is BF16 (a memory-mapped checkpoint's weights):
+ * read as its own BF16 copy, no fp32 values behind it. */
+static operand operand_of_bf16(const uint16_t *B, int transposed, int ld) {
+    return (operand){NULL, B, transposed ? (size_t)ld : 1, transposed ? 1 : (size_t)ld};
+}
+
 /* One operand of the onednn engine's plan: op(X) with `n` rows (M for A, N
  * for B) and K columns, lying in memory as X (fp32) or Xbf (BF16), `ld`
  * apart, its rows along memory rows when i_is_row. A BF16 source is viewed
@@ -329,6 +332,24 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
             p->a = plan_operand(p->ws, slots, !a_transposed, M, K, A, Abf, lda);
             p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, B, Bsrc, ldb);
         }
+    } else if (p->engine == AL_BF16_AMX) {
+        /* both operands packed whole into tiles (bf16_tiles.c), group by
+         * group on `slots` threads; every tile of C reads them in place */
+        const operand oa = operand_of(A, a_transposed, lda, 0),
+                      ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
+        const size_t a_elems = al_bf16_tiles_elems(M, K);
+        const int a_groups = (int)al_bf16_tiles_groups(M), groups = a_groups + (int)al_bf16_tiles_groups(N);
+        p->ws = ws_get((a_elems + al_bf16_tiles_elems(N, K)) * sizeof(uint16_t));
+        if (p->ws) {
+            uint16_t *at = (uint16_t *)p->ws, *bt = at + a_elems;
+#pragma omp parallel for num_threads(slots) schedule(static) if (slots > 1)
+            for (int g = 0; g < groups; g++) {
+                if (g < a_groups) al_bf16_tiles_pack(at, 0, oa.x, oa.bf, oa.rs, oa.cs, M, K, g, g + 1);
+                else al_bf16_tiles_pack(bt, 1, ob.x, ob.bf, ob.rs, ob.cs, N, K, g - a_groups, g - a_groups + 1);
+            }
+            p->a = (al_bf16_view){at, 0, 0}, p->b = (al_bf16_view){bt, 0, 0};
+            p->ksteps = al_bf16_tiles_ksteps(K);
+        }
     } else {
         p->slot_bytes = slot_bytes_of(p->engine);
         p->ws = ws_get(p->slot_bytes * (size_t)slots);
@@ -339,26 +360,6 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
 }
 
 /* ---- packing blocks of the operands ---- */
-
-/* An operand: element (i, k) of op(X) at x[i rs + k cs]; bf: X's BF16 copy
- * (same offsets) or NULL. For B, i is the column index j. */
-typedef struct operand {
-    const float *x;
-    const uint16_t *bf;
-    size_t rs, cs;
-} operand;
-
-static operand operand_of(const float *X, int transposed, int ld, int is_b) {
-    /* op(A)(i, k) = A[i][k] or A[k][i]; op(B)(k, j) = B[k][j] or B[j][k] */
-    const int rows_contiguous = is_b ? transposed : !transposed;
-    return (operand){X, al_bf16_shadow_of(X), rows_contiguous ? (size_t)ld : 1, rows_contiguous ? 1 : (size_t)ld};
-}
-
-/* The B operand when B itself is BF16 (a memory-mapped checkpoint's weights):
- * read as its own BF16 copy, no fp32 values behind it. */
-static operand operand_of_bf16(const uint16_t *B, int transposed, int ld) {
-    return (operand){NULL, B, transposed ? (size_t)ld : 1, transposed ? 1 : (size_t)ld};
-}
 
 /* The operand from element (i0, k0) on. */
 static operand operand_at(operand o, int i0, int k0) {
@@ -377,8 +378,8 @@ static void pack_f32(float *dst, int ld, operand o, int mb, int kb) {
     }
     for (int k = 0; k < kb; k++) /* rows strided: read along i, contiguous */
         for (int i = 0; i < mb; i++)
-            dst[(size_t)i * ld + k] = o.bf ? bits_float((uint32_t)o.bf[(size_t)k * o.cs + i] << 16)
-                                           : bits_float(bf16_round_bits(o.x[(size_t)k * o.cs + i]));
+            dst[(size_t)i * ld + k] = o.bf ? al_bits_float((uint32_t)o.bf[(size_t)k * o.cs + i] << 16)
+                                           : al_bits_float(al_bf16_round_bits(o.x[(size_t)k * o.cs + i]));
 }
 
 /* The same as bf16 (mb x kb, row i at dst + i ld); padding left alone. */
@@ -393,7 +394,7 @@ static void pack_bf16(uint16_t *dst, int ld, operand o, int mb, int kb) {
     for (int k = 0; k < kb; k++)
         for (int i = 0; i < mb; i++)
             dst[(size_t)i * ld + k] =
-                o.bf ? o.bf[(size_t)k * o.cs + i] : (uint16_t)(bf16_round_bits(o.x[(size_t)k * o.cs + i]) >> 16);
+                o.bf ? o.bf[(size_t)k * o.cs + i] : (uint16_t)(al_bf16_round_bits(o.x[(size_t)k * o.cs + i]) >> 16);
 }
 
 void al_bf16_pack_rows(uint16_t *dst, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int mb, int kb) {
@@ -410,7 +411,7 @@ void al_bf16_pack_vnni(uint16_t *dst, const float *X, const uint16_t *Xbf, size_
         uint16_t *row = dst + (size_t)(k / 2) * 2 * np + (k & 1);
         for (int j = 0; j < nb; j++) {
             const size_t at = (size_t)j * rs + (size_t)k * cs;
-            row[2 * j] = Xbf ? Xbf[at] : (uint16_t)(bf16_round_bits(X[at]) >> 16);
+            row[2 * j] = Xbf ? Xbf[at] : (uint16_t)(al_bf16_round_bits(X[at]) >> 16);
         }
     }
 }
@@ -423,8 +424,8 @@ void al_bf16_kernel_ref(int mb, int nb, int kp, int np, float alpha, const uint1
             float acc = 0.0f;
             for (int k = 0; k < kp; k += 2) {
                 const uint16_t *a = Ap + (size_t)i * kp + k, *b = Bp + (size_t)(k / 2) * 2 * np + 2 * j;
-                acc += bits_float((uint32_t)a[0] << 16) * bits_float((uint32_t)b[0] << 16) +
-                       bits_float((uint32_t)a[1] << 16) * bits_float((uint32_t)b[1] << 16);
+                acc += al_bits_float((uint32_t)a[0] << 16) * al_bits_float((uint32_t)b[0] << 16) +
+                       al_bits_float((uint32_t)a[1] << 16) * al_bits_float((uint32_t)b[1] << 16);
             }
             float *c = C + (size_t)i * ldc + j;
             *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
@@ -472,7 +473,6 @@ static void block_multiply(al_bf16_engine e, const block *b, float alpha, float 
         const int kp = al_round_up(b->kb, AL_BF16_PAD_K), np = al_round_up(b->nb, AL_BF16_PAD_N);
         al_bf16_pack_rows(b->ablk, b->a.x, b->a.bf, b->a.rs, b->a.cs, b->mb, b->kb);
         if (own_test_ref) al_bf16_kernel_ref(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
-        else if (e == AL_BF16_AMX) al_bf16_kernel_amx(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
         else al_bf16_kernel_avx512bf16(b->mb, b->nb, kp, np, alpha, b->ablk, b->bblk, beta, C, ldc);
         return;
     }
@@ -521,6 +521,12 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
         if (al_onednn_block(onednn_test_f32, r1 - r0, c1 - c0, K, alpha, a, p->a.rs, p->a.cs, b, p->b.cs, p->b.rs,
                             beta, C + (size_t)r0 * ldc + c0, ldc))
             tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);
+        return;
+    }
+    if (e == AL_BF16_AMX) { /* the tile over the plan's packed operands */
+        if (own_test_ref)
+            al_bf16_tiles_kernel_ref(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
+        else al_bf16_tiles_kernel_amx(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
         return;
     }
     if (!p->ws) {

@@ -1,27 +1,28 @@
 /*
  * precision_internal.h: what linear.c calls of precision.c, and the own
- * BF16 kernels' interface (gemm_avx512bf16.c, gemm_amx.c, the plain
- * reference in precision.c; tests call them directly).
+ * BF16 kernels' interface (gemm_avx512bf16.c and its plain reference in
+ * precision.c; gemm_amx.c and bf16_tiles.c; tests call them directly).
  *
  * A BF16 product in al_sgemm runs as: one plan per product (the engine, the
  * calling thread's workspace cut into one slot per OpenMP thread), then one
  * single-threaded call per tile of C (rows [r0, r1) x columns [c0, c1)),
  * each with its thread's slot.
  *
- * The own kernels' packed blocks (zeros in all padding):
+ * The avx512-bf16 engine's packed blocks (zeros in all padding):
  *   A  mp x kp bf16, row-major (row i at i * kp), mp = mb rounded up to
  *      AL_BF16_PAD_M, kp = kb rounded up to AL_BF16_PAD_K
  *   B  "VNNI" pairs: kp/2 rows of np pairs, element (k, j) at
  *      (k / 2) * 2 np + 2 j + k % 2, np = nb rounded up to AL_BF16_PAD_N
  * which is what vdpbf16ps (one pair of A broadcast against 16 pairs of B)
- * and AMX's tdpbf16ps (A tiles of 16 rows x 32 bf16, B tiles of 16 pair
- * rows x 16 columns) read.
+ * reads. The amx engine packs each operand whole, once per product, into
+ * 1 KB tiles (al_bf16_tiles_*, below).
  */
 #ifndef AL_PRECISION_INTERNAL_H
 #define AL_PRECISION_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "nn.h"
 
@@ -40,8 +41,10 @@ typedef struct al_bf16_plan {
     int merge_rows; /* whether al_sgemm may run neighbouring row blocks as one tile (emulated only) */
     int cols_first; /* whether al_sgemm cuts C's columns before its rows (onednn: each tile re-packs its B) */
     /* onednn: both operands whole, rounded once for the product (or read in
-     * place from a BF16 copy), which every tile reads as a strided view */
+     * place from a BF16 copy), which every tile reads as a strided view;
+     * amx: both packed whole into tiles (p only), of `ksteps` K steps */
     al_bf16_view a, b;
+    int ksteps;
 } al_bf16_plan;
 
 /* Plans a product whose tiles run on `slots` threads (thread t uses slot t),
@@ -59,16 +62,45 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
 
 enum { AL_BF16_PAD_M = 32, AL_BF16_PAD_N = 32, AL_BF16_PAD_K = 32 };
 /* C[mb, nb] = alpha A B + beta C (beta 0: C is not read) over packed blocks
- * (layouts above, with kp, np their padded sizes). The plain reference (fp32
- * sums of exact products, pair by pair) and the two fast kernels, which run
- * only where core/cpu.h's set in use has their instructions. The AMX one
- * returns -1 (doing nothing) if the tile state cannot be configured. */
+ * (layouts above, with kp, np their padded sizes): the avx512-bf16 engine's.
+ * The plain reference (fp32 sums of exact products, pair by pair) and the
+ * fast kernel, which runs only where core/cpu.h's set in use has its
+ * instructions. */
 void al_bf16_kernel_ref(int mb, int nb, int kp, int np, float alpha, const uint16_t *Ap, const uint16_t *Bp,
                         float beta, float *C, int ldc);
 void al_bf16_kernel_avx512bf16(int mb, int nb, int kp, int np, float alpha, const uint16_t *Ap, const uint16_t *Bp,
                                float beta, float *C, int ldc);
-void al_bf16_kernel_amx(int mb, int nb, int kp, int np, float alpha, const uint16_t *Ap, const uint16_t *Bp,
-                        float beta, float *C, int ldc);
+/* The amx engine's operands (bf16_tiles.c has the layout): op(A)'s M rows
+ * or op(B)'s N columns ("lines") in groups of 16, K in steps of 32, one
+ * 1 KB tile per (group, step), A's tiles in the rows form and B's in the
+ * pairs form; AL_TILES_KBLOCK steps of K are summed per pass over C. */
+enum { AL_TILE_LINES = 16, AL_TILE_K = 32, AL_TILE_ELEMS = AL_TILE_LINES * AL_TILE_K, AL_TILES_KBLOCK = 32 };
+/* Groups (one past the lines', zeros) and steps of an operand of n lines of
+ * K values, and its elements. */
+size_t al_bf16_tiles_groups(int n);
+int al_bf16_tiles_ksteps(int K);
+size_t al_bf16_tiles_elems(int n, int K);
+/* Packs groups [g0, g1) of the view (line l, value k at X[l rs + k cs], or
+ * at Xbf when not NULL: a BF16 source) into dst, tiles in the pairs form
+ * (B) or the rows form (A); groups past n's are zeros. */
+void al_bf16_tiles_pack(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int n,
+                        int K, int g0, int g1);
+/* The same in plain C (al_bf16_tiles_pack runs the AVX-512 packer where
+ * core/cpu.h's set in use has it: the same bits), and that packer's one
+ * group (lines [l0, l0 + lines), a view with a unit stride). */
+void al_bf16_tiles_pack_ref(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
+                            int n, int K, int g0, int g1);
+void al_bf16_tiles_pack_group_avx512(uint16_t *group, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
+                                     size_t cs, int l0, int lines, int K, int ksteps);
+/* C[r0..r1, c0..c1) = alpha A B + beta C (beta 0: C is not read) over
+ * packed operands of `ksteps` steps; r0 and c0 multiples of 16. K blocks of
+ * AL_TILES_KBLOCK steps: the first gives alpha S + beta C, each later one
+ * adds alpha S. The plain reference, and the AMX kernel (only where core/cpu.h's
+ * set in use is amx, which includes the OS's permission for the tiles). */
+void al_bf16_tiles_kernel_ref(const uint16_t *Ap, const uint16_t *Bp, int ksteps, int r0, int r1, int c0, int c1,
+                              float alpha, float beta, float *C, size_t ldc);
+void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps, int r0, int r1, int c0, int c1,
+                              float alpha, float beta, float *C, size_t ldc);
 /* Test hook: nonzero makes the avx512-bf16 engine run (on any CPU) with
  * the plain reference in place of its kernel, so the own engines' packing
  * and blocking run where their kernels cannot; 0 restores it. */
@@ -78,6 +110,23 @@ void al_bf16_own_test_ref(int on);
  * A rows, or (al_bf16_pack_vnni) B with i as the column index j. */
 void al_bf16_pack_rows(uint16_t *dst, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int mb, int kb);
 void al_bf16_pack_vnni(uint16_t *dst, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int nb, int kb);
+/* f's bits rounded to the nearest bf16 (ties to even; NaN kept, quiet), as
+ * the top half of a float's bits: al_f32_to_bf16 without the branch, so that
+ * loops over it vectorise. */
+static inline uint32_t al_bf16_round_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    const uint32_t nan = (u | 0x00400000u) & 0xFFFF0000u;
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded;
+}
+
+static inline float al_bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* n rounded up to a multiple of m. */
 static inline int al_round_up(int n, int m) { return (n + m - 1) / m * m; }
 

@@ -213,8 +213,8 @@ static void check_own_kernels(al_rng *r) {
             const char *name;
             al_cpu_level needs;
             kernel_fn fn;
-        } fast[] = {{"avx512-bf16", AL_CPU_AVX512_BF16, al_bf16_kernel_avx512bf16}, {"amx", AL_CPU_AMX, al_bf16_kernel_amx}};
-        for (size_t f = 0; f < 2; f++) {
+        } fast[] = {{"avx512-bf16", AL_CPU_AVX512_BF16, al_bf16_kernel_avx512bf16}};
+        for (size_t f = 0; f < sizeof fast / sizeof fast[0]; f++) {
             if (al_cpu_level_now() < fast[f].needs) continue;
             float *got = malloc(sizeof(float) * mb * ldc);
             memcpy(got, C, sizeof(float) * mb * ldc);
@@ -231,6 +231,146 @@ static void check_own_kernels(al_rng *r) {
         }
         free(A), free(Bt), free(Ap), free(Bp), free(ref), free(C);
     }
+}
+
+/* The amx engine's tiles (bf16_tiles.c): the packer on odd shapes from
+ * every orientation of the source (line runs contiguous or the lines'
+ * values contiguous; fp32 or BF16), the plain kernel over the packed tiles
+ * against float64 for a tile of C away from its corner (K past one K
+ * block: the blocks' sums added into C), and the AMX kernel against the
+ * plain one where it runs; beta 0 never reads C. */
+static void check_tiles(al_rng *r) {
+    static const int shapes[][7] = {/* M, N, K, r0, r1, c0, c1 */
+                                    {1, 1, 1, 0, 1, 0, 1},           {37, 45, 61, 16, 37, 0, 45},
+                                    {64, 96, 64, 0, 64, 32, 96},     {70, 33, 1100, 48, 70, 16, 33},
+                                    {100, 300, 2100, 0, 100, 0, 300}, {33, 290, 40, 32, 33, 256, 290}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], r0 = shapes[si][3], r1 = shapes[si][4],
+                  c0 = shapes[si][5], c1 = shapes[si][6];
+        const int ta = si % 2, tb = (si / 2) % 2, bf_src = si % 3 == 0; /* orientations and sources vary by shape */
+        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+        const size_t a_n = (size_t)(ta ? K : M) * lda, b_n = (size_t)(tb ? N : K) * ldb;
+        float *A = malloc(sizeof(float) * a_n), *B = malloc(sizeof(float) * b_n);
+        uint16_t *Bb = malloc(sizeof(uint16_t) * b_n);
+        for (size_t i = 0; i < a_n; i++) A[i] = rnd(r);
+        for (size_t i = 0; i < b_n; i++) B[i] = rnd(r), Bb[i] = al_f32_to_bf16(B[i]);
+        /* op(A)(i, k) at A[i ars + k acs]; op(B)(k, j) at B[j brs + k bcs] */
+        const size_t ars = ta ? 1 : (size_t)lda, acs = ta ? (size_t)lda : 1, brs = tb ? (size_t)ldb : 1,
+                     bcs = tb ? 1 : (size_t)ldb;
+        const size_t a_el = al_bf16_tiles_elems(M, K), b_el = al_bf16_tiles_elems(N, K);
+        uint16_t *Ap = malloc(sizeof(uint16_t) * a_el), *Bp = malloc(sizeof(uint16_t) * b_el);
+        memset(Ap, 0xFF, sizeof(uint16_t) * a_el), memset(Bp, 0xFF, sizeof(uint16_t) * b_el); /* garbage */
+        al_bf16_tiles_pack(Ap, 0, A, NULL, ars, acs, M, K, 0, (int)al_bf16_tiles_groups(M));
+        al_bf16_tiles_pack(Bp, 1, bf_src ? NULL : B, bf_src ? Bb : NULL, brs, bcs, N, K, 0, (int)al_bf16_tiles_groups(N));
+        /* the packed layout itself, element by element (zeros in all padding) */
+        const int ks = al_bf16_tiles_ksteps(K);
+        int layout_ok = 1;
+        for (int g = 0; g < (int)al_bf16_tiles_groups(M) && layout_ok; g++)
+            for (int k = 0; k < ks * AL_TILE_K; k++)
+                for (int l = 0; l < 16; l++) {
+                    const int i = g * 16 + l;
+                    const uint16_t want = i < M && k < K ? al_f32_to_bf16(A[i * ars + k * acs]) : 0;
+                    layout_ok &= Ap[((size_t)g * ks + k / 32) * AL_TILE_ELEMS + l * 32 + k % 32] == want;
+                }
+        for (int g = 0; g < (int)al_bf16_tiles_groups(N) && layout_ok; g++)
+            for (int k = 0; k < ks * AL_TILE_K; k++)
+                for (int l = 0; l < 16; l++) {
+                    const int j = g * 16 + l;
+                    const uint16_t want = j < N && k < K ? Bb[j * brs + k * bcs] : 0;
+                    layout_ok &= Bp[((size_t)g * ks + k / 32) * AL_TILE_ELEMS + (k % 32 / 2) * 32 + 2 * l + k % 2] == want;
+                }
+        CHECK_MSG(layout_ok, "tiles %dx%dx%d (A%c B%c): packed layout wrong", M, N, K, ta ? 'T' : 'N', tb ? 'T' : 'N');
+        float *C0 = malloc(sizeof(float) * M * ldc), *ref = malloc(sizeof(float) * M * ldc);
+        for (int i = 0; i < M * ldc; i++) C0[i] = rnd(r);
+        memcpy(ref, C0, sizeof(float) * M * ldc);
+        al_bf16_tiles_kernel_ref(Ap, Bp, ks, r0, r1, c0, c1, 1.5f, 0.5f, ref, (size_t)ldc);
+        double worst = 0, *mag = calloc((size_t)M * ldc, sizeof(double)); /* sum |a b| of each element */
+        int outside_kept = 1;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                const size_t at = (size_t)i * ldc + j;
+                if (i < r0 || i >= r1 || j < c0 || j >= c1) {
+                    outside_kept &= ref[at] == C0[at];
+                    continue;
+                }
+                double s = 0;
+                for (int k = 0; k < K; k++) {
+                    const double p = bf(A[i * ars + k * acs]) * bf(B[j * brs + k * bcs]);
+                    s += p, mag[at] += fabs(p);
+                }
+                const double e = fabs(ref[at] - (1.5 * s + 0.5 * C0[at])) / (1.5 * mag[at] + fabs(0.5 * C0[at]) + 1e-30);
+                worst = e > worst || e != e ? e : worst;
+            }
+        CHECK_MSG(worst < 1e-5 && outside_kept, "tiles reference %dx%dx%d: error %.3g%s", M, N, K, worst,
+                  outside_kept ? "" : ", wrote outside its tile");
+        if (al_cpu_level_now() >= AL_CPU_AMX) {
+            for (int pass = 0; pass < 3; pass++) { /* alpha 1.5 beta 0.5; alpha 1 beta 1 (tiles straight into C); beta 0 */
+                const float alpha = pass == 0 ? 1.5f : 1.0f, beta = pass == 0 ? 0.5f : pass == 1 ? 1.0f : 0.0f;
+                float *want = malloc(sizeof(float) * M * ldc), *got = malloc(sizeof(float) * M * ldc);
+                memcpy(want, C0, sizeof(float) * M * ldc);
+                for (int i = 0; i < M * ldc; i++) got[i] = beta == 0.0f && i / ldc >= r0 && i / ldc < r1 ? NAN : C0[i];
+                for (int i = 0; i < M * ldc && beta == 0.0f; i++) want[i] = got[i];
+                al_bf16_tiles_kernel_ref(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, want, (size_t)ldc);
+                al_bf16_tiles_kernel_amx(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, got, (size_t)ldc);
+                double w = 0;
+                int same_outside = 1;
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < ldc; j++) {
+                        const size_t at = (size_t)i * ldc + j;
+                        const float g = got[at], h = want[at];
+                        if (i < r0 || i >= r1 || j < c0 || j >= c1) {
+                            same_outside &= g == h || (g != g && h != h);
+                            continue;
+                        }
+                        const double e = g != g ? INFINITY : fabs(g - h) / (fabs(alpha) * mag[at] + fabs(h) + 1e-30);
+                        w = e > w ? e : w;
+                    }
+                CHECK_MSG(w < 1e-5 && same_outside, "amx tiles kernel %dx%dx%d pass %d: error %.3g%s", M, N, K, pass, w,
+                          same_outside ? "" : ", wrote outside its tile");
+                free(want), free(got);
+            }
+        }
+        free(A), free(B), free(Bb), free(Ap), free(Bp), free(C0), free(ref), free(mag);
+    }
+    if (al_cpu_level_now() < AL_CPU_AMX) fprintf(stderr, "skipped: amx tiles kernel (CPU set lacks amx)\n");
+}
+
+/* The AVX-512 packer against the plain one, bit for bit, on odd shapes in
+ * both forms from both kinds of views and sources, over values that test
+ * the rounding: ties, denormals, infinities, signalling and quiet NaNs. */
+static void check_tiles_packers(al_rng *r) {
+    if (al_cpu_level_now() < AL_CPU_AVX512) {
+        fprintf(stderr, "skipped: avx512 tiles packer (CPU set lacks avx512)\n");
+        return;
+    }
+    static const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x00000001u, 0x807FFFFFu, 0x7F800000u,
+                                       0xFF800000u, 0x7F800001u, 0xFFC00001u, 0x7F7FFFFFu, 0x80000000u};
+    static const int shapes[][2] = {{1, 1}, {17, 33}, {16, 64}, {45, 70}, {3, 300}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int kind = 0; kind < 8; kind++) { /* pairs form, line runs (cs 1), BF16 source */
+            const int n = shapes[si][0], K = shapes[si][1], pairs = kind & 1, line_runs = kind & 2, bf_src = kind & 4;
+            const int ld = (line_runs ? K : n) + 3;
+            const size_t total = (size_t)(line_runs ? n : K) * ld;
+            float *X = malloc(sizeof(float) * total);
+            uint16_t *Xb = malloc(sizeof(uint16_t) * total);
+            for (size_t i = 0; i < total; i++) {
+                const uint32_t bits = special[al_rng_u64(r) % (sizeof special / sizeof special[0])];
+                float v;
+                memcpy(&v, &bits, sizeof v);
+                X[i] = i % 3 ? rnd(r) : v;
+                Xb[i] = (uint16_t)(al_rng_u64(r) & 0xFFFF);
+            }
+            const size_t el = al_bf16_tiles_elems(n, K);
+            uint16_t *fast = malloc(sizeof(uint16_t) * el), *plain = malloc(sizeof(uint16_t) * el);
+            memset(fast, 0xAB, sizeof(uint16_t) * el), memset(plain, 0xCD, sizeof(uint16_t) * el);
+            const size_t rs = line_runs ? (size_t)ld : 1, cs = line_runs ? 1 : (size_t)ld;
+            const int groups = (int)al_bf16_tiles_groups(n);
+            al_bf16_tiles_pack(fast, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, groups);
+            al_bf16_tiles_pack_ref(plain, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, groups);
+            CHECK_MSG(!memcmp(fast, plain, sizeof(uint16_t) * el), "tiles packers differ: %d lines x %d (%s form, %s, %s)",
+                      n, K, pairs ? "pairs" : "rows", line_runs ? "line runs" : "runs of lines", bf_src ? "bf16" : "fp32");
+            free(X), free(Xb), free(fast), free(plain);
+        }
 }
 
 /* Whole models (GQA, MLA, LRKV), forward and backward in BF16 on the
@@ -313,7 +453,7 @@ static void check_names(void) {
     const char *names[] = {"emulated", "onednn", "own", "amx", "avx512-bf16", "bogus"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         setenv("ATTNLAB_BF16_ENGINE", names[i], 1);
-        al_bf16_engine want = AL_BF16_ONEDNN;
+        al_bf16_engine want = AL_BF16_DEFAULT;
         al_bf16_engine_of_name(names[i], &want);
         const al_bf16_engine now = al_bf16_engine_now();
         CHECK_MSG(al_bf16_engine_runs(now) && (now == want || !al_bf16_engine_runs(want)),
@@ -363,6 +503,9 @@ int main(void) {
     CHECK(al_bf16_engine_force(AL_BF16_AVX512BF16) == AL_BF16_AVX512BF16);
     check_engine("own engine (reference kernel)", &r);
     check_shadow_and_threads("own engine (reference kernel)", &r);
+    CHECK(al_bf16_engine_force(AL_BF16_AMX) == AL_BF16_AMX);
+    check_engine("amx engine (reference kernel)", &r);
+    check_shadow_and_threads("amx engine (reference kernel)", &r);
     al_bf16_own_test_ref(0);
     al_bf16_engine_force(-1);
     al_precision_release();
@@ -380,6 +523,8 @@ int main(void) {
     al_precision_set(AL_PREC_F32);
 
     check_own_kernels(&r);
+    check_tiles(&r);
+    check_tiles_packers(&r);
     check_models();
     /* the two ceilings: a rate where the engine runs, else "unavailable" */
     const double dnn = al_measure_bf16_onednn_gflops(64, 1), amx = al_measure_amx_tile_gflops(1);
