@@ -18,9 +18,9 @@
  * tile of C then reads it in place (oneDNN, in contrast, packs a tile's
  * weights again for every tile of C it is called for).
  *
- * Packing reads the source in its memory order: a line whose k run
- * lies contiguous is copied (rounded) as a run; otherwise the k-th values of
- * the group's 16 lines lie contiguous and are copied as such, then spread.
+ * Packing (pack_part) reads the source in its memory order; the plain
+ * packer is the reference of the AVX-512 one (bf16_tiles_avx512.c), which
+ * runs wherever the amx engine does.
  */
 #include <assert.h>
 #include <string.h>
@@ -35,13 +35,6 @@ size_t al_bf16_tiles_elems(int n, int K) {
     return al_bf16_tiles_groups(n) * (size_t)al_bf16_tiles_ksteps(K) * AL_TILE_ELEMS;
 }
 
-/* dst[len] = src (BF16, copied) or srcf rounded to bf16. */
-static void run_bf16(uint16_t *restrict dst, const float *restrict srcf, const uint16_t *restrict src, int len) {
-    if (src) memcpy(dst, src, sizeof(uint16_t) * (size_t)len);
-    else
-        for (int i = 0; i < len; i++) dst[i] = (uint16_t)(al_bf16_round_bits(srcf[i]) >> 16);
-}
-
 /* Element (line, k) of the source view: X (fp32) or Xbf (BF16) at line rs +
  * k cs, rounded to bf16. */
 static inline uint16_t at_bf16(const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int line, int k) {
@@ -49,79 +42,50 @@ static inline uint16_t at_bf16(const float *X, const uint16_t *Xbf, size_t rs, s
     return Xbf ? Xbf[at] : (uint16_t)(al_bf16_round_bits(X[at]) >> 16);
 }
 
-enum { CHUNK_K = 256, CHUNK_STEPS = CHUNK_K / AL_TILE_K };
-
-/* One group (lines [l0, l0 + lines), lines <= 16) into its tiles, K in
- * chunks of CHUNK_K: each chunk is gathered in the source's memory order
- * (runs of k per line when cs is 1, runs of lines per k when rs is 1),
- * rounded, zeros past the lines and K, then written out as pairs of
- * neighbouring k (32-bit words): word (line c, pair p) of a tile goes to
- * word p * 16 + c (pairs form) or c * 16 + p (rows form). */
-static void pack_group(uint16_t *group, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int l0,
-                       int lines, int K, int ksteps) {
-    uint16_t by_line[AL_TILE_LINES][CHUNK_K] __attribute__((aligned(64))); /* cs == 1 */
-    uint16_t by_k[CHUNK_K][AL_TILE_LINES] __attribute__((aligned(64)));    /* otherwise */
-    const int line_runs = cs == 1;
-    for (int k0 = 0; k0 < ksteps * AL_TILE_K; k0 += CHUNK_K) {
-        const int kn = K - k0 < CHUNK_K ? (K - k0 > 0 ? K - k0 : 0) : CHUNK_K;
-        const int steps = ksteps - k0 / AL_TILE_K < CHUNK_STEPS ? ksteps - k0 / AL_TILE_K : CHUNK_STEPS;
-        if (line_runs) {
-            for (int c = 0; c < AL_TILE_LINES; c++) {
-                const size_t at = (size_t)(l0 + c) * rs + (size_t)k0;
-                const int n = c < lines ? kn : 0;
-                if (n) run_bf16(by_line[c], X ? X + at : NULL, Xbf ? Xbf + at : NULL, n);
-                memset(by_line[c] + n, 0, sizeof(uint16_t) * (size_t)(CHUNK_K - n));
-            }
-        } else {
-            for (int kk = 0; kk < CHUNK_K; kk++) {
-                memset(by_k[kk], 0, sizeof by_k[kk]);
-                if (kk >= kn) continue;
-                if (rs == 1) {
-                    const size_t at = (size_t)(k0 + kk) * cs + (size_t)l0;
-                    run_bf16(by_k[kk], X ? X + at : NULL, Xbf ? Xbf + at : NULL, lines);
-                } else { /* no unit stride (not made by al_sgemm): element by element */
-                    for (int c = 0; c < lines; c++) by_k[kk][c] = at_bf16(X, Xbf, rs, cs, l0 + c, k0 + kk);
-                }
-            }
-        }
-        for (int s = 0; s < steps; s++) {
-            uint32_t *tile = (uint32_t *)(group + (size_t)(k0 / AL_TILE_K + s) * AL_TILE_ELEMS);
-            for (int c = 0; c < AL_TILE_LINES; c++)
-                for (int p = 0; p < AL_TILE_K / 2; p++) {
-                    const int kk = s * AL_TILE_K + 2 * p;
-                    uint32_t word;
-                    if (line_runs) memcpy(&word, by_line[c] + kk, sizeof word);
-                    else word = (uint32_t)by_k[kk][c] | (uint32_t)by_k[kk + 1][c] << 16;
-                    tile[pairs ? p * 16 + c : c * 16 + p] = word;
-                }
-        }
-    }
+/* The plain packer of one tile: lines [l0, l0 + lines) (lines <= 16, or
+ * none: zeros) at k from 32 s on, zeros past the lines and K. */
+static void pack_tile(uint16_t *restrict t, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
+                      int l0, int lines, int K, int s) {
+    memset(t, 0, sizeof(uint16_t) * AL_TILE_ELEMS);
+    const int k0 = s * AL_TILE_K, kn = K - k0 < AL_TILE_K ? K - k0 : AL_TILE_K;
+    for (int c = 0; c < lines; c++)
+        for (int kk = 0; kk < kn; kk++)
+            t[pairs ? (kk / 2) * 32 + 2 * c + kk % 2 : c * AL_TILE_K + kk] = at_bf16(X, Xbf, rs, cs, l0 + c, k0 + kk);
 }
 
-/* Groups [g0, g1) into dst, each by pack_group or, with `fast`, by the
- * AVX-512 packer (views with a unit stride). */
-static void pack_groups(int fast, uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
-                        int n, int K, int g0, int g1) {
-    const int ksteps = al_bf16_tiles_ksteps(K);
-    for (int g = g0; g < g1; g++) {
-        uint16_t *group = dst + (size_t)g * ksteps * AL_TILE_ELEMS;
-        const int l0 = g * AL_TILE_LINES, lines = n - l0 < AL_TILE_LINES ? n - l0 : AL_TILE_LINES;
-        if (lines <= 0) /* the zero groups past the end */
-            memset(group, 0, sizeof(uint16_t) * (size_t)ksteps * AL_TILE_ELEMS);
-        else if (fast) al_bf16_tiles_pack_group_avx512(group, pairs, X, Xbf, rs, cs, l0, lines, K, ksteps);
-        else pack_group(group, pairs, X, Xbf, rs, cs, l0, lines, K, ksteps);
-    }
+/* Part `part` of `parts` of the packing, each tile by the plain packer or
+ * (fast) the AVX-512 one. A view whose lines run along memory (cs 1) is
+ * cut by groups, each group's tiles in K order (each line read in order);
+ * one whose lines lie side by side (rs 1: a k's values of all lines
+ * contiguous) by steps of K, each step's tiles in group order, so that the
+ * 32 memory rows of a step are read once, in order, and stay in cache
+ * while every group takes its 16 values from them. */
+static void pack_part(int fast, uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
+                      int n, int K, int part, int parts) {
+    const int ksteps = al_bf16_tiles_ksteps(K), groups = (int)al_bf16_tiles_groups(n);
+    const int by_steps = cs != 1;
+    const int units = by_steps ? ksteps : groups;
+    const int u0 = (int)((long)units * part / parts), u1 = (int)((long)units * (part + 1) / parts);
+    const int g0 = by_steps ? 0 : u0, g1 = by_steps ? groups : u1, s0 = by_steps ? u0 : 0, s1 = by_steps ? u1 : ksteps;
+    for (int a = by_steps ? s0 : g0; a < (by_steps ? s1 : g1); a++) /* outer: steps, or groups */
+        for (int b = by_steps ? g0 : s0; b < (by_steps ? g1 : s1); b++) {
+            const int g = by_steps ? b : a, s = by_steps ? a : b;
+            uint16_t *tile = dst + ((size_t)g * ksteps + s) * AL_TILE_ELEMS;
+            const int l0 = g * AL_TILE_LINES, lines = n - l0 < AL_TILE_LINES ? (n - l0 > 0 ? n - l0 : 0) : AL_TILE_LINES;
+            if (fast && lines > 0) al_bf16_tiles_pack_tile_avx512(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
+            else pack_tile(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
+        }
 }
 
 void al_bf16_tiles_pack(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int n,
-                        int K, int g0, int g1) {
+                        int K, int part, int parts) {
     const int fast = al_cpu_level_now() >= AL_CPU_AVX512 && (cs == 1 || rs == 1);
-    pack_groups(fast, dst, pairs, X, Xbf, rs, cs, n, K, g0, g1);
+    pack_part(fast, dst, pairs, X, Xbf, rs, cs, n, K, part, parts);
 }
 
 void al_bf16_tiles_pack_ref(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
-                            int n, int K, int g0, int g1) {
-    pack_groups(0, dst, pairs, X, Xbf, rs, cs, n, K, g0, g1);
+                            int n, int K, int part, int parts) {
+    pack_part(0, dst, pairs, X, Xbf, rs, cs, n, K, part, parts);
 }
 
 /* The plain reference of al_bf16_tiles_kernel_amx, with the same K blocks

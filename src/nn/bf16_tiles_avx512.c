@@ -90,33 +90,30 @@ static void transpose16(__m512i r[16]) {
     }
 }
 
-void al_bf16_tiles_pack_group_avx512(uint16_t *group, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
-                                     size_t cs, int l0, int lines, int K, int ksteps) {
+void al_bf16_tiles_pack_tile_avx512(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
+                                    size_t cs, int l0, int lines, int K, int s) {
     const int line_runs = cs == 1;
-    for (int s = 0; s < ksteps; s++) {
-        const int k0 = s * AL_TILE_K, kn = K - k0 < AL_TILE_K ? K - k0 : AL_TILE_K;
-        __m512i v[16];
-        for (int q = 0; q < 16; q++) {
-            if (line_runs) { /* v[q]: line q's pairs */
-                const size_t at = (size_t)(l0 + q) * rs + (size_t)k0;
-                v[q] = q < lines ? line_words(X ? X + at : NULL, Xbf ? Xbf + at : NULL, kn) : _mm512_setzero_si512();
-            } else { /* v[q]: pair q of the lines */
-                const int k = k0 + 2 * q;
-                if (k >= K) {
-                    v[q] = _mm512_setzero_si512();
-                    continue;
-                }
-                const size_t a0 = (size_t)k * cs + (size_t)l0, a1 = a0 + cs;
-                const int has1 = k + 1 < K;
-                v[q] = pair_words(X ? X + a0 : NULL, X && has1 ? X + a1 : NULL, Xbf ? Xbf + a0 : NULL,
-                                  Xbf && has1 ? Xbf + a1 : NULL, lines);
+    const int k0 = s * AL_TILE_K, kn = K - k0 < AL_TILE_K ? K - k0 : AL_TILE_K;
+    __m512i v[16];
+    for (int q = 0; q < 16; q++) {
+        if (line_runs) { /* v[q]: line q's pairs */
+            const size_t at = (size_t)(l0 + q) * rs + (size_t)k0;
+            v[q] = q < lines ? line_words(X ? X + at : NULL, Xbf ? Xbf + at : NULL, kn) : _mm512_setzero_si512();
+        } else { /* v[q]: pair q of the lines */
+            const int k = k0 + 2 * q;
+            if (k >= K) {
+                v[q] = _mm512_setzero_si512();
+                continue;
             }
+            const size_t a0 = (size_t)k * cs + (size_t)l0, a1 = a0 + cs;
+            const int has1 = k + 1 < K;
+            v[q] = pair_words(X ? X + a0 : NULL, X && has1 ? X + a1 : NULL, Xbf ? Xbf + a0 : NULL,
+                              Xbf && has1 ? Xbf + a1 : NULL, lines);
         }
-        /* line runs give the rows form; runs of lines give the pairs form */
-        if (line_runs == pairs) transpose16(v);
-        uint16_t *tile = group + (size_t)s * AL_TILE_ELEMS;
-        for (int q = 0; q < 16; q++) _mm512_storeu_si512((void *)(tile + q * 32), v[q]);
     }
+    /* line runs give the rows form; runs of lines give the pairs form */
+    if (line_runs == pairs) transpose16(v);
+    for (int q = 0; q < 16; q++) _mm512_storeu_si512((void *)(tile + q * 32), v[q]);
 }
 
 #pragma GCC pop_options

@@ -338,14 +338,15 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
         const operand oa = operand_of(A, a_transposed, lda, 0),
                       ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
         const size_t a_elems = al_bf16_tiles_elems(M, K);
-        const int a_groups = (int)al_bf16_tiles_groups(M), groups = a_groups + (int)al_bf16_tiles_groups(N);
         p->ws = ws_get((a_elems + al_bf16_tiles_elems(N, K)) * sizeof(uint16_t));
         if (p->ws) {
             uint16_t *at = (uint16_t *)p->ws, *bt = at + a_elems;
-#pragma omp parallel for num_threads(slots) schedule(static) if (slots > 1)
-            for (int g = 0; g < groups; g++) {
-                if (g < a_groups) al_bf16_tiles_pack(at, 0, oa.x, oa.bf, oa.rs, oa.cs, M, K, g, g + 1);
-                else al_bf16_tiles_pack(bt, 1, ob.x, ob.bf, ob.rs, ob.cs, N, K, g - a_groups, g - a_groups + 1);
+            /* each operand in 4 parts per thread (slots that finish early take more) */
+            const int parts = 4 * slots;
+#pragma omp parallel for num_threads(slots) schedule(dynamic, 1) if (slots > 1)
+            for (int q = 0; q < 2 * parts; q++) {
+                if (q < parts) al_bf16_tiles_pack(at, 0, oa.x, oa.bf, oa.rs, oa.cs, M, K, q, parts);
+                else al_bf16_tiles_pack(bt, 1, ob.x, ob.bf, ob.rs, ob.cs, N, K, q - parts, parts);
             }
             p->a = (al_bf16_view){at, 0, 0}, p->b = (al_bf16_view){bt, 0, 0};
             p->ksteps = al_bf16_tiles_ksteps(K);

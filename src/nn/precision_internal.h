@@ -80,18 +80,21 @@ enum { AL_TILE_LINES = 16, AL_TILE_K = 32, AL_TILE_ELEMS = AL_TILE_LINES * AL_TI
 size_t al_bf16_tiles_groups(int n);
 int al_bf16_tiles_ksteps(int K);
 size_t al_bf16_tiles_elems(int n, int K);
-/* Packs groups [g0, g1) of the view (line l, value k at X[l rs + k cs], or
- * at Xbf when not NULL: a BF16 source) into dst, tiles in the pairs form
- * (B) or the rows form (A); groups past n's are zeros. */
+/* Packs part `part` of `parts` of the view (line l, value k at X[l rs + k
+ * cs], or at Xbf when not NULL: a BF16 source) into dst, tiles in the
+ * pairs form (B) or the rows form (A), zeros past the lines and K; the
+ * parts together pack every tile once (run them on any threads: each tile
+ * depends on the view only). */
 void al_bf16_tiles_pack(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int n,
-                        int K, int g0, int g1);
+                        int K, int part, int parts);
 /* The same in plain C (al_bf16_tiles_pack runs the AVX-512 packer where
  * core/cpu.h's set in use has it: the same bits), and that packer's one
- * group (lines [l0, l0 + lines), a view with a unit stride). */
+ * tile (lines [l0, l0 + lines), 1 <= lines <= 16, K step s; a view with a
+ * unit stride). */
 void al_bf16_tiles_pack_ref(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
-                            int n, int K, int g0, int g1);
-void al_bf16_tiles_pack_group_avx512(uint16_t *group, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
-                                     size_t cs, int l0, int lines, int K, int ksteps);
+                            int n, int K, int part, int parts);
+void al_bf16_tiles_pack_tile_avx512(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
+                                    size_t cs, int l0, int lines, int K, int s);
 /* C[r0..r1, c0..c1) = alpha A B + beta C (beta 0: C is not read) over
  * packed operands of `ksteps` steps; r0 and c0 multiples of 16. K blocks of
  * AL_TILES_KBLOCK steps: the first gives alpha S + beta C, each later one

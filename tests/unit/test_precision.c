@@ -260,8 +260,10 @@ static void check_tiles(al_rng *r) {
         const size_t a_el = al_bf16_tiles_elems(M, K), b_el = al_bf16_tiles_elems(N, K);
         uint16_t *Ap = malloc(sizeof(uint16_t) * a_el), *Bp = malloc(sizeof(uint16_t) * b_el);
         memset(Ap, 0xFF, sizeof(uint16_t) * a_el), memset(Bp, 0xFF, sizeof(uint16_t) * b_el); /* garbage */
-        al_bf16_tiles_pack(Ap, 0, A, NULL, ars, acs, M, K, 0, (int)al_bf16_tiles_groups(M));
-        al_bf16_tiles_pack(Bp, 1, bf_src ? NULL : B, bf_src ? Bb : NULL, brs, bcs, N, K, 0, (int)al_bf16_tiles_groups(N));
+        for (int part = 0; part < 3; part++) { /* in parts, as precision.c's plan packs */
+            al_bf16_tiles_pack(Ap, 0, A, NULL, ars, acs, M, K, part, 3);
+            al_bf16_tiles_pack(Bp, 1, bf_src ? NULL : B, bf_src ? Bb : NULL, brs, bcs, N, K, part, 3);
+        }
         /* the packed layout itself, element by element (zeros in all padding) */
         const int ks = al_bf16_tiles_ksteps(K);
         int layout_ok = 1;
@@ -364,9 +366,9 @@ static void check_tiles_packers(al_rng *r) {
             uint16_t *fast = malloc(sizeof(uint16_t) * el), *plain = malloc(sizeof(uint16_t) * el);
             memset(fast, 0xAB, sizeof(uint16_t) * el), memset(plain, 0xCD, sizeof(uint16_t) * el);
             const size_t rs = line_runs ? (size_t)ld : 1, cs = line_runs ? 1 : (size_t)ld;
-            const int groups = (int)al_bf16_tiles_groups(n);
-            al_bf16_tiles_pack(fast, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, groups);
-            al_bf16_tiles_pack_ref(plain, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, groups);
+            al_bf16_tiles_pack(fast, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, 1);
+            for (int part = 0; part < 5; part++) /* more parts than some shapes' steps or groups */
+                al_bf16_tiles_pack_ref(plain, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, part, 5);
             CHECK_MSG(!memcmp(fast, plain, sizeof(uint16_t) * el), "tiles packers differ: %d lines x %d (%s form, %s, %s)",
                       n, K, pairs ? "pairs" : "rows", line_runs ? "line runs" : "runs of lines", bf_src ? "bf16" : "fp32");
             free(X), free(Xb), free(fast), free(plain);
