@@ -13,8 +13,8 @@
  * which is what tdpbf16ps takes as its A tile (16 rows of 32 bf16) and as
  * its B tile (16 rows of 16 pairs of neighbouring k) at a 64-byte stride, so
  * every tile load reads 1 KB of consecutive memory. The whole operand is
- * packed once per product (precision.c's plan), each group on its own, so
- * the bits do not depend on how the groups are shared among threads; every
+ * packed once per product (precision.c's plan), each tile on its own, so
+ * the bits do not depend on how the tiles are shared among threads; every
  * tile of C then reads it in place (oneDNN, in contrast, packs a tile's
  * weights again for every tile of C it is called for).
  *

@@ -357,7 +357,7 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
     }
     if (!p->ws) p->engine = AL_BF16_EMULATED; /* the stack blocks */
     p->merge_rows = p->engine == AL_BF16_EMULATED;
-    p->cols_first = p->engine == AL_BF16_ONEDNN;
+    p->cols_first = p->engine == AL_BF16_ONEDNN || p->engine == AL_BF16_AMX;
 }
 
 /* ---- packing blocks of the operands ---- */
