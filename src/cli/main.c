@@ -53,6 +53,9 @@ int main(int argc, char **argv) {
     }
     al_err err;
     if (al_cpu_init(&err)) fprintf(stderr, "attnlab: %s\n", err.msg); /* a bad ATTNLAB_CPU: warn, then run */
+    if (al_cpu_amx_refused())
+        fprintf(stderr, "attnlab: note: this CPU has AMX but Linux refused this process the tile state (arch_prctl); "
+                        "running on %s\n", al_cpu_level_name(al_cpu_detect()));
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "attnlab: unknown command '%s' (see 'attnlab --help')\n", argv[1]);
