@@ -10,7 +10,7 @@
  * block sizes); and one workspace per calling thread.
  *
  * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs, for
- * every engine but onednn (below), as blocks: columns in steps of the
+ * the emulated and avx512-bf16 engines (onednn and amx: below), as blocks: columns in steps of the
  * engine's nch from c0, K in steps of kch from 0, rows in steps of mch from
  * r0. For each (column, K) block the B operand is prepared once (rounded
  * from fp32, or read from the arena's BF16 copy), for each row block within
@@ -35,9 +35,12 @@
  * needs itself: rounding or transposing per block cost more than the
  * products, measured on Zen 4; a view strided past its tile is copied dense
  * there, line by line, for oneDNN's AMX kernels; al_sgemm cuts its tiles
- * columns first); avx512-bf16 and amx pack both into the VNNI
- * layouts of precision_internal.h and run our kernels (gemm_avx512bf16.c,
- * gemm_amx.c).
+ * columns first); amx packs both operands once per product, whole, into
+ * 1 KB tiles (bf16_tiles.c, in parts on the product's threads, each tile
+ * alone) and runs each tile of C, K whole, as one call of its AMX kernel
+ * over them (gemm_amx.c; columns first too); avx512-bf16 packs blocks into
+ * the VNNI layouts of precision_internal.h and runs its kernel
+ * (gemm_avx512bf16.c).
  */
 #include <cblas.h>
 #include <omp.h>
@@ -333,8 +336,8 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
             p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, B, Bsrc, ldb);
         }
     } else if (p->engine == AL_BF16_AMX) {
-        /* both operands packed whole into tiles (bf16_tiles.c), group by
-         * group on `slots` threads; every tile of C reads them in place */
+        /* both operands packed whole into tiles (bf16_tiles.c), in parts on
+         * `slots` threads; every tile of C reads them in place */
         const operand oa = operand_of(A, a_transposed, lda, 0),
                       ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
         const size_t a_elems = al_bf16_tiles_elems(M, K);
@@ -462,7 +465,7 @@ static void prepare_b(al_bf16_engine e, block *b, void *room) {
 }
 
 /* Block b of the product on engine e (A packed into b->ablk first): the
- * emulated engine and the own kernels (onednn runs whole tiles). */
+ * emulated and avx512-bf16 engines (onednn and amx run whole tiles). */
 static void block_multiply(al_bf16_engine e, const block *b, float alpha, float beta, float *C, int ldc) {
     switch (e) {
     case AL_BF16_EMULATED:
