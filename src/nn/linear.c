@@ -53,7 +53,7 @@
  * engine's 7B MLP products 1.24-1.58x oneDNN's against 1.07-1.11x cut rows
  * first, alternated, measured). */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
-enum { ONEDNN_MIN_BLOCK_COLS = 256 };
+enum { COLS_FIRST_MIN_BLOCK_COLS = 256 };
 
 /* Halve n into blocks of at least min_size while fewer than `most`. */
 static int block_count(int n, int min_size, int most) {
@@ -108,7 +108,7 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     }
     int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
     if (plan && plan->cols_first) { /* each tile reads its whole op(B): few row blocks, many column blocks */
-        col_blocks = block_count(N, ONEDNN_MIN_BLOCK_COLS, MAX_BLOCKS);
+        col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
         shape_rows = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks);
     }
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving

@@ -4,9 +4,10 @@
  * precision.c; gemm_amx.c and bf16_tiles.c; tests call them directly).
  *
  * A BF16 product in al_sgemm runs as: one plan per product (the engine, the
- * calling thread's workspace cut into one slot per OpenMP thread), then one
- * single-threaded call per tile of C (rows [r0, r1) x columns [c0, c1)),
- * each with its thread's slot.
+ * calling thread's workspace: for onednn and amx the product's operands,
+ * rounded or packed whole; for the others one slot per OpenMP thread), then
+ * one single-threaded call per tile of C (rows [r0, r1) x columns [c0,
+ * c1)), each with its thread's slot.
  *
  * The avx512-bf16 engine's packed blocks (zeros in all padding):
  *   A  mp x kp bf16, row-major (row i at i * kp), mp = mb rounded up to
