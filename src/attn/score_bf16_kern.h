@@ -223,19 +223,10 @@ static void transpose16(uint16_t *restrict dst, int ldd, const uint16_t *restric
 /* tiles 0-5: C of up to six heads; 6: A; 7: B (pairs) */
 enum { AMX_HEADS = 6 };
 
-/* ldtilecfg's 64-byte operand: palette 1, every tile 16 rows x 64 bytes.
- * A constant in memory: GCC's _tile_loadconfig names only its first bytes
- * as an operand, so a local copy could be partly optimised away. */
-static _Alignas(64) const struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {RB, RB, RB, RB, RB, RB, RB, RB}};
-
-static void amx_config(void) {
-    __asm__ volatile("" ::: "memory");
-    _tile_loadconfig(&amx_cfg);
-}
+/* Tiles of RB rows x 64 bytes: core/amx_tiles.h's configuration. */
+#include "../core/amx_tiles.h"
+_Static_assert(RB == 16, "the tile configuration has 16-row tiles");
+static void amx_config(void) { AL_TILE_LOADCONFIG(); }
 
 #define BF16_THREAD_BEGIN() amx_config()
 #define BF16_THREAD_END() _tile_release()

@@ -7,6 +7,7 @@
  * in use is amx (which includes the OS's permission for the tiles).
  */
 #include "ceiling.h"
+#include "amx_tiles.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -110,22 +111,11 @@ double al_measure_bf16_onednn_gflops(int n, int reps) { return 0; }
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16")
 
-/* The 64-byte tile configuration of palette 1 (as nn/gemm_amx.c). */
-typedef struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((aligned(64))) tile_config;
-
 /* `iters` rounds of four independent tdpbf16ps on this thread; seconds. */
 static double amx_loop(long iters) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
     static const uint16_t zeros[16 * 32] __attribute__((aligned(64))) = {0}; /* the time is the same for any values */
     float out[16 * 16] __attribute__((aligned(64)));
-    _tile_loadconfig(&cfg);
+    AL_TILE_LOADCONFIG();
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);

@@ -53,28 +53,33 @@ static void pack_tile(uint16_t *restrict t, int pairs, const float *X, const uin
             t[pairs ? (kk / 2) * 32 + 2 * c + kk % 2 : c * AL_TILE_K + kk] = at_bf16(X, Xbf, rs, cs, l0 + c, k0 + kk);
 }
 
-/* Part `part` of `parts` of the packing, each tile by the plain packer or
- * (fast) the AVX-512 one. A view whose lines run along memory (cs 1) is
- * cut by groups, each group's tiles in K order (each line read in order);
- * one whose lines lie side by side (rs 1: a k's values of all lines
- * contiguous) by steps of K, each step's tiles in group order, so that the
- * 32 memory rows of a step are read once, in order, and stay in cache
- * while every group takes its 16 values from them. */
+/* Tile (g, s) of the view into dst, by the plain packer or (fast) the
+ * AVX-512 one (which needs at least one real line). */
+static void pack_one(int fast, uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
+                     int n, int K, int ksteps, int g, int s) {
+    uint16_t *tile = dst + ((size_t)g * ksteps + s) * AL_TILE_ELEMS;
+    const int l0 = g * AL_TILE_LINES, lines = n - l0 < AL_TILE_LINES ? (n - l0 > 0 ? n - l0 : 0) : AL_TILE_LINES;
+    if (fast && lines > 0) al_bf16_tiles_pack_tile_avx512(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
+    else pack_tile(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
+}
+
+/* Part `part` of `parts` of the packing. A view whose lines run along
+ * memory (cs 1) is cut by groups, each group's tiles in K order (each line
+ * read in order); one whose lines lie side by side (rs 1: a k's values of
+ * all lines contiguous) by steps of K, each step's tiles in group order, so
+ * that the 32 memory rows of a step are read once, in order, and stay in
+ * cache while every group takes its 16 values from them. */
 static void pack_part(int fast, uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
                       int n, int K, int part, int parts) {
     const int ksteps = al_bf16_tiles_ksteps(K), groups = (int)al_bf16_tiles_groups(n);
-    const int by_steps = cs != 1;
-    const int units = by_steps ? ksteps : groups;
+    const int by_steps = cs != 1, units = by_steps ? ksteps : groups;
     const int u0 = (int)((long)units * part / parts), u1 = (int)((long)units * (part + 1) / parts);
-    const int g0 = by_steps ? 0 : u0, g1 = by_steps ? groups : u1, s0 = by_steps ? u0 : 0, s1 = by_steps ? u1 : ksteps;
-    for (int a = by_steps ? s0 : g0; a < (by_steps ? s1 : g1); a++) /* outer: steps, or groups */
-        for (int b = by_steps ? g0 : s0; b < (by_steps ? g1 : s1); b++) {
-            const int g = by_steps ? b : a, s = by_steps ? a : b;
-            uint16_t *tile = dst + ((size_t)g * ksteps + s) * AL_TILE_ELEMS;
-            const int l0 = g * AL_TILE_LINES, lines = n - l0 < AL_TILE_LINES ? (n - l0 > 0 ? n - l0 : 0) : AL_TILE_LINES;
-            if (fast && lines > 0) al_bf16_tiles_pack_tile_avx512(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
-            else pack_tile(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
-        }
+    for (int u = u0; u < u1; u++) {
+        if (by_steps)
+            for (int g = 0; g < groups; g++) pack_one(fast, dst, pairs, X, Xbf, rs, cs, n, K, ksteps, g, u);
+        else
+            for (int s = 0; s < ksteps; s++) pack_one(fast, dst, pairs, X, Xbf, rs, cs, n, K, ksteps, u, s);
+    }
 }
 
 void al_bf16_tiles_pack(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int n,

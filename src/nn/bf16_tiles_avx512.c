@@ -33,8 +33,8 @@ static inline __m512i round16(__m512 x) {
     return _mm512_and_si512(_mm512_mask_blend_epi32(nan, rounded, quiet), top);
 }
 
-/* The 16 words of one line's 32 k (n of them real, the rest zero) from p:
- * fp32 (rounded) or BF16. */
+/* The 16 words of one line's 32 k (n of them real, the rest zero), read
+ * from x (fp32, rounded) or, when not NULL, xb (BF16). */
 static inline __m512i line_words(const float *x, const uint16_t *xb, int n) {
     if (xb) return _mm512_maskz_loadu_epi16(n >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << n) - 1), xb);
     const __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1),

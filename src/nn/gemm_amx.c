@@ -17,7 +17,7 @@
  * order of every sum is fixed by the shape and the tile (r0, c0), so the
  * bits never depend on the thread count.
  *
- * The tile configuration is loaded per call and released at its end, so
+ * The tile configuration (core/amx_tiles.h) is loaded per call and released at its end, so
  * no thread keeps tile state between calls. The tile data state must have
  * been granted by Linux (arch_prctl, asked by core/cpu.c when it detects
  * amx): precision.c calls this only when the set in use is amx, which
@@ -29,19 +29,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/amx_tiles.h"
 #include "precision_internal.h"
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f")
 
 enum { CHUNK_COLS = 256 };
-
-/* The 64-byte tile configuration of palette 1 (Intel SDM, LDTILECFG). */
-typedef struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16]; /* bytes per row of tile t */
-    uint8_t rows[16];
-} __attribute__((aligned(64))) tile_config;
 
 /* C tile at (i, j) of up to rows x cols from the 16 x 16 sums in buf:
  * C = alpha buf + keep C (keep 0: C not read). */
@@ -59,11 +53,7 @@ static void combine(float *C, size_t ldc, const float *buf, int rows, int cols, 
 void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps, int r0, int r1, int c0, int c1,
                               float alpha, float beta, float *C, size_t ldc) {
     assert(r0 % AL_TILE_LINES == 0 && c0 % AL_TILE_LINES == 0);
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C: 16 fp32, A: 32 bf16, B: 16 pairs */
-    _tile_loadconfig(&cfg);
+    AL_TILE_LOADCONFIG(); /* C: 16 fp32, A: 32 bf16, B: 16 pairs a row */
     float buf[4][16 * 16] __attribute__((aligned(64)));
     const size_t group = (size_t)ksteps * AL_TILE_ELEMS, c_stride = ldc * sizeof(float);
     for (int jc = c0; jc < c1; jc += CHUNK_COLS) {

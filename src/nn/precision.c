@@ -513,6 +513,12 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
         return;
     }
     const al_bf16_engine e = p->engine;
+    if (e == AL_BF16_AMX) { /* the tile over the plan's packed operands */
+        if (own_test_ref)
+            al_bf16_tiles_kernel_ref(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
+        else al_bf16_tiles_kernel_amx(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
+        return;
+    }
     const operand oa = operand_of(A, a_transposed, lda, 0), ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
     const block whole = {operand_at(oa, r0, 0), operand_at(ob, c0, 0), r1 - r0, c1 - c0, K, NULL, NULL};
     if (e == AL_BF16_ONEDNN) {
@@ -525,12 +531,6 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
         if (al_onednn_block(onednn_test_f32, r1 - r0, c1 - c0, K, alpha, a, p->a.rs, p->a.cs, b, p->b.cs, p->b.rs,
                             beta, C + (size_t)r0 * ldc + c0, ldc))
             tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);
-        return;
-    }
-    if (e == AL_BF16_AMX) { /* the tile over the plan's packed operands */
-        if (own_test_ref)
-            al_bf16_tiles_kernel_ref(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
-        else al_bf16_tiles_kernel_amx(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
         return;
     }
     if (!p->ws) {
