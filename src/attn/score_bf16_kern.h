@@ -96,16 +96,80 @@ static inline vhalf v_to_bf16(vf x) {
 #endif
 }
 
-/* dst[0..n) = bf16(src[0..n)), n a multiple of AL_VW */
-static inline void row_to_bf16(uint16_t *restrict dst, const float *restrict src, int n) {
-    for (int c = 0; c < n; c += KW) VH_STORE(dst + c, v_to_bf16(V_LOAD(src + c)));
-}
-
-/* x[0..n) *= mul, n a multiple of AL_VW: the score scale, applied after the
- * product (its operands are the unscaled, rounded q and k) */
+/* x[0..n) *= mul, n a multiple of AL_VW (the score scale is applied after
+ * the product, whose operands are the unscaled, rounded q and k; the
+ * forward's O sums are rescaled with it when a row's max moves) */
 static inline void row_scale(float *restrict x, int n, float mul) {
     const vf m = V_SET1(mul);
     for (int c = 0; c < n; c += KW) V_STORE(x + c, V_MUL(V_LOAD(x + c), m));
+}
+
+/* AL_VW floats to bf16 where they are the kernels' own fp32 results (weights
+ * P, dS), computed under FTZ/DAZ and so never subnormal: vcvtneps2bf16 where
+ * the set has it (nearest, ties to even, NaN made quiet: v_to_bf16's bits
+ * for every value but the subnormals it flushes), else v_to_bf16 */
+#if defined(__AVX512BF16__) && AL_VW == 16
+#define V_TO_BF16_NORMAL(x) ((__m256i)_mm512_cvtneps_pbh(x))
+#else
+#define V_TO_BF16_NORMAL(x) v_to_bf16(x)
+#endif
+
+/* ---- a row of KT scores into bf16 weights, in registers ----
+ * One pass each over the row, the RV vectors held in registers: the same
+ * operations as row_scale followed by score_kern.h's row function and the
+ * rounding (so the same bits), without the fp32 row written and read back
+ * between them. s: the product's unscaled scores, mul: the score scale
+ * (times log2 e for softmax); nv: visible lanes. */
+enum { RV = KT / KW };
+
+/* softmax forward (row_softmax_fwd): p = bf16(2^(s mul - m)); returns alpha */
+static inline float row_softmax_p16(const float *restrict s, uint16_t *restrict p, int nv, float mul, float *m,
+                                    vf *l) {
+    const vf vmul = V_SET1(mul);
+    vf x[RV], vmx = V_SET1(-INFINITY);
+    for (int c = 0; c < RV; c++) {
+        x[c] = V_MUL(V_LOAD(s + c * KW), vmul);
+        if (nv >= (c + 1) * KW) vmx = V_MAX(vmx, x[c]);
+        else if (nv > c * KW) vmx = V_MAX(vmx, V_SEL(V_MASK(nv - c * KW), x[c], V_SET1(-INFINITY)));
+    }
+    const float alpha = softmax_move_max(vmx, m, l);
+    const vf vm = V_SET1(*m);
+    vf sum = *l;
+    for (int c = 0; c < RV; c++) {
+        vf w = V_ZERO();
+        if (nv >= (c + 1) * KW) w = v_exp2(V_SUB(x[c], vm));
+        else if (nv > c * KW) w = V_SEL(V_MASK(nv - c * KW), v_exp2(V_SUB(x[c], vm)), V_ZERO());
+        sum = V_ADD(sum, w);
+        VH_STORE(p + c * KW, V_TO_BF16_NORMAL(w));
+    }
+    *l = sum;
+    return alpha;
+}
+
+/* the other functions forward (row_map_fwd): p = bf16(f(s mul)) */
+static inline void row_map_p16(const score_fn *f, const float *restrict s, uint16_t *restrict p, int nv, float mul) {
+    const vf vmul = V_SET1(mul);
+    for (int c = 0; c < RV; c++) {
+        vf w = V_ZERO();
+        if (nv > c * KW) {
+            w = v_map_fwd(f, V_MUL(V_LOAD(s + c * KW), vmul));
+            if (nv < (c + 1) * KW) w = V_SEL(V_MASK(nv - c * KW), w, V_ZERO());
+        }
+        VH_STORE(p + c * KW, V_TO_BF16_NORMAL(w));
+    }
+}
+
+/* backward (row_bwd): p, ds = bf16 of the weights and of scale dL/ds */
+static inline void row_bwd_p16(const score_fn *f, const float *restrict s, const float *restrict dp,
+                               uint16_t *restrict p, uint16_t *restrict ds, int nv, float mul, float lse, float D,
+                               float scale) {
+    const vf vmul = V_SET1(mul), vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
+    for (int c = 0; c < RV; c++) {
+        vf w, d;
+        vec_bwd(f, V_MUL(V_LOAD(s + c * KW), vmul), V_LOAD(dp + c * KW), vl, vD, vs, nv, c, &w, &d);
+        VH_STORE(p + c * KW, V_TO_BF16_NORMAL(w));
+        VH_STORE(ds + c * KW, V_TO_BF16_NORMAL(d));
+    }
 }
 
 /* ---- packing: fp32 rows (ld apart) into bf16 operands, zero-padded ---- */
@@ -116,11 +180,13 @@ typedef struct layout16 {
     long r2, r1, e2, e1;
 } layout16;
 
-/* the three layouts of an np x dp operand X:
- *   rows   X[np][dp]          an A operand (pairs along e adjacent)
+/* the four layouts of an np x dp operand X:
+ *   rows   X[np][dp]          an A operand reduced over e (pairs along e adjacent)
+ *   trows  X^T[dp][np]        an A operand reduced over r (pairs along r adjacent)
  *   pairs  X[np/2][dp][2]     a B operand reduced over r
  *   tpairs X^T[dp/2][np][2]   a B operand reduced over e */
 static inline layout16 lay_rows(int np, int dp) { (void)np; return (layout16){2L * dp, dp, 2, 1}; }
+static inline layout16 lay_trows(int np, int dp) { (void)dp; return (layout16){2, 1, 2L * np, np}; }
 static inline layout16 lay_pairs(int np, int dp) { (void)np; return (layout16){2L * dp, 1, 4, 2}; }
 static inline layout16 lay_tpairs(int np, int dp) { (void)dp; return (layout16){4, 2, 2L * np, 1}; }
 
@@ -139,11 +205,83 @@ static inline void row_round_pad(uint16_t *restrict h, const float *restrict src
 /* The rows r < np, columns e < dp of an operand in layout L: bf16(src[r][e])
  * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). Rows
  * go two at a time (r even, r + 1), each rounded in vectors into h first,
- * then laid out: rows whole (their elements adjacent), pairs as one 32-bit
- * word per column (the two rows' values adjacent), tpairs (the third layout
- * lay_* makes) as one 64-bit word per column pair (both rows' pairs
+ * then laid out: rows whole (their elements adjacent), pairs and trows as
+ * one 32-bit word per column (the two rows' values adjacent; trows' words
+ * np apart), tpairs as one 64-bit word per column pair (both rows' pairs
  * adjacent). */
 enum { PACK_ROW_MAX = 1024 };
+
+#if AL_VW == 16
+/* The transposed layouts are dword transposes: tpairs puts the dword (bf16
+ * pair) m of source row r at dword r + m np; trows puts the word of rows
+ * (2i, 2i + 1) at column e (both values) at dword i + e np / 2. So 32 rows
+ * at a time are rounded, the dwords of 16 of their rows (tpairs) or 16 row
+ * pairs (trows) are put in 16 registers, transposed there (tr16) and
+ * stored 64 bytes at a time, where the element-wise layout stores 4 or 8
+ * bytes per column to lines np apart. */
+enum { TPACK_MAX = 256 };
+
+/* r[i][j] <- r[j][i], 16 x 16 dwords */
+static inline void tr16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* u[i + c]: rows i .. i + 3 at column c of each 128-bit lane */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + c] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
+/* pack16 for tpairs (trows 0) or trows (1); np a multiple of 32, dp of 32
+ * and at most TPACK_MAX */
+static void pack16_tr(uint16_t *restrict dst, int trows, const float *restrict src, long ld, int n, int np, int d,
+                      int dp) {
+    uint16_t h[32][TPACK_MAX + KW];
+    uint32_t *restrict dw = (uint32_t *)dst;
+    for (int r0 = 0; r0 < np; r0 += 32) {
+        for (int t = 0; t < 32; t++) {
+            const int r = r0 + t;
+            if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
+            if (r < n) row_round_pad(h[t], src + (long)r * ld, d, dp);
+            else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
+        }
+        __m512i x[16];
+        if (trows) {
+            for (int e0 = 0; e0 < dp; e0 += 16) {
+                for (int i = 0; i < 16; i++)
+                    x[i] = _mm512_or_si512(
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i] + e0))),
+                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i + 1] + e0))),
+                                          16));
+                tr16(x);
+                for (int c = 0; c < 16; c++) _mm512_storeu_si512(dw + (size_t)(e0 + c) * (np / 2) + r0 / 2, x[c]);
+            }
+        } else {
+            for (int half = 0; half < 32; half += 16)
+                for (int m0 = 0; m0 < dp / 2; m0 += 16) {
+                    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(h[half + i] + 2 * m0);
+                    tr16(x);
+                    for (int c = 0; c < 16; c++)
+                        _mm512_storeu_si512(dw + (size_t)(m0 + c) * np + r0 + half, x[c]);
+                }
+        }
+    }
+}
+#endif
+
 static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src, long ld, int n, int np, int d,
                    int dp) {
     if (dp > PACK_ROW_MAX) { /* wider than the row buffer: element by element */
@@ -154,10 +292,18 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
         }
         return;
     }
-    uint16_t h[2][PACK_ROW_MAX + KW];
     const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2;
+    const int is_trows = L.r1 == 1 && L.r2 == 2;
+#if AL_VW == 16
+    if (!is_rows && !is_pairs && np % 32 == 0 && dp % 32 == 0 && dp <= TPACK_MAX) {
+        pack16_tr(dst, is_trows, src, ld, n, np, d, dp);
+        return;
+    }
+#endif
+    uint16_t h[2][PACK_ROW_MAX + KW];
     for (int r = 0; r < np; r += 2) {
         for (int t = 0; t < 2; t++) {
+            if (r + t + ROW_PREFETCH < n) prefetch_row(src + (long)(r + t + ROW_PREFETCH) * ld, d);
             if (r + t < n) row_round_pad(h[t], src + (long)(r + t) * ld, d, dp);
             else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
         }
@@ -169,6 +315,11 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
             uint32_t words[PACK_ROW_MAX];
             for (int e = 0; e < dp; e++) words[e] = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
             memcpy(base, words, sizeof(uint32_t) * (size_t)dp);
+        } else if (is_trows) {
+            for (int e = 0; e < dp; e++) {
+                const uint32_t word = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
+                memcpy(base + (size_t)e * L.e1, &word, sizeof word);
+            }
         } else { /* tpairs */
             for (int e = 0; e < dp; e += 2) {
                 uint16_t quad[4] = {h[0][e], h[0][e + 1], h[1][e], h[1][e + 1]};
@@ -199,15 +350,6 @@ static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, i
     }
 }
 
-#ifdef BF16_AMX
-/* dst[c][r] = src[r][c]: r < nr, c < nc (bf16 rows; P^T and dS^T for the
- * AMX products that reduce over query rows; the vector engines read them
- * interleaved instead, interleave_pairs) */
-static void transpose16(uint16_t *restrict dst, int ldd, const uint16_t *restrict src, int lds, int nr, int nc) {
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
-}
-#endif
 
 /* ---- the product ----
  * C_h (acc: +=, else =) A_h B for heads h < nh: C_h[r][n] over rows r < R,
@@ -231,10 +373,61 @@ static void amx_config(void) { AL_TILE_LOADCONFIG(); }
 #define BF16_THREAD_BEGIN() amx_config()
 #define BF16_THREAD_END() _tile_release()
 
+/* bmm for one head: per block of RB rows and up to 64 columns, the (up to
+ * four) C tiles stay in tiles 0-3 over the whole K loop and each A tile is
+ * loaded once for all of them (five loads per four products where the heads'
+ * loop below needs eight). A alternates between tiles 6 and 7 by K step and
+ * B between 4 and 5 by column tile, so a load need not wait for the product
+ * still reading the register it would overwrite. */
+static void bmm1(int R, int N, int K, const uint16_t *A, long lda, const uint16_t *B, long ldb, float *C, long ldc,
+                 int acc) {
+    for (int r0 = 0; r0 < R; r0 += RB)
+        for (int n0 = 0; n0 < N; n0 += 64) {
+            const int nt = imin(4, (N - n0) / 16);
+            float *c0 = C + (long)r0 * ldc + n0;
+            const uint16_t *a0 = A + (long)r0 * lda, *b0 = B + 2 * n0;
+/* tile numbers are immediates: one statement per tile */
+#define AMX1_INIT(t) \
+    if (nt > t) { \
+        if (acc) _tile_loadd(t, c0 + 16 * (t), ldc * 4); \
+        else _tile_zero(t); \
+    }
+#define AMX1_DP(t, ta, tb) \
+    if (nt > t) { \
+        _tile_loadd(tb, b0 + (long)(k0 / 2) * ldb + 32 * (t), ldb * 2); \
+        _tile_dpbf16ps(t, ta, tb); \
+    }
+#define AMX1_STEP(ta) \
+    { \
+        _tile_loadd(ta, a0 + k0, lda * 2); \
+        AMX1_DP(0, ta, 4) AMX1_DP(1, ta, 5) AMX1_DP(2, ta, 4) AMX1_DP(3, ta, 5) \
+    }
+#define AMX1_STORE(t) \
+    if (nt > t) _tile_stored(t, c0 + 16 * (t), ldc * 4);
+            AMX1_INIT(0) AMX1_INIT(1) AMX1_INIT(2) AMX1_INIT(3)
+            int k0 = 0;
+            for (; k0 + 2 * KP <= K; k0 += KP) {
+                AMX1_STEP(6)
+                k0 += KP;
+                AMX1_STEP(7)
+            }
+            if (k0 < K) AMX1_STEP(6)
+            AMX1_STORE(0) AMX1_STORE(1) AMX1_STORE(2) AMX1_STORE(3)
+#undef AMX1_INIT
+#undef AMX1_DP
+#undef AMX1_STEP
+#undef AMX1_STORE
+        }
+}
+
 static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
                 float *C, long ldc, long chs, int acc) {
     /* GCC's tile loads name no memory operand: make every store before them happen first */
     __asm__ volatile("" ::: "memory");
+    if (nh == 1) {
+        bmm1(R, N, K, A, lda, B, ldb, C, ldc, acc);
+        return;
+    }
     for (int r0 = 0; r0 < R; r0 += RB)
         for (int n0 = 0; n0 < N; n0 += 16)
             for (int h0 = 0; h0 < nh; h0 += AMX_HEADS) {
@@ -273,10 +466,9 @@ static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long a
 
 /* C[r][0 .. NC AL_VW) (acc: +=, else =) sum over K2 pairs, R <= BRG rows,
  * the R x NC accumulators in registers (R, NC constant after inlining);
- * row r's pair kp of A at A + r lda + kp lpa (lpa 2: rows; 2 KT: the
- * interleaved pairs of the backward's dV, dK products) */
+ * row r's pair kp of A at A + r lda + 2 kp */
 static inline __attribute__((always_inline)) void bk_body(const int R, const int NC, int K2, const uint16_t *restrict A,
-                                                          long lda, long lpa, const uint16_t *restrict B, long ldb,
+                                                          long lda, const uint16_t *restrict B, long ldb,
                                                           float *restrict C, long ldc, int acc) {
     vf c[BRG][BNC];
 #pragma GCC unroll 8
@@ -290,7 +482,7 @@ static inline __attribute__((always_inline)) void bk_body(const int R, const int
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             uint32_t pair;
-            memcpy(&pair, A + (long)r * lda + (long)kp * lpa, sizeof pair);
+            memcpy(&pair, A + (long)r * lda + 2L * kp, sizeof pair);
             const bva a = BV_A(pair);
 #pragma GCC unroll 8
             for (int j = 0; j < NC; j++) c[r][j] = BV_DP(c[r][j], a, b[j]);
@@ -305,15 +497,13 @@ static inline __attribute__((always_inline)) void bk_body(const int R, const int
         }
 }
 
-typedef void (*bk_fn)(int K2, const uint16_t *A, long lda, long lpa, const uint16_t *B, long ldb, float *C, long ldc,
-                      int acc);
+typedef void (*bk_fn)(int K2, const uint16_t *A, long lda, const uint16_t *B, long ldb, float *C, long ldc, int acc);
 
 /* one out-of-line instance per (rows, vectors) shape */
 #define BK_DEF(R, NC)                                                                                         \
-    static __attribute__((noinline)) void bk_##R##_##NC(int K2, const uint16_t *A, long lda, long lpa,         \
-                                                        const uint16_t *B, long ldb, float *C, long ldc,       \
-                                                        int acc) {                                             \
-        bk_body(R, NC, K2, A, lda, lpa, B, ldb, C, ldc, acc);                                                 \
+    static __attribute__((noinline)) void bk_##R##_##NC(int K2, const uint16_t *A, long lda, const uint16_t *B, \
+                                                        long ldb, float *C, long ldc, int acc) {               \
+        bk_body(R, NC, K2, A, lda, B, ldb, C, ldc, acc);                                                      \
     }
 #if BRG == 6 && BNC == 4
 #define BK_ROW(R) BK_DEF(R, 1) BK_DEF(R, 2) BK_DEF(R, 3) BK_DEF(R, 4)
@@ -332,28 +522,24 @@ static bk_fn const bk_tab[BRG][BNC] = {BK_TAB(1), BK_TAB(2), BK_TAB(3), BK_TAB(4
 #undef BK_ROW
 #undef BK_DEF
 
-/* bmm with A's pairs lpa apart along a row (bmm: 2) */
-static void bmm_lpa(int nh, int R, int N, int K, const uint16_t *A, long lda, long lpa, long ahs, const uint16_t *B,
-                    long ldb, float *C, long ldc, long chs, int acc) {
+static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
+                float *C, long ldc, long chs, int acc) {
     for (int h = 0; h < nh; h++)
         for (int n0 = 0; n0 < N; n0 += BNC * KW) {
             const int nc = imin(BNC, (N - n0) / KW);
             for (int r0 = 0; r0 < R; r0 += BRG)
-                bk_tab[imin(BRG, R - r0) - 1][nc - 1](K / 2, A + (long)h * ahs + (long)r0 * lda, lda, lpa, B + 2 * n0,
-                                                      ldb, C + (long)h * chs + (long)r0 * ldc + n0, ldc, acc);
+                bk_tab[imin(BRG, R - r0) - 1][nc - 1](K / 2, A + (long)h * ahs + (long)r0 * lda, lda, B + 2 * n0, ldb,
+                                                      C + (long)h * chs + (long)r0 * ldc + n0, ldc, acc);
         }
 }
 
-static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long ahs, const uint16_t *B, long ldb,
-                float *C, long ldc, long chs, int acc) {
-    bmm_lpa(nh, R, N, K, A, lda, 2, ahs, B, ldb, C, ldc, chs, acc);
-}
 
-/* dst[(q/2) 2 nc + 2 c + q%2] = src[q][c], q < nr (even), c < nc: rows of
- * bf16 interleaved by pairs, so that column c read down the rows is the A
- * row of a product reducing over q (P^T, dS^T) with its pairs 2 nc apart;
- * one 32-bit word per (row pair, column), a loop gcc vectorises, where the
- * AMX engine needs them transposed (transpose16) */
+#endif
+
+/* dst[(q/2) 2 nc + 2 c + q%2] = src[q][c], q < nr (even), c < nc: bf16
+ * rows interleaved by pairs, the B operand layout of a product reducing over
+ * q (dV^T += dO^T P, dK^T += Q^T dS): one 32-bit word per (row pair,
+ * column), a loop gcc vectorises */
 static void interleave_pairs(uint16_t *restrict dst, const uint16_t *restrict src, int lds, int nr, int nc) {
     for (int q = 0; q < nr; q += 2) {
         const uint16_t *restrict lo = src + (size_t)q * lds, *restrict hi = lo + lds;
@@ -361,8 +547,6 @@ static void interleave_pairs(uint16_t *restrict dst, const uint16_t *restrict sr
         for (int c = 0; c < nc; c++) w[c] = (uint32_t)lo[c] | (uint32_t)hi[c] << 16;
     }
 }
-
-#endif
 
 /* dst[0..n) (add: +=, else =) src[0..n): a product's rows into the caller's
  * strided output, the tail masked (nothing past n is touched) */
@@ -379,8 +563,9 @@ static inline void row_out(float *restrict dst, const float *restrict src, int n
 
 /* The forward's work split (score_kern.h's) and workspace: kT | vp | per
  * thread: Q rows [hpc][QBK][dkp] (bf16), S [hpc][RB][KT], P [hpc][RB][KT]
- * (bf16), O products [hpc][RB][dvp], m [hpc][QBK], alpha [hpc][RB], l
- * [hpc][QBK] (vectors). */
+ * (bf16), the item's O sums [hpc][QBK][dvp] (fp32, the products add into
+ * them: O is written once per item, not read and written per key tile), m
+ * [hpc][QBK], alpha [hpc][RB], l [hpc][QBK] (vectors). */
 typedef struct bfwd_plan {
     int ntile, nqb, nch, hpc, dkp, dvp;
     long ntiles_all, per_qb, items;
@@ -397,7 +582,7 @@ static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
     p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
     p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_v = (size_t)p.ntiles_all * KT * p.dvp;
     const size_t h = (size_t)p.hpc;
-    p.per_thr = up16(h * QBK * p.dkp / 2) + up16(h * RB * KT) + up16(h * RB * KT / 2) + up16(h * RB * p.dvp) +
+    p.per_thr = up16(h * QBK * p.dkp / 2) + up16(h * RB * KT) + up16(h * RB * KT / 2) + up16(h * QBK * p.dvp) +
                 up16(h * QBK) + up16(h * RB) + h * QBK * KW;
     p.floats = up16((p.n_k + 1) / 2) + up16((p.n_v + 1) / 2) + (size_t)nthr * p.per_thr;
     return p;
@@ -413,7 +598,9 @@ size_t BSFX(al_attn_fwd_floats)(const al_attn_shape *s, int nthr) { return bfwd_
  * last row (causal) or T, for each block of RB rows: S = Q K^T of every head
  * of the chunk (one product, the tile shared), S *= scale (log2 e for
  * softmax), the rows' online softmax (fp32 statistics, whole-number max) or
- * f(S), P rounded to bf16, O_rows = (alpha O_rows | O_rows | 0) + P V. */
+ * f(S), P rounded to bf16, O_rows = (alpha O_rows | O_rows | 0) + P V in
+ * the item's fp32 sums; at the item's end they are written to o and
+ * normalised. */
 void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
                        float *ws, int nthr) {
     const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
@@ -436,7 +623,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
         uint16_t *qr = take16(&tc, (size_t)hpc * QBK * dkp);
         float *S = take(&tc, (size_t)hpc * RB * KT);
         uint16_t *P = take16(&tc, (size_t)hpc * RB * KT);
-        float *Op = take(&tc, (size_t)hpc * RB * dvp), *mst = take(&tc, (size_t)hpc * QBK);
+        float *Oacc = take(&tc, (size_t)hpc * QBK * dvp), *mst = take(&tc, (size_t)hpc * QBK);
         float *alpha = take(&tc, (size_t)hpc * RB);
         vf *lst = (vf *)tc;
 #pragma omp for schedule(dynamic, 1)
@@ -462,30 +649,28 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                         (long)RB * KT, 0);
                     for (int hh = 0; hh < hn; hh++)
                         for (int r = 0; r < R; r++) {
-                            float *srow = S + ((size_t)hh * RB + r) * KT;
+                            const float *srow = S + ((size_t)hh * RB + r) * KT;
+                            uint16_t *prow = P + ((size_t)hh * RB + r) * KT;
                             const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
-                            row_scale(srow, KT, kmul);
                             if (softmax)
-                                alpha[hh * RB + r] = row_softmax_fwd(srow, KT, nv, mst + hh * QBK + r0 + r,
+                                alpha[hh * RB + r] = row_softmax_p16(srow, prow, nv, kmul, mst + hh * QBK + r0 + r,
                                                                      lst + hh * QBK + r0 + r);
-                            else row_map_fwd(&f, srow, KT, nv);
-                            row_to_bf16(P + ((size_t)hh * RB + r) * KT, srow, KT);
+                            else row_map_p16(&f, srow, prow, nv, kmul);
                         }
-                    /* Op_h[R, dvp] = P_h (bf16) . V_tile (bf16) */
-                    bmm(hn, R, dvp, KT, P, KT, (long)RB * KT, vtile, 2 * dvp, Op, dvp, (long)RB * dvp, 0);
-                    for (int hh = 0; hh < hn; hh++)
-                        for (int r = 0; r < R; r++) {
-                            float *orow = o + ((size_t)b * T + ia + r) * s->ldo + (size_t)(h0 + hh) * DV;
-                            const float *prow = Op + ((size_t)hh * RB + r) * dvp;
-                            const float a = softmax ? alpha[hh * RB + r] : 1.0f;
-                            if (j0 == 0 || a == 1.0f) {
-                                row_out(orow, prow, DV, j0 > 0);
-                                continue;
-                            }
-                            for (int e = 0; e < DV; e++) orow[e] = orow[e] * a + prow[e];
-                        }
+                    /* O_h rows (rescaled where the running max moved) += P_h (bf16) . V_tile (bf16) */
+                    if (softmax && j0 > 0)
+                        for (int hh = 0; hh < hn; hh++)
+                            for (int r = 0; r < R; r++)
+                                if (alpha[hh * RB + r] != 1.0f)
+                                    row_scale(Oacc + ((size_t)hh * QBK + r0 + r) * dvp, dvp, alpha[hh * RB + r]);
+                    bmm(hn, R, dvp, KT, P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
+                        (long)QBK * dvp, j0 > 0);
                 }
             }
+            for (int hh = 0; hh < hn; hh++)
+                for (int r = 0; r < m; r++)
+                    row_out(o + ((size_t)b * T + i0 + r) * s->ldo + (size_t)(h0 + hh) * DV,
+                            Oacc + ((size_t)hh * QBK + r) * dvp, DV, 0);
             fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, o, lse);
         }
         BF16_THREAD_END();
@@ -497,10 +682,13 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
 
 /* The backward's work split (score_kern.h's) and workspace: kT | vT | k2
  * (bf16) | D[B][H][T] (softmax) | part (several chunks per group) | per
- * thread: Q rows and pairs [hpc][Tq][dkp], dO rows and pairs [hpc][Tq][dvp]
- * (bf16; Tq = T rounded up to QBK), S, dP [hpc][RB][KT], P, dS [hpc][QBK][KT]
- * (bf16), P^T, dS^T [KT][QBK] (bf16), dK, dV of the key tile [KT][dkp],
- * [KT][dvp], dq products [hpc][RB][dkp], one row of weights and one of dS. */
+ * thread, for the item's hpc heads (Tq = T rounded up to QBK): Q rows
+ * [hpc][Tq][dkp] and Q^T rows [hpc][dkp][Tq], dO rows [hpc][Tq][dvp] and
+ * dO^T rows [hpc][dvp][Tq] (bf16, A operands), the item's dq sums
+ * [hpc][Tq][dkp] (fp32), S, dP [hpc][RB][KT], P, dS rows [hpc][QBK][KT]
+ * (bf16), P and dS of the tile as pairs along rows [hpc][Tq/2][KT][2] (bf16),
+ * the key tile's dK^T, dV^T sums [dkp][KT], [dvp][KT] and the same
+ * transposed [KT][dkp], [KT][dvp] (fp32). */
 typedef struct bbwd_plan {
     int ntile, nqb, nch, hpc, dkp, dvp, tq;
     long ntiles_all, items;
@@ -517,10 +705,10 @@ static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
     p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_vt = (size_t)p.ntiles_all * p.dvp * KT;
     p.n_d = s->score == AL_SCORE_SOFTMAX ? (size_t)B * s->H * T : 0;
     p.n_part = p.nch > 1 ? (size_t)B * G * p.nch * T * ((size_t)s->dk + s->dv) : 0;
-    const size_t h = (size_t)p.hpc;
-    p.per_thr = 2 * up16(h * p.tq * p.dkp / 2) + 2 * up16(h * p.tq * p.dvp / 2) + 2 * up16(h * RB * KT) +
-                2 * up16(h * QBK * KT / 2) + 2 * up16((size_t)KT * QBK / 2) + up16((size_t)KT * p.dkp) +
-                up16((size_t)KT * p.dvp) + up16(h * RB * p.dkp) + 2 * up16(KT);
+    const size_t h = (size_t)p.hpc, kd = (size_t)KT * p.dkp, vd = (size_t)KT * p.dvp;
+    p.per_thr = 2 * up16(h * p.tq * p.dkp / 2) + 2 * up16(h * p.tq * p.dvp / 2) + up16(h * p.tq * p.dkp) +
+                2 * up16(h * RB * KT) + 2 * up16(h * QBK * KT / 2) + 2 * up16(h * p.tq * KT / 2) + 2 * up16(kd) +
+                2 * up16(vd);
     p.floats = 2 * up16((p.n_k + 1) / 2) + up16((p.n_vt + 1) / 2) + up16(p.n_d) + up16(p.n_part) +
                (size_t)nthr * p.per_thr;
     return p;
@@ -528,19 +716,41 @@ static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
 
 size_t BSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bbwd_plan_of(s, nthr).floats; }
 
+/* dst[j][e] = src[e][j], e < ne, j < nj (fp32): a key tile's dK^T or dV^T
+ * sums into the rows tile_grads_out reads, once per tile and item */
+static void transpose_f32(float *restrict dst, int ldd, const float *restrict src, int lds, int ne, int nj) {
+#if AL_VW == 16
+    if (ne % 16 == 0 && nj % 16 == 0) { /* in 16 x 16 blocks, in registers */
+        __m512i x[16];
+        for (int e0 = 0; e0 < ne; e0 += 16)
+            for (int j0 = 0; j0 < nj; j0 += 16) {
+                for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(src + (size_t)(e0 + i) * lds + j0);
+                tr16(x);
+                for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + (size_t)(j0 + i) * ldd + e0, x[i]);
+            }
+        return;
+    }
+#endif
+    for (int j = 0; j < nj; j++)
+        for (int e = 0; e < ne; e++) dst[(size_t)j * ldd + e] = src[(size_t)e * lds + j];
+}
+
 /* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
  *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
  *
  * score_kern.h's backward with bf16 operands: packs kT, vT, k2 and D_i =
  * dO_i . O_i (fp32); an item (sequence, KV group, chunk of heads) rounds its
- * heads' Q and dO into rows and pairs, then runs key tile outer: per block
- * of RB query rows, S = Q K^T and dP = dO V^T for every head of the chunk
- * (the tile shared), P and dS (row_bwd, fp32) rounded to bf16, dq_rows +=
- * dS K (the tile shared); per query block and head, dV_tile += P^T dO and
- * dK_tile += dS^T Q (P^T, dS^T as rows for AMX, as interleaved pairs for
- * the vector engines; rows past T are 0).
- * Every row of a query block at or after the tile sees some of it (KT =
- * QBK), so causal blocks start at the tile's own. */
+ * heads' Q and dO into rows and transposed rows, then runs key tile outer:
+ * per block of RB query rows, S = Q K^T and dP = dO V^T for every head of
+ * the chunk (the tile shared), P and dS (row_bwd, fp32) rounded to bf16,
+ * dq_sums += dS K (the tile shared); P and dS of each query block laid out
+ * as pairs along the rows; at the tile's end, per head, dV^T += dO^T P and
+ * dK^T += Q^T dS over all the tile's query rows (rows past T are 0): the
+ * products reduce over query rows with their A operands packed once per
+ * item, so nothing is transposed per block, and their accumulators stay in
+ * tiles over the whole reduction. The tile's dK, dV (the sums transposed)
+ * then go out; at the item's end dq += dq_sums. Every row of a query block at or after the tile sees some
+ * of it (KT = QBK), so causal blocks start at the tile's own. */
 void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                        const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
     const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
@@ -562,14 +772,14 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
         pack_tiles(s, k, v, ntile, dkp, dvp, kT, NULL, vT, k2);
         if (softmax) softmax_D(s, o, dout, Dall); /* D_i = dO_i . O_i (fp32) */
         float *tc = thr_base + (size_t)omp_get_thread_num() * pl.per_thr;
-        uint16_t *qr = take16(&tc, (size_t)hpc * tq * dkp), *q2 = take16(&tc, (size_t)hpc * tq * dkp);
-        uint16_t *dr = take16(&tc, (size_t)hpc * tq * dvp), *d2 = take16(&tc, (size_t)hpc * tq * dvp);
+        uint16_t *qr = take16(&tc, (size_t)hpc * tq * dkp), *qT = take16(&tc, (size_t)hpc * tq * dkp);
+        uint16_t *dr = take16(&tc, (size_t)hpc * tq * dvp), *dT = take16(&tc, (size_t)hpc * tq * dvp);
+        float *dqs = take(&tc, (size_t)hpc * tq * dkp);
         float *S = take(&tc, (size_t)hpc * RB * KT), *dP = take(&tc, (size_t)hpc * RB * KT);
         uint16_t *P = take16(&tc, (size_t)hpc * QBK * KT), *dS = take16(&tc, (size_t)hpc * QBK * KT);
-        uint16_t *PT = take16(&tc, (size_t)KT * QBK), *dST = take16(&tc, (size_t)KT * QBK);
+        uint16_t *P2 = take16(&tc, (size_t)hpc * tq * KT), *dS2 = take16(&tc, (size_t)hpc * tq * KT);
+        float *dKT = take(&tc, (size_t)KT * dkp), *dVT = take(&tc, (size_t)KT * dvp);
         float *dKa = take(&tc, (size_t)KT * dkp), *dVa = take(&tc, (size_t)KT * dvp);
-        float *dqp = take(&tc, (size_t)hpc * RB * dkp);
-        float *prow = take(&tc, KT), *dsrow = take(&tc, KT);
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < pl.items; it++) {
             const int ch = (int)(it % nch), g = (int)((it / nch) % G), b = (int)(it / ((long)nch * G));
@@ -578,18 +788,19 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 const float *qh = q + (size_t)b * T * s->ldq + (size_t)(h0 + hh) * DK;
                 const float *dh = dout + (size_t)b * T * s->ldo + (size_t)(h0 + hh) * DV;
                 pack16(qr + (size_t)hh * tq * dkp, lay_rows(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
-                pack16(q2 + (size_t)hh * tq * dkp, lay_pairs(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
+                pack16(qT + (size_t)hh * tq * dkp, lay_trows(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
                 pack16(dr + (size_t)hh * tq * dvp, lay_rows(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
-                pack16(d2 + (size_t)hh * tq * dvp, lay_pairs(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
+                pack16(dT + (size_t)hh * tq * dvp, lay_trows(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
             }
+            memset(dqs, 0, sizeof(float) * (size_t)hn * tq * dkp);
             for (int tile = 0; tile < ntile; tile++) {
                 const int j0 = tile * KT, nkt = imin(KT, T - j0);
                 const size_t toff = (size_t)((long)b * G + g) * ntile + tile;
                 const uint16_t *ktile = kT + toff * dkp * KT, *vtile = vT + toff * dvp * KT;
                 const uint16_t *krows = k2 + toff * KT * dkp;
-                memset(dKa, 0, sizeof(float) * (size_t)KT * dkp);
-                memset(dVa, 0, sizeof(float) * (size_t)KT * dvp);
-                for (int qb = causal ? j0 / QBK : 0; qb < nqb; qb++) {
+                const int qb0 = causal ? j0 / QBK : 0, iq0 = qb0 * QBK;
+                tile_grads_prefetch(s, b, g, ch, nch, j0, nkt, part, dk, dv);
+                for (int qb = qb0; qb < nqb; qb++) {
                     const int i0 = qb * QBK, m = imin(QBK, T - i0);
                     for (int r0 = 0; r0 < m; r0 += RB) {
                         const int R = imin(RB, m - r0), ia = i0 + r0;
@@ -603,46 +814,45 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             const float *lse_h = softmax ? lse + ((size_t)b * H + h0 + hh) * T : NULL;
                             const float *D_h = softmax ? Dall + ((size_t)b * H + h0 + hh) * T : NULL;
                             for (int r = 0; r < R; r++) {
-                                float *srow = S + ((size_t)hh * RB + r) * KT;
                                 const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
-                                row_scale(srow, KT, kmul);
-                                row_bwd(&f, srow, dP + ((size_t)hh * RB + r) * KT, prow, dsrow, KT, nv,
-                                        softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f,
-                                        softmax ? D_h[ia + r] : 0.0f, s->scale);
-                                row_to_bf16(P + ((size_t)hh * QBK + r0 + r) * KT, prow, KT);
-                                row_to_bf16(dS + ((size_t)hh * QBK + r0 + r) * KT, dsrow, KT);
+                                row_bwd_p16(&f, S + ((size_t)hh * RB + r) * KT, dP + ((size_t)hh * RB + r) * KT,
+                                            P + ((size_t)hh * QBK + r0 + r) * KT, dS + ((size_t)hh * QBK + r0 + r) * KT,
+                                            nv, kmul, softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f,
+                                            softmax ? D_h[ia + r] : 0.0f, s->scale);
                             }
                         }
-                        /* dqp_h = dS_h (bf16) . K_tile (bf16), the tile shared; added into dq's rows */
-                        bmm(hn, R, dkp, KT, dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp, dqp, dkp,
-                            (long)RB * dkp, 0);
-                        for (int hh = 0; hh < hn; hh++)
-                            for (int r = 0; r < R; r++)
-                                row_out(dq + ((size_t)b * T + ia + r) * s->ldq + (size_t)(h0 + hh) * DK,
-                                        dqp + ((size_t)hh * RB + r) * dkp, DK, 1);
+                        /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared */
+                        bmm(hn, R, dkp, KT, dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
+                            dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
                     }
-                    /* dV_tile += P^T dO_blk ; dK_tile += dS^T Q_blk, over the block's QBK rows (rows past T: 0) */
+                    /* the block's P and dS as pairs along its QBK rows (rows past T: 0), after the
+                     * tile's earlier blocks: the B operands of the tile's dV^T, dK^T products */
                     for (int hh = 0; hh < hn; hh++) {
                         uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = dS + (size_t)hh * QBK * KT;
                         memset(ph + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
                         memset(dsh + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
-#ifdef BF16_AMX /* A tiles want P^T and dS^T as rows */
-                        transpose16(PT, QBK, ph, KT, QBK, KT);
-                        transpose16(dST, QBK, dsh, KT, QBK, KT);
-                        bmm(1, KT, dvp, QBK, PT, QBK, 0, d2 + ((size_t)hh * tq + i0) * dvp, 2 * dvp, dVa, dvp, 0, 1);
-                        bmm(1, KT, dkp, QBK, dST, QBK, 0, q2 + ((size_t)hh * tq + i0) * dkp, 2 * dkp, dKa, dkp, 0, 1);
-#else /* the vector engines read them as interleaved pairs: key j's row at 2 j, its pairs 2 KT apart */
-                        interleave_pairs(PT, ph, KT, QBK, KT);
-                        interleave_pairs(dST, dsh, KT, QBK, KT);
-                        bmm_lpa(1, KT, dvp, QBK, PT, 2, 2 * KT, 0, d2 + ((size_t)hh * tq + i0) * dvp, 2 * dvp, dVa, dvp,
-                                0, 1);
-                        bmm_lpa(1, KT, dkp, QBK, dST, 2, 2 * KT, 0, q2 + ((size_t)hh * tq + i0) * dkp, 2 * dkp, dKa,
-                                dkp, 0, 1);
-#endif
+                        const size_t at = ((size_t)hh * tq + (i0 - iq0)) * KT;
+                        interleave_pairs(P2 + at, ph, KT, QBK, KT);
+                        interleave_pairs(dS2 + at, dsh, KT, QBK, KT);
                     }
                 }
+                /* dV_tile^T = sum over heads of dO^T P ; dK_tile^T = sum of Q^T dS, over the rows from iq0:
+                 * one long product each (its C tiles loaded and stored once, not per query block) */
+                for (int hh = 0; hh < hn; hh++) {
+                    const size_t at = (size_t)hh * tq * KT;
+                    bmm(1, dvp, KT, tq - iq0, dT + (size_t)hh * tq * dvp + iq0, tq, 0, P2 + at, 2 * KT, dVT, KT, 0,
+                        hh > 0);
+                    bmm(1, dkp, KT, tq - iq0, qT + (size_t)hh * tq * dkp + iq0, tq, 0, dS2 + at, 2 * KT, dKT, KT, 0,
+                        hh > 0);
+                }
+                transpose_f32(dKa, dkp, dKT, KT, dkp, KT);
+                transpose_f32(dVa, dvp, dVT, KT, dvp, KT);
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
             }
+            for (int hh = 0; hh < hn; hh++)
+                for (int t = 0; t < T; t++)
+                    row_out(dq + ((size_t)b * T + t) * s->ldq + (size_t)(h0 + hh) * DK,
+                            dqs + ((size_t)hh * tq + t) * dkp, DK, 1);
         }
         BF16_THREAD_END();
         if (shared) al_attn_add_partials(s, part, nch, dk, dv); /* in chunk order */

@@ -268,13 +268,11 @@ static inline vf v_map_bwd(const score_fn *f, vf x, vf g, vf *p) {
  * their BF16 rounding does not depend on when m moved (nor on the tile
  * order), and the reference can round the same values. */
 enum { LAZY = 8 };
-static inline float row_softmax_fwd(float *restrict s, int nw, int nv, float *m, vf *l) {
+
+/* The lazy move of a row's reference max *m given vmx, the lanes' max of
+ * its visible scores in this tile: *l rescaled with it; returns alpha. */
+static inline float softmax_move_max(vf vmx, float *m, vf *l) {
     const float m_old = *m;
-    vf vmx = V_SET1(-INFINITY);
-    for (int c = 0; c * KW < nv; c++) {
-        const vf x = V_LOAD(s + c * KW);
-        vmx = V_MAX(vmx, nv >= (c + 1) * KW ? x : V_SEL(V_MASK(nv - c * KW), x, V_SET1(-INFINITY)));
-    }
     float alpha = 1.0f;
     if (V_ANY_GT(vmx, V_SET1(m_old + (float)LAZY))) { /* also the first visible tile: m_old = -inf */
         const float m_new = SCORE_INT_MAX ? ceilf(V_HMAX(vmx)) : V_HMAX(vmx);
@@ -282,6 +280,16 @@ static inline float row_softmax_fwd(float *restrict s, int nw, int nv, float *m,
         *m = m_new;
         *l = V_MUL(*l, V_SET1(alpha));
     }
+    return alpha;
+}
+
+static inline float row_softmax_fwd(float *restrict s, int nw, int nv, float *m, vf *l) {
+    vf vmx = V_SET1(-INFINITY);
+    for (int c = 0; c * KW < nv; c++) {
+        const vf x = V_LOAD(s + c * KW);
+        vmx = V_MAX(vmx, nv >= (c + 1) * KW ? x : V_SEL(V_MASK(nv - c * KW), x, V_SET1(-INFINITY)));
+    }
+    const float alpha = softmax_move_max(vmx, m, l);
     const vf vm = V_SET1(*m);
     vf sum = *l;
     for (int c = 0; c * KW < nw; c++) {
@@ -312,29 +320,33 @@ static inline void row_map_fwd(const score_fn *f, float *restrict s, int nw, int
  * dL/ds, both 0 on masked lanes; softmax (base 2: s and lse carry log2 e):
  * p = 2^(s - lse), ds = scale p (dp - D) with D = dO . O; the others:
  * p = f(s), ds = scale f'(s) dp. */
+/* row_bwd on the vector of lanes c KW .. (c + 1) KW of a row: x scores, g
+ * dP -> *w weights, *d dS (vl, vD, vs: lse, D, scale broadcast) */
+static inline void vec_bwd(const score_fn *f, vf x, vf g, vf vl, vf vD, vf vs, int nv, int c, vf *w, vf *d) {
+    if (nv <= c * KW) {
+        *w = *d = V_ZERO();
+        return;
+    }
+    if (f->kind == AL_SCORE_SOFTMAX) {
+        *w = v_exp2(V_SUB(x, vl));
+        *d = V_MUL(*w, V_SUB(g, vD));
+    } else {
+        *d = v_map_bwd(f, x, g, w);
+    }
+    *d = V_MUL(*d, vs);
+    if (nv < (c + 1) * KW) {
+        const vmask mk = V_MASK(nv - c * KW);
+        *w = V_SEL(mk, *w, V_ZERO());
+        *d = V_SEL(mk, *d, V_ZERO());
+    }
+}
+
 static inline void row_bwd(const score_fn *f, const float *restrict s, const float *restrict dp, float *restrict p,
                            float *restrict ds, int nw, int nv, float lse, float D, float scale) {
     const vf vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
     for (int c = 0; c * KW < nw; c++) {
-        if (nv <= c * KW) {
-            V_STORE(p + c * KW, V_ZERO());
-            V_STORE(ds + c * KW, V_ZERO());
-            continue;
-        }
-        const vf x = V_LOAD(s + c * KW), g = V_LOAD(dp + c * KW);
         vf w, d;
-        if (f->kind == AL_SCORE_SOFTMAX) {
-            w = v_exp2(V_SUB(x, vl));
-            d = V_MUL(w, V_SUB(g, vD));
-        } else {
-            d = v_map_bwd(f, x, g, &w);
-        }
-        d = V_MUL(d, vs);
-        if (nv < (c + 1) * KW) {
-            const vmask mk = V_MASK(nv - c * KW);
-            w = V_SEL(mk, w, V_ZERO());
-            d = V_SEL(mk, d, V_ZERO());
-        }
+        vec_bwd(f, V_LOAD(s + c * KW), V_LOAD(dp + c * KW), vl, vD, vs, nv, c, &w, &d);
         V_STORE(p + c * KW, w);
         V_STORE(ds + c * KW, d);
     }
@@ -407,6 +419,18 @@ static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, in
     }
 }
 
+/* Rows this far ahead of the one being read are prefetched where a loop
+ * walks the rows of a [B*T][ld] activation (q, k, v, o, dO: a head's row is
+ * a few cache lines, the next one ld floats on, usually in another page,
+ * where the hardware prefetcher does not follow): such loops ran at the
+ * latency of memory without it. */
+enum { ROW_PREFETCH = 8 };
+
+/* n floats from p towards the caches, one prefetch per cache line */
+static inline void prefetch_row(const float *p, int n) {
+    for (int e = 0; e < n; e += 16) __builtin_prefetch(p + e, 0, 3);
+}
+
 /* D_i = dO_i . O_i (fp32), per (sequence, head, row) into D[B][H][T]: the
  * derivative of softmax's normalisation, for backward. A work-shared loop
  * (omp for): call it inside a parallel region. */
@@ -418,10 +442,33 @@ static void softmax_D(const al_attn_shape *s, const float *o, const float *dout,
         for (int t = 0; t < T; t++) {
             const float *a = dout + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
             const float *c = o + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
-            float acc = 0.0f;
-            for (int e = 0; e < DV; e++) acc += a[e] * c[e];
-            D[bh * T + t] = acc;
+            if (t + ROW_PREFETCH < T) {
+                prefetch_row(a + (size_t)ROW_PREFETCH * s->ldo, DV);
+                prefetch_row(c + (size_t)ROW_PREFETCH * s->ldo, DV);
+            }
+            vf acc = V_ZERO();
+            int e = 0;
+            for (; e + KW <= DV; e += KW) acc = V_FMA(V_LOAD(a + e), V_LOAD(c + e), acc);
+            if (e < DV) {
+                const vmask mk = V_MASK(DV - e);
+                acc = V_FMA(V_LOADM(a + e, mk), V_LOADM(c + e, mk), acc);
+            }
+            D[bh * T + t] = V_HSUM(acc);
         }
+    }
+}
+
+/* Where tile_grads_out puts row t's dK and dV of an item: the rows of dk,
+ * dv (one chunk), or its chunk's partial row */
+static inline void tile_grad_rows(const al_attn_shape *s, int b, int g, int ch, int nch, int t, float *part, float *dk,
+                                  float *dv, float **kr, float **vr) {
+    const size_t T = (size_t)s->T;
+    if (nch > 1) {
+        *kr = part + ((((size_t)b * s->G + g) * nch + ch) * T + t) * ((size_t)s->dk + s->dv);
+        *vr = *kr + s->dk;
+    } else {
+        *kr = dk + ((size_t)b * T + t) * s->ldk + (size_t)g * s->dk;
+        *vr = dv + ((size_t)b * T + t) * s->ldv + (size_t)g * s->dv;
     }
 }
 
@@ -431,20 +478,30 @@ static void softmax_D(const al_attn_shape *s, const float *o, const float *dout,
  * by al_attn_add_partials). Rows j0 .. j0 + nkt of sequence b. */
 static void tile_grads_out(const al_attn_shape *s, int b, int g, int ch, int nch, int j0, int nkt, const float *dKa,
                            int ldka, const float *dVa, int ldva, float *part, float *dk, float *dv) {
-    const int T = s->T, DK = s->dk, DV = s->dv;
-    const size_t pw = (size_t)DK + DV;
+    const int DK = s->dk, DV = s->dv;
     for (int j = 0; j < nkt; j++) {
         const float *a = dKa + (size_t)j * ldka, *c = dVa + (size_t)j * ldva;
+        float *kr, *vr;
+        tile_grad_rows(s, b, g, ch, nch, j0 + j, part, dk, dv, &kr, &vr);
         if (nch > 1) {
-            float *pr = part + ((((size_t)b * s->G + g) * nch + ch) * T + j0 + j) * pw;
-            memcpy(pr, a, sizeof(float) * DK);
-            memcpy(pr + DK, c, sizeof(float) * DV);
+            memcpy(kr, a, sizeof(float) * DK);
+            memcpy(vr, c, sizeof(float) * DV);
         } else {
-            float *dkr = dk + ((size_t)b * T + j0 + j) * s->ldk + (size_t)g * DK;
-            float *dvr = dv + ((size_t)b * T + j0 + j) * s->ldv + (size_t)g * DV;
-            for (int e = 0; e < DK; e++) dkr[e] += a[e];
-            for (int e = 0; e < DV; e++) dvr[e] += c[e];
+            for (int e = 0; e < DK; e++) kr[e] += a[e];
+            for (int e = 0; e < DV; e++) vr[e] += c[e];
         }
+    }
+}
+
+/* the rows tile_grads_out will write, towards the caches: called as a
+ * tile's work starts, so the strided rows of dk, dv arrive during it */
+static void tile_grads_prefetch(const al_attn_shape *s, int b, int g, int ch, int nch, int j0, int nkt, float *part,
+                                float *dk, float *dv) {
+    for (int j = 0; j < nkt; j++) {
+        float *kr, *vr;
+        tile_grad_rows(s, b, g, ch, nch, j0 + j, part, dk, dv, &kr, &vr);
+        prefetch_row(kr, s->dk);
+        prefetch_row(vr, s->dv);
     }
 }
 
@@ -649,6 +706,7 @@ void KSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 const int j0 = tile * KT, nkt = imin(KT, T - j0), nwt = round_kw(nkt);
                 const size_t toff = (size_t)((long)b * G + g) * ntile + tile;
                 const float *ktile = kt + toff * DK * KT, *vtile = vt + toff * DV * KT, *krows = kp + toff * KT * DK;
+                tile_grads_prefetch(s, b, g, ch, nch, j0, nkt, part, dk, dv);
                 memset(dKa, 0, sizeof(float) * (size_t)nkt * DK);
                 memset(dVa, 0, sizeof(float) * (size_t)nkt * DV);
                 for (int hh = 0; hh < hn; hh++) {

@@ -33,7 +33,9 @@
 
 /* ---- the amx set's own code, on emulated tiles ----
  * score_bf16_kern.h's AMX branch (its bmm: 16-row blocks, up to six heads'
- * accumulators against one loaded B tile, C tiles loaded for +=) compiled
+ * accumulators against one loaded B tile, C tiles loaded for +=; one head:
+ * four column tiles held over the K loop, A and B alternating between two
+ * registers each) compiled
  * here a second time, at AVX2 width, over a plain-C model of the eight tile
  * registers and the four tile instructions it uses (tdpbf16ps: C[m][n] +=
  * A[m][2k+1] B[k][2n+1] + A[m][2k] B[k][2n] in fp32): so its indexing runs
