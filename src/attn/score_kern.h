@@ -424,11 +424,15 @@ static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, in
  * a few cache lines, the next one ld floats on, usually in another page,
  * where the hardware prefetcher does not follow): such loops ran at the
  * latency of memory without it. */
-enum { ROW_PREFETCH = 8 };
+enum { ROW_PREFETCH = 16 };
 
-/* n floats from p towards the caches, one prefetch per cache line */
+/* n floats from p towards the caches (L2), one prefetch per cache line;
+ * prefetch_row_w for rows about to be written */
 static inline void prefetch_row(const float *p, int n) {
-    for (int e = 0; e < n; e += 16) __builtin_prefetch(p + e, 0, 3);
+    for (int e = 0; e < n; e += 16) __builtin_prefetch(p + e, 0, 2);
+}
+static inline void prefetch_row_w(float *p, int n) {
+    for (int e = 0; e < n; e += 16) __builtin_prefetch(p + e, 1, 2);
 }
 
 /* D_i = dO_i . O_i (fp32), per (sequence, head, row) into D[B][H][T]: the
@@ -500,8 +504,8 @@ static void tile_grads_prefetch(const al_attn_shape *s, int b, int g, int ch, in
     for (int j = 0; j < nkt; j++) {
         float *kr, *vr;
         tile_grad_rows(s, b, g, ch, nch, j0 + j, part, dk, dv, &kr, &vr);
-        prefetch_row(kr, s->dk);
-        prefetch_row(vr, s->dv);
+        prefetch_row_w(kr, s->dk);
+        prefetch_row_w(vr, s->dv);
     }
 }
 
