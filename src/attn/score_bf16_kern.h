@@ -599,11 +599,11 @@ size_t BSFX(al_attn_fwd_floats)(const al_attn_shape *s, int nthr) { return bfwd_
  * of the chunk (one product, the tile shared), S *= scale (log2 e for
  * softmax), the rows' online softmax (fp32 statistics, whole-number max) or
  * f(S), P rounded to bf16, O_rows = (alpha O_rows | O_rows | 0) + P V in
- * the item's fp32 sums; at the item's end they are written to o and
+ * the item's fp32 sums; at the item's end they are written to o,
  * normalised. */
 void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
                        float *ws, int nthr) {
-    const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
+    const int T = s->T, H = s->H, G = s->G, DK = s->dk, pg = H / G;
     const int causal = !s->bidirectional;
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
@@ -667,11 +667,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                         (long)QBK * dvp, j0 > 0);
                 }
             }
-            for (int hh = 0; hh < hn; hh++)
-                for (int r = 0; r < m; r++)
-                    row_out(o + ((size_t)b * T + i0 + r) * s->ldo + (size_t)(h0 + hh) * DV,
-                            Oacc + ((size_t)hh * QBK + r) * dvp, DV, 0);
-            fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, o, lse);
+            fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
         }
         BF16_THREAD_END();
         al_ftz_restore(csr);

@@ -398,22 +398,34 @@ static inline void split_heads(int pg, long units, long want, int *nch, int *hpc
 }
 
 /* The end of a forward item: rows [i0, i0 + m) of heads h0 .. h0 + hn of
- * sequence b. Softmax: o rows /= l, lse = (m + log2 l) ln 2 (natural log;
- * mst, lst: each row's base-2 running max and vector of partial sums,
- * [hn][QBK]); the others: lse = 0. */
+ * sequence b. Softmax: o rows = sums / l, lse = (m + log2 l) ln 2 (natural
+ * log; mst, lst: each row's base-2 running max and vector of partial sums,
+ * [hn][QBK]); the others: o rows = sums, lse = 0. The sums are o's rows
+ * themselves (acc NULL) or the item's own, acc[hn][QBK][ldacc] (one pass
+ * over o's rows, which are written, not read). */
 static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, int hn, int i0, int m, const float *mst,
-                          const vf *lst, float *o, float *lse) {
+                          const vf *lst, const float *acc, int ldacc, float *o, float *lse) {
     const int T = s->T, DV = s->dv;
     for (int hh = 0; hh < hn; hh++) {
         const int h = h0 + hh;
         for (int r = 0; r < m; r++) {
             float *orow = o + ((size_t)b * T + i0 + r) * s->ldo + (size_t)h * DV;
+            const float *src = acc ? acc + ((size_t)hh * QBK + r) * ldacc : orow;
+            float l = 1.0f;
             if (softmax) {
-                const float l = V_HSUM(lst[hh * QBK + r]), inv = 1.0f / l;
-                for (int e = 0; e < DV; e++) orow[e] *= inv;
+                l = V_HSUM(lst[hh * QBK + r]);
                 if (lse) lse[((size_t)b * s->H + h) * T + i0 + r] = (mst[hh * QBK + r] + log2f(l)) * 0.693147180559945309f;
             } else if (lse) {
                 lse[((size_t)b * s->H + h) * T + i0 + r] = 0.0f;
+            }
+            if (!softmax && !acc) continue;
+            const vf inv = V_SET1(1.0f / l);
+            int e = 0;
+            for (; e + KW <= DV; e += KW) V_STORE(orow + e, softmax ? V_MUL(V_LOAD(src + e), inv) : V_LOAD(src + e));
+            if (e < DV) {
+                const vmask mk = V_MASK(DV - e);
+                const vf x = V_LOADM(src + e, mk);
+                V_STOREM(orow + e, mk, softmax ? V_MUL(x, inv) : x);
             }
         }
     }
@@ -612,7 +624,7 @@ void KSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                     }
                 }
             }
-            fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, o, lse);
+            fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, NULL, 0, o, lse);
         }
         al_ftz_restore(csr);
     }
