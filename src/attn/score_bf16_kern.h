@@ -29,10 +29,11 @@
  *   backward, shared: kT as above, vT [dvp/2][KT][2] (B of dP = dO V^T),
  *     k2 [KT/2][dkp][2] (B of dQ += dS K), D [B][H][T], partials
  *   per thread: the item's heads' Q rows [.][dkp] (A operands), scores S
- *     [hpc][RB][KT] fp32, weights P (and dS) in bf16 rows, the product's
- *     fp32 results; backward also Q and dO as pairs along rows (B of
- *     dK += dS^T Q, dV += P^T dO) and P^T, dS^T (their A: rows for AMX,
- *     interleaved pairs for the vector engines).
+ *     [hpc][RB][KT] fp32, weights P (and dS) in bf16 rows, the item's fp32
+ *     sums (O forward, dq backward: the products accumulate into them);
+ *     backward also Q^T and dO^T as rows (A of dK^T += Q^T dS, dV^T +=
+ *     dO^T P) and the key tile's P and dS as pairs along the query rows
+ *     (their B), so nothing is transposed in bf16.
  * dkp, dvp: d_k, d_v rounded up to KP = 32 (an AMX tile row of bf16); rows
  * of every A operand come in blocks of RB = 16 (an AMX tile's rows), their
  * buffers sized for whole blocks.
