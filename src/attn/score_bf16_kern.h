@@ -247,9 +247,10 @@ static inline void tr16(__m512i r[16]) {
 }
 
 /* pack16 for tpairs (trows 0) or trows (1); np a multiple of 32, dp of 32
- * and at most TPACK_MAX */
-static void pack16_tr(uint16_t *restrict dst, int trows, const float *restrict src, long ld, int n, int np, int d,
-                      int dp) {
+ * and at most TPACK_MAX; rows (NULL: not wanted) gets the rows layout too,
+ * from the same reading of src */
+static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows, const float *restrict src, long ld,
+                      int n, int np, int d, int dp) {
     uint16_t h[32][TPACK_MAX + KW];
     uint32_t *restrict dw = (uint32_t *)dst;
     for (int r0 = 0; r0 < np; r0 += 32) {
@@ -258,6 +259,7 @@ static void pack16_tr(uint16_t *restrict dst, int trows, const float *restrict s
             if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
             if (r < n) row_round_pad(h[t], src + (long)r * ld, d, dp);
             else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
+            if (rows) memcpy(rows + (size_t)r * dp, h[t], sizeof(uint16_t) * (size_t)dp);
         }
         __m512i x[16];
         if (trows) {
@@ -297,7 +299,7 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
     const int is_trows = L.r1 == 1 && L.r2 == 2;
 #if AL_VW == 16
     if (!is_rows && !is_pairs && np % 32 == 0 && dp % 32 == 0 && dp <= TPACK_MAX) {
-        pack16_tr(dst, is_trows, src, ld, n, np, d, dp);
+        pack16_tr(dst, is_trows, NULL, src, ld, n, np, d, dp);
         return;
     }
 #endif
@@ -328,6 +330,20 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
             }
         }
     }
+}
+
+/* An n x d source (rows ld apart) as both rows and trows, np x dp: the
+ * backward's Q and dO, whose rows then are read from memory once */
+static void pack16_rows_trows(uint16_t *rows, uint16_t *trows, const float *src, long ld, int n, int np, int d,
+                              int dp) {
+#if AL_VW == 16
+    if (np % 32 == 0 && dp % 32 == 0 && dp <= TPACK_MAX) {
+        pack16_tr(trows, 1, rows, src, ld, n, np, d, dp);
+        return;
+    }
+#endif
+    pack16(rows, lay_rows(np, dp), src, ld, n, np, d, dp);
+    pack16(trows, lay_trows(np, dp), src, ld, n, np, d, dp);
 }
 
 /* The key tiles of every (sequence, KV group) into the operands a kernel
@@ -784,10 +800,8 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
             for (int hh = 0; hh < hn; hh++) {
                 const float *qh = q + (size_t)b * T * s->ldq + (size_t)(h0 + hh) * DK;
                 const float *dh = dout + (size_t)b * T * s->ldo + (size_t)(h0 + hh) * DV;
-                pack16(qr + (size_t)hh * tq * dkp, lay_rows(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
-                pack16(qT + (size_t)hh * tq * dkp, lay_trows(tq, dkp), qh, s->ldq, T, tq, DK, dkp);
-                pack16(dr + (size_t)hh * tq * dvp, lay_rows(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
-                pack16(dT + (size_t)hh * tq * dvp, lay_trows(tq, dvp), dh, s->ldo, T, tq, DV, dvp);
+                pack16_rows_trows(qr + (size_t)hh * tq * dkp, qT + (size_t)hh * tq * dkp, qh, s->ldq, T, tq, DK, dkp);
+                pack16_rows_trows(dr + (size_t)hh * tq * dvp, dT + (size_t)hh * tq * dvp, dh, s->ldo, T, tq, DV, dvp);
             }
             memset(dqs, 0, sizeof(float) * (size_t)hn * tq * dkp);
             for (int tile = 0; tile < ntile; tile++) {
