@@ -367,7 +367,6 @@ static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, i
     }
 }
 
-
 /* ---- the product ----
  * C_h (acc: +=, else =) A_h B for heads h < nh: C_h[r][n] over rows r < R,
  * columns n < N (N a multiple of 16 and of AL_VW), summing k < K (K a
@@ -549,7 +548,6 @@ static void bmm(int nh, int R, int N, int K, const uint16_t *A, long lda, long a
                                                       C + (long)h * chs + (long)r0 * ldc + n0, ldc, acc);
         }
 }
-
 
 #endif
 
@@ -762,8 +760,9 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
  * products reduce over query rows with their A operands packed once per
  * item, so nothing is transposed per block, and their accumulators stay in
  * tiles over the whole reduction. The tile's dK, dV (the sums transposed)
- * then go out; at the item's end dq += dq_sums. Every row of a query block at or after the tile sees some
- * of it (KT = QBK), so causal blocks start at the tile's own. */
+ * then go out; at the item's end dq += dq_sums. Every row of a query block
+ * at or after the tile sees some of it (KT = QBK), so causal blocks start
+ * at the tile's own. */
 void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                        const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
     const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;
