@@ -264,11 +264,11 @@ static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows
         __m512i x[16];
         if (trows) {
             for (int e0 = 0; e0 < dp; e0 += 16) {
-                for (int i = 0; i < 16; i++)
-                    x[i] = _mm512_or_si512(
-                        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i] + e0))),
-                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i + 1] + e0))),
-                                          16));
+                for (int i = 0; i < 16; i++) { /* the word of rows 2i, 2i + 1 at each column */
+                    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i] + e0)));
+                    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i + 1] + e0)));
+                    x[i] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+                }
                 tr16(x);
                 for (int c = 0; c < 16; c++) _mm512_storeu_si512(dw + (size_t)(e0 + c) * (np / 2) + r0 / 2, x[c]);
             }

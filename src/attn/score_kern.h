@@ -316,10 +316,6 @@ static inline void row_map_fwd(const score_fn *f, float *restrict s, int nw, int
     }
 }
 
-/* backward: s (scores), dp (dL/dp = dO . v_j) -> p (weights) and ds = scale
- * dL/ds, both 0 on masked lanes; softmax (base 2: s and lse carry log2 e):
- * p = 2^(s - lse), ds = scale p (dp - D) with D = dO . O; the others:
- * p = f(s), ds = scale f'(s) dp. */
 /* row_bwd on the vector of lanes c KW .. (c + 1) KW of a row: x scores, g
  * dP -> *w weights, *d dS (vl, vD, vs: lse, D, scale broadcast) */
 static inline void vec_bwd(const score_fn *f, vf x, vf g, vf vl, vf vD, vf vs, int nv, int c, vf *w, vf *d) {
@@ -341,6 +337,10 @@ static inline void vec_bwd(const score_fn *f, vf x, vf g, vf vl, vf vD, vf vs, i
     }
 }
 
+/* backward: s (scores), dp (dL/dp = dO . v_j) -> p (weights) and ds = scale
+ * dL/ds, both 0 on masked lanes; softmax (base 2: s and lse carry log2 e):
+ * p = 2^(s - lse), ds = scale p (dp - D) with D = dO . O; the others:
+ * p = f(s), ds = scale f'(s) dp. */
 static inline void row_bwd(const score_fn *f, const float *restrict s, const float *restrict dp, float *restrict p,
                            float *restrict ds, int nw, int nv, float lse, float D, float scale) {
     const vf vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);

@@ -17,12 +17,12 @@
  * order of every sum is fixed by the shape and the tile (r0, c0), so the
  * bits never depend on the thread count.
  *
- * The tile configuration (core/amx_tiles.h) is loaded per call and released at its end, so
- * no thread keeps tile state between calls. The tile data state must have
- * been granted by Linux (arch_prctl, asked by core/cpu.c when it detects
- * amx): precision.c calls this only when the set in use is amx, which
- * counts as present only with that permission. Compiled for AMX by the
- * target pragma.
+ * The tile configuration (core/amx_tiles.h) is loaded per call and released
+ * at its end, so no thread keeps tile state between calls. The tile data
+ * state must have been granted by Linux (arch_prctl, asked by core/cpu.c
+ * when it detects amx): precision.c calls this only when the set in use is
+ * amx, which counts as present only with that permission. Compiled for AMX
+ * by the target pragma.
  */
 #include <assert.h>
 #include <immintrin.h>

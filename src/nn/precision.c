@@ -10,12 +10,12 @@
  * block sizes); and one workspace per calling thread.
  *
  * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs, for
- * the emulated and avx512-bf16 engines (onednn and amx: below), as blocks: columns in steps of the
- * engine's nch from c0, K in steps of kch from 0, rows in steps of mch from
- * r0. For each (column, K) block the B operand is prepared once (rounded
- * from fp32, or read from the arena's BF16 copy), for each row block within
- * it the A operand, then the engine
- * multiplies them into C (beta for the first K block, 1 after: the K blocks'
+ * the emulated and avx512-bf16 engines (onednn and amx: below), as blocks:
+ * columns in steps of the engine's nch from c0, K in steps of kch from 0,
+ * rows in steps of mch from r0. For each (column, K) block the B operand is
+ * prepared once (rounded from fp32, or read from the arena's BF16 copy),
+ * for each row block within it the A operand, then the engine multiplies
+ * them into C (beta for the first K block, 1 after: the K blocks'
  * sums are added in fp32 in a fixed order). Every block boundary is a
  * function of the shape and the tile, and the tiles are cut by the shape
  * (linear.c), so a product's bits depend on the engine and the shape only,
