@@ -691,6 +691,8 @@ static int acts_create(al_acts *a, const al_model *m, int B, int T, int infer, c
         return al_errf(err, "out of memory for activations (%zu MB)", total * 4 >> 20);
     }
     a->n_keep = n_keep;
+    for (int k = 0; infer && !logits && k < n_keep; k++)
+        if (keep[k] >= a->maps_layers) a->maps_layers = keep[k] + 1;
     if (infer) /* the shared slot: after the kept ones */
         for (size_t l = 0; l < L; l++)
             if (a->saved_slot[l] < 0) a->saved_slot[l] = n_keep;
@@ -822,6 +824,7 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         m->attn->forward(&L->attn, xn1, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         if (a->fill && a->fill->kve) prefill_mass(m, a, l, a->fill);
+        if (l + 1 == a->maps_layers) return; /* attention maps: no later layer is wanted */
         add_vec(x_mid, x, a->dtmp, Nd);
         al_rmsnorm_fwd(xn2, a->rstd2 + ls * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
         if (L->router.p) {

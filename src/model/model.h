@@ -197,6 +197,11 @@ typedef struct al_acts {
      * attn_saved (n_keep: the shared one, overwritten by later layers) */
     int infer, n_keep;
     int *saved_slot;
+    /* attention-map activations (al_acts_create_maps with kept layers): the
+     * forward runs layers [0, maps_layers) and stops after the last one's
+     * attention (the last kept layer: nothing after it reaches a map); 0:
+     * every layer, whole */
+    int maps_layers;
     /* al_decoder_prefill: the decoder whose cache each layer's forward fills */
     struct al_decoder *fill;
 } al_acts;
@@ -211,7 +216,8 @@ int al_acts_create(al_acts *a, const al_model *m, int B, int T, al_err *err);
 int al_acts_create_infer(al_acts *a, const al_model *m, int B, int T, const int *keep, int n_keep, al_err *err);
 /* The same for attention maps of one sequence: no logits (a forward over
  * them stops after the blocks; the head's T x vocab floats would dwarf the
- * rest for a large vocabulary). */
+ * rest for a large vocabulary), and with kept layers it stops after the last
+ * kept layer's attention. */
 int al_acts_create_maps(al_acts *a, const al_model *m, int T, const int *keep, int n_keep, al_err *err);
 /* After a forward: layer l's saved attention block (the design's head_qk
  * reads it), or NULL if an inference batch did not keep that layer. */

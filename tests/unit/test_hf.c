@@ -223,15 +223,25 @@ static void check_infer_acts(void) {
     CHECK(lean.n_floats < full.n_floats / 2);
     CHECK(al_acts_saved(&lean, 0) == NULL && al_acts_saved(&lean, 2) == NULL && al_acts_saved(&lean, 1) != NULL);
     CHECK(memcmp(al_acts_saved(&lean, 1), al_acts_saved(&full, 1), sizeof(float) * full.attn_saved_per_layer) == 0);
-    /* attention-map activations: no logits, the kept layer's block as an inference forward's */
-    al_acts maps, one;
-    CHECK(al_acts_create_maps(&maps, &m, 11, keep, 1, &err) == 0 && maps.logits == NULL);
-    CHECK(al_acts_create_infer(&one, &m, 1, 11, keep, 1, &err) == 0);
-    CHECK(al_model_forward(&m, &maps, tok, NULL) == 0.0);
-    al_model_forward(&m, &one, tok, NULL);
-    CHECK(memcmp(al_acts_saved(&maps, 1), al_acts_saved(&one, 1), sizeof(float) * one.attn_saved_per_layer) == 0);
-    al_acts_free(&maps);
-    al_acts_free(&one);
+    /* attention-map activations: no logits, the kept layers' blocks as an
+     * inference forward's, which stops after the last kept layer's attention
+     * (layer 1 of 3: the last layer never runs; layers 0 and 2: all run) */
+    const int keeps[2][2] = {{1, -1}, {2, 0}};
+    for (int v = 0; v < 2; v++) {
+        const int n_keep = v + 1, last = keeps[v][0];
+        al_acts maps, one;
+        CHECK(al_acts_create_maps(&maps, &m, 11, keeps[v], n_keep, &err) == 0 && maps.logits == NULL);
+        CHECK(maps.maps_layers == last + 1);
+        CHECK(al_acts_create_infer(&one, &m, 1, 11, keeps[v], n_keep, &err) == 0 && one.maps_layers == 0);
+        CHECK(al_model_forward(&m, &maps, tok, NULL) == 0.0);
+        al_model_forward(&m, &one, tok, NULL);
+        for (int k = 0; k < n_keep; k++) {
+            const int l = keeps[v][k];
+            CHECK(memcmp(al_acts_saved(&maps, l), al_acts_saved(&one, l), sizeof(float) * one.attn_saved_per_layer) == 0);
+        }
+        al_acts_free(&maps);
+        al_acts_free(&one);
+    }
     al_acts bad;
     const int out_of_range[] = {3};
     CHECK(al_acts_create_infer(&bad, &m, 1, 4, out_of_range, 1, &err) == -1 && strstr(err.msg, "out of range"));
