@@ -11,6 +11,12 @@
  * AL_TILES_KBLOCK steps (1024 k), so that a chunk's B block (256 columns x
  * 1024 k, 512 KB) stays in L2 while every 32-row strip of the tile passes
  * over it; a strip's A block (64 KB) is read once per 32 columns.
+ * Prefetching: while a strip's 32 columns are summed, 4 lines a step of the
+ * next strip's A block are fetched into L2 (its 64 KB then arrive spread over
+ * the strip's column pairs instead of stalling the next strip's first
+ * loads), and the next C block's 32 rows into L1 (their loads or stores
+ * would otherwise wait for memory): 1.06-1.49x on the model's shapes in a
+ * same-process A/B, docs/kernels.md.
  * Each K block's sums go into C: straight from the tiles to C where the
  * 16 x 16 tile is whole and alpha is 1 (C loaded into the tiles first when
  * it is to be kept), else through a buffer (alpha, beta, C's edges). The
@@ -50,6 +56,16 @@ static void combine(float *C, size_t ldc, const float *buf, int rows, int cols, 
     }
 }
 
+/* Lines [line, line + 4) of a strip's A block (two groups of `steps` tiles,
+ * the second `group` elements after the first; `lines` in all) into L2. */
+static inline void prefetch_a_lines(const char *a, size_t group, int steps, int line, int lines) {
+    const int per_group = steps * AL_TILE_LINES;
+    for (int q = line; q < line + 4 && q < lines; q++) {
+        const char *p = q < per_group ? a + (size_t)q * 64 : a + group * sizeof(uint16_t) + (size_t)(q - per_group) * 64;
+        _mm_prefetch(p, _MM_HINT_T1);
+    }
+}
+
 void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps, int r0, int r1, int c0, int c1,
                               float alpha, float beta, float *C, size_t ldc) {
     assert(r0 % AL_TILE_LINES == 0 && c0 % AL_TILE_LINES == 0);
@@ -67,6 +83,13 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
                     const uint16_t *b = Bp + (size_t)(j / 16) * group + (size_t)s0 * AL_TILE_ELEMS;
                     float *c = C + (size_t)i * ldc + j;
                     const int direct = alpha == 1.0f && (keep == 0.0f || keep == 1.0f) && r1 - i >= 32 && jc1 - j >= 32;
+                    /* what comes next: this strip's next column pair, else the next strip's first */
+                    const int next_i = j + 32 < jc1 ? i : i + 32, next_j = j + 32 < jc1 ? j + 32 : jc;
+                    const float *c_next = next_i < r1 ? C + (size_t)next_i * ldc + next_j : NULL;
+                    const int c_next_rows = r1 - next_i < 32 ? r1 - next_i : 32, c_next_wide = jc1 - next_j > 16;
+                    const int c_rows_step = (32 + steps - 1) / steps; /* its rows spread over the steps */
+                    const char *a_next = i + 32 < r1 ? (const char *)(a + 2 * group) : NULL;
+                    const int a_line0 = (j - jc) / 32 * steps * 4, a_lines = 2 * steps * AL_TILE_LINES;
                     if (direct && keep == 1.0f) {
                         _tile_loadd(0, c, c_stride);
                         _tile_loadd(1, c + 16, c_stride);
@@ -80,6 +103,11 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
                     }
                     for (int s = 0; s < steps; s++) {
                         const size_t at = (size_t)s * AL_TILE_ELEMS;
+                        if (a_next) prefetch_a_lines(a_next, group, steps, a_line0 + 4 * s, a_lines);
+                        for (int r = s * c_rows_step; c_next && r < (s + 1) * c_rows_step && r < c_next_rows; r++) {
+                            _mm_prefetch((const char *)(c_next + (size_t)r * ldc), _MM_HINT_T0); /* 32 floats: 2 lines */
+                            if (c_next_wide) _mm_prefetch((const char *)(c_next + (size_t)r * ldc + 16), _MM_HINT_T0);
+                        }
                         _tile_loadd(4, a + at, 64);
                         _tile_loadd(6, b + at, 64);
                         _tile_dpbf16ps(0, 4, 6);
