@@ -609,15 +609,21 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--deepseek-v2-lite-layers", type=int, default=0, metavar="L",
                     help="write a BF16 checkpoint of DeepSeek-V2-Lite's shapes with L layers instead")
+    ap.add_argument("--llama2-7b", action="store_true",
+                    help="write a BF16 checkpoint of Llama-2-7B's shapes instead (13.5 GB, a few minutes; "
+                         "the byte tokenizer: issue 14's attention-map benchmark, bench/bf16_table.py)")
     a = ap.parse_args()
-    if a.deepseek_v2_lite_layers:
-        cfg = deepseek_v2_lite_config(a.deepseek_v2_lite_layers)
+    if a.deepseek_v2_lite_layers or a.llama2_7b:
+        if a.llama2_7b:
+            cfg, what = make_config("llama", d=4096, f=11008, L=32, H=32, G=32, vocab=32000, max_pos=4096), "Llama-2-7B"
+        else:
+            cfg, what = deepseek_v2_lite_config(a.deepseek_v2_lite_layers), "DeepSeek-V2-Lite"
         os.makedirs(a.out, exist_ok=True)
         write_byte_tokenizer(a.out)
         with open(os.path.join(a.out, "config.json"), "w") as fh:
             json.dump(dict(cfg, torch_dtype="bfloat16"), fh, indent=2)
         n = write_random_bf16(os.path.join(a.out, "model.safetensors"), cfg, a.seed)
-        print("wrote %s (DeepSeek-V2-Lite shapes, %d layers, BF16, %d bytes)" % (a.out, a.deepseek_v2_lite_layers, n))
+        print("wrote %s (%s shapes, %d layers, BF16, %d bytes)" % (a.out, what, cfg["num_hidden_layers"], n))
         return
     cfg = make_config(a.family)
     write_checkpoint(a.out, cfg, random_weights(cfg, np.random.default_rng(a.seed)), a.dtype, a.shards)

@@ -162,20 +162,32 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
 /* al_matmul over BF16 weights (a Hugging Face BF16 checkpoint) in BF16 mode
  * feeds them to the engine as they are (no fp32 panel): the very bits of
  * al_sgemm in BF16 mode over their widened values, for products of more rows
- * than the direct (decode) kernel takes. */
+ * than the direct (decode) kernel takes, and al_sgemm_bf16_b with alpha and
+ * beta likewise. Shapes: odd ones, and whole tiles over several K blocks
+ * with a partial strip of rows. */
 static void check_bf16_weights(const char *label, al_rng *r) {
-    enum { N = 37, IN = 83, OUT = 61, LDX = 90, LDY = 70 };
-    static float x[N * LDX], Wf[OUT * IN], got[N * LDY], want[N * LDY];
-    static uint16_t Wb[OUT * IN];
-    for (int i = 0; i < N * LDX; i++) x[i] = rnd(r);
-    for (int i = 0; i < OUT * IN; i++) Wb[i] = al_f32_to_bf16(rnd(r)), Wf[i] = al_bf16_to_f32(Wb[i]);
-    for (int accumulate = 0; accumulate < 2; accumulate++) {
-        for (int i = 0; i < N * LDY; i++) got[i] = want[i] = accumulate ? rnd(r) : NAN;
-        al_matmul(got, LDY, x, LDX, (al_wref){Wb, AL_DT_BF16}, N, IN, OUT, accumulate);
-        al_sgemm(0, 1, N, OUT, IN, 1.0f, x, LDX, Wf, IN, accumulate ? 1.0f : 0.0f, want, LDY);
-        int same = 1;
-        for (int n = 0; n < N; n++) same &= !memcmp(got + n * LDY, want + n * LDY, sizeof(float) * OUT);
-        CHECK_MSG(same, "%s: al_matmul over BF16 weights (accumulate %d) differs from BF16 al_sgemm", label, accumulate);
+    static const int shapes[][3] = {{37, 83, 61}, {37, 96, 64}, {50, 2080, 96}}; /* N rows, IN, OUT */
+    enum { MAXN = 50, MAXIN = 2080, MAXOUT = 96, PAD = 7 };
+    static float x[MAXN * (MAXIN + PAD)], Wf[MAXOUT * MAXIN], got[MAXN * (MAXOUT + PAD)], want[MAXN * (MAXOUT + PAD)];
+    static uint16_t Wb[MAXOUT * MAXIN];
+    for (int sh = 0; sh < 3; sh++) {
+        const int N = shapes[sh][0], IN = shapes[sh][1], OUT = shapes[sh][2], LDX = IN + PAD, LDY = OUT + PAD;
+        for (int i = 0; i < N * LDX; i++) x[i] = rnd(r);
+        for (int i = 0; i < OUT * IN; i++) Wb[i] = al_f32_to_bf16(rnd(r)), Wf[i] = al_bf16_to_f32(Wb[i]);
+        for (int accumulate = 0; accumulate < 2; accumulate++) {
+            for (int i = 0; i < N * LDY; i++) got[i] = want[i] = accumulate ? rnd(r) : NAN;
+            al_matmul(got, LDY, x, LDX, (al_wref){Wb, AL_DT_BF16}, N, IN, OUT, accumulate);
+            al_sgemm(0, 1, N, OUT, IN, 1.0f, x, LDX, Wf, IN, accumulate ? 1.0f : 0.0f, want, LDY);
+            int same = 1;
+            for (int n = 0; n < N; n++) same &= !memcmp(got + n * LDY, want + n * LDY, sizeof(float) * OUT);
+            CHECK_MSG(same, "%s: al_matmul over BF16 weights %dx%dx%d (accumulate %d) differs from BF16 al_sgemm",
+                      label, N, IN, OUT, accumulate);
+        }
+        for (int i = 0; i < N * LDY; i++) got[i] = want[i] = rnd(r);
+        al_sgemm_bf16_b(0, 1, N, OUT, IN, 1.5f, x, LDX, Wb, IN, 0.5f, got, LDY);
+        al_sgemm(0, 1, N, OUT, IN, 1.5f, x, LDX, Wf, IN, 0.5f, want, LDY);
+        CHECK_MSG(!memcmp(got, want, sizeof(float) * N * LDY), "%s: al_sgemm_bf16_b %dx%dx%d (alpha, beta) differs "
+                  "from BF16 al_sgemm", label, N, IN, OUT);
     }
 }
 

