@@ -67,7 +67,8 @@ def timed(cmd):
 
 def one_round(a, r, keep):
     """The figures of round r: a dict of the benchmarks' JSON objects."""
-    exe, peer = a.attnlab, [sys.executable, os.path.join(HERE, "torch_peer.py"), "--bf16", "--json"]
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian's, with torch
+    exe, peer = a.attnlab, [python, os.path.join(HERE, "torch_peer.py"), "--bf16", "--json"]
     runs = [
         ("train_bf16", [exe, "bench", "train", "--preset", "gpt2", "--precision", "bf16", "--iters", "5", "--json"]),
         ("train_torch", peer + ["--iters", "5", "--bench", "train"]),
