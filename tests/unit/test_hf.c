@@ -225,7 +225,8 @@ static void check_infer_acts(void) {
     CHECK(memcmp(al_acts_saved(&lean, 1), al_acts_saved(&full, 1), sizeof(float) * full.attn_saved_per_layer) == 0);
     /* attention-map activations: no logits, the kept layers' blocks as an
      * inference forward's, which stops after the last kept layer's attention
-     * (layer 1 of 3: the last layer never runs; layers 0 and 2: all run) */
+     * (keeping layer 1 of 3: layer 2 never runs; keeping 2 and 0: all three
+     * run, up to layer 2's attention) */
     const int keeps[2][2] = {{1, -1}, {2, 0}};
     for (int v = 0; v < 2; v++) {
         const int n_keep = v + 1, last = keeps[v][0];
