@@ -94,6 +94,28 @@ def one_round(a, r, keep):
     return got
 
 
+def ratios(g):
+    """A round's ratios, each > 1 where attnlab's bf16 is ahead (speedups) or the share of the ceiling."""
+    tb, ab, af = g["train_bf16"]["step_s_best"], g["attention_bf16"], g["attention_f32"]
+    return {"train_vs_f32": g["train_f32"]["step_s_best"] / tb, "train_vs_torch": g["train_torch"]["step_s_best"] / tb,
+            "train_onednn": g["train_bf16"]["mfu_bf16_onednn"],
+            "prefill_vs_f32": g["prefill_f32"]["ms_best"] / g["prefill_bf16"]["ms_best"],
+            "prefill_vs_torch": g["prefill_torch"]["ms_best"] / g["prefill_bf16"]["ms_best"],
+            "prefill_onednn": g["prefill_bf16"]["ratio_bf16_onednn"],
+            "fwd_vs_f32": af["fwd_ms"] / ab["fwd_ms"], "bwd_vs_f32": af["bwd_ms"] / ab["bwd_ms"]}
+
+
+TARGETS = [  # (name, test on a round's figures g and ratios x)
+    ("train bf16 >= 3x f32", lambda g, x: x["train_vs_f32"] >= 3),
+    ("train bf16 >= 1.5x PyTorch bf16", lambda g, x: x["train_vs_torch"] >= 1.5),
+    ("train model GFLOP/s >= 0.6 oneDNN ceiling", lambda g, x: x["train_onednn"] >= 0.6),
+    ("prefill bf16 >= 2x PyTorch bf16", lambda g, x: x["prefill_vs_torch"] >= 2),
+    ("prefill >= 0.6 oneDNN ceiling", lambda g, x: x["prefill_onednn"] >= 0.6),
+    ("attention fwd and bwd >= 3x f32", lambda g, x: x["fwd_vs_f32"] >= 3 and x["bwd_vs_f32"] >= 3),
+]
+MAP_TARGET = ("attnmap 7B bf16 <= 30 s", lambda g, x: g["map_bf16"]["wall_s"] <= 30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--attnlab", default="build/attnlab")
@@ -106,42 +128,36 @@ def main():
     a = ap.parse_args()
     if a.map_model and not a.map_text:
         a.map_text = os.path.join(a.map_out, "bf16_table_text.txt")
+        try:
+            text = subprocess.run(["bible", "gen1:1-gen3:24"], stdout=subprocess.PIPE, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit("bf16_table: the default map text needs Debian's bible-kjv (or pass --map-text): %s" % e)
         with open(a.map_text, "w") as fh:
-            fh.write(subprocess.run(["bible", "gen1:1-gen3:24"], stdout=subprocess.PIPE, text=True).stdout)
+            fh.write(text)
     print("# " + cpu_line())
     keep, rounds = [], []
     for r in range(a.rounds):
         g = one_round(a, r + 1, keep)
-        rounds.append(g)
-        tb, tt, tf = g["train_bf16"]["step_s_best"], g["train_torch"]["step_s_best"], g["train_f32"]["step_s_best"]
-        pb, pt, pf = g["prefill_bf16"]["ms_best"], g["prefill_torch"]["ms_best"], g["prefill_f32"]["ms_best"]
-        ab, af, at = g["attention_bf16"], g["attention_f32"], g["attention_torch"]
+        x = ratios(g)
+        rounds.append((g, x))
+        tb, ab, af, at = g["train_bf16"], g["attention_bf16"], g["attention_f32"], g["attention_torch"]
         print("round %d: train bf16 %.2f s (f32 %.2f, %.2fx; PyTorch %.2f, %.2fx; model/oneDNN %.2f) | "
               "prefill bf16 %.0f ms (f32 %.0f, %.2fx; PyTorch %.0f, %.2fx; /oneDNN %.2f) | "
               "attention bf16 %.2f/%.2f ms (f32 %.2f/%.2f, %.2fx/%.2fx; PyTorch %.1f/%.1f)%s" % (
-                  r + 1, tb, tf, tf / tb, tt, tt / tb, g["train_bf16"]["mfu_bf16_onednn"], pb, pf, pf / pb, pt,
-                  pt / pb, g["prefill_bf16"]["ratio_bf16_onednn"], ab["fwd_ms"], ab["bwd_ms"], af["fwd_ms"],
-                  af["bwd_ms"], af["fwd_ms"] / ab["fwd_ms"], af["bwd_ms"] / ab["bwd_ms"], at["fwd_ms"], at["bwd_ms"],
+                  r + 1, tb["step_s_best"], g["train_f32"]["step_s_best"], x["train_vs_f32"],
+                  g["train_torch"]["step_s_best"], x["train_vs_torch"], x["train_onednn"],
+                  g["prefill_bf16"]["ms_best"], g["prefill_f32"]["ms_best"], x["prefill_vs_f32"],
+                  g["prefill_torch"]["ms_best"], x["prefill_vs_torch"], x["prefill_onednn"], ab["fwd_ms"],
+                  ab["bwd_ms"], af["fwd_ms"], af["bwd_ms"], x["fwd_vs_f32"], x["bwd_vs_f32"], at["fwd_ms"],
+                  at["bwd_ms"],
                   "".join(" | attnmap %s %.1f s" % (k[4:], v["wall_s"]) for k, v in g.items() if k.startswith("map_"))),
               flush=True)
-    targets = [
-        ("train bf16 >= 3x f32", lambda g: g["train_f32"]["step_s_best"] / g["train_bf16"]["step_s_best"] >= 3),
-        ("train bf16 >= 1.5x PyTorch bf16", lambda g: g["train_torch"]["step_s_best"] / g["train_bf16"]["step_s_best"] >= 1.5),
-        ("train model GFLOP/s >= 0.6 oneDNN ceiling", lambda g: g["train_bf16"]["mfu_bf16_onednn"] >= 0.6),
-        ("prefill bf16 >= 2x PyTorch bf16", lambda g: g["prefill_torch"]["ms_best"] / g["prefill_bf16"]["ms_best"] >= 2),
-        ("prefill >= 0.6 oneDNN ceiling", lambda g: g["prefill_bf16"]["ratio_bf16_onednn"] >= 0.6),
-        ("attention fwd and bwd >= 3x f32", lambda g: g["attention_f32"]["fwd_ms"] / g["attention_bf16"]["fwd_ms"] >= 3
-         and g["attention_f32"]["bwd_ms"] / g["attention_bf16"]["bwd_ms"] >= 3),
-    ]
-    if a.map_model:
-        targets.append(("attnmap 7B bf16 <= 30 s", lambda g: g["map_bf16"]["wall_s"] <= 30))
-    for name, ok in targets:
-        print("target %-42s met in %d of %d rounds" % (name, sum(1 for g in rounds if ok(g)), len(rounds)))
+    for name, ok in TARGETS + ([MAP_TARGET] if a.map_model else []):
+        print("target %-42s met in %d of %d rounds" % (name, sum(1 for g, x in rounds if ok(g, x)), len(rounds)))
     if a.out:
         with open(a.out, "w") as fh:
             for k in keep:
                 fh.write(json.dumps(k) + "\n")
-
 
 if __name__ == "__main__":
     main()
