@@ -3,12 +3,15 @@
 
 Each round runs, one after another so that a round's ratios share the
 machine's state (docs/bench.md: the pool's machines are shared and noisy):
-  train      `attnlab bench train --preset gpt2 --precision bf16|f32` and the
-             PyTorch peer's bf16 autocast step (bench/torch_peer.py --bf16)
-  prefill    `attnlab bench prefill --precision bf16|f32` (512 tokens,
+  train      `attnlab bench train --preset gpt2 --precision bf16 --vs-f32`
+             and the PyTorch peer's bf16 autocast step (bench/torch_peer.py
+             --bf16)
+  prefill    `attnlab bench prefill --precision bf16 --vs-f32` (512 tokens,
              12 x 768) and the peer's
-  attention  `attnlab bench attention --precision bf16|f32` (B=1 H=12 T=1024
-             d=64, causal) and the peer's
+  attention  `attnlab bench attention --precision bf16 --vs-f32` (B=1 H=12
+             T=1024 d=64, causal) and the peer's
+             (--vs-f32: the fp32 path in the same process, alternated call
+             for call; "vs f32" is the median of the pairs' ratios)
   attnmap    with --map-model DIR: `attnlab attnmap --precision bf16` of 1200
              tokens, layers 0,15,31 x heads 0,15, timed whole (DIR: a
              Llama-2-7B-shaped BF16 checkpoint, made by
@@ -70,14 +73,12 @@ def one_round(a, r, keep):
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian's, with torch
     exe, peer = a.attnlab, [python, os.path.join(HERE, "torch_peer.py"), "--bf16", "--json"]
     runs = [
-        ("train_bf16", [exe, "bench", "train", "--preset", "gpt2", "--precision", "bf16", "--iters", "5", "--json"]),
+        ("train_bf16", [exe, "bench", "train", "--preset", "gpt2", "--precision", "bf16", "--vs-f32", "--iters", "4",
+                        "--json"]),
         ("train_torch", peer + ["--iters", "5", "--bench", "train"]),
-        ("train_f32", [exe, "bench", "train", "--preset", "gpt2", "--precision", "f32", "--iters", "3", "--json"]),
-        ("prefill_bf16", [exe, "bench", "prefill", "--precision", "bf16", "--iters", "8", "--json"]),
+        ("prefill_bf16", [exe, "bench", "prefill", "--precision", "bf16", "--vs-f32", "--iters", "8", "--json"]),
         ("prefill_torch", peer + ["--iters", "8", "--bench", "prefill"]),
-        ("prefill_f32", [exe, "bench", "prefill", "--precision", "f32", "--iters", "5", "--json"]),
-        ("attention_bf16", [exe, "bench", "attention", "--precision", "bf16", "--iters", "20", "--json"]),
-        ("attention_f32", [exe, "bench", "attention", "--precision", "f32", "--iters", "20", "--json"]),
+        ("attention_bf16", [exe, "bench", "attention", "--precision", "bf16", "--vs-f32", "--iters", "20", "--json"]),
         ("attention_torch", peer + ["--iters", "20", "--bench", "attention"]),
     ]
     got = {}
@@ -96,13 +97,13 @@ def one_round(a, r, keep):
 
 def ratios(g):
     """A round's ratios, each > 1 where attnlab's bf16 is ahead (speedups) or the share of the ceiling."""
-    tb, ab, af = g["train_bf16"]["step_s_best"], g["attention_bf16"], g["attention_f32"]
-    return {"train_vs_f32": g["train_f32"]["step_s_best"] / tb, "train_vs_torch": g["train_torch"]["step_s_best"] / tb,
+    tb, ab = g["train_bf16"]["step_s_best"], g["attention_bf16"]
+    return {"train_vs_f32": g["train_bf16"]["step_vs_f32"], "train_vs_torch": g["train_torch"]["step_s_best"] / tb,
             "train_onednn": g["train_bf16"]["mfu_bf16_onednn"],
-            "prefill_vs_f32": g["prefill_f32"]["ms_best"] / g["prefill_bf16"]["ms_best"],
+            "prefill_vs_f32": g["prefill_bf16"]["forward_vs_f32"],
             "prefill_vs_torch": g["prefill_torch"]["ms_best"] / g["prefill_bf16"]["ms_best"],
             "prefill_onednn": g["prefill_bf16"]["ratio_bf16_onednn"],
-            "fwd_vs_f32": af["fwd_ms"] / ab["fwd_ms"], "bwd_vs_f32": af["bwd_ms"] / ab["bwd_ms"]}
+            "fwd_vs_f32": ab["fwd_vs_f32"], "bwd_vs_f32": ab["bwd_vs_f32"]}
 
 
 TARGETS = [  # (name, test on a round's figures g and ratios x)
@@ -140,16 +141,16 @@ def main():
         g = one_round(a, r + 1, keep)
         x = ratios(g)
         rounds.append((g, x))
-        tb, ab, af, at = g["train_bf16"], g["attention_bf16"], g["attention_f32"], g["attention_torch"]
+        tb, pb, ab, at = g["train_bf16"], g["prefill_bf16"], g["attention_bf16"], g["attention_torch"]
         print("round %d: train bf16 %.2f s (f32 %.2f, %.2fx; PyTorch %.2f, %.2fx; model/oneDNN %.2f) | "
               "prefill bf16 %.0f ms (f32 %.0f, %.2fx; PyTorch %.0f, %.2fx; /oneDNN %.2f) | "
               "attention bf16 %.2f/%.2f ms (f32 %.2f/%.2f, %.2fx/%.2fx; PyTorch %.1f/%.1f)%s" % (
-                  r + 1, tb["step_s_best"], g["train_f32"]["step_s_best"], x["train_vs_f32"],
+                  r + 1, tb["step_s_best"], tb["step_f32_s_best"], x["train_vs_f32"],
                   g["train_torch"]["step_s_best"], x["train_vs_torch"], x["train_onednn"],
-                  g["prefill_bf16"]["ms_best"], g["prefill_f32"]["ms_best"], x["prefill_vs_f32"],
+                  pb["ms_best"], 1e3 * pb["forward_f32_s_best"], x["prefill_vs_f32"],
                   g["prefill_torch"]["ms_best"], x["prefill_vs_torch"], x["prefill_onednn"], ab["fwd_ms"],
-                  ab["bwd_ms"], af["fwd_ms"], af["bwd_ms"], x["fwd_vs_f32"], x["bwd_vs_f32"], at["fwd_ms"],
-                  at["bwd_ms"],
+                  ab["bwd_ms"], 1e3 * ab["fwd_f32_s_best"], 1e3 * ab["bwd_f32_s_best"], x["fwd_vs_f32"],
+                  x["bwd_vs_f32"], at["fwd_ms"], at["bwd_ms"],
                   "".join(" | attnmap %s %.1f s" % (k[4:], v["wall_s"]) for k, v in g.items() if k.startswith("map_"))),
               flush=True)
     for name, ok in TARGETS + ([MAP_TARGET] if a.map_model else []):

@@ -24,6 +24,13 @@
  * oneDNN bf16 matmul at --sgemm-n^3 and the AMX tile peak), "unavailable"
  * (JSON null) where the CPU or the build has none.
  *
+ * --vs-f32 (attention, train, prefill, in BF16) also times the fp32 path
+ * in the same run, alternated with the bf16 one call for call (each after
+ * its own sgemm probe run, the order swapped every round), and reports the
+ * per-pair ratios' median beside best over best: on a shared machine a
+ * neighbour slows whole stretches of a run, which the two calls of a pair
+ * share, so the paired ratio moves much less than either time.
+ *
  * --contend N starts N busy processes (each spins on one core) when the
  * timed rounds begin and stops them when they end, also on an error or
  * Ctrl-C (they die with this process: PR_SET_PDEATHSIG), to measure how the
@@ -220,6 +227,70 @@ static void json_out(cJSON *o) {
     cJSON_Delete(o);
 }
 
+/* ---- --vs-f32: the bf16 path against the fp32 one, timed in pairs ---- */
+
+/* One timed figure of both paths: the best of each and every pair's ratio
+ * (fp32 seconds / bf16 seconds, > 1 where bf16 is faster). */
+typedef struct paired {
+    double *ratio; /* [iters] */
+    long n;
+    double best_bf16, best_f32;
+} paired;
+
+/* 0, or -1 out of memory */
+static int paired_init(paired *p, long iters) {
+    *p = (paired){.ratio = malloc(sizeof(double) * (size_t)iters), .best_bf16 = INFINITY, .best_f32 = INFINITY};
+    return p->ratio ? 0 : -1;
+}
+
+static void paired_add(paired *p, double bf16_s, double f32_s) {
+    p->ratio[p->n++] = f32_s / bf16_s;
+    if (bf16_s < p->best_bf16) p->best_bf16 = bf16_s;
+    if (f32_s < p->best_f32) p->best_f32 = f32_s;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the pairs' ratios (sorts them). */
+static double paired_median(paired *p) {
+    qsort(p->ratio, (size_t)p->n, sizeof(double), cmp_double);
+    return p->n % 2 ? p->ratio[p->n / 2] : 0.5 * (p->ratio[p->n / 2 - 1] + p->ratio[p->n / 2]);
+}
+
+/* JSON: <name>_f32_s_best, <name>_vs_f32 (the pairs' median ratio),
+ * <name>_vs_f32_best (best over best), f32_pairs */
+static void paired_json(cJSON *o, const char *name, paired *p) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_f32_s_best", name);
+    num(o, key, p->best_f32);
+    snprintf(key, sizeof key, "%s_vs_f32", name);
+    num(o, key, paired_median(p));
+    snprintf(key, sizeof key, "%s_vs_f32_best", name);
+    num(o, key, p->best_f32 / p->best_bf16);
+    num(o, "f32_pairs", (double)p->n);
+}
+
+/* Text: "  vs fp32 (same run, N alternated pairs): forward 3.02x median (best
+ * over best 2.95x; fp32 best 12.3 ms)" */
+static void paired_text(const char *what, paired *p) {
+    printf("  %s vs the fp32 path (same run, %ld alternated pairs): %.2fx median of the pairs (best over best %.2fx; "
+           "fp32 best %.1f ms)\n",
+           what, p->n, paired_median(p), p->best_f32 / p->best_bf16, 1e3 * p->best_f32);
+}
+
+/* --vs-f32 is a comparison of a BF16 run with fp32: a usage error otherwise */
+static int vs_f32_check(const char *cmd, int vs_f32, al_precision prec) {
+    if (vs_f32 && prec != AL_PREC_BF16)
+        return cli_usage(cmd, "--vs-f32 compares the bf16 path with fp32: it needs --precision bf16 (or auto on a "
+                              "CPU with bf16 products)");
+    return 0;
+}
+
+#define VS_F32_HELP "also time the fp32 path, alternated with the bf16 one (ratios per pair, median)"
+
 /* ---- train ---- */
 
 /* One training step (forward, backward, clip, AdamW) on random tokens at the
@@ -232,12 +303,13 @@ static void json_out(cJSON *o) {
 static int bench_train(int argc, char **argv) {
     const char *cmd = "bench train";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 4];
+    al_arg args[TRAIN_MAX_ARGS + 5];
     int n = train_flags_table(&f, args);
     if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     long iters = 5, sgemm_n = 2048, triad_mb = 256;
-    int json = 0;
+    int json = 0, vs_f32 = 0;
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed training steps (after 2 warm-up steps)"};
+    args[n++] = (al_arg){"vs-f32", ARG_FLAG, &vs_f32, VS_F32_HELP};
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd, "[--preset NAME] [model flags] [--iters N] [--json]", args, n, argc, argv);
     if (rc == CLI_HELP) return 0;
@@ -248,7 +320,13 @@ static int bench_train(int argc, char **argv) {
     if (iters <= 0 || sgemm_n < 64 || triad_mb < 1)
         return cli_usage(cmd, "--iters must be positive, --sgemm-n at least 64 and --triad-mb positive");
     if (o.model.task != AL_TASK_LM) return cli_usage(cmd, "language models only (--task vision is not benchmarked)");
+    if ((rc = vs_f32_check(cmd, vs_f32, o.precision))) return rc;
     if (cli_dist_begin(cmd)) return 1;
+    if (vs_f32 && al_dist_active()) {
+        rc = al_dist_rank() == 0 ? cli_usage(cmd, "--vs-f32 runs in one process (not under mpirun)") : CLI_USAGE;
+        al_dist_finalize();
+        return rc;
+    }
     const int lead = al_dist_rank() == 0, shards = al_dist_shards(&o);
     if (o.batch % al_dist_size() || o.batch % shards || shards % al_dist_size()) {
         rc = lead ? cli_usage(cmd, "--batch %d must split into --shards %d, and those over the %d ranks", o.batch,
@@ -286,27 +364,43 @@ static int bench_train(int argc, char **argv) {
     al_lm_shards select = {.batch = &batch, .in = in, .tg = tg, .B = o.batch, .T = o.context};
     const al_step_pass inner = al_lm_step_pass(&batch);
     al_grad_shards gs;
+    paired ps = {0};
     if (al_grad_shards_init(&gs, &m, &inner, al_lm_select_shard, &select, shards, o.batch, &err)) rc = -1;
+    else if (vs_f32 && paired_init(&ps, iters)) rc = -1, snprintf(err.msg, sizeof err.msg, "out of memory");
     double best = 1e30, total = 0, comm = 0, comm_busy = 0;
     for (long it = 0; !rc && it < iters + 2; it++) {
         if (it == 2 && (rc = env_start(cmd, &e))) break;
-        if (it >= 2) al_sgemm_probe_run(&e.sg);
-        int ignored;
-        if (al_dist_max(0, &ignored, &err)) { /* the ranks start the step together */
-            rc = -1;
-            break;
+        double dt[2] = {0, 0}; /* [0] the run's precision, [1] the fp32 step of a --vs-f32 pair */
+        for (int c = 0; !rc && c <= vs_f32; c++) {
+            const int path = vs_f32 && it % 2 ? 1 - c : c; /* every other round fp32 first */
+            if (path) { /* an fp32 run has no BF16 copy of the weights to refresh: detached for the step */
+                al_train_precision_end(&m);
+                al_precision_set(AL_PREC_F32);
+            }
+            if (it >= 2) al_sgemm_probe_run(&e.sg);
+            int ignored;
+            if (al_dist_max(0, &ignored, &err)) { /* the ranks start the step together */
+                rc = -1;
+                break;
+            }
+            double t0 = al_now(), loss, gn;
+            al_train_step(&m, &gs.pass, m1, m2, &o, 1e-4, (int)it + 1, &loss, &gn); /* timed whatever the loss */
+            dt[path] = al_now() - t0;
+            if (path) {
+                al_precision_set(o.precision);
+                if (al_train_precision_begin(&m, o.precision, &err)) rc = -1;
+            }
+            if (gs.failed) {
+                err = gs.err;
+                rc = -1;
+            }
         }
-        double t0 = al_now(), loss, gn;
-        al_train_step(&m, &gs.pass, m1, m2, &o, 1e-4, (int)it + 1, &loss, &gn); /* timed whatever the loss */
-        double dt = al_now() - t0;
-        if (gs.failed) {
-            err = gs.err;
-            rc = -1;
-        } else if (it >= 2) {
-            total += dt;
+        if (!rc && it >= 2) {
+            total += dt[0];
             comm += gs.comm_s;
             comm_busy += gs.comm_busy_s;
-            if (dt < best) best = dt;
+            if (dt[0] < best) best = dt[0];
+            if (vs_f32) paired_add(&ps, dt[0], dt[1]);
         }
     }
     const size_t buckets = gs.n_buckets, buckets_overlapped = gs.early_buckets; /* the last step's */
@@ -344,6 +438,7 @@ static int bench_train(int argc, char **argv) {
                 num(j, "buckets_overlapped", (double)buckets_overlapped); /* sent before the backward ended */
             }
             bf16_ratios_json(j, "mfu", gflops, &e);
+            if (vs_f32) paired_json(j, "step", &ps);
             env_json(j, &e, (int)iters);
             json_out(j);
         } else {
@@ -360,9 +455,11 @@ static int bench_train(int argc, char **argv) {
                        "buckets, %zu of them during the backward\n",
                        al_dist_size(), al_threads(), shards, 1e3 * comm / iters, 1e3 * comm_busy / iters,
                        bytes_reduced / 1e6, buckets, buckets_overlapped);
+            if (vs_f32) paired_text("step", &ps);
             env_text(&e);
         }
     }
+    free(ps.ratio);
     al_train_precision_end(&m);
     al_free(m1);
     al_free(m2);
@@ -387,15 +484,16 @@ static int bench_train(int argc, char **argv) {
 static int bench_prefill(int argc, char **argv) {
     const char *cmd = "bench prefill";
     train_flags f;
-    al_arg args[TRAIN_MAX_ARGS + 6];
+    al_arg args[TRAIN_MAX_ARGS + 7];
     int n = train_flags_table(&f, args);
     if (n < 0) return cli_fail(cmd, TRAIN_FLAGS_TOO_MANY);
     long iters = 5, tokens = 512, sgemm_n = 2048, triad_mb = 256;
-    int json = 0;
+    int json = 0, vs_f32 = 0;
     const char *weights = "f32";
     args[n++] = (al_arg){"tokens", ARG_INT, &tokens, "prompt length (positions in one forward)"};
     args[n++] = (al_arg){"iters", ARG_INT, &iters, "timed forwards (after 1 warm-up)"};
     args[n++] = (al_arg){"weights", ARG_STRING, &weights, CLI_WEIGHTS_HELP};
+    args[n++] = (al_arg){"vs-f32", ARG_FLAG, &vs_f32, VS_F32_HELP};
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd, "[--preset NAME] [model flags] [--tokens N] [--iters N] [--weights bf16] [--json]", args, n,
                        argc, argv);
@@ -407,6 +505,7 @@ static int bench_prefill(int argc, char **argv) {
     if (iters <= 0 || tokens < 1 || tokens > (1 << 20) || sgemm_n < 64 || triad_mb < 1)
         return cli_usage(cmd, "--iters and --tokens must be positive, --sgemm-n at least 64 and --triad-mb positive");
     if (o.model.task != AL_TASK_LM) return cli_usage(cmd, "language models only (--task vision is not benchmarked)");
+    if ((rc = vs_f32_check(cmd, vs_f32, o.precision))) return rc;
     al_config cfg = o.model;
     if (cfg.max_position < tokens) cfg.max_position = (int)tokens; /* RoPE table length: fine for timing */
     bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
@@ -425,24 +524,40 @@ static int bench_prefill(int argc, char **argv) {
     }
     if (o.precision == AL_PREC_BF16) cli_precision_line(o.precision);
     int *in = malloc(sizeof(int) * tokens);
+    paired pp = {0};
+    if (!in || (vs_f32 && paired_init(&pp, iters))) {
+        free(in), free(pp.ratio), al_acts_free(&a), al_model_free(&m);
+        return cli_fail(cmd, "out of memory");
+    }
     /* fp32 weights in BF16: rounded once, as a serving engine would hold them */
-    if (!in || (!m.w16 && al_train_precision_begin(&m, o.precision, &err))) {
-        free(in), al_acts_free(&a), al_model_free(&m);
-        return cli_fail(cmd, in ? err.msg : "out of memory");
+    if (!m.w16 && al_train_precision_begin(&m, o.precision, &err)) {
+        free(in), free(pp.ratio), al_acts_free(&a), al_model_free(&m);
+        return cli_fail(cmd, err.msg);
     }
     al_rng rng;
     al_rng_seed(&rng, 4);
     for (long i = 0; i < tokens; i++) in[i] = (int)(al_rng_u64(&rng) % 256);
-    al_model_forward(&m, &a, in, NULL); /* warm-up */
+    for (int w = 0; w <= vs_f32; w++) { /* warm-up (each path) */
+        al_precision_set(w ? AL_PREC_F32 : o.precision);
+        al_model_forward(&m, &a, in, NULL);
+    }
+    al_precision_set(o.precision);
     double best = 1e30, total = 0;
     if (!(rc = env_start(cmd, &e))) {
         for (long it = 0; it < iters; it++) {
-            al_sgemm_probe_run(&e.sg);
-            const double t0 = al_now();
-            al_model_forward(&m, &a, in, NULL);
-            const double dt = al_now() - t0;
-            total += dt;
-            if (dt < best) best = dt;
+            double dt[2]; /* [0] the run's precision, [1] fp32 (--vs-f32: the products in fp32, the BF16 copy unread) */
+            for (int c = 0; c <= vs_f32; c++) {
+                const int path = vs_f32 && it % 2 ? 1 - c : c; /* every other round fp32 first */
+                al_precision_set(path ? AL_PREC_F32 : o.precision);
+                al_sgemm_probe_run(&e.sg);
+                const double t0 = al_now();
+                al_model_forward(&m, &a, in, NULL);
+                dt[path] = al_now() - t0;
+            }
+            al_precision_set(o.precision);
+            total += dt[0];
+            if (dt[0] < best) best = dt[0];
+            if (vs_f32) paired_add(&pp, dt[0], dt[1]);
         }
         env_finish(&e);
         const double flops = al_model_fwd_flops_per_token(&m, (int)tokens) * tokens;
@@ -464,6 +579,7 @@ static int bench_prefill(int argc, char **argv) {
             num(j, "ratio", gflops / sgemm);
             bf16_ratios_json(j, "ratio", gflops, &e);
             cJSON_AddStringToObject(j, "weights", al_dtype_name(m.embed_dt));
+            if (vs_f32) paired_json(j, "forward", &pp);
             env_json(j, &e, (int)iters);
             json_out(j);
         } else {
@@ -474,9 +590,11 @@ static int bench_prefill(int argc, char **argv) {
                    1e3 * total / iters, tokens / best, gflops, 100 * gflops / sgemm);
             bf16_ratios_text(gflops, &e);
             printf("\n");
+            if (vs_f32) paired_text("forward", &pp);
             env_text(&e);
         }
     }
+    free(pp.ratio);
     al_train_precision_end(&m);
     free(in);
     al_acts_free(&a);
@@ -700,8 +818,8 @@ static int bench_attention(int argc, char **argv) {
     al_precision prec;
     long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 10, bidir = 0, sgemm_n = 2048, threads = 0, power = 3;
     long triad_mb = 256;
-    int json = 0;
-    al_arg args[16] = {
+    int json = 0, vs_f32 = 0;
+    al_arg args[17] = {
         {"score", ARG_STRING, &score, "softmax | poly | relu | sigmoid"},
         {"poly-power", ARG_INT, &power, "poly: p"},
         {"batch", ARG_INT, &B, "sequences"},
@@ -713,8 +831,9 @@ static int bench_attention(int argc, char **argv) {
         {"iters", ARG_INT, &iters, "timed repetitions (best is reported)"},
         {"threads", ARG_INT, &threads, "worker threads (default: all cores)"},
         {"precision", ARG_STRING, &precision, CLI_PRECISION_HELP_AUTO},
+        {"vs-f32", ARG_FLAG, &vs_f32, VS_F32_HELP},
     };
-    int n = 11;
+    int n = 12;
     n += env_flags(args + n, &sgemm_n, &triad_mb, &json);
     int rc = cli_parse(cmd, "[--score S] [--context T] [--heads H] [--kv-heads G] [--head-dim D] [--json]", args, n,
                        argc, argv);
@@ -724,7 +843,7 @@ static int bench_attention(int argc, char **argv) {
     if (B < 1 || H < 1 || G < 1 || H % G || T < 1 || dh < 1 || iters < 1 || power < 1 || sgemm_n < 64 ||
         triad_mb < 1 || (long)B * T * H * dh > (1L << 28))
         return cli_usage(cmd, "sizes must be positive, --kv-heads must divide --heads, and the tensors fit in memory");
-    if ((rc = cli_precision(cmd, precision, "auto", &prec))) return rc;
+    if ((rc = cli_precision(cmd, precision, "auto", &prec)) || (rc = vs_f32_check(cmd, vs_f32, prec))) return rc;
     if (prec == AL_PREC_BF16) cli_precision_line(prec);
     if (threads > 0) al_set_threads((int)threads);
     bench_env e = {.load_start = al_loadavg1(), .sgemm_n = sgemm_n, .triad_mb = triad_mb};
@@ -742,27 +861,42 @@ static int bench_attention(int argc, char **argv) {
     float *q = al_alloc(nq * 4), *k = al_alloc(nkv * 4), *v = al_alloc(nkv * 4), *o = al_alloc(nq * 4);
     float *dO = al_alloc(nq * 4), *dq = al_alloc(nq * 4), *dk = al_alloc(nkv * 4), *dv = al_alloc(nkv * 4);
     float *lse = al_alloc((size_t)B * H * T * 4);
-    if (!q || !k || !v || !o || !dO || !dq || !dk || !dv || !lse) {
+    paired pf = {0}, pb = {0};
+    if (!q || !k || !v || !o || !dO || !dq || !dk || !dv || !lse ||
+        (vs_f32 && (paired_init(&pf, iters) || paired_init(&pb, iters)))) {
         al_free(q), al_free(k), al_free(v), al_free(o), al_free(dO), al_free(dq), al_free(dk), al_free(dv), al_free(lse);
+        free(pf.ratio), free(pb.ratio);
         return cli_fail(cmd, "out of memory");
     }
     al_rng rng;
     al_rng_seed(&rng, 3);
     for (size_t i = 0; i < nq; i++) q[i] = al_rng_normal(&rng), dO[i] = al_rng_normal(&rng);
     for (size_t i = 0; i < nkv; i++) k[i] = al_rng_normal(&rng), v[i] = al_rng_normal(&rng);
-    al_attn_fwd(&s, q, k, v, o, lse); /* warm-up */
-    al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
+    for (int w = 0; w <= vs_f32; w++) { /* warm-up (each path) */
+        al_precision_set(w ? AL_PREC_F32 : prec);
+        al_attn_fwd(&s, q, k, v, o, lse);
+        al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
+    }
+    al_precision_set(prec);
     double best_f = 1e30, best_b = 1e30;
     if (!(rc = env_start(cmd, &e))) {
         for (long it = 0; it < iters; it++) {
-            al_sgemm_probe_run(&e.sg);
-            double t0 = al_now();
-            al_attn_fwd(&s, q, k, v, o, lse);
-            double t1 = al_now();
-            al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
-            double t2 = al_now();
-            best_f = t1 - t0 < best_f ? t1 - t0 : best_f;
-            best_b = t2 - t1 < best_b ? t2 - t1 : best_b;
+            double tf[2], tb[2]; /* [0] the run's precision, [1] fp32 (--vs-f32) */
+            for (int c = 0; c <= vs_f32; c++) {
+                const int path = vs_f32 && it % 2 ? 1 - c : c; /* every other round fp32 first */
+                al_precision_set(path ? AL_PREC_F32 : prec);
+                al_sgemm_probe_run(&e.sg);
+                double t0 = al_now();
+                al_attn_fwd(&s, q, k, v, o, lse);
+                double t1 = al_now();
+                al_attn_bwd(&s, q, k, v, o, lse, dO, dq, dk, dv);
+                double t2 = al_now();
+                tf[path] = t1 - t0, tb[path] = t2 - t1;
+            }
+            al_precision_set(prec);
+            best_f = tf[0] < best_f ? tf[0] : best_f;
+            best_b = tb[0] < best_b ? tb[0] : best_b;
+            if (vs_f32) paired_add(&pf, tf[0], tf[1]), paired_add(&pb, tb[0], tb[1]);
         }
         env_finish(&e);
         const double t_eff = bidir ? (double)T : (T + 1) / 2.0;
@@ -791,6 +925,7 @@ static int bench_attention(int argc, char **argv) {
             bf16_ratios_json(j, "bwd_ratio", gb, &e);
             num(j, "saved_bytes", saved);
             num(j, "workspace_bytes", ws);
+            if (vs_f32) paired_json(j, "fwd", &pf), paired_json(j, "bwd", &pb);
             env_json(j, &e, (int)iters);
             json_out(j);
         } else {
@@ -803,10 +938,12 @@ static int bench_attention(int argc, char **argv) {
             printf("\n");
             printf("  kept for backward: o + lse %.2f MB; kernel workspace %.2f MB (both O(T))\n", saved / 1048576.0,
                    ws / 1048576.0);
+            if (vs_f32) paired_text("forward", &pf), paired_text("backward", &pb);
             env_text(&e);
         }
     }
     al_free(q), al_free(k), al_free(v), al_free(o), al_free(dO), al_free(dq), al_free(dk), al_free(dv), al_free(lse);
+    free(pf.ratio), free(pb.ratio);
     return rc;
 }
 

@@ -229,4 +229,38 @@ check_stdout "precision BF16 \(bf16 engine: .*\); bf16 ceilings: oneDNN matmul .
 check_stdout "MFU .* of sgemm; (oneDNN bf16 ceiling unavailable|[0-9.]+% of oneDNN bf16)"
 end
 
+begin "bench --vs-f32: the fp32 path timed in alternated pairs in the same run; a usage error outside bf16"
+for c in "bench train --preset tiny" "bench prefill --preset tiny --tokens 32" \
+    "bench attention --context 32 --heads 2 --head-dim 8"; do
+    # shellcheck disable=SC2086
+    run $c --precision f32 --vs-f32 "${SMALL[@]}"
+    check_error 2 "--vs-f32 compares the bf16 path with fp32: it needs --precision bf16"
+done
+SMALL3=(--sgemm-n 128 --triad-mb 8 --iters 3)
+run bench train --preset tiny --precision bf16 --vs-f32 --json "${SMALL3[@]}"
+check_ok
+cp "$OUTF" "$WORK/vt.json"
+run bench prefill --preset tiny --tokens 32 --precision bf16 --vs-f32 --json "${SMALL3[@]}"
+check_ok
+cp "$OUTF" "$WORK/vp.json"
+run bench attention --context 64 --heads 2 --head-dim 8 --precision bf16 --vs-f32 --json "${SMALL3[@]}"
+check_ok
+check_py "--vs-f32 fields" '
+import json, sys
+t, p, a = (json.load(open(x)) for x in sys.argv[1:4])
+for j, figs in ((t, [("step", "step_s_best", 1)]), (p, [("forward", "ms_best", 1e3)]),
+                (a, [("fwd", "fwd_ms", 1e3), ("bwd", "bwd_ms", 1e3)])):
+    assert j["precision"] == "BF16" and j["f32_pairs"] == 3, (j["precision"], j["f32_pairs"])
+    for name, best, per_s in figs:
+        bf16_s = j[best] / per_s
+        f32_s = j[name + "_f32_s_best"]
+        assert f32_s > 0 and abs(j[name + "_vs_f32_best"] - f32_s / bf16_s) <= 2e-3 * f32_s / bf16_s, (name, j)
+        assert j[name + "_vs_f32"] > 0, (name, j)
+' "$WORK/vt.json" "$WORK/vp.json" "$OUTF"
+run bench attention --context 64 --heads 2 --head-dim 8 --precision bf16 --vs-f32 "${SMALL3[@]}"
+check_ok
+check_stdout "forward vs the fp32 path \(same run, 3 alternated pairs\): [0-9.]+x median"
+check_stdout "backward vs the fp32 path"
+end
+
 finish
