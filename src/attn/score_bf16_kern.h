@@ -631,6 +631,11 @@ _Static_assert(KT == 64, "AMX_C64_WITH's products are KT columns, four 16-column
  * T=1024 d_h=64) the forward is 4-5 % faster, the backward, pipelined the
  * same way, 1-3 %. */
 
+/* 1: one-head items take the pipelined path; 0: the plain loop (a test
+ * hook, al_attn_set_pipelined_*: the two must give the same bits) */
+static int pipelined = 1;
+void BSFX(al_attn_set_pipelined)(int on) { pipelined = on; }
+
 /* a step: key tile from j0, query rows r0 .. r0 + R of the item, nk keys
  * of the tile visible to its last row; R = 0: none */
 typedef struct fstep {
@@ -778,7 +783,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                        q + ((size_t)b * T + i0) * s->ldq + (size_t)(h0 + hh) * DK, s->ldq, m, QBK, DK, dkp);
             for (int r = 0; r < hn * QBK; r++) mst[r] = -INFINITY, lst[r] = V_ZERO();
 #ifdef BF16_AMX
-            if (hn == 1) {
+            if (hn == 1 && pipelined) {
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
                 fwd_item_amx1(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
                               vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, mst, lst, Oacc);
@@ -966,7 +971,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                         const int R = imin(RB, m - r0), ia = i0 + r0;
                         const int nk = causal ? imin(nkt, ia + R - j0) : nkt;
 #ifdef BF16_AMX
-                        if (hn == 1) {
+                        if (hn == 1 && pipelined) {
                             /* one head, software-pipelined as fwd_item_amx1: S, dP of the next block
                              * (in the next tile after the last) with this block's rows between */
                             if (!ready) {

@@ -87,6 +87,9 @@ AL_ATTN_SET_DECL(bf16)
 AL_ATTN_SET_DECL(avx512bf16)
 AL_ATTN_SET_DECL(amx)
 #undef AL_ATTN_SET_DECL
+/* the amx set's one-head items software-pipelined (1, the default) or in
+ * the plain loop (0): a test hook (score_bf16_kern.h) */
+void al_attn_set_pipelined_amx(int on);
 
 /* One decode work item (decode.c): the heads of one KV group against up to a
  * chunk of cached positions, the cache in F32 or BF16 (contract in

@@ -15,6 +15,8 @@
  *  - the hardware sets == bf16-portable (where they run); the amx set's own
  *    code also runs on emulated tiles everywhere (its bmm's indexing);
  *  - same bits for 1 and 2 threads;
+ *  - the amx set's software-pipelined one-head items (real and emulated
+ *    tiles) give the same bits as its plain loop;
  *  - dispatch: al_attn_kernel_name names the BF16 set in BF16 mode and the
  *    fp32 set in F32 mode, and F32 mode computes the fp32 reference; BF16
  *    mode at ATTNLAB_CPU=generic or without a workspace computes fp32;
@@ -95,6 +97,8 @@ static void emu_dpbf16ps(int c, int a, int b) {
 #define BSFX(name) name##_amxemu
 #include "attn/score_bf16_kern.h"
 #pragma GCC pop_options
+
+void al_attn_set_pipelined_amxemu(int on);
 
 /* the emulated amx set's forward + backward, on a workspace of its own */
 static void run_amxemu(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
@@ -330,6 +334,41 @@ static void check_threads(int i, const fn_case *f) {
     io_free(&in);
 }
 
+/* The amx set (on tiles where the CPU has them, and emulated) with its
+ * one-head items software-pipelined and in the plain loop: the same bits,
+ * forward and backward, on MHA shapes (one head per KV group: the items
+ * the pipeline takes) across tile edges, every function, both masks. */
+static void check_pipelined(al_rng *r) {
+    const int shapes[][5] = {{1, 1, 2, 8, 8}, {1, 64, 2, 24, 40}, {2, 77, 3, 64, 64}, {1, 150, 2, 81, 17},
+                             {1, 129, 1, 96, 33}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int fi = 0; fi < NFNS; fi++) {
+            const int *v = shapes[i], bidir = (fi + (int)i) % 2;
+            al_attn_shape s = {v[0], v[1], v[2], v[2], v[3], v[4], v[2] * v[3] + 1, v[2] * v[3], v[2] * v[4],
+                               v[2] * v[4] + 2, 1.0f / sqrtf((float)v[3])};
+            tu_set_score(&s, &FNS[fi], bidir, 29.0f);
+            io in;
+            io_make(&in, &s, r, 1.2f);
+            for (int emu = 0; emu < 2; emu++) {
+                const int level = emu ? EMU : AL_CPU_AMX;
+                if (!emu && AL_CPU_AMX > (int)al_cpu_detect()) continue;
+                if (emu && fi % 3) continue; /* emulated tiles are slow: two functions */
+                io x, y;
+                run(&x, &in, AL_PREC_BF16, level); /* pipelined: the default */
+                emu ? al_attn_set_pipelined_amxemu(0) : al_attn_set_pipelined_amx(0);
+                run(&y, &in, AL_PREC_BF16, level);
+                emu ? al_attn_set_pipelined_amxemu(1) : al_attn_set_pipelined_amx(1);
+                CHECK_MSG(!memcmp(x.o, y.o, x.no * 4) && !memcmp(x.lse, y.lse, x.nl * 4) &&
+                              !memcmp(x.dq, y.dq, x.nq * 4) && !memcmp(x.dk, y.dk, x.nk * 4) &&
+                              !memcmp(x.dv, y.dv, x.nv * 4),
+                          "%s %s bidir=%d B=%d T=%d H=%d dk=%d dv=%d: pipelined and plain differ",
+                          emu ? "amx (emulated tiles)" : "amx", FNS[fi].name, bidir, v[0], v[1], v[2], v[3], v[4]);
+                outs_free(&x), outs_free(&y);
+            }
+            io_free(&in);
+        }
+}
+
 /* Large scores growing along the sequence (q x 30, keys with a rising
  * offset): the running max moves on many tiles; finite, and close to the
  * BF16 reference (scores of ~1e3 carry ~1e-4 of fp32 rounding, so the
@@ -435,6 +474,7 @@ int main(int argc, char **argv) {
     }
     check_softmax_stress(0);
     check_softmax_stress(1);
+    check_pipelined(&r);
     for (int i = 0; i < NSETS; i++)
         for (int fi = 0; fi < NFNS; fi++) {
             with_emu = fi == 0;
