@@ -273,8 +273,8 @@ static void paired_json(cJSON *o, const char *name, paired *p) {
     num(o, "f32_pairs", (double)p->n);
 }
 
-/* Text: "  vs fp32 (same run, N alternated pairs): forward 3.02x median (best
- * over best 2.95x; fp32 best 12.3 ms)" */
+/* Text: "  forward vs the fp32 path (same run, 10 alternated pairs): 3.02x
+ * median of the pairs (best over best 2.95x; fp32 best 12.3 ms)" */
 static void paired_text(const char *what, paired *p) {
     printf("  %s vs the fp32 path (same run, %ld alternated pairs): %.2fx median of the pairs (best over best %.2fx; "
            "fp32 best %.1f ms)\n",
