@@ -6,8 +6,9 @@
  * Data: the mode (one value for the process); a small table of weight
  * arenas with their BF16 copies, looked up by address range when a product
  * in BF16 mode reads an operand (a handful of arenas at most: the models a
- * command holds); the engine table (AL_BF16_ENGINES: what each needs, its
- * block sizes); and one workspace per calling thread.
+ * command holds); the amx engine's packed weights, kept between products
+ * until the copies change (below); the engine table (AL_BF16_ENGINES: what
+ * each needs, its block sizes); and one workspace per calling thread.
  *
  * A tile (rows [r0, r1) x columns [c0, c1) of C, from linear.c) runs, for
  * the emulated and avx512-bf16 engines (onednn and amx: below), as blocks:
@@ -159,6 +160,8 @@ const char *al_precision_engine(void) { return al_bf16_engine_name(al_bf16_engin
 void al_bf16_onednn_test_f32(int on) { onednn_test_f32 = on; }
 void al_bf16_own_test_ref(int on) { own_test_ref = on; }
 
+static void packed_clear(void);
+
 /* ---- BF16 copies of weight arenas ---- */
 
 enum { MAX_SHADOWS = 8 };
@@ -215,18 +218,22 @@ int al_bf16_shadow_attach(const float *w, size_t n, al_err *err) {
         if (!bf) return al_errf(err, "bf16 weights: out of memory for %zu weights", n);
         *s = (shadow){w, n, bf};
     }
+    packed_clear();
     round_arena(s->bf, w, n);
     return 0;
 }
 
 void al_bf16_shadow_refresh(const float *w) {
     shadow *s = shadow_find(w);
-    if (s) round_arena(s->bf, s->w, s->n);
+    if (!s) return;
+    packed_clear(); /* the weights packed from the old values */
+    round_arena(s->bf, s->w, s->n);
 }
 
 void al_bf16_shadow_detach(const float *w) {
     shadow *s = shadow_find(w);
     if (!s) return;
+    packed_clear();
     al_free(s->bf);
     *s = (shadow){0};
 }
@@ -238,6 +245,93 @@ const uint16_t *al_bf16_shadow_of(const float *p) {
         if (s->w && a >= (uintptr_t)s->w && a < (uintptr_t)(s->w + s->n)) return s->bf + (p - s->w);
     }
     return NULL;
+}
+
+/* ---- the amx engine's packed weights ----
+ * A product packs both operands into tiles (bf16_tiles.c) before its
+ * kernel runs; in inference the same weights are packed again for every
+ * forward (every prompt, evaluation batch, attention map), about 8 % of a
+ * bf16 prefill (perf, `bench prefill`, 12 x 768, 512 tokens). So a B operand
+ * read from a BF16 copy (an attached arena's: the weights) is remembered by
+ * its view (first element, strides, lines, K): the first product with a
+ * view only notes it, the second packs it into tiles kept here, and every
+ * later one reads them instead of packing. Every attach, refresh or detach
+ * of a copy empties the table, so tiles never outlive the values they were
+ * packed from; a training step, which refreshes once and reads each view
+ * once (the forward and the backward read a weight in two orientations),
+ * only notes views and allocates nothing. Not kept: operands without a copy
+ * (activations; a mapped checkpoint's BF16 weights, whose lifetime this
+ * table cannot see), products planned inside a parallel region (the table,
+ * like the copies' table, is one thread's: the thread that drives the
+ * products), and tiles past twice the copies' size plus 8 MB in all (tiles
+ * pad lines to 16 and K to 32). Same tiles, same bits. */
+enum { PACKED_MAX = 512 };
+typedef struct packed_b {
+    const uint16_t *src; /* the view's first element; NULL: free slot */
+    size_t rs, cs;
+    int n, K;
+    uint16_t *tiles; /* NULL: noted, not kept (yet) */
+    size_t elems;
+} packed_b;
+static packed_b g_packed[PACKED_MAX];
+static size_t g_packed_elems; /* kept tiles' elements */
+static int packed_off;        /* test hook */
+
+static void packed_clear(void) {
+    for (int i = 0; i < PACKED_MAX; i++) {
+        al_free(g_packed[i].tiles);
+        g_packed[i] = (packed_b){0};
+    }
+    g_packed_elems = 0;
+}
+
+void al_bf16_packed_cache(int on) {
+    packed_off = !on;
+    packed_clear();
+}
+
+size_t al_bf16_packed_count(void) {
+    size_t n = 0;
+    for (int i = 0; i < PACKED_MAX; i++) n += g_packed[i].tiles != NULL;
+    return n;
+}
+
+/* The entry of view (bf, rs, cs) with n lines of K, *seen 1 if it was
+ * there before; else a new one noting it (*seen 0); NULL: the table is
+ * full. */
+static packed_b *packed_entry(const uint16_t *bf, size_t rs, size_t cs, int n, int K, int *seen) {
+    packed_b *free_slot = NULL;
+    *seen = 1;
+    for (int i = 0; i < PACKED_MAX; i++) {
+        packed_b *e = &g_packed[i];
+        if (e->src == bf && e->rs == rs && e->cs == cs && e->n == n && e->K == K) return e;
+        if (!e->src && !free_slot) free_slot = e;
+    }
+    *seen = 0;
+    if (free_slot) *free_slot = (packed_b){bf, rs, cs, n, K, NULL, 0};
+    return free_slot;
+}
+
+/* Room for entry e's tiles (elems bf16), which the caller packs, or NULL
+ * (over the cap, out of memory: pack as usual). */
+static uint16_t *packed_alloc(packed_b *e, size_t elems) {
+    size_t cap = (size_t)1 << 22; /* 8 MB for small matrices, whose tiles pad most */
+    for (int i = 0; i < MAX_SHADOWS; i++) cap += 2 * g_shadows[i].n;
+    if (g_packed_elems + elems > cap) return NULL;
+    uint16_t *t = al_alloc(elems * sizeof *t);
+    if (!t) return NULL;
+    e->tiles = t, e->elems = elems;
+    g_packed_elems += elems;
+    return t;
+}
+
+/* Entry e back to noted (its tiles allocated, never packed: the product
+ * found no workspace). */
+static void packed_unalloc(packed_b *e) {
+    if (!e || !e->tiles) return;
+    g_packed_elems -= e->elems;
+    al_free(e->tiles);
+    e->tiles = NULL, e->elems = 0;
 }
 
 /* ---- the workspace: one buffer per calling thread ----
@@ -340,20 +434,27 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
          * `slots` threads; every tile of C reads them in place */
         const operand oa = operand_of(A, a_transposed, lda, 0),
                       ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
-        const size_t a_elems = al_bf16_tiles_elems(M, K);
-        p->ws = ws_get((a_elems + al_bf16_tiles_elems(N, K)) * sizeof(uint16_t));
+        const size_t a_elems = al_bf16_tiles_elems(M, K), b_elems = al_bf16_tiles_elems(N, K);
+        /* B from a weight's BF16 copy: its tiles kept between products (see above) */
+        int seen = 0;
+        packed_b *entry = !Bbf && ob.bf && !packed_off && !omp_in_parallel()
+                              ? packed_entry(ob.bf, ob.rs, ob.cs, N, K, &seen) : NULL;
+        const uint16_t *b_kept = entry ? entry->tiles : NULL;
+        uint16_t *b_new = entry && seen && !b_kept ? packed_alloc(entry, b_elems) : NULL;
+        p->ws = ws_get((a_elems + (b_kept || b_new ? 0 : b_elems)) * sizeof(uint16_t));
         if (p->ws) {
-            uint16_t *at = (uint16_t *)p->ws, *bt = at + a_elems;
-            /* each operand in 4 parts per thread (slots that finish early take more) */
-            const int parts = 4 * slots;
+            uint16_t *at = (uint16_t *)p->ws, *bt = b_new ? b_new : at + a_elems;
+            /* each operand in 4 parts per thread (slots that finish early take more); a kept B is not packed */
+            const int parts = 4 * slots, b_parts = b_kept ? 0 : parts;
 #pragma omp parallel for num_threads(slots) schedule(dynamic, 1) if (slots > 1)
-            for (int q = 0; q < 2 * parts; q++) {
+            for (int q = 0; q < parts + b_parts; q++) {
                 if (q < parts) al_bf16_tiles_pack(at, 0, oa.x, oa.bf, oa.rs, oa.cs, M, K, q, parts);
                 else al_bf16_tiles_pack(bt, 1, ob.x, ob.bf, ob.rs, ob.cs, N, K, q - parts, parts);
             }
+            if (b_kept) bt = (uint16_t *)b_kept;
             p->a = (al_bf16_view){at, 0, 0}, p->b = (al_bf16_view){bt, 0, 0};
             p->ksteps = al_bf16_tiles_ksteps(K);
-        }
+        } else if (b_new) packed_unalloc(entry);
     } else {
         p->slot_bytes = slot_bytes_of(p->engine);
         p->ws = ws_get(p->slot_bytes * (size_t)slots);

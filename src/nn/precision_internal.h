@@ -109,6 +109,10 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
  * the plain reference in place of its kernel, so the own engines' packing
  * and blocking run where their kernels cannot; 0 restores it. */
 void al_bf16_own_test_ref(int on);
+/* Test hooks of the amx engine's packed weights (precision.c): 0 stops
+ * keeping them (1 resumes; either empties the table); how many are kept. */
+void al_bf16_packed_cache(int on);
+size_t al_bf16_packed_count(void);
 /* Packs op(X)[i0 .. i0+mb, k0 .. k0+kb) (element (i, k) at X[i rs + k cs],
  * or at Xbf, X's BF16 copy, when not NULL) into the own kernels' layouts:
  * A rows, or (al_bf16_pack_vnni) B with i as the column index j. */

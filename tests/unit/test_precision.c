@@ -159,6 +159,53 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
     }
 }
 
+/* The amx engine keeps a weight's packed tiles between products
+ * (precision.c): a B operand read from a BF16 copy is only noted by its
+ * first product, packed into the table by its second, read from there by
+ * the third (still one kept), all with the bits of a product that keeps
+ * nothing; after the weights change and their copy is refreshed (which
+ * empties the table) the product is the new weights' one; detaching the
+ * copy empties the table too. */
+static void check_packed_cache(const char *label, al_rng *r) {
+    for (int ci = 0; ci < N_CASES; ci++) {
+        gemm_data d;
+        data_make(&d, cases[ci], r);
+        al_err err = {0};
+        CHECK(al_bf16_shadow_attach(d.B, d.b_n, &err) == 0);
+        al_bf16_packed_cache(0);
+        float *plain = run(&d);
+        al_bf16_packed_cache(1);
+        float *first = run(&d);
+        const size_t kept1 = al_bf16_packed_count();
+        float *second = run(&d);
+        const size_t kept2 = al_bf16_packed_count();
+        float *third = run(&d);
+        CHECK_MSG(kept1 == 0 && kept2 == 1 && al_bf16_packed_count() == 1,
+                  "%s: case %d: %zu, %zu, %zu weights kept after 1, 2, 3 products, want 0, 1, 1", label, ci, kept1, kept2,
+                  al_bf16_packed_count());
+        CHECK_MSG(!memcmp(plain, first, sizeof(float) * d.c_n) && !memcmp(plain, second, sizeof(float) * d.c_n) &&
+                      !memcmp(plain, third, sizeof(float) * d.c_n),
+                  "%s: case %d: kept tiles change the product", label, ci);
+        for (size_t i = 0; i < d.b_n; i++) d.B[i] = 0.25f - 0.5f * d.B[i];
+        al_bf16_shadow_refresh(d.B);
+        CHECK_MSG(al_bf16_packed_count() == 0, "%s: case %d: a refresh left %zu kept", label, ci,
+                  al_bf16_packed_count());
+        float *fresh = run(&d);
+        free(run(&d)); /* noted again after the refresh: this one packs into the table, the next reads it */
+        float *fresh3 = run(&d);
+        al_bf16_packed_cache(0);
+        float *want = run(&d);
+        al_bf16_packed_cache(1);
+        CHECK_MSG(!memcmp(fresh, want, sizeof(float) * d.c_n) && !memcmp(fresh3, want, sizeof(float) * d.c_n) &&
+                      memcmp(fresh, first, sizeof(float) * d.c_n),
+                  "%s: case %d: after a refresh, not the new weights' product", label, ci);
+        al_bf16_shadow_detach(d.B);
+        CHECK_MSG(al_bf16_packed_count() == 0, "%s: case %d: a detach left weights kept", label, ci);
+        free(plain), free(first), free(second), free(third), free(fresh), free(fresh3), free(want);
+        data_free(&d);
+    }
+}
+
 /* al_matmul over BF16 weights (a Hugging Face BF16 checkpoint) in BF16 mode
  * feeds them to the engine as they are (no fp32 panel): the very bits of
  * al_sgemm in BF16 mode over their widened values, for products of more rows
@@ -499,6 +546,7 @@ int main(void) {
         check_engine(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_shadow_and_threads(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_bf16_weights(al_bf16_engine_name((al_bf16_engine)e), &r);
+        if (e == AL_BF16_AMX) check_packed_cache("amx", &r);
         fprintf(stderr, "ran: engine %s\n", al_bf16_engine_name((al_bf16_engine)e));
     }
     /* oneDNN's plumbing with fp32 primitives over rounded operands */
@@ -520,6 +568,7 @@ int main(void) {
     CHECK(al_bf16_engine_force(AL_BF16_AMX) == AL_BF16_AMX);
     check_engine("amx engine (reference kernel)", &r);
     check_shadow_and_threads("amx engine (reference kernel)", &r);
+    check_packed_cache("amx engine (reference kernel)", &r);
     al_bf16_own_test_ref(0);
     al_bf16_engine_force(-1);
     al_precision_release();
