@@ -582,7 +582,42 @@ static inline void row_out(float *restrict dst, const float *restrict src, int n
 
 /* ---- forward ---- */
 
+/* a step: key tile from j0, query rows r0 .. r0 + R of the item, nk keys
+ * of the tile visible to its last row; R = 0: none */
+typedef struct fstep {
+    int j0, r0, R, nk;
+} fstep;
+
+/* the row r of step st: its weights P (bf16) from its scores, O's row
+ * rescaled where the running max moved (both forward loops; per head:
+ * S, P [RB][KT], mst, lst, Oacc of the item's rows) */
+static inline void fwd_row1(const score_fn *f, int softmax, int causal, fstep st, int i0, int r, const float *S,
+                            uint16_t *P, float kmul, float *mst, vf *lst, float *Oacc, int dvp) {
+    const int ia = i0 + st.r0;
+    const int nv = causal ? imax(0, imin(st.nk, ia + r - st.j0 + 1)) : st.nk;
+    const float *srow = S + (size_t)r * KT;
+    uint16_t *prow = P + (size_t)r * KT;
+    if (softmax) {
+        const float alpha = row_softmax_p16(srow, prow, nv, kmul, mst + st.r0 + r, lst + st.r0 + r);
+        if (st.j0 > 0 && alpha != 1.0f) row_scale(Oacc + ((size_t)st.r0 + r) * dvp, dvp, alpha);
+    } else row_map_p16(f, srow, prow, nv, kmul);
+}
+
 #ifdef BF16_AMX
+/* the step after st in the item's order (key tiles outer, row blocks
+ * inner), skipping blocks that see none of the tile; R = 0 after the last */
+static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
+    for (;;) {
+        st.r0 += RB;
+        if (st.r0 >= m) st.r0 = 0, st.j0 += KT;
+        if (st.j0 >= kend) return (fstep){0, 0, 0, 0};
+        st.R = imin(RB, m - st.r0);
+        const int ia = i0 + st.r0;
+        st.nk = imin(KT, causal ? ia + st.R - st.j0 : T - st.j0);
+        if (st.nk > 0) return st;
+    }
+}
+
 /* C[RB][64] (fp32, rows ldc apart) = A B over K (a multiple of KP): A bf16
  * rows lda apart, B pairs ldb apart (bmm's operands), in tiles 0-3 (A in
  * 6, B in 4 and 5), the statement WORK after each tile instruction pair:
@@ -636,40 +671,6 @@ _Static_assert(KT == 64, "AMX_C64_WITH's products are KT columns, four 16-column
 static int pipelined = 1;
 void BSFX(al_attn_set_pipelined)(int on) { pipelined = on; }
 
-/* a step: key tile from j0, query rows r0 .. r0 + R of the item, nk keys
- * of the tile visible to its last row; R = 0: none */
-typedef struct fstep {
-    int j0, r0, R, nk;
-} fstep;
-
-/* the step after st in the item's order (key tiles outer, row blocks
- * inner), skipping blocks that see none of the tile; R = 0 after the last */
-static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
-    for (;;) {
-        st.r0 += RB;
-        if (st.r0 >= m) st.r0 = 0, st.j0 += KT;
-        if (st.j0 >= kend) return (fstep){0, 0, 0, 0};
-        st.R = imin(RB, m - st.r0);
-        const int ia = i0 + st.r0;
-        st.nk = imin(KT, causal ? ia + st.R - st.j0 : T - st.j0);
-        if (st.nk > 0) return st;
-    }
-}
-
-/* the row r of step st: its weights P (bf16) from its scores, O's row
- * rescaled where the running max moved */
-static inline void fwd_row1(const score_fn *f, int softmax, int causal, fstep st, int i0, int r, const float *S,
-                            uint16_t *P, float kmul, float *mst, vf *lst, float *Oacc, int dvp) {
-    const int ia = i0 + st.r0;
-    const int nv = causal ? imax(0, imin(st.nk, ia + r - st.j0 + 1)) : st.nk;
-    const float *srow = S + (size_t)r * KT;
-    uint16_t *prow = P + (size_t)r * KT;
-    if (softmax) {
-        const float alpha = row_softmax_p16(srow, prow, nv, kmul, mst + st.r0 + r, lst + st.r0 + r);
-        if (st.j0 > 0 && alpha != 1.0f) row_scale(Oacc + ((size_t)st.r0 + r) * dvp, dvp, alpha);
-    } else row_map_p16(f, srow, prow, nv, kmul);
-}
-
 /* one head's item: qr its Q rows [QBK][dkp] (bf16), kT, vp the packed
  * tiles of its sequence and group (from tile 0); mst, lst, Oacc its
  * statistics and sums, initialised by the caller */
@@ -707,10 +708,11 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
 #endif
 
 /* The forward's work split (score_kern.h's) and workspace: kT | vp | per
- * thread: Q rows [hpc][QBK][dkp] (bf16), S [hpc][RB][KT], P [hpc][RB][KT]
+ * thread: Q rows [hpc][QBK][dkp] (bf16), S [max(2, hpc)][RB][KT] (two blocks:
+ * fwd_item_amx1's double buffer), P [hpc][RB][KT]
  * (bf16), the item's O sums [hpc][QBK][dvp] (fp32, the products add into
  * them: O is written once per item, not read and written per key tile), m
- * [hpc][QBK], alpha [hpc][RB], l [hpc][QBK] (vectors). */
+ * [hpc][QBK], l [hpc][QBK] (vectors). */
 typedef struct bfwd_plan {
     int ntile, nqb, nch, hpc, dkp, dvp;
     long ntiles_all, per_qb, items;
@@ -728,7 +730,7 @@ static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
     p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_v = (size_t)p.ntiles_all * KT * p.dvp;
     const size_t h = (size_t)p.hpc;
     p.per_thr = up16(h * QBK * p.dkp / 2) + up16((size_t)imax(2, p.hpc) * RB * KT) + up16(h * RB * KT / 2) +
-                up16(h * QBK * p.dvp) + up16(h * QBK) + up16(h * RB) + h * QBK * KW;
+                up16(h * QBK * p.dvp) + up16(h * QBK) + h * QBK * KW;
     p.floats = up16((p.n_k + 1) / 2) + up16((p.n_v + 1) / 2) + (size_t)nthr * p.per_thr;
     return p;
 }
@@ -769,7 +771,6 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
         float *S = take(&tc, (size_t)imax(2, hpc) * RB * KT); /* two blocks for fwd_item_amx1 */
         uint16_t *P = take16(&tc, (size_t)hpc * RB * KT);
         float *Oacc = take(&tc, (size_t)hpc * QBK * dvp), *mst = take(&tc, (size_t)hpc * QBK);
-        float *alpha = take(&tc, (size_t)hpc * RB);
         vf *lst = (vf *)tc;
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < pl.items; it++) {
@@ -801,22 +802,13 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                     /* S_h[R, KT] = Q_h rows (bf16) . K_tile^T (bf16), every head against the one tile */
                     bmm(hn, R, KT, dkp, qr + (size_t)r0 * dkp, dkp, (long)QBK * dkp, ktile, 2 * KT, S, KT,
                         (long)RB * KT, 0);
+                    const fstep st = {j0, r0, R, nk};
                     for (int hh = 0; hh < hn; hh++)
-                        for (int r = 0; r < R; r++) {
-                            const float *srow = S + ((size_t)hh * RB + r) * KT;
-                            uint16_t *prow = P + ((size_t)hh * RB + r) * KT;
-                            const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
-                            if (softmax)
-                                alpha[hh * RB + r] = row_softmax_p16(srow, prow, nv, kmul, mst + hh * QBK + r0 + r,
-                                                                     lst + hh * QBK + r0 + r);
-                            else row_map_p16(&f, srow, prow, nv, kmul);
-                        }
-                    /* O_h rows (rescaled where the running max moved) += P_h (bf16) . V_tile (bf16) */
-                    if (softmax && j0 > 0)
-                        for (int hh = 0; hh < hn; hh++)
-                            for (int r = 0; r < R; r++)
-                                if (alpha[hh * RB + r] != 1.0f)
-                                    row_scale(Oacc + ((size_t)hh * QBK + r0 + r) * dvp, dvp, alpha[hh * RB + r]);
+                        for (int r = 0; r < R; r++)
+                            fwd_row1(&f, softmax, causal, st, i0, r, S + (size_t)hh * RB * KT, P + (size_t)hh * RB * KT,
+                                     kmul, mst + (size_t)hh * QBK, lst + (size_t)hh * QBK, Oacc + (size_t)hh * QBK * dvp,
+                                     dvp);
+                    /* O_h rows (rescaled above where the running max moved) += P_h (bf16) . V_tile (bf16) */
                     bmm(hn, R, dvp, KT, P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
                         (long)QBK * dvp, j0 > 0);
                 }

@@ -289,6 +289,10 @@ static int vs_f32_check(const char *cmd, int vs_f32, al_precision prec) {
     return 0;
 }
 
+/* Which path the c-th call (0, 1) of round it times: 0 the run's
+ * precision, 1 fp32; with --vs-f32 every other round runs fp32 first. */
+static int pair_path(int vs_f32, long it, int c) { return vs_f32 && it % 2 ? 1 - c : c; }
+
 #define VS_F32_HELP "also time the fp32 path, alternated with the bf16 one (ratios per pair, median)"
 
 /* ---- train ---- */
@@ -372,7 +376,7 @@ static int bench_train(int argc, char **argv) {
         if (it == 2 && (rc = env_start(cmd, &e))) break;
         double dt[2] = {0, 0}; /* [0] the run's precision, [1] the fp32 step of a --vs-f32 pair */
         for (int c = 0; !rc && c <= vs_f32; c++) {
-            const int path = vs_f32 && it % 2 ? 1 - c : c; /* every other round fp32 first */
+            const int path = pair_path(vs_f32, it, c);
             if (path) { /* an fp32 run has no BF16 copy of the weights to refresh: detached for the step */
                 al_train_precision_end(&m);
                 al_precision_set(AL_PREC_F32);
@@ -547,7 +551,7 @@ static int bench_prefill(int argc, char **argv) {
         for (long it = 0; it < iters; it++) {
             double dt[2]; /* [0] the run's precision, [1] fp32 (--vs-f32: the products in fp32, the BF16 copy unread) */
             for (int c = 0; c <= vs_f32; c++) {
-                const int path = vs_f32 && it % 2 ? 1 - c : c; /* every other round fp32 first */
+                const int path = pair_path(vs_f32, it, c);
                 al_precision_set(path ? AL_PREC_F32 : o.precision);
                 al_sgemm_probe_run(&e.sg);
                 const double t0 = al_now();
@@ -883,7 +887,7 @@ static int bench_attention(int argc, char **argv) {
         for (long it = 0; it < iters; it++) {
             double tf[2], tb[2]; /* [0] the run's precision, [1] fp32 (--vs-f32) */
             for (int c = 0; c <= vs_f32; c++) {
-                const int path = vs_f32 && it % 2 ? 1 - c : c; /* every other round fp32 first */
+                const int path = pair_path(vs_f32, it, c);
                 al_precision_set(path ? AL_PREC_F32 : prec);
                 al_sgemm_probe_run(&e.sg);
                 double t0 = al_now();
