@@ -193,11 +193,35 @@ static inline layout16 lay_tpairs(int np, int dp) { (void)dp; return (layout16){
 
 /* h[0 .. dp) = bf16(src[0 .. d)), zeros past d (d <= dp; h has room for
  * dp rounded up to AL_VW): whole vectors, the tail read masked */
+/* AL_VW floats from memory (q, k, v, dO: any value) to bf16, v_to_bf16's
+ * bits: by vcvtneps2bf16 where the set has it and no lane is denormal (it
+ * reads those as zero), else v_to_bf16. Half the packers' instructions; the
+ * forward and backward at the study's shapes 2-6 % faster (paired runs,
+ * docs/kernels.md). */
+#if defined(__AVX512BF16__) && AL_VW == 16
+static inline vhalf v_to_bf16_in(vf x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 denormal = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7F800000)) &
+                               _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007FFFFF));
+    return denormal ? v_to_bf16(x) : (__m256i)_mm512_cvtneps_pbh(x);
+}
+#else
+#define v_to_bf16_in v_to_bf16
+#endif
+
+/* n floats into bf16 as the packers round them (a test hook: their bits
+ * against al_f32_to_bf16's, al_attn_round_*) */
+void BSFX(al_attn_round)(uint16_t *dst, const float *src, int n) {
+    int e = 0;
+    for (; e + KW <= n; e += KW) VH_STORE(dst + e, v_to_bf16_in(V_LOAD(src + e)));
+    for (; e < n; e++) dst[e] = al_f32_to_bf16(src[e]);
+}
+
 static inline void row_round_pad(uint16_t *restrict h, const float *restrict src, int d, int dp) {
     int e = 0;
-    for (; e + KW <= d; e += KW) VH_STORE(h + e, v_to_bf16(V_LOAD(src + e)));
+    for (; e + KW <= d; e += KW) VH_STORE(h + e, v_to_bf16_in(V_LOAD(src + e)));
     if (e < d) {
-        VH_STORE(h + e, v_to_bf16(V_LOADM(src + e, V_MASK(d - e)))); /* masked lanes read as 0 */
+        VH_STORE(h + e, v_to_bf16_in(V_LOADM(src + e, V_MASK(d - e)))); /* masked lanes read as 0 */
         e += KW;
     }
     for (; e < dp; e++) h[e] = 0;

@@ -90,6 +90,11 @@ AL_ATTN_SET_DECL(amx)
 /* the amx set's one-head items software-pipelined (1, the default) or in
  * the plain loop (0): a test hook (score_bf16_kern.h) */
 void al_attn_set_pipelined_amx(int on);
+/* n floats rounded to bf16 as each BF16 set's packers round q, k, v, dO (a
+ * test hook: the same bits as al_f32_to_bf16 for every value) */
+void al_attn_round_bf16(uint16_t *dst, const float *src, int n);
+void al_attn_round_avx512bf16(uint16_t *dst, const float *src, int n);
+void al_attn_round_amx(uint16_t *dst, const float *src, int n);
 
 /* One decode work item (decode.c): the heads of one KV group against up to a
  * chunk of cached positions, the cache in F32 or BF16 (contract in

@@ -19,7 +19,8 @@
  * weights again for every tile of C it is called for).
  *
  * Packing (pack_part) reads the source in its memory order; the plain
- * packer is the reference of the AVX-512 one (bf16_tiles_avx512.c), which
+ * packer is the reference of the AVX-512 ones (bf16_tiles_avx512.c: integer
+ * rounding, or AVX512-BF16's conversion where the set has it), one of which
  * runs wherever the amx engine does.
  */
 #include <assert.h>
@@ -53,13 +54,19 @@ static void pack_tile(uint16_t *restrict t, int pairs, const float *X, const uin
             t[pairs ? (kk / 2) * 32 + 2 * c + kk % 2 : c * AL_TILE_K + kk] = at_bf16(X, Xbf, rs, cs, l0 + c, k0 + kk);
 }
 
-/* Tile (g, s) of the view into dst, by the plain packer or (fast) the
- * AVX-512 one (which needs at least one real line). */
+/* Which packer: the plain one, AVX-512's, AVX512-BF16's. */
+enum { PACK_PLAIN, PACK_AVX512, PACK_AVX512BF16 };
+
+/* Tile (g, s) of the view into dst, by the packer `fast` (the vector ones
+ * need at least one real line). */
 static void pack_one(int fast, uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
                      int n, int K, int ksteps, int g, int s) {
     uint16_t *tile = dst + ((size_t)g * ksteps + s) * AL_TILE_ELEMS;
     const int l0 = g * AL_TILE_LINES, lines = n - l0 < AL_TILE_LINES ? (n - l0 > 0 ? n - l0 : 0) : AL_TILE_LINES;
-    if (fast && lines > 0) al_bf16_tiles_pack_tile_avx512(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
+    if (fast == PACK_AVX512BF16 && lines > 0)
+        al_bf16_tiles_pack_tile_avx512bf16(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
+    else if (fast == PACK_AVX512 && lines > 0)
+        al_bf16_tiles_pack_tile_avx512(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
     else pack_tile(tile, pairs, X, Xbf, rs, cs, l0, lines, K, s);
 }
 
@@ -84,13 +91,17 @@ static void pack_part(int fast, uint16_t *dst, int pairs, const float *X, const 
 
 void al_bf16_tiles_pack(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int n,
                         int K, int part, int parts) {
-    const int fast = al_cpu_level_now() >= AL_CPU_AVX512 && (cs == 1 || rs == 1);
+    const al_cpu_level level = al_cpu_level_now();
+    const int fast = !(cs == 1 || rs == 1)        ? PACK_PLAIN
+                     : level >= AL_CPU_AVX512_BF16 ? PACK_AVX512BF16
+                     : level >= AL_CPU_AVX512      ? PACK_AVX512
+                                                   : PACK_PLAIN;
     pack_part(fast, dst, pairs, X, Xbf, rs, cs, n, K, part, parts);
 }
 
 void al_bf16_tiles_pack_ref(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
                             int n, int K, int part, int parts) {
-    pack_part(0, dst, pairs, X, Xbf, rs, cs, n, K, part, parts);
+    pack_part(PACK_PLAIN, dst, pairs, X, Xbf, rs, cs, n, K, part, parts);
 }
 
 /* The plain reference of al_bf16_tiles_kernel_amx, with the same K blocks

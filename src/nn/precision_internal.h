@@ -88,14 +88,16 @@ size_t al_bf16_tiles_elems(int n, int K);
  * depends on the view only). */
 void al_bf16_tiles_pack(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int n,
                         int K, int part, int parts);
-/* The same in plain C (al_bf16_tiles_pack runs the AVX-512 packer where
- * core/cpu.h's set in use has it: the same bits), and that packer's one
+/* The same in plain C (al_bf16_tiles_pack runs an AVX-512 packer where
+ * core/cpu.h's set in use has it: the same bits), and those packers' one
  * tile (lines [l0, l0 + lines), 1 <= lines <= 16, K step s; a view with a
- * unit stride). */
+ * unit stride): AVX-512's integer rounding, AVX512-BF16's vcvtne2ps2bf16. */
 void al_bf16_tiles_pack_ref(uint16_t *dst, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs,
                             int n, int K, int part, int parts);
 void al_bf16_tiles_pack_tile_avx512(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
                                     size_t cs, int l0, int lines, int K, int s);
+void al_bf16_tiles_pack_tile_avx512bf16(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
+                                        size_t cs, int l0, int lines, int K, int s);
 /* C[r0..r1, c0..c1) = alpha A B + beta C (beta 0: C is not read) over
  * packed operands of `ksteps` steps; r0 and c0 multiples of 16. K blocks of
  * AL_TILES_KBLOCK steps: the first gives alpha S + beta C, each later one

@@ -17,6 +17,8 @@
  *  - same bits for 1 and 2 threads;
  *  - the amx set's software-pipelined one-head items (real and emulated
  *    tiles) give the same bits as its plain loop;
+ *  - each set's rounding of the inputs (vcvtneps2bf16 where it has one)
+ *    gives al_f32_to_bf16's bits, denormals and NaNs included;
  *  - dispatch: al_attn_kernel_name names the BF16 set in BF16 mode and the
  *    fp32 set in F32 mode, and F32 mode computes the fp32 reference; BF16
  *    mode at ATTNLAB_CPU=generic or without a workspace computes fp32;
@@ -445,12 +447,46 @@ static void check_dispatch(al_rng *r) {
     io_free(&in);
 }
 
+/* Each present set's rounding of q, k, v, dO (vcvtneps2bf16 where the set
+ * has it, integer rounding for vectors holding a denormal) against
+ * al_f32_to_bf16, bit for bit: ties both ways, infinities, signalling and
+ * quiet NaNs, the largest float, zeros, then denormals among them, over
+ * lengths with a tail. */
+static void check_round(al_rng *r) {
+    static const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFC00001u,
+                                       0x7F7FFFFFu, 0x80000000u, 0x00000001u, 0x807FFFFFu};
+    enum { N = 1000, SPECIAL_NORMAL = 8 };
+    void (*const round_fn[NSETS])(uint16_t *, const float *, int) = {al_attn_round_bf16, al_attn_round_avx512bf16,
+                                                                      al_attn_round_amx, al_attn_round_amxemu};
+    float x[N];
+    uint16_t got[N];
+    for (int denormals = 0; denormals < 2; denormals++) {
+        const size_t ns = denormals ? sizeof special / sizeof special[0] : SPECIAL_NORMAL;
+        for (int i = 0; i < N; i++) {
+            const uint32_t bits = special[al_rng_u64(r) % ns];
+            memcpy(&x[i], &bits, sizeof bits);
+            if (i % 3) x[i] = (float)((double)(al_rng_u64(r) % 2000001) / 1000000.0 - 1.0) * (i % 7 ? 1.0f : 1e-30f);
+        }
+        for (int si = 0; si < NSETS; si++) {
+            if (SETS[si].level != EMU && SETS[si].level > (int)al_cpu_detect()) continue;
+            const int n = N - 3 * si; /* a tail past the last whole vector for some sets */
+            memset(got, 0xAB, sizeof got);
+            round_fn[si](got, x, n);
+            int bad = 0;
+            for (int i = 0; i < n; i++) bad += got[i] != al_f32_to_bf16(x[i]);
+            CHECK_MSG(!bad, "%s: %d of %d values rounded unlike al_f32_to_bf16 (%s)", SETS[si].name, bad, n,
+                      denormals ? "with denormals" : "normal numbers");
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
     al_rng r;
     al_rng_seed(&r, 1414);
     check_dispatch(&r);
+    check_round(&r);
     /* fixed shapes: one token; one tile plus one; the bench's d_h with a ragged T; d_h 80 with 4 heads a group;
      * enough items that a work item takes all 8 heads of its KV group (more than the six AMX accumulates at once) */
     const int fixed[][7] = {{1, 1, 1, 1, 8, 8, 0},    {1, 65, 2, 1, 24, 24, 0}, {1, 129, 2, 2, 64, 64, 0},

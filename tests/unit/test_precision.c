@@ -396,42 +396,56 @@ static void check_tiles(al_rng *r) {
     if (al_cpu_level_now() < AL_CPU_AMX) fprintf(stderr, "skipped: amx tiles kernel (CPU set lacks amx)\n");
 }
 
-/* The AVX-512 packer against the plain one, bit for bit, on odd shapes in
- * both forms from both kinds of views and sources, over values that test
- * the rounding: ties, denormals, infinities, signalling and quiet NaNs. */
+/* The AVX-512 packer of the set in use (integer rounding, or AVX512-BF16's
+ * conversion) against the plain one, bit for bit, on odd shapes in both
+ * forms from both kinds of views and sources, over values that test the
+ * rounding: ties, infinities, signalling and quiet NaNs, and in a second
+ * round denormals too (the conversion reads them as zero, so a vector
+ * holding one takes the integer rounding: the first round is the one that
+ * tests the conversion). */
 static void check_tiles_packers(al_rng *r) {
     if (al_cpu_level_now() < AL_CPU_AVX512) {
         fprintf(stderr, "skipped: avx512 tiles packer (CPU set lacks avx512)\n");
         return;
     }
-    static const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x00000001u, 0x807FFFFFu, 0x7F800000u,
-                                       0xFF800000u, 0x7F800001u, 0xFFC00001u, 0x7F7FFFFFu, 0x80000000u};
+    if (al_cpu_level_now() < AL_CPU_AVX512_BF16)
+        fprintf(stderr, "skipped: avx512-bf16 tiles packer (CPU set lacks avx512-bf16)\n");
+    /* denormals last: the first round draws from the others only */
+    static const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7F800001u,
+                                       0xFFC00001u, 0x7F7FFFFFu, 0x80000000u, 0x00000001u, 0x807FFFFFu};
+    enum { SPECIAL_NORMAL = 8 };
     static const int shapes[][2] = {{1, 1}, {17, 33}, {16, 64}, {45, 70}, {3, 300}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int kind = 0; kind < 8; kind++) { /* pairs form, line runs (cs 1), BF16 source */
-            const int n = shapes[si][0], K = shapes[si][1], pairs = kind & 1, line_runs = kind & 2, bf_src = kind & 4;
-            const int ld = (line_runs ? K : n) + 3;
-            const size_t total = (size_t)(line_runs ? n : K) * ld;
-            float *X = malloc(sizeof(float) * total);
-            uint16_t *Xb = malloc(sizeof(uint16_t) * total);
-            for (size_t i = 0; i < total; i++) {
-                const uint32_t bits = special[al_rng_u64(r) % (sizeof special / sizeof special[0])];
-                float v;
-                memcpy(&v, &bits, sizeof v);
-                X[i] = i % 3 ? rnd(r) : v;
-                Xb[i] = (uint16_t)(al_rng_u64(r) & 0xFFFF);
+    for (int denormals = 0; denormals < 2; denormals++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int kind = 0; kind < 8; kind++) { /* pairs form, line runs (cs 1), BF16 source */
+                const int n = shapes[si][0], K = shapes[si][1];
+                const int pairs = kind & 1, line_runs = kind & 2, bf_src = kind & 4;
+                const size_t n_special = denormals ? sizeof special / sizeof special[0] : SPECIAL_NORMAL;
+                const int ld = (line_runs ? K : n) + 3;
+                const size_t total = (size_t)(line_runs ? n : K) * ld;
+                float *X = malloc(sizeof(float) * total);
+                uint16_t *Xb = malloc(sizeof(uint16_t) * total);
+                for (size_t i = 0; i < total; i++) {
+                    const uint32_t bits = special[al_rng_u64(r) % n_special];
+                    float v;
+                    memcpy(&v, &bits, sizeof v);
+                    X[i] = i % 3 ? rnd(r) : v;
+                    Xb[i] = (uint16_t)(al_rng_u64(r) & 0xFFFF);
+                }
+                const size_t el = al_bf16_tiles_elems(n, K);
+                uint16_t *fast = malloc(sizeof(uint16_t) * el), *plain = malloc(sizeof(uint16_t) * el);
+                memset(fast, 0xAB, sizeof(uint16_t) * el), memset(plain, 0xCD, sizeof(uint16_t) * el);
+                const size_t rs = line_runs ? (size_t)ld : 1, cs = line_runs ? 1 : (size_t)ld;
+                al_bf16_tiles_pack(fast, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, 1);
+                for (int part = 0; part < 5; part++) /* more parts than some shapes' steps or groups */
+                    al_bf16_tiles_pack_ref(plain, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, part, 5);
+                CHECK_MSG(!memcmp(fast, plain, sizeof(uint16_t) * el),
+                          "tiles packers differ: %d lines x %d (%s form, %s, %s%s)", n, K, pairs ? "pairs" : "rows",
+                          line_runs ? "line runs" : "runs of lines", bf_src ? "bf16" : "fp32",
+                          denormals ? ", with denormals" : "");
+                free(X), free(Xb), free(fast), free(plain);
             }
-            const size_t el = al_bf16_tiles_elems(n, K);
-            uint16_t *fast = malloc(sizeof(uint16_t) * el), *plain = malloc(sizeof(uint16_t) * el);
-            memset(fast, 0xAB, sizeof(uint16_t) * el), memset(plain, 0xCD, sizeof(uint16_t) * el);
-            const size_t rs = line_runs ? (size_t)ld : 1, cs = line_runs ? 1 : (size_t)ld;
-            al_bf16_tiles_pack(fast, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, 0, 1);
-            for (int part = 0; part < 5; part++) /* more parts than some shapes' steps or groups */
-                al_bf16_tiles_pack_ref(plain, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, part, 5);
-            CHECK_MSG(!memcmp(fast, plain, sizeof(uint16_t) * el), "tiles packers differ: %d lines x %d (%s form, %s, %s)",
-                      n, K, pairs ? "pairs" : "rows", line_runs ? "line runs" : "runs of lines", bf_src ? "bf16" : "fp32");
-            free(X), free(Xb), free(fast), free(plain);
-        }
+    }
 }
 
 /* Whole models (GQA, MLA, LRKV), forward and backward in BF16 on the
