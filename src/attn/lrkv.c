@@ -344,9 +344,8 @@ static void lrkv_backward(const al_attn_layer *L, const float *x, const float *d
     const float *proj = saved, *o = proj + (size_t)N * m.w, *lse = o + Nhd;
     float *d_o = scratch, *dproj = d_o + Nhd;
     const al_attn_shape s = shape_of(L->cfg, &m, B, T);
-    memset(d_o, 0, sizeof(float) * Nhd);
     memset(dproj, 0, sizeof(float) * (size_t)N * m.w);
-    al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, m.hd, m.d);
+    al_linear_bwd_set(d_o, L->g[W_O], dy, o, L->w[W_O], N, m.hd, m.d);
     if (m.r > 0) {
         float *K = dproj + (size_t)N * m.w, *V = K + Nhd, *dK = V + Nhd, *dV = dK + Nhd;
         build_kv(L, &m, proj, K, V, N);

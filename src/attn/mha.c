@@ -253,8 +253,7 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and
      * have no biases (heads_validate_layer) */
     memset(dqkv, 0, sizeof(float) * (size_t)N * w);
-    memset(d_o, 0, sizeof(float) * (size_t)N * H * dh);
-    al_linear_bwd(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);
+    al_linear_bwd_set(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);
     al_attn_shape s = shape_of(c, B, T);
     al_attn_bwd(&s, qkv, qkv + (size_t)H * dh, qkv + (size_t)(H + G) * dh, o, lse, d_o, dqkv, dqkv + (size_t)H * dh,
                 dqkv + (size_t)(H + G) * dh);

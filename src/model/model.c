@@ -856,11 +856,9 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         const float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
         const float *gate = a->gate + l * Nf, *up = a->up + l * Nf, *hmid = a->hmid + l * Nf;
         /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the residual */
-        memset(a->dh, 0, sizeof(float) * Nf);
-        al_linear_bwd(a->dh, G->down, a->dres, hmid, L->down, N, f, d);
+        al_linear_bwd_set(a->dh, G->down, a->dres, hmid, L->down, N, f, d);
         al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
-        memset(a->dtmp, 0, sizeof(float) * Nd);
-        al_linear_bwd(a->dtmp, G->gate, a->dg, xn2, L->gate, N, d, f);
+        al_linear_bwd_set(a->dtmp, G->gate, a->dg, xn2, L->gate, N, d, f);
         al_linear_bwd(a->dtmp, G->up, a->du, xn2, L->up, N, d, f);
         al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
         /* attention branch */
@@ -911,8 +909,7 @@ void al_model_backward(al_model *m, al_acts *a) {
     if (!m->embed || !m->g || a->infer) return; /* no gradients: an inference model or batch */
     float *g_head = m->cfg.tie_word_embeddings ? m->g + m->params[0].offset : m->g + m->params[m->n_params - 1].offset;
     float *g_norm = m->g + (m->final_norm - m->w);
-    memset(a->dtmp, 0, sizeof(float) * Nd);
-    al_linear_bwd(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
+    al_linear_bwd_set(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
     memset(a->dres, 0, sizeof(float) * Nd);
     al_rmsnorm_bwd(a->dres, g_norm, a->dtmp, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, a->rstdf, N, d);
     grads_final(m, g_norm); /* final norm and an untied head (a tied one is the embedding, done last) */
@@ -986,8 +983,7 @@ void al_vit_backward(al_model *m, al_acts *a) {
     /* classifier: bias gradient summed over images in order */
     for (int b = 0; b < B; b++)
         for (int k = 0; k < K; k++) g_cb[k] += a->dlogits[(size_t)b * K + k];
-    memset(a->dtmp, 0, sizeof(float) * (size_t)B * d);
-    al_linear_bwd(a->dtmp, g_cw, a->dlogits, a->xnf, m->cls_w, B, d, K);
+    al_linear_bwd_set(a->dtmp, g_cw, a->dlogits, a->xnf, m->cls_w, B, d, K);
     memset(a->cls_dx, 0, sizeof(float) * (size_t)B * d);
     al_rmsnorm_bwd(a->cls_dx, g_norm, a->dtmp, a->cls_x, m->final_norm, a->rstdf, B, d);
     grads_final(m, g_norm); /* final norm and classifier */

@@ -39,6 +39,9 @@ void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int 
 /* dx[N,in] += dy[N,out] . W[out,in]   (skipped if dx == NULL)
  * dW[out,in] += dy[N,out]^T . x[N,in] (skipped if dW == NULL) */
 void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
+/* The same with dx written (=), not added to: the first term of a gradient
+ * buffer, which then needs no zeroing first (nor its zeros read back). */
+void al_linear_bwd_set(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
 
 /* ---- precision of the matrix products (precision.c) ----
  * One process-wide mode, like the CPU set of core/cpu.h: every product made
