@@ -647,12 +647,21 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
  * 6, B in 4 and 5), the statement WORK after each tile instruction pair:
  * 5 K / KP times. The software-pipelined kernels below put the vector work
  * of the step before between the product's instructions this way. */
-#define AMX_C64_WITH(a0, lda, b0, ldb, K, C, ldc, WORK)                         \
+#define AMX_C64_WITH(a0, lda, b0, ldb, K, C, ldc, WORK) AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, C, ldc, 0, WORK)
+/* the same with C += A B where acc (C loaded into the tiles first) */
+#define AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, C, ldc, acc, WORK)                \
     do {                                                                        \
-        _tile_zero(0);                                                          \
-        _tile_zero(1);                                                          \
-        _tile_zero(2);                                                          \
-        _tile_zero(3);                                                          \
+        if (acc) {                                                              \
+            _tile_loadd(0, (C), (ldc) * 4);                                     \
+            _tile_loadd(1, (C) + 16, (ldc) * 4);                                \
+            _tile_loadd(2, (C) + 32, (ldc) * 4);                                \
+            _tile_loadd(3, (C) + 48, (ldc) * 4);                                \
+        } else {                                                                \
+            _tile_zero(0);                                                      \
+            _tile_zero(1);                                                      \
+            _tile_zero(2);                                                      \
+            _tile_zero(3);                                                      \
+        }                                                                       \
         for (int k0_ = 0; k0_ < (K); k0_ += KP) {                               \
             const uint16_t *bk_ = (b0) + (long)(k0_ / 2) * (ldb);              \
             _tile_loadd(6, (a0) + k0_, (lda) * 2);                              \
@@ -688,52 +697,86 @@ _Static_assert(KT == 64, "AMX_C64_WITH's products are KT columns, four 16-column
  * per row, same bits as the plain loop. S is double-buffered: S0, S1
  * [RB][KT]. The overlap is partial: measured (paired runs, causal H=12
  * T=1024 d_h=64) the forward is 4-5 % faster, the backward, pipelined the
- * same way, 1-3 %. */
+ * same way, 1-3 %. Since session 16 a step's P V too is issued beside the
+ * next step's rows where d_v pads to 64 (P double-buffered as well): the
+ * forward a further 8-10 % faster at that shape, 3 % at T=256 (paired). */
 
 /* 1: one-head items take the pipelined path; 0: the plain loop (a test
  * hook, al_attn_set_pipelined_*: the two must give the same bits) */
 static int pipelined = 1;
 void BSFX(al_attn_set_pipelined)(int on) { pipelined = on; }
 
+/* P V of step st: the item's O rows of the step += P (bf16) . V_tile
+ * (bf16), plainly; bmm orders the rows' stores before its tile loads */
+static inline void fwd_pv1(fstep st, const uint16_t *P, const uint16_t *vp, int dvp, float *Oacc) {
+    bmm(1, st.R, dvp, KT, P, KT, 0, vp + (size_t)(st.j0 / KT) * KT * dvp, 2 * dvp, Oacc + (size_t)st.r0 * dvp, dvp, 0,
+        st.j0 > 0);
+}
+
 /* one head's item: qr its Q rows [QBK][dkp] (bf16), kT, vp the packed
- * tiles of its sequence and group (from tile 0); mst, lst, Oacc its
- * statistics and sums, initialised by the caller */
+ * tiles of its sequence and group (from tile 0); S0, S1 and P0, P1 the
+ * double buffers of S and P [RB][KT]; mst, lst, Oacc its statistics and
+ * sums, initialised by the caller. Where d_v pads to 64 (one C64 product)
+ * the P V of a step is issued with the next step's rows too, after that
+ * step's S: step i's rows run between the instructions of S(i + 1) and of
+ * P V(i - 1). P V(i - 1) adds to O rows that step i's rows do not rescale
+ * unless both are one block (an item of one block: then it runs first). */
 static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
                           const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp, float *S0,
-                          float *S1, uint16_t *P, float *mst, vf *lst, float *Oacc) {
+                          float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc) {
     fstep cur = fstep_next((fstep){-KT, QBK, 0, 0}, i0, m, kend, causal, T); /* the first step */
     if (!cur.R) return;
+    const int pv_pipelined = dvp == 64;
     float *Scur = S0, *Snext = S1;
+    uint16_t *Pcur = P0, *Pprev = P1;
+    fstep prev = {0, 0, 0, 0}; /* the step whose P V is still to issue (R = 0: none) */
     bmm(1, cur.R, KT, dkp, qr + (size_t)cur.r0 * dkp, dkp, 0, kT + (size_t)(cur.j0 / KT) * dkp * KT, 2 * KT, Scur,
         KT, 0, 0);
     __asm__ volatile("" ::: "memory"); /* the tile stores before the rows read S */
     while (cur.R) {
         const fstep nxt = fstep_next(cur, i0, m, kend, causal, T);
-        int pend = 0; /* rows of cur done */
+        if (prev.R && prev.r0 == cur.r0) { /* cur's rows may rescale the O rows prev adds to */
+            fwd_pv1(prev, Pprev, vp, dvp, Oacc);
+            prev.R = 0;
+        }
+        int pend = 0;                                 /* rows of cur done */
+        const int rows_s = prev.R ? cur.R / 2 : cur.R; /* those beside S(nxt); the rest beside P V(prev) */
         if (nxt.R) {
             /* S(nxt) = Q rows K^T, 16 x KT in tiles 0-3, its instructions interleaved with cur's rows */
-            const int slots = 5 * (dkp / KP), per = (cur.R + slots - 1) / slots;
+            const int slots = 5 * (dkp / KP), per = (rows_s + slots - 1) / slots;
             const uint16_t *a0 = qr + (size_t)nxt.r0 * dkp, *b0 = kT + (size_t)(nxt.j0 / KT) * dkp * KT;
-            const long ldb = 2 * KT;
-            AMX_C64_WITH(a0, dkp, b0, ldb, dkp, Snext, KT,
-                         for (int u = 0; u < per && pend < cur.R; u++, pend++)
-                             fwd_row1(f, softmax, causal, cur, i0, pend, Scur, P, kmul, mst, lst, Oacc, dvp));
+            AMX_C64_WITH(a0, dkp, b0, 2 * KT, dkp, Snext, KT,
+                         for (int u = 0; u < per && pend < rows_s; u++, pend++)
+                             fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp));
         }
-        for (; pend < cur.R; pend++) fwd_row1(f, softmax, causal, cur, i0, pend, Scur, P, kmul, mst, lst, Oacc, dvp);
-        /* O rows += P (bf16) . V_tile (bf16); bmm orders the rows' stores before its tile loads */
-        bmm(1, cur.R, dvp, KT, P, KT, 0, vp + (size_t)(cur.j0 / KT) * KT * dvp, 2 * dvp, Oacc + (size_t)cur.r0 * dvp,
-            dvp, 0, cur.j0 > 0);
-        __asm__ volatile("" ::: "memory"); /* the tile stores of S(nxt) before its rows read it */
+        if (prev.R) {
+            /* O rows of prev += P(prev) V_tile, 16 x 64 in tiles 0-3, interleaved with cur's other rows */
+            const int slots = 5 * (KT / KP), per = (cur.R - pend + slots - 1) / slots;
+            const uint16_t *b0 = vp + (size_t)(prev.j0 / KT) * KT * dvp;
+            float *c0 = Oacc + (size_t)prev.r0 * dvp;
+            AMX_C64_ACC_WITH(Pprev, KT, b0, 2 * dvp, KT, c0, dvp, prev.j0 > 0,
+                             for (int u = 0; u < per && pend < cur.R; u++, pend++)
+                                 fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp));
+            prev.R = 0;
+        }
+        for (; pend < cur.R; pend++) fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp);
+        __asm__ volatile("" ::: "memory"); /* the rows' stores before the tile loads of P V; S(nxt) before its rows */
+        if (pv_pipelined) {
+            prev = cur;
+            uint16_t *t = Pcur;
+            Pcur = Pprev, Pprev = t;
+        } else fwd_pv1(cur, Pcur, vp, dvp, Oacc);
         float *t = Scur;
         Scur = Snext, Snext = t;
         cur = nxt;
     }
+    if (prev.R) fwd_pv1(prev, Pprev, vp, dvp, Oacc);
 }
 #endif
 
 /* The forward's work split (score_kern.h's) and workspace: kT | vp | per
  * thread: Q rows [hpc][QBK][dkp] (bf16), S [max(2, hpc)][RB][KT] (two blocks:
- * fwd_item_amx1's double buffer), P [hpc][RB][KT]
+ * fwd_item_amx1's double buffer), P [max(2, hpc)][RB][KT]
  * (bf16), the item's O sums [hpc][QBK][dvp] (fp32, the products add into
  * them: O is written once per item, not read and written per key tile), m
  * [hpc][QBK], l [hpc][QBK] (vectors). */
@@ -753,7 +796,7 @@ static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
     p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
     p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_v = (size_t)p.ntiles_all * KT * p.dvp;
     const size_t h = (size_t)p.hpc;
-    p.per_thr = up16(h * QBK * p.dkp / 2) + up16((size_t)imax(2, p.hpc) * RB * KT) + up16(h * RB * KT / 2) +
+    p.per_thr = up16(h * QBK * p.dkp / 2) + up16((size_t)imax(2, p.hpc) * RB * KT) + up16((size_t)imax(2, p.hpc) * RB * KT / 2) +
                 up16(h * QBK * p.dvp) + up16(h * QBK) + h * QBK * KW;
     p.floats = up16((p.n_k + 1) / 2) + up16((p.n_v + 1) / 2) + (size_t)nthr * p.per_thr;
     return p;
@@ -793,7 +836,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
         float *tc = thr_base + (size_t)omp_get_thread_num() * pl.per_thr;
         uint16_t *qr = take16(&tc, (size_t)hpc * QBK * dkp);
         float *S = take(&tc, (size_t)imax(2, hpc) * RB * KT); /* two blocks for fwd_item_amx1 */
-        uint16_t *P = take16(&tc, (size_t)hpc * RB * KT);
+        uint16_t *P = take16(&tc, (size_t)imax(2, hpc) * RB * KT); /* two blocks for fwd_item_amx1 */
         float *Oacc = take(&tc, (size_t)hpc * QBK * dvp), *mst = take(&tc, (size_t)hpc * QBK);
         vf *lst = (vf *)tc;
 #pragma omp for schedule(dynamic, 1)
@@ -811,7 +854,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             if (hn == 1 && pipelined) {
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
                 fwd_item_amx1(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
-                              vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, mst, lst, Oacc);
+                              vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst, Oacc);
                 fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
                 continue;
             }
