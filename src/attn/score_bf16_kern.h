@@ -191,8 +191,6 @@ static inline layout16 lay_trows(int np, int dp) { (void)dp; return (layout16){2
 static inline layout16 lay_pairs(int np, int dp) { (void)np; return (layout16){2L * dp, 1, 4, 2}; }
 static inline layout16 lay_tpairs(int np, int dp) { (void)dp; return (layout16){4, 2, 2L * np, 1}; }
 
-/* h[0 .. dp) = bf16(src[0 .. d)), zeros past d (d <= dp; h has room for
- * dp rounded up to AL_VW): whole vectors, the tail read masked */
 /* AL_VW floats from memory (q, k, v, dO: any value) to bf16, v_to_bf16's
  * bits: by vcvtneps2bf16 where the set has it and no lane is denormal (it
  * reads those as zero), else v_to_bf16. Half the packers' instructions; the
@@ -217,6 +215,8 @@ void BSFX(al_attn_round)(uint16_t *dst, const float *src, int n) {
     for (; e < n; e++) dst[e] = al_f32_to_bf16(src[e]);
 }
 
+/* h[0 .. dp) = bf16(src[0 .. d)), zeros past d (d <= dp; h has room for
+ * dp rounded up to AL_VW): whole vectors, the tail read masked */
 static inline void row_round_pad(uint16_t *restrict h, const float *restrict src, int d, int dp) {
     int e = 0;
     for (; e + KW <= d; e += KW) VH_STORE(h + e, v_to_bf16_in(V_LOAD(src + e)));
@@ -796,8 +796,9 @@ static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
     p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
     p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_v = (size_t)p.ntiles_all * KT * p.dvp;
     const size_t h = (size_t)p.hpc;
-    p.per_thr = up16(h * QBK * p.dkp / 2) + up16((size_t)imax(2, p.hpc) * RB * KT) + up16((size_t)imax(2, p.hpc) * RB * KT / 2) +
-                up16(h * QBK * p.dvp) + up16(h * QBK) + h * QBK * KW;
+    const size_t h2 = (size_t)imax(2, p.hpc); /* S and P: two blocks at least (fwd_item_amx1) */
+    p.per_thr = up16(h * QBK * p.dkp / 2) + up16(h2 * RB * KT) + up16(h2 * RB * KT / 2) + up16(h * QBK * p.dvp) +
+                up16(h * QBK) + h * QBK * KW;
     p.floats = up16((p.n_k + 1) / 2) + up16((p.n_v + 1) / 2) + (size_t)nthr * p.per_thr;
     return p;
 }
@@ -854,7 +855,8 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             if (hn == 1 && pipelined) {
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
                 fwd_item_amx1(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
-                              vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst, Oacc);
+                              vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst,
+                              Oacc);
                 fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
                 continue;
             }

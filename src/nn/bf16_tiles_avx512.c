@@ -8,10 +8,9 @@
  * the target pragmas; called only where core/cpu.h's set in use has it.
  */
 #include <immintrin.h>
-#include <string.h>
-
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "precision_internal.h"
 

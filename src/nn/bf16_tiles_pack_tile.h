@@ -9,8 +9,8 @@
  * pair q of the 16 lines, which is the pairs form as it is and the rows
  * form transposed.
  */
-void TILE_FN(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
-                                    size_t cs, int l0, int lines, int K, int s) {
+void TILE_FN(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs, size_t cs, int l0, int lines,
+             int K, int s) {
     const int line_runs = cs == 1;
     const int k0 = s * AL_TILE_K, kn = K - k0 < AL_TILE_K ? K - k0 : AL_TILE_K;
     __m512i v[16];
