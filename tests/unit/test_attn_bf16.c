@@ -340,6 +340,18 @@ static void check_threads(int i, const fn_case *f) {
  * one-head items software-pipelined and in the plain loop: the same bits,
  * forward and backward, on MHA shapes (one head per KV group: the items
  * the pipeline takes) across tile edges, every function, both masks. */
+/* The amx set (emu: on emulated tiles) run on `in` pipelined (x, the
+ * default) and in the plain loop (y); 0 where the set cannot run here. */
+static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
+    if (!emu && AL_CPU_AMX > (int)al_cpu_detect()) return 0;
+    const int level = emu ? EMU : AL_CPU_AMX;
+    run(x, in, AL_PREC_BF16, level);
+    emu ? al_attn_set_pipelined_amxemu(0) : al_attn_set_pipelined_amx(0);
+    run(y, in, AL_PREC_BF16, level);
+    emu ? al_attn_set_pipelined_amxemu(1) : al_attn_set_pipelined_amx(1);
+    return 1;
+}
+
 static void check_pipelined(al_rng *r) {
     const int shapes[][5] = {{1, 1, 2, 8, 8}, {1, 64, 2, 24, 40}, {2, 77, 3, 64, 64}, {1, 150, 2, 81, 17},
                              {1, 129, 1, 96, 33}};
@@ -352,14 +364,9 @@ static void check_pipelined(al_rng *r) {
             io in;
             io_make(&in, &s, r, 1.2f);
             for (int emu = 0; emu < 2; emu++) {
-                const int level = emu ? EMU : AL_CPU_AMX;
-                if (!emu && AL_CPU_AMX > (int)al_cpu_detect()) continue;
                 if (emu && fi % 3) continue; /* emulated tiles are slow: two functions */
                 io x, y;
-                run(&x, &in, AL_PREC_BF16, level); /* pipelined: the default */
-                emu ? al_attn_set_pipelined_amxemu(0) : al_attn_set_pipelined_amx(0);
-                run(&y, &in, AL_PREC_BF16, level);
-                emu ? al_attn_set_pipelined_amxemu(1) : al_attn_set_pipelined_amx(1);
+                if (!run_pipelined_and_plain(&in, emu, &x, &y)) continue;
                 CHECK_MSG(!memcmp(x.o, y.o, x.no * 4) && !memcmp(x.lse, y.lse, x.nl * 4) &&
                               !memcmp(x.dq, y.dq, x.nq * 4) && !memcmp(x.dk, y.dk, x.nk * 4) &&
                               !memcmp(x.dv, y.dv, x.nv * 4),
@@ -391,13 +398,8 @@ static void check_pipelined(al_rng *r) {
                     }
                 }
             for (int emu = 0; emu < 2; emu++) {
-                const int level = emu ? EMU : AL_CPU_AMX;
-                if (!emu && AL_CPU_AMX > (int)al_cpu_detect()) continue;
                 io x, y;
-                run(&x, &in, AL_PREC_BF16, level);
-                emu ? al_attn_set_pipelined_amxemu(0) : al_attn_set_pipelined_amx(0);
-                run(&y, &in, AL_PREC_BF16, level);
-                emu ? al_attn_set_pipelined_amxemu(1) : al_attn_set_pipelined_amx(1);
+                if (!run_pipelined_and_plain(&in, emu, &x, &y)) continue;
                 CHECK_MSG(!memcmp(x.o, y.o, x.no * 4) && !memcmp(x.lse, y.lse, x.nl * 4),
                           "%s moving max bidir=%d B=%d T=%d H=%d dk=%d dv=%d: pipelined and plain differ",
                           emu ? "amx (emulated tiles)" : "amx", bidir, v[0], v[1], v[2], v[3], v[4]);
@@ -489,17 +491,15 @@ static void check_dispatch(al_rng *r) {
  * quiet NaNs, the largest float, zeros, then denormals among them, over
  * lengths with a tail. */
 static void check_round(al_rng *r) {
-    static const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFC00001u,
-                                       0x7F7FFFFFu, 0x80000000u, 0x00000001u, 0x807FFFFFu};
-    enum { N = 1000, SPECIAL_NORMAL = 8 };
+    enum { N = 1000 };
     void (*const round_fn[NSETS])(uint16_t *, const float *, int) = {al_attn_round_bf16, al_attn_round_avx512bf16,
                                                                       al_attn_round_amx, al_attn_round_amxemu};
     float x[N];
     uint16_t got[N];
     for (int denormals = 0; denormals < 2; denormals++) {
-        const size_t ns = denormals ? sizeof special / sizeof special[0] : SPECIAL_NORMAL;
+        const size_t ns = denormals ? TU_BF16_SPECIALS : TU_BF16_SPECIAL_NORMAL;
         for (int i = 0; i < N; i++) {
-            const uint32_t bits = special[al_rng_u64(r) % ns];
+            const uint32_t bits = tu_bf16_special[al_rng_u64(r) % ns];
             memcpy(&x[i], &bits, sizeof bits);
             if (i % 3) x[i] = (float)((double)(al_rng_u64(r) % 2000001) / 1000000.0 - 1.0) * (i % 7 ? 1.0f : 1e-30f);
         }

@@ -410,23 +410,19 @@ static void check_tiles_packers(al_rng *r) {
     }
     if (al_cpu_level_now() < AL_CPU_AVX512_BF16)
         fprintf(stderr, "skipped: avx512-bf16 tiles packer (CPU set lacks avx512-bf16)\n");
-    /* denormals last: the first round draws from the others only */
-    static const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7F800001u,
-                                       0xFFC00001u, 0x7F7FFFFFu, 0x80000000u, 0x00000001u, 0x807FFFFFu};
-    enum { SPECIAL_NORMAL = 8 };
     static const int shapes[][2] = {{1, 1}, {17, 33}, {16, 64}, {45, 70}, {3, 300}};
     for (int denormals = 0; denormals < 2; denormals++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int kind = 0; kind < 8; kind++) { /* pairs form, line runs (cs 1), BF16 source */
                 const int n = shapes[si][0], K = shapes[si][1];
                 const int pairs = kind & 1, line_runs = kind & 2, bf_src = kind & 4;
-                const size_t n_special = denormals ? sizeof special / sizeof special[0] : SPECIAL_NORMAL;
+                const size_t n_special = denormals ? TU_BF16_SPECIALS : TU_BF16_SPECIAL_NORMAL;
                 const int ld = (line_runs ? K : n) + 3;
                 const size_t total = (size_t)(line_runs ? n : K) * ld;
                 float *X = malloc(sizeof(float) * total);
                 uint16_t *Xb = malloc(sizeof(uint16_t) * total);
                 for (size_t i = 0; i < total; i++) {
-                    const uint32_t bits = special[al_rng_u64(r) % n_special];
+                    const uint32_t bits = tu_bf16_special[al_rng_u64(r) % n_special];
                     float v;
                     memcpy(&v, &bits, sizeof v);
                     X[i] = i % 3 ? rnd(r) : v;

@@ -41,6 +41,15 @@ static inline void tu_set_score(al_attn_shape *s, const fn_case *f, int bidir, f
     s->score_n = n;
 }
 
+/* fp32 values that test a rounding to bf16 (the BF16 packers against
+ * al_f32_to_bf16 or the plain packer): ties to even both ways, infinities,
+ * signalling and quiet NaNs, the largest float, -0; then, last, denormals
+ * (which vcvtneps2bf16 reads as zero: draw from the first
+ * TU_BF16_SPECIAL_NORMAL for a round without them) */
+static const uint32_t tu_bf16_special[] = {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7F800001u,
+                                           0xFFC00001u, 0x7F7FFFFFu, 0x80000000u, 0x00000001u, 0x807FFFFFu};
+enum { TU_BF16_SPECIAL_NORMAL = 8, TU_BF16_SPECIALS = sizeof tu_bf16_special / sizeof tu_bf16_special[0] };
+
 static inline void tu_fill(float *x, size_t n, al_rng *r, float s) {
     for (size_t i = 0; i < n; i++) x[i] = s * al_rng_normal(r);
 }
