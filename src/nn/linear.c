@@ -37,7 +37,8 @@
 
 /* How C is cut: its rows into a power of two of blocks, at most 16, of at
  * least 96 rows on average (every block re-packs op(B), a few percent of its
- * time below that), boundaries at multiples of 48 rows spread evenly; then,
+ * time below that), boundaries at multiples of 48 rows (32 for the amx
+ * engine, below) spread evenly; then,
  * only where that leaves fewer than 16 blocks and C is wide (a product of
  * few rows, e.g. a short prompt), its columns likewise, in blocks of at least
  * 512 columns (each re-packs op(A)) cut at multiples of 64. The cut is a
@@ -54,6 +55,13 @@
  * first, alternated, measured). */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
 enum { COLS_FIRST_MIN_BLOCK_COLS = 256 };
+/* The amx engine's kernel runs C in strips of 32 rows (nn/gemm_amx.c): row
+ * blocks cut at multiples of 48 leave a half strip at the end of most blocks
+ * (1024 rows in 8 blocks: 36 strips where 32 do), each as slow as a whole
+ * one and summed through a buffer, so its cut is at multiples of 32: the
+ * kernel 1.08-1.09x as fast over 1024-row products (K 256, 688; alternated,
+ * one thread, docs/kernels.md). */
+enum { AMX_ROW_QUANTUM = 32 };
 
 /* Halve n into blocks of at least min_size while fewer than `most`. */
 static int block_count(int n, int min_size, int most) {
@@ -123,13 +131,14 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0)
         row_blocks /= 2;
     const int tiles = row_blocks * col_blocks;
+    const int row_quantum = plan && plan->engine == AL_BF16_AMX ? AMX_ROW_QUANTUM : ROW_QUANTUM;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */
         const int max_threads = omp_get_max_threads();
         omp_set_num_threads(1);
         for (int t = 0; t < tiles; t++) {
             const int rb = t / col_blocks, cb = t % col_blocks;
-            sgemm_tile(plan, 0, a_transposed, b_transposed, block_start(M, ROW_QUANTUM, row_blocks, rb),
-                       block_start(M, ROW_QUANTUM, row_blocks, rb + 1), block_start(N, COL_QUANTUM, col_blocks, cb),
+            sgemm_tile(plan, 0, a_transposed, b_transposed, block_start(M, row_quantum, row_blocks, rb),
+                       block_start(M, row_quantum, row_blocks, rb + 1), block_start(N, COL_QUANTUM, col_blocks, cb),
                        block_start(N, COL_QUANTUM, col_blocks, cb + 1), K, alpha, A, lda, B, Bbf, ldb, beta, C, ldc);
         }
         omp_set_num_threads(max_threads);
@@ -142,8 +151,8 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < tiles; t++) {
             const int rb = t / col_blocks, cb = t % col_blocks;
-            const int r0 = block_start(M, ROW_QUANTUM, row_blocks, rb);
-            const int r1 = block_start(M, ROW_QUANTUM, row_blocks, rb + 1);
+            const int r0 = block_start(M, row_quantum, row_blocks, rb);
+            const int r1 = block_start(M, row_quantum, row_blocks, rb + 1);
             const int c0 = block_start(N, COL_QUANTUM, col_blocks, cb);
             const int c1 = block_start(N, COL_QUANTUM, col_blocks, cb + 1);
             if (r1 > r0 && c1 > c0)
