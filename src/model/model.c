@@ -814,26 +814,32 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
     const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = al_config_ffn_max(c);
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
+    if (c->num_layers > 0) /* the first block's norm; each later one is done with the residual add before it */
+        al_rmsnorm_fwd(a->xn1, a->rstd1, a->x_in + xslot(a, 0) * Nd, m->layers[0].ln1, N, d, c->rms_norm_eps);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
         const size_t ls = lslot(a, l);
         float *x = a->x_in + xslot(a, l) * Nd, *x_out = a->x_in + xslot(a, l + 1) * Nd;
         float *xn1 = a->xn1 + ls * Nd, *x_mid = a->x_mid + ls * Nd, *xn2 = a->xn2 + ls * Nd;
         float *gate = a->gate + ls * Nf, *up = a->up + ls * Nf, *hmid = a->hmid + ls * Nf;
-        al_rmsnorm_fwd(xn1, a->rstd1 + ls * N, x, L->ln1, N, d, c->rms_norm_eps);
         m->attn->forward(&L->attn, xn1, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         if (a->fill && a->fill->kve) prefill_mass(m, a, l, a->fill);
         if (l + 1 == a->maps_layers) return; /* attention maps: no later layer is wanted */
-        add_vec(x_mid, x, a->dtmp, Nd);
-        al_rmsnorm_fwd(xn2, a->rstd2 + ls * N, x_mid, L->ln2, N, d, c->rms_norm_eps);
+        al_add_rmsnorm_fwd(x_mid, xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d, c->rms_norm_eps);
         if (L->router.p) {
             moe_work w = moe_work_at(c, a->moe, a->moe_idx, N, gate, up, hmid);
             moe_fwd(c, L, xn2, a->dtmp, N, &w, 0);
         } else {
             mlp_fwd(c, L, xn2, a->dtmp, N, gate, up, hmid, 0);
         }
-        add_vec(x_out, x_mid, a->dtmp, Nd);
+        if (l + 1 < c->num_layers) { /* the next block's input and its first norm */
+            const size_t ln = lslot(a, l + 1);
+            al_add_rmsnorm_fwd(x_out, a->xn1 + ln * Nd, a->rstd1 + ln * N, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d,
+                               c->rms_norm_eps);
+        } else {
+            add_vec(x_out, x_mid, a->dtmp, Nd);
+        }
     }
 }
 

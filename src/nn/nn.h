@@ -191,6 +191,11 @@ const char *al_wmat_matvec_name(void);
 /* ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w ---- */
 /* y[N,d], rstd[N] (saved for backward), x[N,d], w[d] */
 void al_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int N, int d, float eps);
+/* The residual add and the next norm in one pass: s[N,d] = a + b, then y, rstd
+ * = al_rmsnorm_fwd of s, each row normalised while it is in L1 (the same bits
+ * as the two calls). s may equal a or b; y must not overlap s, a or b. */
+void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const float *b, const float *w, int N, int d,
+                        float eps);
 /* dx[N,d] += , dw[d] += ; dy[N,d], x[N,d], w[d], rstd[N] */
 void al_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
                     const float *rstd, int N, int d);

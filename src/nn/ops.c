@@ -91,6 +91,26 @@ void al_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int N
     }
 }
 
+/* Why one pass: the residual stream s is written by the add and read back
+ * at once by the norm; row by row it is still in L1 for the second read
+ * (a separate add_vec then norm read it from L2 or memory: 1 MB a layer at
+ * the study's shape, 3 MB at gpt2's). */
+void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const float *b, const float *w, int N, int d,
+                        float eps) {
+    if (N <= 0 || d <= 0) return;
+    const int par = (size_t)N * (size_t)d > AL_PAR_MIN;
+#pragma omp parallel for schedule(static) if (par)
+    for (int n = 0; n < N; n++) {
+        const float *ar = a + (size_t)n * d, *br = b + (size_t)n * d;
+        float *sr = s + (size_t)n * d, *yr = y + (size_t)n * d;
+        for (int j = 0; j < d; j++) sr[j] = ar[j] + br[j];
+        const double ms = al_sumsq(sr, d) / (double)d;
+        const float r = (float)(1.0 / sqrt(ms + (double)eps));
+        if (rstd) rstd[n] = r;
+        for (int j = 0; j < d; j++) yr[j] = w[j] * (sr[j] * r);
+    }
+}
+
 /* set by al_rmsnorm_test_no_scratch */
 static int al_rms_no_scratch = 0;
 

@@ -163,6 +163,36 @@ static void test_rmsnorm_fd(int N, int d) {
     free(dx), free(dw), free(gx), free(gw), free(nx), free(nw), free(dx2), free(dw2);
 }
 
+/* al_add_rmsnorm_fwd = the add, then al_rmsnorm_fwd, bit for bit (sum,
+ * norm and rstd), on 1 and 2 threads, also with the sum written over its
+ * first input (the blocks' use) */
+static void test_add_rmsnorm(int N, int d) {
+    const float eps = 1e-6f;
+    const size_t nd = (size_t)N * d;
+    float *a = falloc(nd), *b = falloc(nd), *w = falloc((size_t)d);
+    fill(a, nd, -3, 3);
+    fill(b, nd, -2, 2);
+    fill(w, (size_t)d, -1.5, 1.5);
+    float *s0 = falloc(nd), *y0 = falloc(nd), *r0 = falloc((size_t)N);
+    for (size_t i = 0; i < nd; i++) s0[i] = a[i] + b[i];
+    al_rmsnorm_fwd(y0, r0, s0, w, N, d, eps);
+    float *s = falloc(nd), *y = falloc(nd), *r = falloc((size_t)N), *a2 = falloc(nd);
+    const int saved = omp_get_max_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        al_add_rmsnorm_fwd(s, y, r, a, b, w, N, d, eps);
+        CHECK_MSG(!memcmp(s, s0, nd * sizeof(float)) && !memcmp(y, y0, nd * sizeof(float)) &&
+                      !memcmp(r, r0, (size_t)N * sizeof(float)),
+                  "add+rmsnorm differs from add then rmsnorm (N=%d d=%d, %d threads)", N, d, threads);
+        memcpy(a2, a, nd * sizeof(float));
+        al_add_rmsnorm_fwd(a2, y, NULL, a2, b, w, N, d, eps);
+        CHECK_MSG(!memcmp(a2, s0, nd * sizeof(float)) && !memcmp(y, y0, nd * sizeof(float)),
+                  "add+rmsnorm in place differs (N=%d d=%d, %d threads)", N, d, threads);
+    }
+    omp_set_num_threads(saved);
+    free(a), free(b), free(w), free(s0), free(y0), free(r0), free(s), free(y), free(r), free(a2);
+}
+
 /* sizes that take the OpenMP path, against the double reference, and the
  * thread-count independence of dw (and dx) bit for bit */
 static void test_rmsnorm_large(int N, int d) {
@@ -695,6 +725,8 @@ int main(void) {
     test_rmsnorm_large(300, 256);
     test_rmsnorm_large(1000, 77);
     test_rmsnorm_large(130, 1000);
+    test_add_rmsnorm(7, 10);
+    test_add_rmsnorm(300, 257); /* OpenMP path */
 
     /* RoPE */
     test_rope_known();
