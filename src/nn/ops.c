@@ -72,6 +72,14 @@ static inline double al_dot3(const float *restrict a, const float *restrict b,
 /* RMSNorm                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* One row of RMSNorm (al_rmsnorm_fwd): yr = w (xr r), *rstd (if not NULL) = r. */
+static inline void al_rms_row(float *yr, float *rstd, const float *xr, const float *w, int d, float eps) {
+    const double ms = al_sumsq(xr, d) / (double)d;
+    const float r = (float)(1.0 / sqrt(ms + (double)eps));
+    if (rstd) *rstd = r;
+    for (int j = 0; j < d; j++) yr[j] = w[j] * (xr[j] * r);
+}
+
 /* y[N,d] = w[d] * (x[N,d] * rstd[n]), rstd[n] = 1/sqrt(mean_j x[n,j]^2 + eps)
  * (HF LlamaRMSNorm order: normalise, then scale). The mean of squares is
  * accumulated in double. rstd[N] is saved for the backward pass; it may be
@@ -81,14 +89,8 @@ void al_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int N
     if (N <= 0 || d <= 0) return;
     const int par = (size_t)N * (size_t)d > AL_PAR_MIN;
 #pragma omp parallel for schedule(static) if (par)
-    for (int n = 0; n < N; n++) {
-        const float *xr = x + (size_t)n * d;
-        float *yr = y + (size_t)n * d;
-        const double ms = al_sumsq(xr, d) / (double)d;
-        const float r = (float)(1.0 / sqrt(ms + (double)eps));
-        if (rstd) rstd[n] = r;
-        for (int j = 0; j < d; j++) yr[j] = w[j] * (xr[j] * r);
-    }
+    for (int n = 0; n < N; n++)
+        al_rms_row(y + (size_t)n * d, rstd ? rstd + n : NULL, x + (size_t)n * d, w, d, eps);
 }
 
 /* Why one pass: the residual stream s is written by the add and read back
@@ -104,10 +106,7 @@ void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const f
         const float *ar = a + (size_t)n * d, *br = b + (size_t)n * d;
         float *sr = s + (size_t)n * d, *yr = y + (size_t)n * d;
         for (int j = 0; j < d; j++) sr[j] = ar[j] + br[j];
-        const double ms = al_sumsq(sr, d) / (double)d;
-        const float r = (float)(1.0 / sqrt(ms + (double)eps));
-        if (rstd) rstd[n] = r;
-        for (int j = 0; j < d; j++) yr[j] = w[j] * (sr[j] * r);
+        al_rms_row(yr, rstd ? rstd + n : NULL, sr, w, d, eps);
     }
 }
 
