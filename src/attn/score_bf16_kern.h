@@ -419,6 +419,29 @@ static void amx_config(void) { AL_TILE_LOADCONFIG(); }
 #define BF16_THREAD_BEGIN() amx_config()
 #define BF16_THREAD_END() _tile_release()
 
+/* The four C tiles (tiles 0-3, 16 x 16 fp32 from p0 .. p3, rows ldc floats
+ * apart) before a product: loaded to add to (acc), else zeroed; and stored
+ * after it. bmm22 places them as a 2 x 2 block, AMX_C64_ACC_WITH as 1 x 4. */
+static inline void c4_begin(int acc, const float *p0, const float *p1, const float *p2, const float *p3, long ldc) {
+    if (acc) {
+        _tile_loadd(0, p0, ldc * 4);
+        _tile_loadd(1, p1, ldc * 4);
+        _tile_loadd(2, p2, ldc * 4);
+        _tile_loadd(3, p3, ldc * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+}
+static inline void c4_end(float *p0, float *p1, float *p2, float *p3, long ldc) {
+    _tile_stored(0, p0, ldc * 4);
+    _tile_stored(1, p1, ldc * 4);
+    _tile_stored(2, p2, ldc * 4);
+    _tile_stored(3, p3, ldc * 4);
+}
+
 /* C (acc: +=, else =) A B for C of whole 32 x 32 blocks (R, N multiples of
  * 32): each block's four C tiles over the K loop with two A tiles (rows r0,
  * r0 + 16) and two B tiles (columns n0, n0 + 16), four loads for four
@@ -433,17 +456,7 @@ static void bmm22(int R, int N, int K, const uint16_t *A, long lda, const uint16
         for (int n0 = 0; n0 < N; n0 += 32) {
             float *c0 = C + (long)r0 * ldc + n0, *c1 = c0 + 16 * ldc;
             const uint16_t *a0 = A + (long)r0 * lda, *a1 = a0 + 16 * lda, *b0 = B + 2 * n0;
-            if (acc) {
-                _tile_loadd(0, c0, ldc * 4);
-                _tile_loadd(1, c0 + 16, ldc * 4);
-                _tile_loadd(2, c1, ldc * 4);
-                _tile_loadd(3, c1 + 16, ldc * 4);
-            } else {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-            }
+            c4_begin(acc, c0, c0 + 16, c1, c1 + 16, ldc);
             for (int k0 = 0; k0 < K; k0 += KP) {
                 const uint16_t *bk = b0 + (long)(k0 / 2) * ldb;
                 _tile_loadd(4, a0 + k0, lda * 2);
@@ -455,10 +468,7 @@ static void bmm22(int R, int N, int K, const uint16_t *A, long lda, const uint16
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
             }
-            _tile_stored(0, c0, ldc * 4);
-            _tile_stored(1, c0 + 16, ldc * 4);
-            _tile_stored(2, c1, ldc * 4);
-            _tile_stored(3, c1 + 16, ldc * 4);
+            c4_end(c0, c0 + 16, c1, c1 + 16, ldc);
         }
 }
 
@@ -699,17 +709,7 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
 /* the same with C += A B where acc (C loaded into the tiles first) */
 #define AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, C, ldc, acc, WORK)                \
     do {                                                                        \
-        if (acc) {                                                              \
-            _tile_loadd(0, (C), (ldc) * 4);                                     \
-            _tile_loadd(1, (C) + 16, (ldc) * 4);                                \
-            _tile_loadd(2, (C) + 32, (ldc) * 4);                                \
-            _tile_loadd(3, (C) + 48, (ldc) * 4);                                \
-        } else {                                                                \
-            _tile_zero(0);                                                      \
-            _tile_zero(1);                                                      \
-            _tile_zero(2);                                                      \
-            _tile_zero(3);                                                      \
-        }                                                                       \
+        c4_begin((acc), (C), (C) + 16, (C) + 32, (C) + 48, (ldc));              \
         for (int k0_ = 0; k0_ < (K); k0_ += KP) {                               \
             const uint16_t *bk_ = (b0) + (long)(k0_ / 2) * (ldb);              \
             _tile_loadd(6, (a0) + k0_, (lda) * 2);                              \
@@ -727,10 +727,7 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
             _tile_dpbf16ps(3, 6, 5);                                            \
             WORK;                                                               \
         }                                                                       \
-        _tile_stored(0, (C), (ldc) * 4);                                        \
-        _tile_stored(1, (C) + 16, (ldc) * 4);                                   \
-        _tile_stored(2, (C) + 32, (ldc) * 4);                                   \
-        _tile_stored(3, (C) + 48, (ldc) * 4);                                   \
+        c4_end((C), (C) + 16, (C) + 32, (C) + 48, (ldc));                       \
     } while (0)
 _Static_assert(KT == 64, "AMX_C64_WITH's products are KT columns, four 16-column tiles");
 

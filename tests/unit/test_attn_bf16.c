@@ -340,6 +340,21 @@ static void check_threads(int i, const fn_case *f) {
  * one-head items software-pipelined and in the plain loop: the same bits,
  * forward and backward, on MHA shapes (one head per KV group: the items
  * the pipeline takes) across tile edges, every function, both masks. */
+/* Scores that grow along the sequence: each KV head's first key value
+ * rises by 0.1 a position and each query head's first value is made
+ * positive, so a row's max moves on later key tiles (with q x 30, by more
+ * than the lazy threshold) */
+static void rising_scores(io *in) {
+    const al_attn_shape *s = &in->s;
+    for (int b = 0; b < s->B; b++)
+        for (int t = 0; t < s->T; t++) {
+            const size_t row = (size_t)b * s->T + t;
+            for (int g = 0; g < s->G; g++) in->k[row * s->ldk + (size_t)g * s->dk] += 0.1f * (float)t;
+            for (int h = 0; h < s->H; h++)
+                in->q[row * s->ldq + (size_t)h * s->dk] = fabsf(in->q[row * s->ldq + (size_t)h * s->dk]);
+        }
+}
+
 /* The amx set (emu: on emulated tiles) run on `in` pipelined (x, the
  * default) and in the plain loop (y); 0 where the set cannot run here. */
 static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
@@ -389,14 +404,7 @@ static void check_pipelined(al_rng *r) {
             tu_set_score(&s, &FNS[0], bidir, 29.0f);
             io in;
             io_make(&in, &s, r, 30.0f);
-            for (int b = 0; b < v[0]; b++)
-                for (int t = 0; t < v[1]; t++) {
-                    const size_t row = (size_t)b * v[1] + t;
-                    for (int h = 0; h < v[2]; h++) {
-                        in.k[row * s.ldk + (size_t)h * v[3]] += 0.1f * (float)t;
-                        in.q[row * s.ldq + (size_t)h * v[3]] = fabsf(in.q[row * s.ldq + (size_t)h * v[3]]);
-                    }
-                }
+            rising_scores(&in);
             for (int emu = 0; emu < 2; emu++) {
                 io x, y;
                 if (!run_pipelined_and_plain(&in, emu, &x, &y)) continue;
@@ -421,10 +429,7 @@ static void check_softmax_stress(int bidir) {
     al_rng_seed(&r, 77);
     io in, ref;
     io_make(&in, &s, &r, 30.0f);
-    for (int t = 0; t < T; t++) {
-        in.k[(size_t)t * s.ldk] += 0.1f * (float)t;
-        for (int h = 0; h < H; h++) in.q[(size_t)t * s.ldq + h * dk] = fabsf(in.q[(size_t)t * s.ldq + h * dk]);
-    }
+    rising_scores(&in);
     run(&ref, &in, AL_PREC_BF16, -1);
     for (int i = 0; i < NSETS; i++) {
         if (!present(i)) continue;
