@@ -52,60 +52,109 @@ double al_measure_sgemm_gflops(int n, int reps) {
 }
 
 #ifdef AL_HAVE_ONEDNN
-/* One n^3 bf16 matmul primitive, its memory and a stream; timed runs. */
-double al_measure_bf16_onednn_gflops(int n, int reps) {
+/* One n^3 bf16 matmul primitive, its memory and a stream. */
+struct al_bf16_probe_impl {
+    uint16_t *a, *b;
+    float *c;
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dnnl_memory_t m[3];
+};
+
+void al_bf16_probe_free(al_bf16_probe *p) {
+    struct al_bf16_probe_impl *x = p->impl;
+    if (!x) return;
+    for (int i = 0; i < 3; i++)
+        if (x->m[i]) dnnl_memory_destroy(x->m[i]);
+    if (x->prim) dnnl_primitive_destroy(x->prim);
+    if (x->pd) dnnl_primitive_desc_destroy(x->pd);
+    if (x->stream) dnnl_stream_destroy(x->stream);
+    if (x->eng) dnnl_engine_destroy(x->eng);
+    al_free(x->a);
+    al_free(x->b);
+    al_free(x->c);
+    al_free(x);
+    p->impl = NULL;
+}
+
+int al_bf16_probe_init(al_bf16_probe *p, int n) {
     const size_t nn = (size_t)n * n;
-    uint16_t *a = al_alloc(nn * sizeof *a), *b = al_alloc(nn * sizeof *b);
-    float *c = al_alloc(nn * sizeof *c);
-    dnnl_engine_t eng = NULL;
-    dnnl_stream_t stream = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    dnnl_memory_t m[3] = {NULL, NULL, NULL};
-    double result = 0;
-    dnnl_status_t st = dnnl_success;
-    if (!a || !b || !c) goto done;
+    memset(p, 0, sizeof *p);
+    p->n = n, p->best_s = 1e30;
+    struct al_bf16_probe_impl *x = al_alloc(sizeof *x);
+    if (!x) return -1;
+    memset(x, 0, sizeof *x);
+    p->impl = x;
+    x->a = al_alloc(nn * sizeof *x->a), x->b = al_alloc(nn * sizeof *x->b), x->c = al_alloc(nn * sizeof *x->c);
+    if (!x->a || !x->b || !x->c) {
+        al_bf16_probe_free(p);
+        return -1;
+    }
     for (size_t i = 0; i < nn; i++) {
-        a[i] = al_f32_to_bf16((float)((i * 7) % 13) * 0.1f);
-        b[i] = al_f32_to_bf16((float)((i * 5) % 11) * 0.1f);
+        x->a[i] = al_f32_to_bf16((float)((i * 7) % 13) * 0.1f);
+        x->b[i] = al_f32_to_bf16((float)((i * 5) % 11) * 0.1f);
     }
     const dnnl_dims_t dims = {n, n};
     dnnl_memory_desc_t a_md, b_md, c_md;
     dnnl_matmul_desc_t desc;
-    if ((st = dnnl_engine_create(&eng, dnnl_cpu, 0)) || (st = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags)) ||
+    dnnl_status_t st;
+    if ((st = dnnl_engine_create(&x->eng, dnnl_cpu, 0)) ||
+        (st = dnnl_stream_create(&x->stream, x->eng, dnnl_stream_default_flags)) ||
         (st = dnnl_memory_desc_init_by_tag(&a_md, 2, dims, dnnl_bf16, dnnl_ab)) ||
         (st = dnnl_memory_desc_init_by_tag(&b_md, 2, dims, dnnl_bf16, dnnl_ab)) ||
         (st = dnnl_memory_desc_init_by_tag(&c_md, 2, dims, dnnl_f32, dnnl_ab)) ||
         (st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md)) ||
-        (st = dnnl_primitive_desc_create(&pd, &desc, NULL, eng, NULL)) || (st = dnnl_primitive_create(&prim, pd)) ||
-        (st = dnnl_memory_create(&m[0], &a_md, eng, a)) || (st = dnnl_memory_create(&m[1], &b_md, eng, b)) ||
-        (st = dnnl_memory_create(&m[2], &c_md, eng, c)))
-        goto done;
-    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
-    double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
-        const double t0 = al_now();
-        if ((st = dnnl_primitive_execute(prim, stream, 3, args)) || (st = dnnl_stream_wait(stream))) goto done;
-        const double dt = al_now() - t0;
-        if (r > 0 && dt < best) best = dt; /* the first run warms caches and threads */
+        (st = dnnl_primitive_desc_create(&x->pd, &desc, NULL, x->eng, NULL)) ||
+        (st = dnnl_primitive_create(&x->prim, x->pd)) || (st = dnnl_memory_create(&x->m[0], &a_md, x->eng, x->a)) ||
+        (st = dnnl_memory_create(&x->m[1], &b_md, x->eng, x->b)) ||
+        (st = dnnl_memory_create(&x->m[2], &c_md, x->eng, x->c))) {
+        al_bf16_probe_free(p);
+        p->refused = (int)st;
+        return -1;
     }
-    result = 2.0 * n * (double)n * n / best / 1e9;
-done:
-    if (st != dnnl_success) result = -(double)st;
-    for (int i = 0; i < 3; i++)
-        if (m[i]) dnnl_memory_destroy(m[i]);
-    if (prim) dnnl_primitive_destroy(prim);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (stream) dnnl_stream_destroy(stream);
-    if (eng) dnnl_engine_destroy(eng);
-    al_free(a);
-    al_free(b);
-    al_free(c);
-    return result;
+    if (al_bf16_probe_run(p) <= 0) { /* warm-up: caches, pages, threads */
+        al_bf16_probe_free(p);
+        return -1;
+    }
+    p->best_s = 1e30;
+    return 0;
+}
+
+double al_bf16_probe_run(al_bf16_probe *p) {
+    struct al_bf16_probe_impl *x = p->impl;
+    if (!x) return 0;
+    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, x->m[0]}, {DNNL_ARG_WEIGHTS, x->m[1]}, {DNNL_ARG_DST, x->m[2]}};
+    const double t0 = al_now();
+    if (dnnl_primitive_execute(x->prim, x->stream, 3, args) || dnnl_stream_wait(x->stream)) return 0;
+    const double dt = al_now() - t0;
+    if (dt < p->best_s) p->best_s = dt;
+    return 2.0 * p->n * (double)p->n * p->n / dt / 1e9;
 }
 #else
-double al_measure_bf16_onednn_gflops(int n, int reps) { return 0; }
+int al_bf16_probe_init(al_bf16_probe *p, int n) {
+    memset(p, 0, sizeof *p);
+    p->n = n, p->best_s = 1e30;
+    return -1;
+}
+double al_bf16_probe_run(al_bf16_probe *p) { return 0 * p->n; }
+void al_bf16_probe_free(al_bf16_probe *p) { p->impl = NULL; }
 #endif
+
+double al_bf16_probe_gflops(const al_bf16_probe *p) {
+    return p->best_s < 1e29 ? 2.0 * p->n * (double)p->n * p->n / p->best_s / 1e9 : 0.0;
+}
+
+/* Best of `reps` runs of a probe built for the call. */
+double al_measure_bf16_onednn_gflops(int n, int reps) {
+    al_bf16_probe p;
+    if (al_bf16_probe_init(&p, n)) return p.refused ? -(double)p.refused : 0.0;
+    for (int r = 0; r < reps; r++) al_bf16_probe_run(&p);
+    const double g = al_bf16_probe_gflops(&p);
+    al_bf16_probe_free(&p);
+    return g;
+}
 
 /* ---- the AMX tile peak ---- */
 #pragma GCC push_options

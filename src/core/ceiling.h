@@ -46,6 +46,25 @@ double al_sgemm_probe_run(al_sgemm_probe *p);
 double al_sgemm_probe_gflops(const al_sgemm_probe *p);
 void al_sgemm_probe_free(al_sgemm_probe *p);
 
+/* The oneDNN bf16 ceiling to interleave the same way: one n x n x n bf16
+ * matmul primitive (as al_measure_bf16_onednn_gflops) and its operands
+ * (8 n^2 bytes), built once, one warm-up run at init. */
+typedef struct al_bf16_probe {
+    int n;
+    struct al_bf16_probe_impl *impl; /* oneDNN's objects and the operands */
+    double best_s;                   /* fastest run so far, seconds */
+    int refused;                     /* init failed on oneDNN: its status (0: no oneDNN, or out of memory) */
+} al_bf16_probe;
+/* 0 when ready; -1 when there is no such ceiling here (p->refused says
+ * why) and p holds nothing. */
+int al_bf16_probe_init(al_bf16_probe *p, int n);
+/* One timed n^3 bf16 matmul (all threads); its GFLOP/s (0 if oneDNN
+ * failed), the best kept. */
+double al_bf16_probe_run(al_bf16_probe *p);
+/* GFLOP/s of the fastest run so far (0 before any). */
+double al_bf16_probe_gflops(const al_bf16_probe *p);
+void al_bf16_probe_free(al_bf16_probe *p);
+
 /* Peak resident set size of this process, bytes. */
 long al_peak_rss_bytes(void);
 /* Resident memory now, bytes (Linux /proc/self/status): all of it, the

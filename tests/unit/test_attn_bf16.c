@@ -368,8 +368,9 @@ static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
 }
 
 static void check_pipelined(al_rng *r) {
-    const int shapes[][5] = {{1, 1, 2, 8, 8}, {1, 64, 2, 24, 40}, {2, 77, 3, 64, 64}, {1, 150, 2, 81, 17},
-                             {1, 129, 1, 96, 33}};
+    /* d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only) */
+    const int shapes[][5] = {{1, 1, 2, 8, 8},     {1, 64, 2, 24, 40}, {2, 77, 3, 64, 64}, {1, 150, 2, 81, 17},
+                             {1, 129, 1, 96, 33}, {1, 83, 2, 16, 80}, {1, 70, 1, 40, 128}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fi = 0; fi < NFNS; fi++) {
             const int *v = shapes[i], bidir = (fi + (int)i) % 2;
@@ -395,7 +396,8 @@ static void check_pipelined(al_rng *r) {
      * lazy threshold on later key tiles and O's rows are rescaled between the tiles' P V: with d_v padding to 64
      * the forward issues a step's P V beside the next step's rows, and in items of one 16-row block (the last
      * of T = 77, 141) those rows rescale the very O rows that P V adds to */
-    const int moving[][5] = {{1, 77, 2, 64, 64}, {1, 141, 1, 40, 40}, {2, 93, 2, 32, 64}};
+    const int moving[][5] = {{1, 77, 2, 64, 64}, {1, 141, 1, 40, 40}, {2, 93, 2, 32, 64}, {1, 99, 2, 32, 20},
+                             {1, 75, 1, 32, 96}};
     for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++)
         for (int bidir = 0; bidir < 2; bidir++) {
             const int *v = moving[i];

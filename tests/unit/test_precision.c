@@ -605,6 +605,24 @@ int main(void) {
     if (al_bf16_engine_runs(AL_BF16_ONEDNN)) CHECK(dnn > 0);
     else if (!al_onednn_available(0)) CHECK(dnn <= 0);
     CHECK(al_cpu_level_now() >= AL_CPU_AMX ? amx > 0 : amx == 0);
+    /* the interleaved oneDNN probe: ready exactly where the ceiling is, no
+     * rate before a timed run, its best kept over runs, freed twice safely */
+    al_bf16_probe bp;
+    const int bp_ready = !al_bf16_probe_init(&bp, 48);
+    CHECK(bp_ready == (dnn > 0));
+    CHECK(al_bf16_probe_gflops(&bp) == 0);
+    if (bp_ready) {
+        double best = 0;
+        for (int i = 0; i < 3; i++) {
+            const double g = al_bf16_probe_run(&bp);
+            CHECK(g > 0);
+            if (g > best) best = g;
+        }
+        CHECK(fabs(al_bf16_probe_gflops(&bp) - best) <= 1e-9 * best);
+    } else CHECK(bp.impl == NULL && al_bf16_probe_run(&bp) == 0);
+    al_bf16_probe_free(&bp);
+    al_bf16_probe_free(&bp);
+    CHECK(bp.impl == NULL);
     for (int l = AL_CPU_AVX512_BF16; l <= AL_CPU_AMX; l++)
         if ((int)al_cpu_level_now() < l) fprintf(stderr, "skipped: %s kernel (CPU set lacks it)\n", al_cpu_level_name((al_cpu_level)l));
     al_precision_release();
