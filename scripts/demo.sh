@@ -2,7 +2,8 @@
 # make demo: the quick study (docs/study.md): trains the five KV designs (MHA,
 # GQA, MQA, MLA, LRKV) on the King James Bible and a softmax / (1/14)x^3 pair
 # of vision transformers on Fashion-MNIST, measures them, and writes the
-# report and figures into out/demo (about 6 minutes on two idle cores).
+# report and figures into out/demo (about 6 minutes on two idle cores of a
+# CPU with AMX; docs/study.md).
 # Rerunning continues an interrupted study and skips finished runs.
 #   OUT=dir BUDGET=standard make demo    another directory or budget
 set -eu

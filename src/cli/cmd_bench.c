@@ -12,9 +12,10 @@
  * Method, the same everywhere (docs/bench.md): build the workload, run it
  * once untimed (warm-up: pages, caches, thread pool), read the peak RSS
  * (before any ceiling buffer exists, so it is the workload's alone), then
- * `iters` rounds of one sgemm ceiling run followed by the timed workload,
- * and report the best of each: on a shared machine the bests come from the
- * same quiet moments, where a ceiling taken once before would not. The triad
+ * `iters` rounds of one sgemm ceiling run (and before a BF16 run one oneDNN
+ * bf16 run) followed by the timed workload, and report the best of each: on
+ * a shared machine the bests come from the same quiet moments, where a
+ * ceiling taken once before would not. The triad
  * ceiling (3 arrays of --triad-mb MB, beyond the last-level cache by
  * default) runs last.
  *

@@ -97,10 +97,10 @@ static int comparison_run(const al_study_plan *p, int design, uint64_t seed) {
 /* The uptraining's peak learning rate as a fraction of the study's. Fresh
  * AdamW moments make the first updates sign-like at the full step size, which
  * the converted model, near a trained optimum, pays for; a conversion that
- * loses much (MLA) needs the larger steps. Measured at the quick budget (30
- * uptraining steps, validation loss): MLA 2.094 / 2.096 / 2.169 and GQA
- * 1.941 / 1.907 / 1.896 at 1, 1/2 and 1/4 of the peak: a half is within 0.011
- * of the best of both. */
+ * loses much (MLA) needs the larger steps. Measured at the quick budget of
+ * before session 18 (300 steps, so 30 uptraining steps; validation loss):
+ * MLA 2.094 / 2.096 / 2.169 and GQA 1.941 / 1.907 / 1.896 at 1, 1/2 and 1/4
+ * of the peak: a half is within 0.011 of the best of both. */
 #define UPTRAIN_LR_FRACTION 0.5
 
 /* The uptraining run of design k from the MHA run src: the MHA run's
