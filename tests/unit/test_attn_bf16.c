@@ -395,7 +395,8 @@ static void check_pipelined(al_rng *r) {
     /* softmax scores growing along the sequence (as check_softmax_stress), so a row's max moves by more than the
      * lazy threshold on later key tiles and O's rows are rescaled between the tiles' P V: with d_v padding to 64
      * the forward issues a step's P V beside the next step's rows, and in items of one 16-row block (the last
-     * of T = 77, 141) those rows rescale the very O rows that P V adds to */
+     * of T = 77, 141) those rows rescale the very O rows that P V adds to; d_v 20 and 96 (P V after the rows)
+     * keep the other paddings under the same scores */
     const int moving[][5] = {{1, 77, 2, 64, 64}, {1, 141, 1, 40, 40}, {2, 93, 2, 32, 64}, {1, 99, 2, 32, 20},
                              {1, 75, 1, 32, 96}};
     for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++)
