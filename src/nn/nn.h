@@ -137,6 +137,13 @@ void al_bf16_onednn_test_f32(int on);
 int al_bf16_shadow_attach(const float *w, size_t n, al_err *err);
 /* Re-rounds the copy of the arena starting at w (after w changed). */
 void al_bf16_shadow_refresh(const float *w);
+/* The copy of the arena starting at w, for an owner that rounds each new
+ * value into it as it stores it (al_bf16_round_run, while the values are
+ * in cache) instead of a later al_bf16_shadow_refresh; NULL when w has
+ * none. The products' packed forms of the old values are dropped. */
+uint16_t *al_bf16_shadow_write(const float *w);
+/* dst[n] = src[n] rounded to BF16, nearest even (the copies' rounding). */
+void al_bf16_round_run(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* Drops the copy of the arena starting at w (no-op if none). */
 void al_bf16_shadow_detach(const float *w);
 /* The BF16 copy of element p of an attached arena, or NULL. */

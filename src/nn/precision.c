@@ -179,7 +179,7 @@ static shadow *shadow_find(const float *w) {
 }
 
 /* dst[n] = bf16 of src[n] (a loop gcc vectorises). */
-static void round_run_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
+void al_bf16_round_run(uint16_t *restrict dst, const float *restrict src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(al_bf16_round_bits(src[i]) >> 16);
 }
 
@@ -200,7 +200,7 @@ static void round_arena(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < chunks; c++) {
         const size_t at = (size_t)c * CHUNK, len = n - at < CHUNK ? n - at : CHUNK;
-        round_run_bf16(dst + at, src + at, len);
+        al_bf16_round_run(dst + at, src + at, len);
     }
 }
 
@@ -228,6 +228,13 @@ void al_bf16_shadow_refresh(const float *w) {
     if (!s) return;
     packed_clear(); /* the weights packed from the old values */
     round_arena(s->bf, s->w, s->n);
+}
+
+uint16_t *al_bf16_shadow_write(const float *w) {
+    shadow *s = shadow_find(w);
+    if (!s) return NULL;
+    packed_clear(); /* the weights packed from the old values */
+    return s->bf;
 }
 
 void al_bf16_shadow_detach(const float *w) {
@@ -401,7 +408,7 @@ static al_bf16_view plan_operand(char *room, int threads, int i_is_row, int n, i
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int r = 0; r < rows; r++) {
         const size_t from = (size_t)r * ld, to = (size_t)r * cols;
-        if (!onednn_test_f32) round_run_bf16((uint16_t *)room + to, X + from, (size_t)cols);
+        if (!onednn_test_f32) al_bf16_round_run((uint16_t *)room + to, X + from, (size_t)cols);
         else if (Xbf) widen_run((float *)room + to, Xbf + from, (size_t)cols);
         else round_run_f32((float *)room + to, X + from, (size_t)cols);
     }
@@ -492,7 +499,7 @@ static void pack_bf16(uint16_t *dst, int ld, operand o, int mb, int kb) {
     if (o.cs == 1) {
         for (int i = 0; i < mb; i++) {
             if (o.bf) memcpy(dst + (size_t)i * ld, o.bf + (size_t)i * o.rs, sizeof(uint16_t) * (size_t)kb);
-            else round_run_bf16(dst + (size_t)i * ld, o.x + (size_t)i * o.rs, (size_t)kb);
+            else al_bf16_round_run(dst + (size_t)i * ld, o.x + (size_t)i * o.rs, (size_t)kb);
         }
         return;
     }

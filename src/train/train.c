@@ -402,23 +402,31 @@ static const char *stopped_msg(char *buf, size_t cap, int last_saved) {
 }
 
 int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale) {
+    enum { CHUNK = 4096 }; /* weights updated, then rounded to the BF16 copy while in L1 */
     const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->adam_eps;
     const float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
+    uint16_t *const copy = al_bf16_shadow_write(m->w); /* BF16 training: the products' copy of the weights */
     int bad_tensors = 0;
     for (int i = 0; i < m->n_params; i++) {
         const al_param *p = &m->params[i];
         float *w = m->w + p->offset, *g = m->g + p->offset, *a = m1 + p->offset, *b = m2 + p->offset;
+        uint16_t *wb = copy ? copy + p->offset : NULL;
         const float wd = p->decay ? (float)o->weight_decay : 0.0f, flr = (float)lr;
         const size_t n = p->numel;
+        const long chunks = (long)((n + CHUNK - 1) / CHUNK);
         int bad = 0; /* a weight left inf or nan: |w| <= FLT_MAX is false for both (vectorises, unlike isfinite) */
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n > 32768)
-        for (size_t j = 0; j < n; j++) {
-            float gj = g[j] * gscale;
-            a[j] = b1 * a[j] + (1.0f - b1) * gj;
-            b[j] = b2 * b[j] + (1.0f - b2) * gj * gj;
-            float mh = a[j] / bc1, vh = b[j] / bc2;
-            w[j] -= flr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
-            bad |= !(fabsf(w[j]) <= FLT_MAX);
+        for (long c = 0; c < chunks; c++) {
+            const size_t j0 = (size_t)c * CHUNK, j1 = n - j0 < CHUNK ? n : j0 + CHUNK;
+            for (size_t j = j0; j < j1; j++) {
+                float gj = g[j] * gscale;
+                a[j] = b1 * a[j] + (1.0f - b1) * gj;
+                b[j] = b2 * b[j] + (1.0f - b2) * gj * gj;
+                float mh = a[j] / bc1, vh = b[j] / bc2;
+                w[j] -= flr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
+                bad |= !(fabsf(w[j]) <= FLT_MAX);
+            }
+            if (wb) al_bf16_round_run(wb + j0, w + j0, j1 - j0);
         }
         bad_tensors += bad;
     }
@@ -472,8 +480,7 @@ int al_train_step(al_model *m, const al_step_pass *pass, float *m1, float *m2, c
     const double gn = *grad_norm = al_grad_norm(m);
     if (!isfinite(gn)) return AL_STEP_GRAD_NOT_FINITE;
     const float gscale = gn > o->grad_clip && o->grad_clip > 0 ? (float)(o->grad_clip / gn) : 1.0f;
-    const int weights_bad = al_adamw_update(m, m1, m2, lr, o, t, gscale);
-    al_bf16_shadow_refresh(m->w); /* the products of the next step read the new weights (no-op in F32) */
+    const int weights_bad = al_adamw_update(m, m1, m2, lr, o, t, gscale); /* and the weights' BF16 copy */
     return weights_bad ? AL_STEP_WEIGHTS_NOT_FINITE : AL_STEP_OK;
 }
 

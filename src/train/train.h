@@ -196,7 +196,9 @@ int al_train_precision_begin(al_model *m, al_precision p, al_err *err);
 void al_train_precision_end(al_model *m);
 
 /* One AdamW update of every parameter from m->g scaled by gscale (t: 1-based
- * step for bias correction); m1, m2: moment arenas shaped like m->w. Returns
+ * step for bias correction); m1, m2: moment arenas shaped like m->w. Where
+ * m->w has a BF16 copy (BF16 training) each new weight is rounded into it in
+ * the same pass (what al_bf16_shadow_refresh would write after). Returns
  * how many parameter tensors hold a weight that is not finite after it
  * (0: all finite), checked in the same pass. */
 int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train_opts *o, int t, float gscale);

@@ -282,6 +282,54 @@ static void test_grad_norm(void) {
     }
 }
 
+/* BF16 training: the optimizer rounds each new weight into the products'
+ * BF16 copy of the weights in its own pass (no second pass after it): after
+ * steps the copy is the rounding of the weights, bit for bit, as
+ * al_bf16_shadow_refresh would write it; an embedding of 8192 weights spans
+ * two of the update's chunks. A step whose loss is not finite changes
+ * neither. */
+static void test_bf16_copy(void) {
+    al_config c = tu_config(32, 64, 2, 4, 2, 8, 16);
+    al_model m;
+    al_acts a;
+    al_err err;
+    CHECK(al_model_create(&m, &c, &err) == 0 && al_model_alloc_grads(&m, &err) == 0);
+    CHECK(al_acts_create(&a, &m, 2, 16, &err) == 0);
+    al_model_init_weights(&m, 5);
+    int in[32], tg[32];
+    for (int i = 0; i < 32; i++) in[i] = (i * 41) % 256, tg[i] = (i * 29 + 3) % 256;
+    float *mom = calloc(2 * m.n_floats, sizeof(float));
+    uint16_t *want = malloc(m.n_floats * sizeof *want), *before = malloc(m.n_floats * sizeof *before);
+    al_train_opts o;
+    al_train_opts_default(&o);
+    al_lm_batch batch = {.acts = &a, .in = in, .tg = tg};
+    const al_step_pass pass = al_lm_step_pass(&batch);
+    CHECK(mom && want && before && al_train_precision_begin(&m, AL_PREC_BF16, &err) == 0);
+    al_precision_set(AL_PREC_BF16);
+    const uint16_t *copy = al_bf16_shadow_of(m.w);
+    CHECK(copy != NULL);
+    if (copy && mom && want && before) {
+        memcpy(before, copy, m.n_floats * sizeof *before);
+        double loss, gn;
+        for (int t = 1; t <= 3; t++) CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e-3, t, &loss, &gn) == AL_STEP_OK);
+        al_bf16_round_run(want, m.w, m.n_floats);
+        CHECK(memcmp(copy, want, m.n_floats * sizeof *want) == 0);
+        CHECK(memcmp(copy, before, m.n_floats * sizeof *before) != 0); /* the weights did move */
+        memcpy(before, copy, m.n_floats * sizeof *before);
+        m.w[tu_find_param(&m, "model.embed_tokens.weight")->offset + (size_t)in[0] * 32] = NAN;
+        CHECK(al_train_step(&m, &pass, mom, mom + m.n_floats, &o, 1e-3, 4, &loss, &gn) == AL_STEP_LOSS_NOT_FINITE);
+        CHECK(memcmp(copy, before, m.n_floats * sizeof *before) == 0);
+    }
+    al_precision_set(AL_PREC_F32);
+    al_train_precision_end(&m);
+    al_precision_release();
+    free(mom);
+    free(want);
+    free(before);
+    al_acts_free(&a);
+    al_model_free(&m);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -290,6 +338,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) return 1;
     test_progress_and_loader(dir);
     test_step();
+    test_bf16_copy();
     test_paths();
     test_token_data(dir);
     test_init_from_settings();
