@@ -189,7 +189,7 @@ int cmd_study(int argc, char **argv) {
     int no_vision = 0, quiet = 0, conversions = 0;
     al_arg args[] = {
         {"out", ARG_STRING, &out, "study directory: runs/, figures, report.md/.json/.html"},
-        {"budget", ARG_STRING, &budget, "quick (~6 min with AMX), standard (~40 min with AMX, 3 seeds) or full (hours): docs/study.md"},
+        {"budget", ARG_STRING, &budget, "quick (~6 min with AMX), standard (~30 min with AMX, 3 seeds) or full (hours): docs/study.md"},
         {"data", ARG_STRING, &data, "training text for the language models (default: the King James Bible)"},
         {"images", ARG_STRING, &images, "directory of the Fashion-MNIST IDX files (default " AL_FMNIST_DIR ")"},
         {"no-vision", ARG_FLAG, &no_vision, "skip the two vision transformers"},

@@ -46,7 +46,7 @@ static const al_study_budget budgets[] = {
      .vit_test_images = 2000, .vit_lr = 2e-3,
      .lm_step_s = 0.045, .vit_step_s = 0.04, .lm_measure_s = 8, .vit_measure_s = 1, .figures_s = 10,
      .kv_tokens = 512, .kv_group = 32, .kv_residual = 32},
-    {.name = "standard", .summary = "about 40 minutes on 2 idle cores with AMX, 2.2M training bytes per language model",
+    {.name = "standard", .summary = "about 30 minutes on 2 idle cores with AMX, 2.2M training bytes per language model",
      .seeds = 3, .lm_context = 256, .lm_batch = 8, .lm_steps = 1080, .lm_warmup = 30, .lm_eval_every = 120,
      .lm_eval_tokens = 16384, .lm_save_every = 360, .lm_lr = 2e-3, .lm_final_eval_tokens = 65536,
      .decode_context = 4096, .decode_tokens = 64, .speed_rounds = 3, .speed_steps = 2, .attnmap_tokens = 1024,
