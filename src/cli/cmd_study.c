@@ -100,7 +100,7 @@ static void show(void *ctx, const al_study_progress *p) {
             part += pl->runs[i].state == AL_RUN_PARTIAL;
         }
         say(v, "study: budget %s: %d runs (%d language models x %d seed%s%s%s) into %s; %d complete, %d to resume; "
-               "about %s on an idle 2-core machine\n",
+               "about %s on 2 idle cores of this CPU\n",
             pl->budget->name, nr, AL_STUDY_DESIGNS, pl->n_seeds, pl->n_seeds == 1 ? "" : "s",
             pl->vision ? " + 2 ViTs each" : "", pl->conversions ? " + 8 conversion runs each" : "", pl->out, done,
             part, eta);

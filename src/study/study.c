@@ -105,9 +105,53 @@ static int stop_status(int sig) { return sig == SIGTERM ? AL_STUDY_TERMINATED : 
 
 /* ---- nominal times ---- */
 
+/* How much longer than the budgets' nominal times (BF16 products on an idle
+ * AMX Xeon) a training step takes with the study's precision on the CPU set
+ * in use, so that the first ETA, before any run has been timed, is near on
+ * other machines too (after the first run the ETA scales by the times
+ * measured). From the quick budget on idle 2-core machines (docs/study.md,
+ * "Budgets"); language models and ViTs apart, because the ViTs (hidden 64,
+ * heads of 16) are bound by attention and gain less from bf16 products.
+ * The first row whose precision matches and whose set the one in use
+ * reaches holds. */
+static const struct {
+    al_precision precision;
+    al_cpu_level from; /* the least CPU set the row is for */
+    double lm, vit;
+} paces[] = {
+    /* Intel Xeon family 6 model 167, amx engine: the nominal times (session
+     * 18: language models 36-45 s a 900-step run, ViTs 21-22 s a 600-step
+     * one, against 40.5 and 24 s nominal) */
+    {AL_PREC_BF16, AL_CPU_AMX, 1.0, 1.0},
+    /* AMD Zen 4, onednn engine (session 19: 70-82 s and 28.5-29.2 s) */
+    {AL_PREC_BF16, AL_CPU_AVX512_BF16, 1.9, 1.2},
+    /* no bf16 instructions, emulated products (Zen 4 with ATTNLAB_CPU=avx2,
+     * paired: the language model's step 1.4x, the ViT's 1.6-1.8x fp32's) */
+    {AL_PREC_BF16, AL_CPU_GENERIC, 4.4, 3.0},
+    /* fp32 with AVX-512: Zen 4 (session 19: 122-136 s, ViTs about 34 s) and
+     * the AMX host (session 18: 41-45 s a 300-step run, ViTs 37-38 s) */
+    {AL_PREC_F32, AL_CPU_AVX512, 3.1, 1.5},
+    /* fp32 with AVX2 alone (Zen 4 with ATTNLAB_CPU=avx2: the language
+     * model's step as fast as with AVX-512, the ViT's 1.2x slower) */
+    {AL_PREC_F32, AL_CPU_GENERIC, 3.1, 1.8},
+};
+
+double al_study_pace(al_precision precision, al_cpu_level cpu, int vision) {
+    for (size_t i = 0; i < sizeof paces / sizeof paces[0]; i++)
+        if (paces[i].precision == precision && cpu >= paces[i].from) return vision ? paces[i].vit : paces[i].lm;
+    return 1.0;
+}
+
+/* Nominal seconds of one training step of a language model or ViT here. */
+static double step_nominal(const al_study_plan *p, int vision) {
+    const double budget_s = vision ? p->budget->vit_step_s : p->budget->lm_step_s;
+    return budget_s * al_study_pace(p->precision, al_cpu_level_now(), vision);
+}
+
 /* Nominal seconds of the end of the study: the speed benchmark and the figures. */
-static double final_nominal(const al_study_budget *b) {
-    return b->speed_rounds * AL_STUDY_DESIGNS * ((b->speed_steps + 1) * b->lm_step_s + 0.5) + b->figures_s;
+static double final_nominal(const al_study_plan *p) {
+    const al_study_budget *b = p->budget;
+    return b->speed_rounds * AL_STUDY_DESIGNS * ((b->speed_steps + 1) * step_nominal(p, 0) + 0.5) + b->figures_s;
 }
 
 /* Nominal seconds of what is left of run i (training from its saved step,
@@ -115,8 +159,7 @@ static double final_nominal(const al_study_budget *b) {
 static double nominal_left(const al_study_plan *p, int i) {
     const al_plan_run *r = &p->runs[i];
     const al_study_budget *b = p->budget;
-    double step_s = r->vision ? b->vit_step_s : b->lm_step_s,
-           measure_s = r->vision ? b->vit_measure_s : b->lm_measure_s;
+    double step_s = step_nominal(p, r->vision), measure_s = r->vision ? b->vit_measure_s : b->lm_measure_s;
     double t = 0;
     if (r->state != AL_RUN_COMPLETE) t += (r->opts.steps - (r->state == AL_RUN_PARTIAL ? r->step : 0)) * step_s;
     if (r->state != AL_RUN_COMPLETE)
@@ -133,7 +176,7 @@ static double nominal_left(const al_study_plan *p, int i) {
 
 /* Nominal seconds of everything after run i. */
 static double nominal_after(const al_study_plan *p, int i) {
-    double t = final_nominal(p->budget);
+    double t = final_nominal(p);
     for (int j = i + 1; j < p->n_runs; j++) t += nominal_left(p, j);
     return t;
 }
@@ -189,7 +232,7 @@ static int train_and_measure(study *s, int i, al_err *err) {
     al_plan_run *r = &p->runs[i];
     const al_study_budget *b = p->budget;
     const double after = nominal_after(p, i);
-    const double step_s = r->vision ? b->vit_step_s : b->lm_step_s;
+    const double step_s = step_nominal(p, r->vision);
     const double measure_s = r->vision ? b->vit_measure_s : b->lm_measure_s;
     s->run = i;
     int rc;
@@ -450,7 +493,7 @@ static int finish(study *s, al_study_results *res, al_err *err) {
     /* speeds side by side, the first seed's model of each design */
     const char *dirs[AL_STUDY_DESIGNS];
     for (int k = 0; k < AL_STUDY_DESIGNS; k++) dirs[k] = res->lm[k].dir;
-    phase_begin(s, final_nominal(b) - b->figures_s, b->figures_s);
+    phase_begin(s, final_nominal(p) - b->figures_s, b->figures_s);
     tell(s, AL_STUDY_SPEED, NULL, eta(s, 0));
     int rc = al_study_speed(dirs, AL_STUDY_DESIGNS, res->lm_opts.batch, res->lm_opts.context, b->speed_steps,
                             b->decode_context, b->decode_tokens, b->speed_rounds, res->speed, err);

@@ -23,6 +23,7 @@
 #include "../analysis/kv_frontier.h"
 #include "../analysis/study_figures.h"
 #include "../core/core.h"
+#include "../core/cpu.h"
 #include "../model/model.h"
 #include "../train/data.h"
 #include "../train/train.h"
@@ -74,6 +75,11 @@ typedef struct al_study_budget {
 
 /* "tiny" (tests, seconds), "quick", "standard", "full"; NULL if unknown. */
 const al_study_budget *al_study_budget_find(const char *name);
+/* How many times the budgets' nominal step seconds (BF16 products on an idle
+ * AMX Xeon) a language model's (vision 0) or ViT's training step takes in
+ * this precision on this CPU set: measured factors, for the ETA before any
+ * run has been timed (study.c). */
+double al_study_pace(al_precision precision, al_cpu_level cpu, int vision);
 
 /* The five KV designs of the study, in report order: their preset names
  * (mha gqa mqa mla lrkv) and display names. */
