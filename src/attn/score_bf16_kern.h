@@ -34,7 +34,10 @@
  *     backward also Q^T and dO^T as rows (A of dK^T += Q^T dS, dV^T +=
  *     dO^T P) and the key tile's P and dS as pairs along the query rows
  *     (their B), so nothing is transposed in bf16.
- * dkp, dvp: d_k, d_v rounded up to KP = 32 (an AMX tile row of bf16); rows
+ * dkp, dvp: d_k, d_v rounded up to KP: 32 on AMX (a tile row of bf16), 16
+ * on the vector engines (whole vectors where d is a product's N, whole
+ * pairs where it is K; zeros there would be work, as they are not on the
+ * tiles: docs/kernels.md); rows
  * of every A operand come in blocks of RB = 16 (an AMX tile's rows), their
  * buffers sized for whole blocks.
  *
@@ -56,7 +59,12 @@
 #define KW AL_VW
 #include "score_kern.h"
 
+#ifdef BF16_AMX
 enum { RB = 16, KP = 32 };
+#else
+enum { RB = 16, KP = 16 };
+_Static_assert(KP % AL_VW == 0, "a padded d is a whole number of vectors");
+#endif
 
 /* n rounded up to a whole number of KP */
 static inline int up_kp(int n) { return (n + KP - 1) / KP * KP; }
