@@ -69,6 +69,18 @@ _Static_assert(KP % AL_VW == 0, "a padded d is a whole number of vectors");
 /* n rounded up to a whole number of KP */
 static inline int up_kp(int n) { return (n + KP - 1) / KP * KP; }
 
+/* Columns of a key tile that a product over it computes when its first nk
+ * keys are visible to the rows at hand: the AMX kernels run whole tiles;
+ * the vector engines stop after the last group of 16 that holds one (the
+ * columns past it are never read unmasked in S and dP, and are 0 in P and
+ * dS, so the results are the same bits): at a sequence's last tile (the
+ * ViT's 197 tokens: 5 keys of 64) and on the causal diagonal */
+#ifdef BF16_AMX
+static inline int tile_cols(int nk) { return (void)nk, KT; }
+#else
+static inline int tile_cols(int nk) { return (nk + 15) / 16 * 16; }
+#endif
+
 /* n bf16 values (rounded up to whole floats) from a workspace cursor */
 static uint16_t *take16(float **cur, size_t n) { return (uint16_t *)take(cur, (n + 1) / 2); }
 
@@ -922,8 +934,8 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                     const int nk = imin(KT, causal ? ia + R - j0 : T - j0);
                     if (nk <= 0) continue; /* every row of the block is before the tile */
                     /* S_h[R, KT] = Q_h rows (bf16) . K_tile^T (bf16), every head against the one tile */
-                    bmm(hn, R, KT, dkp, qr + (size_t)r0 * dkp, dkp, (long)QBK * dkp, ktile, 2 * KT, S, KT,
-                        (long)RB * KT, 0);
+                    bmm(hn, R, tile_cols(nk), dkp, qr + (size_t)r0 * dkp, dkp, (long)QBK * dkp, ktile, 2 * KT, S,
+                        KT, (long)RB * KT, 0);
                     const fstep st = {j0, r0, R, nk};
                     for (int hh = 0; hh < hn; hh++)
                         for (int r = 0; r < R; r++)
@@ -931,7 +943,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                                      kmul, mst + (size_t)hh * QBK, lst + (size_t)hh * QBK, Oacc + (size_t)hh * QBK * dvp,
                                      dvp);
                     /* O_h rows (rescaled above where the running max moved) += P_h (bf16) . V_tile (bf16) */
-                    bmm(hn, R, dvp, KT, P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
+                    bmm(hn, R, dvp, tile_cols(nk), P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
                         (long)QBK * dvp, j0 > 0);
                 }
             }
@@ -1123,10 +1135,10 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
 #endif
                         {
                             /* S_h = Q_h rows K_tile^T ; dP_h = dO_h rows V_tile^T (bf16 operands, the tile shared) */
-                            bmm(hn, R, KT, dkp, qr + (size_t)ia * dkp, dkp, (long)tq * dkp, ktile, 2 * KT, S, KT,
-                                (long)RB * KT, 0);
-                            bmm(hn, R, KT, dvp, dr + (size_t)ia * dvp, dvp, (long)tq * dvp, vtile, 2 * KT, dP, KT,
-                                (long)RB * KT, 0);
+                            bmm(hn, R, tile_cols(nk), dkp, qr + (size_t)ia * dkp, dkp, (long)tq * dkp, ktile, 2 * KT,
+                                S, KT, (long)RB * KT, 0);
+                            bmm(hn, R, tile_cols(nk), dvp, dr + (size_t)ia * dvp, dvp, (long)tq * dvp, vtile, 2 * KT,
+                                dP, KT, (long)RB * KT, 0);
                             for (int hh = 0; hh < hn; hh++) {
                                 const float *lse_h = softmax ? lse + ((size_t)b * H + h0 + hh) * T : NULL;
                                 const float *D_h = softmax ? Dall + ((size_t)b * H + h0 + hh) * T : NULL;
@@ -1137,7 +1149,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             }
                         }
                         /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared */
-                        bmm(hn, R, dkp, KT, dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
+                        bmm(hn, R, dkp, tile_cols(nk), dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
                             dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
                     }
                     /* the block's P and dS as pairs along its QBK rows (rows past T: 0), after the
@@ -1155,13 +1167,13 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                  * one long product each (its C tiles loaded and stored once, not per query block) */
                 for (int hh = 0; hh < hn; hh++) {
                     const size_t at = (size_t)hh * tq * KT;
-                    bmm(1, dvp, KT, tq - iq0, dT + (size_t)hh * tq * dvp + iq0, tq, 0, P2 + at, 2 * KT, dVT, KT, 0,
-                        hh > 0);
-                    bmm(1, dkp, KT, tq - iq0, qT + (size_t)hh * tq * dkp + iq0, tq, 0, dS2 + at, 2 * KT, dKT, KT, 0,
-                        hh > 0);
+                    bmm(1, dvp, tile_cols(nkt), tq - iq0, dT + (size_t)hh * tq * dvp + iq0, tq, 0, P2 + at, 2 * KT,
+                        dVT, KT, 0, hh > 0);
+                    bmm(1, dkp, tile_cols(nkt), tq - iq0, qT + (size_t)hh * tq * dkp + iq0, tq, 0, dS2 + at, 2 * KT,
+                        dKT, KT, 0, hh > 0);
                 }
-                transpose_f32(dKa, dkp, dKT, KT, dkp, KT);
-                transpose_f32(dVa, dvp, dVT, KT, dvp, KT);
+                transpose_f32(dKa, dkp, dKT, KT, dkp, tile_cols(nkt)); /* the columns the products made */
+                transpose_f32(dVa, dvp, dVT, KT, dvp, tile_cols(nkt));
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
             }
             for (int hh = 0; hh < hn; hh++)
