@@ -78,7 +78,7 @@ static inline int up_kp(int n) { return (n + KP - 1) / KP * KP; }
 #ifdef BF16_AMX
 static inline int tile_cols(int nk) { return (void)nk, KT; }
 #else
-static inline int tile_cols(int nk) { return (nk + 15) / 16 * 16; }
+static inline int tile_cols(int nk) { return (int)up16((size_t)nk); }
 #endif
 
 /* n bf16 values (rounded up to whole floats) from a workspace cursor */
@@ -1085,7 +1085,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
             float *Sc = S, *Sn = S + (size_t)RB * KT, *dPc = dP, *dPn = dP + (size_t)RB * KT;
 #endif
             for (int tile = 0; tile < ntile; tile++) {
-                const int j0 = tile * KT, nkt = imin(KT, T - j0);
+                const int j0 = tile * KT, nkt = imin(KT, T - j0), ncols = tile_cols(nkt);
                 const size_t toff = (size_t)((long)b * G + g) * ntile + tile;
                 const uint16_t *ktile = kT + toff * dkp * KT, *vtile = vT + toff * dvp * KT;
                 const uint16_t *krows = k2 + toff * KT * dkp;
@@ -1167,13 +1167,13 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                  * one long product each (its C tiles loaded and stored once, not per query block) */
                 for (int hh = 0; hh < hn; hh++) {
                     const size_t at = (size_t)hh * tq * KT;
-                    bmm(1, dvp, tile_cols(nkt), tq - iq0, dT + (size_t)hh * tq * dvp + iq0, tq, 0, P2 + at, 2 * KT,
-                        dVT, KT, 0, hh > 0);
-                    bmm(1, dkp, tile_cols(nkt), tq - iq0, qT + (size_t)hh * tq * dkp + iq0, tq, 0, dS2 + at, 2 * KT,
-                        dKT, KT, 0, hh > 0);
+                    bmm(1, dvp, ncols, tq - iq0, dT + (size_t)hh * tq * dvp + iq0, tq, 0, P2 + at, 2 * KT, dVT, KT, 0,
+                        hh > 0);
+                    bmm(1, dkp, ncols, tq - iq0, qT + (size_t)hh * tq * dkp + iq0, tq, 0, dS2 + at, 2 * KT, dKT, KT, 0,
+                        hh > 0);
                 }
-                transpose_f32(dKa, dkp, dKT, KT, dkp, tile_cols(nkt)); /* the columns the products made */
-                transpose_f32(dVa, dvp, dVT, KT, dvp, tile_cols(nkt));
+                transpose_f32(dKa, dkp, dKT, KT, dkp, ncols); /* the columns the products made */
+                transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
             }
             for (int hh = 0; hh < hn; hh++)
