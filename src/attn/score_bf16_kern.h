@@ -70,16 +70,16 @@ _Static_assert(KP % AL_VW == 0, "a padded d is a whole number of vectors");
 static inline int up_kp(int n) { return (n + KP - 1) / KP * KP; }
 
 /* Columns of a key tile that a product over it computes when its first nk
- * keys are visible to the rows at hand: the AMX kernels run whole tiles;
- * the vector engines stop after the last group of 16 that holds one (the
- * columns past it are never read unmasked in S and dP, and are 0 in P and
- * dS, so the results are the same bits): at a sequence's last tile (the
- * ViT's 197 tokens: 5 keys of 64) and on the causal diagonal */
-#ifdef BF16_AMX
-static inline int tile_cols(int nk) { return (void)nk, KT; }
-#else
+ * keys are visible to the rows at hand (tile_cols: its N), and how far a
+ * product reducing over those keys runs (tile_keys: its K): up to the last
+ * group of 16 (an AMX column tile, a vector of columns) or KP (an AMX K
+ * step, 16 on the vector engines) that holds one. The columns past them
+ * are never read unmasked in S and dP, and are 0 in P and dS, so the
+ * results are the same bits as over the whole tile: at a sequence's last
+ * tile (the ViT's 197 tokens: 5 keys of 64) and on the causal diagonal, a
+ * product or a K step fewer per group of 16 or KP not seen. */
 static inline int tile_cols(int nk) { return (int)up16((size_t)nk); }
-#endif
+static inline int tile_keys(int nk) { return up_kp(nk); }
 
 /* n bf16 values (rounded up to whole floats) from a workspace cursor */
 static uint16_t *take16(float **cur, size_t n) { return (uint16_t *)take(cur, (n + 1) / 2); }
@@ -440,8 +440,9 @@ static void amx_config(void) { AL_TILE_LOADCONFIG(); }
 #define BF16_THREAD_END() _tile_release()
 
 /* The four C tiles (tiles 0-3, 16 x 16 fp32 from p0 .. p3, rows ldc floats
- * apart) before a product: loaded to add to (acc), else zeroed; and stored
- * after it. bmm22 places them as a 2 x 2 block, AMX_C64_ACC_WITH as 1 x 4. */
+ * apart) before a product: loaded to add to (acc), else zeroed; and the
+ * first nt of them stored after it. bmm22 places them as a 2 x 2 block,
+ * AMX_C64_ACC_WITH as 1 x 4. */
 static inline void c4_begin(int acc, const float *p0, const float *p1, const float *p2, const float *p3, long ldc) {
     if (acc) {
         _tile_loadd(0, p0, ldc * 4);
@@ -455,11 +456,11 @@ static inline void c4_begin(int acc, const float *p0, const float *p1, const flo
         _tile_zero(3);
     }
 }
-static inline void c4_end(float *p0, float *p1, float *p2, float *p3, long ldc) {
+static inline void c4_end(int nt, float *p0, float *p1, float *p2, float *p3, long ldc) {
     _tile_stored(0, p0, ldc * 4);
-    _tile_stored(1, p1, ldc * 4);
-    _tile_stored(2, p2, ldc * 4);
-    _tile_stored(3, p3, ldc * 4);
+    if (nt > 1) _tile_stored(1, p1, ldc * 4);
+    if (nt > 2) _tile_stored(2, p2, ldc * 4);
+    if (nt > 3) _tile_stored(3, p3, ldc * 4);
 }
 
 /* C (acc: +=, else =) A B for C of whole 32 x 32 blocks (R, N multiples of
@@ -488,7 +489,7 @@ static void bmm22(int R, int N, int K, const uint16_t *A, long lda, const uint16
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
             }
-            c4_end(c0, c0 + 16, c1, c1 + 16, ldc);
+            c4_end(4, c0, c0 + 16, c1, c1 + 16, ldc);
         }
 }
 
@@ -720,15 +721,18 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
     }
 }
 
-/* C[RB][64] (fp32, rows ldc apart) = A B over K (a multiple of KP): A bf16
- * rows lda apart, B pairs ldb apart (bmm's operands), in tiles 0-3 (A in
- * 6, B in 4 and 5), the statement WORK after each tile instruction pair:
- * 5 K / KP times. The software-pipelined kernels below put the vector work
- * of the step before between the product's instructions this way. */
-#define AMX_C64_WITH(a0, lda, b0, ldb, K, C, ldc, WORK) AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, C, ldc, 0, WORK)
+/* C[RB][0 .. NC) (fp32, rows ldc apart) = A B over K (a multiple of KP),
+ * NC a multiple of 16 up to 64: A bf16 rows lda apart, B pairs ldb apart
+ * (bmm's operands), in tiles 0-3 (A in 6, B in 4 and 5), the statement
+ * WORK after each of the five tile instruction pairs of a K step (5 K / KP
+ * times; a column tile past NC skips its product, not its WORK). The
+ * software-pipelined kernels below put the vector work of the step before
+ * between the product's instructions this way. */
+#define AMX_C64_WITH(a0, lda, b0, ldb, K, NC, C, ldc, WORK) AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, NC, C, ldc, 0, WORK)
 /* the same with C += A B where acc (C loaded into the tiles first) */
-#define AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, C, ldc, acc, WORK)                \
+#define AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, NC, C, ldc, acc, WORK)             \
     do {                                                                        \
+        const int nt_ = (NC) / 16;                                              \
         c4_begin((acc), (C), (C) + 16, (C) + 32, (C) + 48, (ldc));              \
         for (int k0_ = 0; k0_ < (K); k0_ += KP) {                               \
             const uint16_t *bk_ = (b0) + (long)(k0_ / 2) * (ldb);              \
@@ -737,19 +741,25 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
             _tile_loadd(4, bk_, (ldb) * 2);                                     \
             _tile_dpbf16ps(0, 6, 4);                                            \
             WORK;                                                               \
-            _tile_loadd(5, bk_ + 32, (ldb) * 2);                                \
-            _tile_dpbf16ps(1, 6, 5);                                            \
+            if (nt_ > 1) {                                                      \
+                _tile_loadd(5, bk_ + 32, (ldb) * 2);                            \
+                _tile_dpbf16ps(1, 6, 5);                                        \
+            }                                                                   \
             WORK;                                                               \
-            _tile_loadd(4, bk_ + 64, (ldb) * 2);                                \
-            _tile_dpbf16ps(2, 6, 4);                                            \
+            if (nt_ > 2) {                                                      \
+                _tile_loadd(4, bk_ + 64, (ldb) * 2);                            \
+                _tile_dpbf16ps(2, 6, 4);                                        \
+            }                                                                   \
             WORK;                                                               \
-            _tile_loadd(5, bk_ + 96, (ldb) * 2);                                \
-            _tile_dpbf16ps(3, 6, 5);                                            \
+            if (nt_ > 3) {                                                      \
+                _tile_loadd(5, bk_ + 96, (ldb) * 2);                            \
+                _tile_dpbf16ps(3, 6, 5);                                        \
+            }                                                                   \
             WORK;                                                               \
         }                                                                       \
-        c4_end((C), (C) + 16, (C) + 32, (C) + 48, (ldc));                       \
+        c4_end(nt_, (C), (C) + 16, (C) + 32, (C) + 48, (ldc));                  \
     } while (0)
-_Static_assert(KT == 64, "AMX_C64_WITH's products are KT columns, four 16-column tiles");
+_Static_assert(KT == 64, "AMX_C64_WITH's products are up to KT columns, four 16-column tiles");
 
 /* One head's forward rows on AMX, software-pipelined. The plain loop below
  * runs, per (key tile, block of RB query rows), S = Q K^T on the tiles, the
@@ -774,8 +784,8 @@ void BSFX(al_attn_set_pipelined)(int on) { pipelined = on; }
 /* P V of step st: the item's O rows of the step += P (bf16) . V_tile
  * (bf16), plainly; bmm orders the rows' stores before its tile loads */
 static inline void fwd_pv1(fstep st, const uint16_t *P, const uint16_t *vp, int dvp, float *Oacc) {
-    bmm(1, st.R, dvp, KT, P, KT, 0, vp + (size_t)(st.j0 / KT) * KT * dvp, 2 * dvp, Oacc + (size_t)st.r0 * dvp, dvp, 0,
-        st.j0 > 0);
+    bmm(1, st.R, dvp, tile_keys(st.nk), P, KT, 0, vp + (size_t)(st.j0 / KT) * KT * dvp, 2 * dvp,
+        Oacc + (size_t)st.r0 * dvp, dvp, 0, st.j0 > 0);
 }
 
 /* one head's item: qr its Q rows [QBK][dkp] (bf16), kT, vp the packed
@@ -795,8 +805,8 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
     float *Scur = S0, *Snext = S1;
     uint16_t *Pcur = P0, *Pprev = P1;
     fstep prev = {0, 0, 0, 0}; /* the step whose P V is still to issue (R = 0: none) */
-    bmm(1, cur.R, KT, dkp, qr + (size_t)cur.r0 * dkp, dkp, 0, kT + (size_t)(cur.j0 / KT) * dkp * KT, 2 * KT, Scur,
-        KT, 0, 0);
+    bmm(1, cur.R, tile_cols(cur.nk), dkp, qr + (size_t)cur.r0 * dkp, dkp, 0, kT + (size_t)(cur.j0 / KT) * dkp * KT,
+        2 * KT, Scur, KT, 0, 0);
     __asm__ volatile("" ::: "memory"); /* the tile stores before the rows read S */
     while (cur.R) {
         const fstep nxt = fstep_next(cur, i0, m, kend, causal, T);
@@ -810,16 +820,16 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
             /* S(nxt) = Q rows K^T, 16 x KT in tiles 0-3, its instructions interleaved with cur's rows */
             const int slots = 5 * (dkp / KP), per = (rows_s + slots - 1) / slots;
             const uint16_t *a0 = qr + (size_t)nxt.r0 * dkp, *b0 = kT + (size_t)(nxt.j0 / KT) * dkp * KT;
-            AMX_C64_WITH(a0, dkp, b0, 2 * KT, dkp, Snext, KT,
+            AMX_C64_WITH(a0, dkp, b0, 2 * KT, dkp, tile_cols(nxt.nk), Snext, KT,
                          for (int u = 0; u < per && pend < rows_s; u++, pend++)
                              fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp));
         }
         if (prev.R) {
             /* O rows of prev += P(prev) V_tile, 16 x 64 in tiles 0-3, interleaved with cur's other rows */
-            const int slots = 5 * (KT / KP), per = (cur.R - pend + slots - 1) / slots;
+            const int K = tile_keys(prev.nk), slots = 5 * (K / KP), per = (cur.R - pend + slots - 1) / slots;
             const uint16_t *b0 = vp + (size_t)(prev.j0 / KT) * KT * dvp;
             float *c0 = Oacc + (size_t)prev.r0 * dvp;
-            AMX_C64_ACC_WITH(Pprev, KT, b0, 2 * dvp, KT, c0, dvp, prev.j0 > 0,
+            AMX_C64_ACC_WITH(Pprev, KT, b0, 2 * dvp, K, 64, c0, dvp, prev.j0 > 0,
                              for (int u = 0; u < per && pend < cur.R; u++, pend++)
                                  fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp));
             prev.R = 0;
@@ -943,7 +953,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                                      kmul, mst + (size_t)hh * QBK, lst + (size_t)hh * QBK, Oacc + (size_t)hh * QBK * dvp,
                                      dvp);
                     /* O_h rows (rescaled above where the running max moved) += P_h (bf16) . V_tile (bf16) */
-                    bmm(hn, R, dvp, tile_cols(nk), P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
+                    bmm(hn, R, dvp, tile_keys(nk), P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
                         (long)QBK * dvp, j0 > 0);
                 }
             }
@@ -1101,8 +1111,10 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             /* one head, software-pipelined as fwd_item_amx1: S, dP of the next block
                              * (in the next tile after the last) with this block's rows between */
                             if (!ready) {
-                                bmm(1, R, KT, dkp, qr + (size_t)ia * dkp, dkp, 0, ktile, 2 * KT, Sc, KT, 0, 0);
-                                bmm(1, R, KT, dvp, dr + (size_t)ia * dvp, dvp, 0, vtile, 2 * KT, dPc, KT, 0, 0);
+                                bmm(1, R, tile_cols(nk), dkp, qr + (size_t)ia * dkp, dkp, 0, ktile, 2 * KT, Sc, KT, 0,
+                                    0);
+                                bmm(1, R, tile_cols(nk), dvp, dr + (size_t)ia * dvp, dvp, 0, vtile, 2 * KT, dPc, KT, 0,
+                                    0);
                                 __asm__ volatile("" ::: "memory"); /* the tile stores before the rows read them */
                             }
                             int nt = tile, nqb_ = qb, nr0 = r0 + RB; /* the next block */
@@ -1118,12 +1130,14 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             if (ready) {
                                 /* rows per slot: AMX_C64_WITH has 5 (dkp + dvp) / KP slots for the two */
                                 const int per = (R * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
-                                const int ian = nqb_ * QBK + nr0;
+                                const int ian = nqb_ * QBK + nr0, Rn = imin(RB, imin(QBK, T - nqb_ * QBK) - nr0);
+                                const int nktn = imin(KT, T - nt * KT);
+                                const int ncn = tile_cols(causal ? imin(nktn, ian + Rn - nt * KT) : nktn);
                                 const size_t ntoff = toff - tile + nt;
-                                AMX_C64_WITH(qr + (size_t)ian * dkp, dkp, kT + ntoff * dkp * KT, 2 * KT, dkp, Sn, KT,
-                                             BROWS());
-                                AMX_C64_WITH(dr + (size_t)ian * dvp, dvp, vT + ntoff * dvp * KT, 2 * KT, dvp, dPn, KT,
-                                             BROWS());
+                                AMX_C64_WITH(qr + (size_t)ian * dkp, dkp, kT + ntoff * dkp * KT, 2 * KT, dkp, ncn, Sn,
+                                             KT, BROWS());
+                                AMX_C64_WITH(dr + (size_t)ian * dvp, dvp, vT + ntoff * dvp * KT, 2 * KT, dvp, ncn, dPn,
+                                             KT, BROWS());
                             }
 #undef BROWS
                             for (; pend < R; pend++)
@@ -1149,7 +1163,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             }
                         }
                         /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared */
-                        bmm(hn, R, dkp, tile_cols(nk), dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
+                        bmm(hn, R, dkp, tile_keys(nk), dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
                             dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
                     }
                     /* the block's P and dS as pairs along its QBK rows (rows past T: 0), after the
