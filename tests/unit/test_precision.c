@@ -6,7 +6,8 @@
  * beta, beta = 0 over NaN garbage; BF16 copies of weight arenas (the same
  * bits with and without); the same bits at 1 and 2 threads; the own
  * kernels' packing and plain reference, and the fast kernels against it
- * where the CPU has them. Prints what it could not run.
+ * where the CPU has them (the AMX kernel also on emulated tiles, amx_emu.h,
+ * wherever the CPU has AVX-512). Prints what it could not run.
  */
 #include <omp.h>
 #include <string.h>
@@ -17,6 +18,16 @@
 #include "nn/precision_internal.h"
 #include "test.h"
 #include "testutil.h"
+
+/* ---- the amx engine's kernel (nn/gemm_amx.c) on emulated tiles ----
+ * compiled here a second time over amx_emu.h's model of the tile
+ * registers, as al_bf16_tiles_kernel_amxemu: its blocking, K blocks, edges
+ * and alpha / beta paths run on CPUs without AMX too (its non-tile code is
+ * AVX-512: run where the CPU has it). */
+#include "amx_emu.h"
+#define al_bf16_tiles_kernel_amx al_bf16_tiles_kernel_amxemu
+#include "nn/gemm_amx.c"
+#undef al_bf16_tiles_kernel_amx
 
 static float rnd(al_rng *r) { return al_rng_normal(r); }
 static double bf(float x) { return (double)al_bf16_to_f32(al_f32_to_bf16(x)); }
@@ -292,12 +303,50 @@ static void check_own_kernels(al_rng *r) {
     }
 }
 
+typedef void (*tiles_kernel)(const uint16_t *Ap, const uint16_t *Bp, int ksteps, int r0, int r1, int c0, int c1,
+                             float alpha, float beta, float *C, size_t ldc);
+
+/* An AMX tiles kernel against the plain one over the packed Ap, Bp (M x K
+ * times K x N, C's rows ldc apart from C0; mag: sum |a b| per element), C's
+ * tile [r0, r1) x [c0, c1): alpha 1.5 beta 0.5; alpha 1 beta 1 (the tiles
+ * straight into C); beta 0 over NaN (C never read); nothing outside it
+ * touched. */
+static void check_tiles_kernel(tiles_kernel kernel, const char *name, const uint16_t *Ap, const uint16_t *Bp, int ks,
+                               int M, int N, int K, int r0, int r1, int c0, int c1, const float *C0, int ldc,
+                               const double *mag) {
+    for (int pass = 0; pass < 3; pass++) {
+        const float alpha = pass == 0 ? 1.5f : 1.0f, beta = pass == 0 ? 0.5f : pass == 1 ? 1.0f : 0.0f;
+        float *want = malloc(sizeof(float) * M * ldc), *got = malloc(sizeof(float) * M * ldc);
+        memcpy(want, C0, sizeof(float) * M * ldc);
+        for (int i = 0; i < M * ldc; i++) got[i] = beta == 0.0f && i / ldc >= r0 && i / ldc < r1 ? NAN : C0[i];
+        for (int i = 0; i < M * ldc && beta == 0.0f; i++) want[i] = got[i];
+        al_bf16_tiles_kernel_ref(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, want, (size_t)ldc);
+        kernel(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, got, (size_t)ldc);
+        double w = 0;
+        int same_outside = 1;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                const size_t at = (size_t)i * ldc + j;
+                const float g = got[at], h = want[at];
+                if (i < r0 || i >= r1 || j < c0 || j >= c1) {
+                    same_outside &= g == h || (g != g && h != h);
+                    continue;
+                }
+                const double e = g != g ? INFINITY : fabs(g - h) / (fabs(alpha) * mag[at] + fabs(h) + 1e-30);
+                w = e > w ? e : w;
+            }
+        CHECK_MSG(w < 1e-5 && same_outside, "%s %dx%dx%d pass %d: error %.3g%s", name, M, N, K, pass, w,
+                  same_outside ? "" : ", wrote outside its tile");
+        free(want), free(got);
+    }
+}
+
 /* The amx engine's tiles (bf16_tiles.c): the packer on odd shapes from
  * every orientation of the source (line runs contiguous or the lines'
  * values contiguous; fp32 or BF16), the plain kernel over the packed tiles
  * against float64 for a tile of C away from its corner (K past one K
  * block: the blocks' sums added into C), and the AMX kernel against the
- * plain one where it runs; beta 0 never reads C. */
+ * plain one where it runs and on emulated tiles; beta 0 never reads C. */
 static void check_tiles(al_rng *r) {
     static const int shapes[][7] = {/* M, N, K, r0, r1, c0, c1 */
                                     {1, 1, 1, 0, 1, 0, 1},           {37, 45, 61, 16, 37, 0, 45},
@@ -364,36 +413,15 @@ static void check_tiles(al_rng *r) {
             }
         CHECK_MSG(worst < 1e-5 && outside_kept, "tiles reference %dx%dx%d: error %.3g%s", M, N, K, worst,
                   outside_kept ? "" : ", wrote outside its tile");
-        if (al_cpu_level_now() >= AL_CPU_AMX) {
-            for (int pass = 0; pass < 3; pass++) { /* alpha 1.5 beta 0.5; alpha 1 beta 1 (tiles straight into C); beta 0 */
-                const float alpha = pass == 0 ? 1.5f : 1.0f, beta = pass == 0 ? 0.5f : pass == 1 ? 1.0f : 0.0f;
-                float *want = malloc(sizeof(float) * M * ldc), *got = malloc(sizeof(float) * M * ldc);
-                memcpy(want, C0, sizeof(float) * M * ldc);
-                for (int i = 0; i < M * ldc; i++) got[i] = beta == 0.0f && i / ldc >= r0 && i / ldc < r1 ? NAN : C0[i];
-                for (int i = 0; i < M * ldc && beta == 0.0f; i++) want[i] = got[i];
-                al_bf16_tiles_kernel_ref(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, want, (size_t)ldc);
-                al_bf16_tiles_kernel_amx(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, got, (size_t)ldc);
-                double w = 0;
-                int same_outside = 1;
-                for (int i = 0; i < M; i++)
-                    for (int j = 0; j < ldc; j++) {
-                        const size_t at = (size_t)i * ldc + j;
-                        const float g = got[at], h = want[at];
-                        if (i < r0 || i >= r1 || j < c0 || j >= c1) {
-                            same_outside &= g == h || (g != g && h != h);
-                            continue;
-                        }
-                        const double e = g != g ? INFINITY : fabs(g - h) / (fabs(alpha) * mag[at] + fabs(h) + 1e-30);
-                        w = e > w ? e : w;
-                    }
-                CHECK_MSG(w < 1e-5 && same_outside, "amx tiles kernel %dx%dx%d pass %d: error %.3g%s", M, N, K, pass, w,
-                          same_outside ? "" : ", wrote outside its tile");
-                free(want), free(got);
-            }
-        }
+        for (int emu = 0; emu < 2; emu++) /* the AMX kernel on tiles where the CPU has them, and emulated */
+            if (emu ? al_cpu_detect() >= AL_CPU_AVX512 : al_cpu_level_now() >= AL_CPU_AMX)
+                check_tiles_kernel(emu ? al_bf16_tiles_kernel_amxemu : al_bf16_tiles_kernel_amx,
+                                   emu ? "amx tiles kernel (emulated tiles)" : "amx tiles kernel", Ap, Bp, ks, M, N, K,
+                                   r0, r1, c0, c1, C0, ldc, mag);
         free(A), free(B), free(Bb), free(Ap), free(Bp), free(C0), free(ref), free(mag);
     }
     if (al_cpu_level_now() < AL_CPU_AMX) fprintf(stderr, "skipped: amx tiles kernel (CPU set lacks amx)\n");
+    if (al_cpu_detect() < AL_CPU_AVX512) fprintf(stderr, "skipped: amx tiles kernel on emulated tiles (no AVX-512)\n");
 }
 
 /* The AVX-512 packer of the set in use (integer rounding, or AVX512-BF16's
