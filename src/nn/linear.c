@@ -72,11 +72,27 @@ static int block_count(int n, int min_size, int most) {
 
 int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS); }
 
-/* Start of block b of `blocks` over n, cut at multiples of quantum (b = blocks: n). */
-static int block_start(int n, int quantum, int blocks, int b) {
-    const long quanta = (n + quantum - 1) / quantum;
-    const long start = quantum * (b * quanta / blocks);
-    return start < n ? (int)start : n;
+/* C's cut (rows, then columns) for a product of M x N on `threads` threads
+ * (plan: the BF16 plan, NULL for F32): see above. Threads matter only where
+ * row blocks may merge, which changes no bits. */
+static void product_cut(const al_bf16_plan *plan, int M, int N, int threads, al_cut *rows, al_cut *cols) {
+    int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
+    if (plan && plan->cols_first) { /* each tile reads its whole op(B): few row blocks, many column blocks */
+        col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
+        shape_rows = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks);
+    }
+    /* Fewer threads than row blocks: merge neighbouring row blocks (halving
+     * keeps every boundary a boundary of the shape's cut, at a multiple of
+     * 48 rows), so each thread re-packs op(B) fewer times, where OpenBLAS's
+     * kernels give the bits of one whole call for such cuts (above); columns
+     * stay cut by the shape alone. BF16 engines other than the emulated one
+     * (precision.c, OpenBLAS underneath) keep the shape's tiles: their bits
+     * are only known to depend on the tile's shape. */
+    const int may_merge = (!plan || plan->merge_rows) && al_blas_row_cuts_exact();
+    int row_blocks = shape_rows;
+    while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0) row_blocks /= 2;
+    *rows = (al_cut){M, plan && plan->engine == AL_BF16_AMX ? AMX_ROW_QUANTUM : ROW_QUANTUM, row_blocks};
+    *cols = (al_cut){N, COL_QUANTUM, col_blocks};
 }
 
 /* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call
@@ -110,36 +126,23 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     al_bf16_plan bf16;
     const al_bf16_plan *plan = NULL;
+    al_cut rows, cols;
     if (Bbf || al_precision_now() == AL_PREC_BF16) {
-        al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, Bbf, ldb);
+        /* the engine first: the cut depends on it, and the plan lays the operands out by the cut */
+        al_bf16_plan_engine(&bf16);
+        product_cut(&bf16, M, N, threads, &rows, &cols);
+        al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, Bbf, ldb, rows, cols);
         plan = &bf16;
     }
-    int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
-    if (plan && plan->cols_first) { /* each tile reads its whole op(B): few row blocks, many column blocks */
-        col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
-        shape_rows = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks);
-    }
-    /* Fewer threads than row blocks: merge neighbouring row blocks (halving
-     * keeps every boundary a boundary of the shape's cut, at a multiple of
-     * 48 rows), so each thread re-packs op(B) fewer times, where OpenBLAS's
-     * kernels give the bits of one whole call for such cuts (above); columns
-     * stay cut by the shape alone. BF16 engines other than the emulated one
-     * (precision.c, OpenBLAS underneath) keep the shape's tiles: their bits
-     * are only known to depend on the tile's shape. */
-    const int may_merge = (!plan || plan->merge_rows) && al_blas_row_cuts_exact();
-    int row_blocks = shape_rows;
-    while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0)
-        row_blocks /= 2;
-    const int tiles = row_blocks * col_blocks;
-    const int row_quantum = plan && plan->engine == AL_BF16_AMX ? AMX_ROW_QUANTUM : ROW_QUANTUM;
+    product_cut(plan, M, N, threads, &rows, &cols); /* again: a plan without workspace changes its engine */
+    const int row_blocks = rows.blocks, col_blocks = cols.blocks, tiles = row_blocks * col_blocks;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */
         const int max_threads = omp_get_max_threads();
         omp_set_num_threads(1);
         for (int t = 0; t < tiles; t++) {
             const int rb = t / col_blocks, cb = t % col_blocks;
-            sgemm_tile(plan, 0, a_transposed, b_transposed, block_start(M, row_quantum, row_blocks, rb),
-                       block_start(M, row_quantum, row_blocks, rb + 1), block_start(N, COL_QUANTUM, col_blocks, cb),
-                       block_start(N, COL_QUANTUM, col_blocks, cb + 1), K, alpha, A, lda, B, Bbf, ldb, beta, C, ldc);
+            sgemm_tile(plan, 0, a_transposed, b_transposed, al_cut_start(rows, rb), al_cut_start(rows, rb + 1),
+                       al_cut_start(cols, cb), al_cut_start(cols, cb + 1), K, alpha, A, lda, B, Bbf, ldb, beta, C, ldc);
         }
         omp_set_num_threads(max_threads);
         return;
@@ -151,10 +154,8 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < tiles; t++) {
             const int rb = t / col_blocks, cb = t % col_blocks;
-            const int r0 = block_start(M, row_quantum, row_blocks, rb);
-            const int r1 = block_start(M, row_quantum, row_blocks, rb + 1);
-            const int c0 = block_start(N, COL_QUANTUM, col_blocks, cb);
-            const int c1 = block_start(N, COL_QUANTUM, col_blocks, cb + 1);
+            const int r0 = al_cut_start(rows, rb), r1 = al_cut_start(rows, rb + 1);
+            const int c0 = al_cut_start(cols, cb), c1 = al_cut_start(cols, cb + 1);
             if (r1 > r0 && c1 > c0)
                 sgemm_tile(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, Bbf, ldb, beta,
                            C, ldc);

@@ -34,15 +34,19 @@
  * runs each tile, K whole, as one cached bf16 matmul primitive over strided
  * views of them (gemm_onednn.c; transposes are strides, oneDNN packs what it
  * needs itself: rounding or transposing per block cost more than the
- * products, measured on Zen 4; a view strided past its tile is copied dense
- * there, line by line, for oneDNN's AMX kernels; al_sgemm cuts its tiles
- * columns first); amx packs both operands once per product, whole, into
+ * products, measured on Zen 4; al_sgemm cuts its tiles columns first).
+ * oneDNN's brgemm (AMX, AVX512-BF16) kernels take only dense views, so an
+ * operand whose tile views would be strided past the tile (its lines across
+ * memory rows, C cut along them: dX's weights, dW's activations) is laid out
+ * blocked by C's cut in the same pass (a weight's BF16 copy: copied once per
+ * product), and what stays strided (C's tiles) is copied dense there; amx packs both operands once per product, whole, into
  * 1 KB tiles (bf16_tiles.c, in parts on the product's threads, each tile
  * alone) and runs each tile of C, K whole, as one call of its AMX kernel
  * over them (gemm_amx.c; columns first too); avx512-bf16 packs blocks into
  * the VNNI layouts of precision_internal.h and runs its kernel
  * (gemm_avx512bf16.c).
  */
+#include <assert.h>
 #include <cblas.h>
 #include <omp.h>
 #include <stdatomic.h>
@@ -396,45 +400,94 @@ static operand operand_of_bf16(const uint16_t *B, int transposed, int ld) {
     return (operand){NULL, B, transposed ? (size_t)ld : 1, transposed ? 1 : (size_t)ld};
 }
 
-/* One operand of the onednn engine's plan: op(X) with `n` rows (M for A, N
- * for B) and K columns, lying in memory as X (fp32) or Xbf (BF16), `ld`
- * apart, its rows along memory rows when i_is_row. A BF16 source is viewed
- * in place; anything else is rounded (test mode: to bf16 values kept as
- * fp32) into `room` in its memory order, on `threads` threads. */
+/* Whether the onednn plan lays out an operand blocked by the cut along its
+ * lines: where the lines lie across memory rows (i_is_row 0: line i at
+ * column i of every memory row) and C is cut along them, each tile's view
+ * would otherwise be strided, which al_onednn_block copies dense per tile
+ * (a weight's block once per row block of C): 2.3 GB a step of the gpt2
+ * preset's bf16 training (B 4, T 256), 10 % of the step on Zen 4 (perf). */
+static int operand_blocked(int i_is_row, al_cut cut) { return !i_is_row && cut.blocks > 1; }
+
+/* n elements src -> dst in the onednn plan's element type: rounded to bf16,
+ * copied (a BF16 source), or in the test mode kept as fp32 bf16 values. */
+static void plan_run(char *dst, const float *X, const uint16_t *Xbf, size_t from, size_t to, size_t n) {
+    if (onednn_test_f32) {
+        if (Xbf) widen_run((float *)dst + to, Xbf + from, n);
+        else round_run_f32((float *)dst + to, X + from, n);
+    } else if (Xbf) memcpy((uint16_t *)dst + to, Xbf + from, n * sizeof(uint16_t));
+    else al_bf16_round_run((uint16_t *)dst + to, X + from, n);
+}
+
+/* One operand of the onednn engine's plan: op(X) with `n` lines (M rows of
+ * A, N columns of B) of K, lying in memory as X (fp32) or Xbf (BF16), `ld`
+ * apart, its lines along memory rows when i_is_row; cut: C's cut along the
+ * lines. A BF16 source is viewed in place unless it is to be blocked;
+ * anything else is rounded (test mode: to bf16 values kept as fp32) into
+ * `room`, in its memory order or blocked (operand_blocked), on `threads`
+ * threads. */
 static al_bf16_view plan_operand(char *room, int threads, int i_is_row, int n, int K, const float *X,
-                                 const uint16_t *Xbf, long ld) {
-    const int rows = i_is_row ? n : K, cols = i_is_row ? K : n;
-    if (Xbf && !onednn_test_f32) return (al_bf16_view){Xbf, i_is_row ? ld : 1, i_is_row ? 1 : ld};
+                                 const uint16_t *Xbf, long ld, al_cut cut) {
+    const int rows = i_is_row ? n : K, cols = i_is_row ? K : n, blocked = operand_blocked(i_is_row, cut);
+    if (Xbf && !onednn_test_f32 && !blocked) return (al_bf16_view){Xbf, i_is_row ? ld : 1, i_is_row ? 1 : ld, 0, cut};
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int r = 0; r < rows; r++) {
-        const size_t from = (size_t)r * ld, to = (size_t)r * cols;
-        if (!onednn_test_f32) al_bf16_round_run((uint16_t *)room + to, X + from, (size_t)cols);
-        else if (Xbf) widen_run((float *)room + to, Xbf + from, (size_t)cols);
-        else round_run_f32((float *)room + to, X + from, (size_t)cols);
+        if (!blocked) {
+            plan_run(room, X, Xbf, (size_t)r * ld, (size_t)r * cols, (size_t)cols);
+            continue;
+        }
+        for (int b = 0; b < cut.blocks; b++) { /* memory row r = value k of every line: into each block */
+            const int i0 = al_cut_start(cut, b), w = al_cut_start(cut, b + 1) - i0;
+            plan_run(room, X, Xbf, (size_t)r * ld + i0, (size_t)i0 * K + (size_t)r * w, (size_t)w);
+        }
     }
-    return (al_bf16_view){room, i_is_row ? cols : 1, i_is_row ? 1 : cols};
+    return (al_bf16_view){room, i_is_row ? cols : 1, i_is_row ? 1 : cols, blocked, cut};
 }
 
 /* Bytes of room plan_operand needs for an operand of n x K (none for a BF16
- * source outside the test mode), rounded up to 64. */
-static size_t operand_bytes(int n, int K, int has_bf16) {
-    if (has_bf16 && !onednn_test_f32) return 0;
+ * source viewed in place), rounded up to 64. */
+static size_t operand_bytes(int n, int K, int has_bf16, int blocked) {
+    if (has_bf16 && !onednn_test_f32 && !blocked) return 0;
     return ((size_t)n * K * elem_bytes(AL_BF16_ONEDNN) + 63) & ~(size_t)63;
 }
 
-void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
-                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb) {
+/* The view of lines [i0, i1) of an onednn plan's operand of K columns:
+ * its first element and strides (*rs, *cs); a blocked operand's [i0, i1)
+ * must be one block of its cut. */
+static const char *view_lines(al_bf16_view v, int i0, int i1, int K, long *rs, long *cs) {
+    const size_t el = elem_bytes(AL_BF16_ONEDNN);
+    if (!v.blocked) {
+        *rs = v.rs, *cs = v.cs;
+        return (const char *)v.p + (size_t)i0 * v.rs * el;
+    }
+    int b = 0;
+    while (b < v.cut.blocks && !(al_cut_start(v.cut, b) == i0 && al_cut_start(v.cut, b + 1) == i1)) b++;
+    assert(b < v.cut.blocks); /* a tile of the cut the operand was laid out by */
+    (void)b;
+    *rs = 1, *cs = i1 - i0;
+    return (const char *)v.p + (size_t)i0 * K * el;
+}
+
+void al_bf16_plan_engine(al_bf16_plan *p) {
     *p = (al_bf16_plan){.engine = al_bf16_engine_now()};
+    p->merge_rows = p->engine == AL_BF16_EMULATED;
+    p->cols_first = p->engine == AL_BF16_ONEDNN || p->engine == AL_BF16_AMX;
+}
+
+void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
+                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb, al_cut rows,
+                          al_cut cols) {
     if (slots < 1) slots = 1;
     if (p->engine == AL_BF16_ONEDNN) {
         /* the operands once for the whole product: every tile reads them in
-         * place, oneDNN packing what it needs itself */
+         * place (blocked where their lines cross memory rows), oneDNN
+         * packing what it needs itself */
         const uint16_t *Abf = al_bf16_shadow_of(A), *Bsrc = Bbf ? Bbf : al_bf16_shadow_of(B);
-        const size_t a_bytes = operand_bytes(M, K, Abf != NULL), b_bytes = operand_bytes(N, K, Bsrc != NULL);
+        const size_t a_bytes = operand_bytes(M, K, Abf != NULL, operand_blocked(!a_transposed, rows)),
+                     b_bytes = operand_bytes(N, K, Bsrc != NULL, operand_blocked(b_transposed, cols));
         p->ws = ws_get(a_bytes + b_bytes > 0 ? a_bytes + b_bytes : 64);
         if (p->ws) {
-            p->a = plan_operand(p->ws, slots, !a_transposed, M, K, A, Abf, lda);
-            p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, B, Bsrc, ldb);
+            p->a = plan_operand(p->ws, slots, !a_transposed, M, K, A, Abf, lda, rows);
+            p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, B, Bsrc, ldb, cols);
         }
     } else if (p->engine == AL_BF16_AMX) {
         /* both operands packed whole into tiles (bf16_tiles.c), in parts on
@@ -459,16 +512,17 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
                 else al_bf16_tiles_pack(bt, 1, ob.x, ob.bf, ob.rs, ob.cs, N, K, q - parts, parts);
             }
             if (b_kept) bt = (uint16_t *)b_kept;
-            p->a = (al_bf16_view){at, 0, 0}, p->b = (al_bf16_view){bt, 0, 0};
+            p->a = (al_bf16_view){.p = at}, p->b = (al_bf16_view){.p = bt};
             p->ksteps = al_bf16_tiles_ksteps(K);
         } else if (b_new) packed_unalloc(entry);
     } else {
         p->slot_bytes = slot_bytes_of(p->engine);
         p->ws = ws_get(p->slot_bytes * (size_t)slots);
     }
-    if (!p->ws) p->engine = AL_BF16_EMULATED; /* the stack blocks */
-    p->merge_rows = p->engine == AL_BF16_EMULATED;
-    p->cols_first = p->engine == AL_BF16_ONEDNN || p->engine == AL_BF16_AMX;
+    if (!p->ws) { /* the stack blocks */
+        p->engine = AL_BF16_EMULATED;
+        p->merge_rows = 1, p->cols_first = 0;
+    }
 }
 
 /* ---- packing blocks of the operands ---- */
@@ -633,11 +687,10 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
         /* the tile whole, K included, over the plan's operands (B's view
          * gives (k, j) strides (cs, rs)); a tile oneDNN cannot run goes to
          * the stack blocks */
-        const size_t el = elem_bytes(e);
-        const char *a = (const char *)p->a.p + (size_t)r0 * p->a.rs * el;
-        const char *b = (const char *)p->b.p + (size_t)c0 * p->b.rs * el;
-        if (al_onednn_block(onednn_test_f32, r1 - r0, c1 - c0, K, alpha, a, p->a.rs, p->a.cs, b, p->b.cs, p->b.rs,
-                            beta, C + (size_t)r0 * ldc + c0, ldc))
+        long ars, acs, brs, bcs;
+        const char *a = view_lines(p->a, r0, r1, K, &ars, &acs), *b = view_lines(p->b, c0, c1, K, &brs, &bcs);
+        if (al_onednn_block(onednn_test_f32, r1 - r0, c1 - c0, K, alpha, a, ars, acs, b, bcs, brs, beta,
+                            C + (size_t)r0 * ldc + c0, ldc))
             tile_on_stack(&whole, alpha, beta, C + (size_t)r0 * ldc + c0, ldc);
         return;
     }

@@ -27,11 +27,32 @@
 
 #include "nn.h"
 
+/* How al_sgemm cuts one dimension of C (n lines: C's rows or columns) into
+ * its tiles (linear.c): `blocks` blocks, block b from line al_cut_start(c,
+ * b) to al_cut_start(c, b + 1), the starts at multiples of `quantum` spread
+ * evenly. */
+typedef struct al_cut {
+    int n, quantum, blocks;
+} al_cut;
+
+static inline int al_cut_start(al_cut c, int b) {
+    const long quanta = (c.n + c.quantum - 1) / c.quantum;
+    const long start = (long)c.quantum * (b * quanta / c.blocks);
+    return start < c.n ? (int)start : c.n;
+}
+
 /* An operand held whole in the engine's input type: element (i, k) of op(X)
- * (for B: i is the column j) at p + (i rs + k cs) elements. */
+ * (for B: i is the column j) at p + (i rs + k cs) elements; or, `blocked`,
+ * laid out by C's cut along i (al_cut: the blocks of op(A)'s rows or op(B)'s
+ * columns), each block dense with its lines adjacent: in the block of lines
+ * [i0, i1), element (i, k) at p + i0 K + k (i1 - i0) + (i - i0), so a
+ * tile's view has strides (1, i1 - i0), the layout oneDNN's brgemm kernels
+ * take without a copy (gemm_onednn.c). */
 typedef struct al_bf16_view {
     const void *p;
     long rs, cs;
+    int blocked;
+    al_cut cut; /* blocked: the cut */
 } al_bf16_view;
 
 /* How a BF16 product runs: planned once per product by the calling thread. */
@@ -48,12 +69,20 @@ typedef struct al_bf16_plan {
     int ksteps;
 } al_bf16_plan;
 
+/* A product's engine and how C is to be cut for it (engine, merge_rows,
+ * cols_first; nothing else): the first step of planning. */
+void al_bf16_plan_engine(al_bf16_plan *p);
 /* Plans a product whose tiles run on `slots` threads (thread t uses slot t),
- * with al_sgemm's arguments (B fp32, or BF16 itself in Bbf). For the onednn
- * engine this rounds the operands that have no BF16 copy, once, on `slots`
- * threads (each element alone: the bits do not depend on them). */
+ * after al_bf16_plan_engine, with al_sgemm's arguments (B fp32, or BF16
+ * itself in Bbf) and C's cut (rows, cols: the tiles' boundaries). For the
+ * onednn engine this rounds the operands that have no BF16 copy, once, on
+ * `slots` threads (each element alone: the bits do not depend on them),
+ * an operand whose lines lie across memory rows laid out blocked by the
+ * cut; the engine falls to emulated where no workspace can be had (cut C
+ * again then). */
 void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
-                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb);
+                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb, al_cut rows,
+                          al_cut cols);
 /* One tile of al_sgemm's product in BF16 mode, with al_sgemm's arguments;
  * single-threaded, with workspace slot `slot` of the plan. B is fp32 (B,
  * Bbf NULL) or BF16 itself (Bbf, B NULL: al_sgemm_bf16_b). */
