@@ -4,7 +4,9 @@
 # object with the fields docs/bench.md documents (figures, both ceilings,
 # ratios, peak RSS, kernels, load average), consistent with each other;
 # ATTNLAB_CPU selects the attention kernel set the report names, an unknown
-# value is ignored with one warning; bad flags are one-line usage errors.
+# value is ignored with one warning; bad flags are one-line usage errors;
+# bench/ab.py alternates two binaries (here the same one) pair by pair and
+# reports each timing's ratios, and fails in one line on bad input.
 # Timings are not checked (shared, noisy machines): only that they are
 # positive and the ratios are what the fields say.
 #
@@ -220,6 +222,46 @@ end
 begin "bench train: unknown flag"
 run bench train --frob 1
 check_error 2 "unknown flag.*frob"
+end
+
+# ---- bench/ab.py: two binaries alternated pair by pair ----
+AB=$(dirname "$0")/../../bench/ab.py
+begin "ab.py --json: pairs in alternated order, every timing field, ratios new / old"
+timeout 120 "$PY" "$AB" "$BIN" "$BIN" --pairs 3 --json -- bench attention --context 48 --iters 1 $SMALL \
+    >"$WORK/ab.json" 2>"$WORK/ab.err" || note "ab.py failed: $(tail -n 1 "$WORK/ab.err")"
+check_py "ab.py's JSON is wrong" '
+import json, math, sys
+j = json.loads(open(sys.argv[1]).read())
+assert j["fields"] == ["bwd_ms", "fwd_ms"], j["fields"]
+assert len(j["pairs"]) == 3 and j["args"][:2] == ["bench", "attention"], j
+for p in j["pairs"]:
+    for f in j["fields"]:
+        assert p[f]["old"] > 0 and p[f]["new"] > 0, p
+        assert math.isclose(p[f]["ratio"], p[f]["new"] / p[f]["old"]), p
+for f in j["fields"]:
+    s, r = j["summary"][f], sorted(p[f]["ratio"] for p in j["pairs"])
+    assert s["median_ratio"] == r[1] and s["min_ratio"] == r[0] and s["max_ratio"] == r[2], s
+    assert s["new_lower"] == sum(p[f]["new"] < p[f]["old"] for p in j["pairs"]) and s["pairs"] == 3, s
+' "$WORK/ab.json"
+end
+
+begin "ab.py: a named field, the text report"
+timeout 120 "$PY" "$AB" "$BIN" "$BIN" --pairs 1 --field step_s_best -- bench train --preset tiny --iters 1 $SMALL \
+    >"$OUTF" 2>"$ERRF" || note "ab.py failed: $(tail -n 1 "$ERRF")"
+check_stdout "^pair 1: step_s_best .* -> .* \\([0-9.]*x\\)$"
+check_stdout "^step_s_best: new/old median [0-9.]* \\([0-9.]*-[0-9.]*\\), new lower in [01] of 1 pairs$"
+end
+
+begin "ab.py: no benchmark, a failing benchmark, a missing field"
+"$PY" "$AB" "$BIN" "$BIN" >"$OUTF" 2>"$ERRF"
+[ $? -eq 2 ] || note "no benchmark: expected exit 2"
+grep -q "give the benchmark after --" "$ERRF" || note "no benchmark: message"
+"$PY" "$AB" "$BIN" "$BIN" --pairs 1 -- bench frob >"$OUTF" 2>"$ERRF"
+[ $? -eq 1 ] || note "failing benchmark: expected exit 1"
+grep -q "^ab: .*unknown benchmark 'frob'" "$ERRF" || note "failing benchmark: message"
+"$PY" "$AB" "$BIN" "$BIN" --pairs 1 --field no_such -- bench attention --context 48 --iters 1 $SMALL >"$OUTF" 2>"$ERRF"
+[ $? -eq 1 ] || note "missing field: expected exit 1"
+grep -q "^ab: field no_such is missing" "$ERRF" || note "missing field: message"
 end
 
 finish
