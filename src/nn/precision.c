@@ -39,12 +39,12 @@
  * operand whose tile views would be strided past the tile (its lines across
  * memory rows, C cut along them: dX's weights, dW's activations) is laid out
  * blocked by C's cut in the same pass (a weight's BF16 copy: copied once per
- * product), and what stays strided (C's tiles) is copied dense there; amx packs both operands once per product, whole, into
- * 1 KB tiles (bf16_tiles.c, in parts on the product's threads, each tile
- * alone) and runs each tile of C, K whole, as one call of its AMX kernel
- * over them (gemm_amx.c; columns first too); avx512-bf16 packs blocks into
- * the VNNI layouts of precision_internal.h and runs its kernel
- * (gemm_avx512bf16.c).
+ * product), and what stays strided (C's tiles) is copied dense there. amx
+ * packs both operands once per product, whole, into 1 KB tiles
+ * (bf16_tiles.c, in parts on the product's threads, each tile alone) and
+ * runs each tile of C, K whole, as one call of its AMX kernel over them
+ * (gemm_amx.c; columns first too); avx512-bf16 packs blocks into the VNNI
+ * layouts of precision_internal.h and runs its kernel (gemm_avx512bf16.c).
  */
 #include <assert.h>
 #include <cblas.h>
