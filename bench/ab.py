@@ -12,8 +12,8 @@ times, the order swapped every other pair (OLD NEW, NEW OLD, ...) so that a
 drift of the machine's speed falls on both alike, and prints per pair each
 field of both runs and NEW / OLD, then per field the median ratio, its range
 and in how many pairs NEW was lower. The fields: those given with --field,
-else every timing the benchmark's JSON has (names ending in _ms, _s or
-_s_best, not the rates *_per_s). --json prints one object instead (fields,
+else every timing the benchmark's JSON has (a word "ms" in the name, or
+an ending _s or _s_best; not the rates *_per_s). --json prints one object instead (fields,
 pairs, summary).
 """
 import argparse
@@ -41,9 +41,11 @@ def run_json(exe, args):
 
 
 def timing_fields(obj):
-    """The benchmark's timings: numeric fields named *_ms, *_s or *_s_best (not rates, *_per_s)."""
-    return sorted(k for k, v in obj.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                  and (k.endswith("_ms") or k.endswith("_s") or k.endswith("_s_best")) and not k.endswith("_per_s"))
+    """The benchmark's timings: numeric fields with a word "ms" (fwd_ms, ms_best, ms_per_token) or ending in _s
+    or _s_best (step_s), not the rates (*_per_s)."""
+    def timing(k):
+        return ("ms" in k.split("_") or k.endswith("_s") or k.endswith("_s_best")) and not k.endswith("_per_s")
+    return sorted(k for k, v in obj.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and timing(k))
 
 
 def main():

@@ -245,6 +245,17 @@ for f in j["fields"]:
 ' "$WORK/ab.json"
 end
 
+begin "ab.py: the timings of prefill and decode found by their names"
+for bb in "prefill --tokens 16:ms_best,ms_mean" "decode:attention_ms_per_token,ms_per_token"; do
+    timeout 120 "$PY" "$AB" "$BIN" "$BIN" --pairs 1 --json -- bench ${bb%%:*} --preset tiny --iters 1 $SMALL \
+        >"$WORK/ab2.json" 2>"$WORK/ab2.err" || note "ab.py failed: $(tail -n 1 "$WORK/ab2.err")"
+    check_py "ab.py found other fields for ${bb%%:*}" '
+import json, sys
+assert json.load(open(sys.argv[1]))["fields"] == sys.argv[2].split(","), open(sys.argv[1]).read()[:300]
+' "$WORK/ab2.json" "${bb##*:}"
+done
+end
+
 begin "ab.py: a named field, the text report"
 timeout 120 "$PY" "$AB" "$BIN" "$BIN" --pairs 1 --field step_s_best -- bench train --preset tiny --iters 1 $SMALL \
     >"$OUTF" 2>"$ERRF" || note "ab.py failed: $(tail -n 1 "$ERRF")"
