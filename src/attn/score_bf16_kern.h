@@ -81,6 +81,13 @@ static inline int up_kp(int n) { return (n + KP - 1) / KP * KP; }
 static inline int tile_cols(int nk) { return (int)up16((size_t)nk); }
 static inline int tile_keys(int nk) { return up_kp(nk); }
 
+/* Keys of the tile from j0 that the last of the R query rows from ia sees
+ * (its first keys; <= 0 where causal rows all come before the tile): the nk
+ * of tile_cols and tile_keys */
+static inline int keys_seen(int T, int causal, int j0, int ia, int R) {
+    return imin(KT, causal ? ia + R - j0 : T - j0);
+}
+
 /* n bf16 values (rounded up to whole floats) from a workspace cursor */
 static uint16_t *take16(float **cur, size_t n) { return (uint16_t *)take(cur, (n + 1) / 2); }
 
@@ -716,7 +723,7 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
         if (st.j0 >= kend) return (fstep){0, 0, 0, 0};
         st.R = imin(RB, m - st.r0);
         const int ia = i0 + st.r0;
-        st.nk = imin(KT, causal ? ia + st.R - st.j0 : T - st.j0);
+        st.nk = keys_seen(T, causal, st.j0, ia, st.R);
         if (st.nk > 0) return st;
     }
 }
@@ -941,7 +948,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                 const uint16_t *ktile = kT + toff * dkp * KT, *vtile = vp + toff * KT * dvp;
                 for (int r0 = 0; r0 < m; r0 += RB) {
                     const int R = imin(RB, m - r0), ia = i0 + r0;
-                    const int nk = imin(KT, causal ? ia + R - j0 : T - j0);
+                    const int nk = keys_seen(T, causal, j0, ia, R);
                     if (nk <= 0) continue; /* every row of the block is before the tile */
                     /* S_h[R, KT] = Q_h rows (bf16) . K_tile^T (bf16), every head against the one tile */
                     bmm(hn, R, tile_cols(nk), dkp, qr + (size_t)r0 * dkp, dkp, (long)QBK * dkp, ktile, 2 * KT, S,
@@ -1105,7 +1112,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                     const int i0 = qb * QBK, m = imin(QBK, T - i0);
                     for (int r0 = 0; r0 < m; r0 += RB) {
                         const int R = imin(RB, m - r0), ia = i0 + r0;
-                        const int nk = causal ? imin(nkt, ia + R - j0) : nkt;
+                        const int nk = keys_seen(T, causal, j0, ia, R);
 #ifdef BF16_AMX
                         if (hn == 1 && pipelined) {
                             /* one head, software-pipelined as fwd_item_amx1: S, dP of the next block
@@ -1131,8 +1138,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                                 /* rows per slot: AMX_C64_WITH has 5 (dkp + dvp) / KP slots for the two */
                                 const int per = (R * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
                                 const int ian = nqb_ * QBK + nr0, Rn = imin(RB, imin(QBK, T - nqb_ * QBK) - nr0);
-                                const int nktn = imin(KT, T - nt * KT);
-                                const int ncn = tile_cols(causal ? imin(nktn, ian + Rn - nt * KT) : nktn);
+                                const int ncn = tile_cols(keys_seen(T, causal, nt * KT, ian, Rn));
                                 const size_t ntoff = toff - tile + nt;
                                 AMX_C64_WITH(qr + (size_t)ian * dkp, dkp, kT + ntoff * dkp * KT, 2 * KT, dkp, ncn, Sn,
                                              KT, BROWS());

@@ -130,11 +130,12 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     if (Bbf || al_precision_now() == AL_PREC_BF16) {
         /* the engine first: the cut depends on it, and the plan lays the operands out by the cut */
         al_bf16_plan_engine(&bf16);
+        const al_bf16_engine chosen = bf16.engine;
         product_cut(&bf16, M, N, threads, &rows, &cols);
         al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, Bbf, ldb, rows, cols);
         plan = &bf16;
-    }
-    product_cut(plan, M, N, threads, &rows, &cols); /* again: a plan without workspace changes its engine */
+        if (bf16.engine != chosen) product_cut(plan, M, N, threads, &rows, &cols); /* no workspace: the stack blocks */
+    } else product_cut(NULL, M, N, threads, &rows, &cols);
     const int row_blocks = rows.blocks, col_blocks = cols.blocks, tiles = row_blocks * col_blocks;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */
         const int max_threads = omp_get_max_threads();

@@ -450,6 +450,13 @@ static size_t operand_bytes(int n, int K, int has_bf16, int blocked) {
     return ((size_t)n * K * elem_bytes(AL_BF16_ONEDNN) + 63) & ~(size_t)63;
 }
 
+/* Whether [i0, i1) is one block of cut c. */
+static inline int cut_has_block(al_cut c, int i0, int i1) {
+    for (int b = 0; b < c.blocks; b++)
+        if (al_cut_start(c, b) == i0 && al_cut_start(c, b + 1) == i1) return 1;
+    return 0;
+}
+
 /* The view of lines [i0, i1) of an onednn plan's operand of K columns:
  * its first element and strides (*rs, *cs); a blocked operand's [i0, i1)
  * must be one block of its cut. */
@@ -459,10 +466,7 @@ static const char *view_lines(al_bf16_view v, int i0, int i1, int K, long *rs, l
         *rs = v.rs, *cs = v.cs;
         return (const char *)v.p + (size_t)i0 * v.rs * el;
     }
-    int b = 0;
-    while (b < v.cut.blocks && !(al_cut_start(v.cut, b) == i0 && al_cut_start(v.cut, b + 1) == i1)) b++;
-    assert(b < v.cut.blocks); /* a tile of the cut the operand was laid out by */
-    (void)b;
+    assert(cut_has_block(v.cut, i0, i1)); /* a tile of the cut the operand was laid out by */
     *rs = 1, *cs = i1 - i0;
     return (const char *)v.p + (size_t)i0 * K * el;
 }
