@@ -62,11 +62,11 @@ int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out);
  * *out and makes it the process's mode (al_precision_set); anything else is a
  * usage error (message printed, returns CLI_USAGE). */
 #define CLI_PRECISION_HELP_F32                                                                                         \
-    "matrix products: f32 (default, exact), bf16 (bf16 inputs, fp32 sums) or auto (bf16 where the CPU has AMX or "    \
-    "AVX512-BF16)"
+    "matrix products: f32 (default, exact), bf16 (bf16 inputs, fp32 sums) or auto (bf16 where it is faster: AMX, or "  \
+    "AMD's AVX512-BF16)"
 #define CLI_PRECISION_HELP_AUTO                                                                                        \
-    "matrix products: auto (default: bf16 where the CPU has AMX or AVX512-BF16, else f32), f32 or bf16 (bf16 "         \
-    "inputs, fp32 sums)"
+    "matrix products: auto (default: bf16 where it is faster, on AMX or AMD's AVX512-BF16, else f32), f32 or "  \
+    "bf16 (bf16 inputs, fp32 sums)"
 int cli_precision(const char *cmd, const char *value, const char *fallback, al_precision *out);
 /* The one stderr line naming the precision a command runs in and the engine
  * of its bf16 products ("attnlab: precision BF16 (...)"). */

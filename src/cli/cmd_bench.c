@@ -19,7 +19,7 @@
  * ceiling (3 arrays of --triad-mb MB, beyond the last-level cache by
  * default) runs last.
  *
- * --precision (default auto: bf16 where the CPU has bf16 products) sets the
+ * --precision (default auto: bf16 where its products are faster) sets the
  * precision of the products (nn/nn.h); besides the sgemm ratio every FLOP
  * benchmark reports its ratio to the two bf16 ceilings of the same run (the
  * oneDNN bf16 matmul at --sgemm-n^3 and the AMX tile peak), "unavailable"

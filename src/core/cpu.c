@@ -111,6 +111,14 @@ al_cpu_level al_cpu_detect(void) {
     return (al_cpu_level)d;
 }
 
+int al_cpu_bf16_dot_fast(void) {
+    unsigned r[4];
+    char vendor[13] = {0};
+    if (!__get_cpuid(0, &r[EAX], &r[EBX], &r[ECX], &r[EDX])) return 0;
+    memcpy(vendor, &r[EBX], 4), memcpy(vendor + 4, &r[EDX], 4), memcpy(vendor + 8, &r[ECX], 4);
+    return !strcmp(vendor, "AuthenticAMD");
+}
+
 /* The names of sets [from, to) into buf at *len, comma-separated. */
 static void append_names(char *buf, size_t cap, size_t *len, int from, int to) {
     for (int l = from; l < to && *len < cap; l++)

@@ -53,6 +53,13 @@ al_cpu_level al_cpu_force(int level);
  * tile state (arch_prctl): amx then counts as absent and the kernels use the
  * set below it; callers print a note. */
 int al_cpu_amx_refused(void);
+/* Nonzero where the CPU's AVX512-BF16 dot product (vdpbf16ps) outruns its
+ * fp32 FMAs by enough to pay for rounding the operands: AMD's (Zen 4: the
+ * bf16 training step 1.9x fp32's). Intel's cores without AMX run it on one
+ * port against two fp32 FMA ports (a Sapphire Rapids with the tile state
+ * refused: 0.8x), so there bf16 products pay only on AMX. From cpuid's
+ * vendor string; precision.c's `auto` reads it. */
+int al_cpu_bf16_dot_fast(void);
 /* "generic", "avx2", "avx512", "avx512-bf16", "amx" ("?" out of range) */
 const char *al_cpu_level_name(al_cpu_level l);
 /* The set named `name` into *out: 0, or -1 for an unknown name. */

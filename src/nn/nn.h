@@ -67,9 +67,13 @@ const char *al_precision_name(al_precision p);
 /* "f32", "bf16" (any case) into *out, and "auto" into al_precision_auto();
  * 0, or -1 for anything else. */
 int al_precision_from_name(const char *name, al_precision *out);
-/* What `auto` means here: BF16 where the CPU set in use (core/cpu.h) has bf16
- * products (avx512-bf16, amx), else F32. */
+/* What `auto` means here: BF16 where bf16 products outrun fp32's on the CPU
+ * set in use (core/cpu.h): amx, or avx512-bf16 on a CPU whose vdpbf16ps is
+ * fast (al_cpu_bf16_dot_fast: AMD's); else F32 (Intel's avx512-bf16 without
+ * AMX ran the bf16 step at 0.8x fp32's). */
 al_precision al_precision_auto(void);
+/* The same rule for a given set (an al_cpu_level) and vendor answer. */
+al_precision al_precision_auto_for(int cpu_level, int bf16_dot_fast);
 void al_precision_set(al_precision p);
 al_precision al_precision_now(void);
 /* What BF16 products run on now, for reports: al_bf16_engine_name of

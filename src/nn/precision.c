@@ -71,8 +71,13 @@ int al_precision_from_name(const char *name, al_precision *out) {
     return 0;
 }
 
-al_precision al_precision_auto(void) {
-    return al_cpu_level_now() >= AL_CPU_AVX512_BF16 ? AL_PREC_BF16 : AL_PREC_F32;
+al_precision al_precision_auto(void) { return al_precision_auto_for(al_cpu_level_now(), al_cpu_bf16_dot_fast()); }
+
+/* bf16 where its products run faster than fp32's: on AMX, or AVX512-BF16
+ * where vdpbf16ps outruns the fp32 FMAs (cpu.h); else f32 */
+al_precision al_precision_auto_for(int cpu_level, int bf16_dot_fast) {
+    const int fast = cpu_level >= AL_CPU_AMX || (cpu_level >= AL_CPU_AVX512_BF16 && bf16_dot_fast);
+    return fast ? AL_PREC_BF16 : AL_PREC_F32;
 }
 
 void al_precision_set(al_precision p) { g_mode = p; }

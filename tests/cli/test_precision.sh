@@ -3,7 +3,7 @@
 # that multiplies: one parser (other values: usage error, exit 2), the
 # precision in every JSON output, config.json's train block and log.jsonl,
 # the stderr line of a bf16 run and the hint of the f32-default commands
-# (printed only where auto means bf16: a CPU with AVX512-BF16 or AMX), bf16
+# (printed only where auto means bf16: AMX, or AMD's AVX512-BF16), bf16
 # training as mixed precision (repeats bit for bit, --resume bit-exact, the
 # checkpoint an ordinary fp32 one that eval reads in either precision, a
 # resume in another precision allowed with a note).
@@ -15,9 +15,13 @@
 DATA=$WORK/data.txt
 make_text "$DATA" 600
 SMALL=(--sgemm-n 128 --triad-mb 8 --iters 1)
-# what `auto` means on this CPU (al_precision_auto: bf16 where the CPU has bf16 products)
+# what `auto` means on this CPU (al_precision_auto: bf16 where bf16 products
+# outrun fp32's: AMX granted by Linux, or AVX512-BF16 on an AMD CPU)
 AUTO=F32
-if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && [ -z "${ATTNLAB_CPU:-}" ]; then AUTO=BF16; fi
+if [ -z "${ATTNLAB_CPU:-}" ]; then
+    if grep -qw amx_bf16 /proc/cpuinfo && ! "$BIN" train --help 2>&1 | grep -q "Linux refused"; then AUTO=BF16
+    elif grep -qw avx512_bf16 /proc/cpuinfo && grep -q "^vendor_id.*AuthenticAMD" /proc/cpuinfo; then AUTO=BF16; fi
+fi
 echo "# auto means $AUTO on this CPU"
 
 # ---------------------------------------------------------------- the flag

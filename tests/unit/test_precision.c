@@ -530,7 +530,22 @@ static void check_names(void) {
     CHECK(al_precision_from_name("auto", &p) == 0 && p == al_precision_auto());
     CHECK(al_precision_from_name("fp16", &p) == -1 && al_precision_from_name("", &p) == -1);
     CHECK(!strcmp(al_precision_name(AL_PREC_BF16), "BF16") && !strcmp(al_precision_name(AL_PREC_F32), "F32"));
-    CHECK(al_precision_auto() == (al_cpu_level_now() >= AL_CPU_AVX512_BF16 ? AL_PREC_BF16 : AL_PREC_F32));
+    /* auto: bf16 on amx; on avx512-bf16 only where vdpbf16ps is fast (AMD) */
+    CHECK(al_precision_auto() == al_precision_auto_for(al_cpu_level_now(), al_cpu_bf16_dot_fast()));
+    for (int l = 0; l < AL_CPU_COUNT; l++)
+        for (int fast = 0; fast < 2; fast++)
+            CHECK_MSG(al_precision_auto_for(l, fast) ==
+                          (l == AL_CPU_AMX || (l == AL_CPU_AVX512_BF16 && fast) ? AL_PREC_BF16 : AL_PREC_F32),
+                      "auto on %s, fast dot %d", al_cpu_level_name((al_cpu_level)l), fast);
+    {
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        char line[256];
+        int amd = -1;
+        while (f && amd < 0 && fgets(line, sizeof line, f))
+            if (!strncmp(line, "vendor_id", 9)) amd = strstr(line, "AuthenticAMD") != NULL;
+        if (f) fclose(f);
+        if (amd >= 0) CHECK_MSG(al_cpu_bf16_dot_fast() == amd, "cpuid vendor disagrees with /proc/cpuinfo");
+    }
     for (int e = 0; e < AL_BF16_ENGINE_COUNT; e++) {
         al_bf16_engine back;
         CHECK(al_bf16_engine_of_name(al_bf16_engine_name((al_bf16_engine)e), &back) == 0 && (int)back == e);
