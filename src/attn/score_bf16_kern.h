@@ -54,6 +54,8 @@
 #error "score_bf16_kern.h is included by score_bf16.c, score_avx512bf16.c, score_amx.c only"
 #endif
 
+#include <assert.h>
+
 #define SCORE_KERN_ROWS_ONLY
 #define SCORE_INT_MAX 1
 #define KW AL_VW
@@ -142,13 +144,43 @@ static inline void row_scale(float *restrict x, int n, float mul) {
 #define V_TO_BF16_NORMAL(x) v_to_bf16(x)
 #endif
 
+/* Two vectors of such results stored as 2 AL_VW bf16 at p: one
+ * vcvtne2ps2bf16 and one store where the set has it (the same bits) */
+static inline void store_p16x2(uint16_t *restrict p, vf lo, vf hi) {
+#if defined(__AVX512BF16__) && AL_VW == 16
+    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+#else
+    VH_STORE(p, V_TO_BF16_NORMAL(lo));
+    VH_STORE(p + KW, V_TO_BF16_NORMAL(hi));
+#endif
+}
+
+/* 2^x for the softmax weights, which are rounded to bf16 next (8 bits): r
+ * = x - round(x) in [-1/2, 1/2], 2^r from a degree-5 polynomial fitted for
+ * minimum relative error there (1.8e-7 evaluated in float, against v_exp2's
+ * 1.0e-7 with one FMA more: a weight's rounding to bf16 moves it by up to
+ * 2e-3), 2^n by V_LDEXP. One FMA of the dozen a weight costs; the rows'
+ * vector work weighs as much as the tile products on AMX. */
+static const float exp2_deg5[6] = {1.0f,
+                                   6.931470036506653e-1f,
+                                   2.4022245407104492e-1f,
+                                   5.550733208656311e-2f,
+                                   9.671512991189957e-3f,
+                                   1.326472731307149e-3f};
+
+static inline vf v_exp2_w(vf x) { return v_exp2_poly(x, exp2_deg5, 5); }
+
 /* ---- a row of KT scores into bf16 weights, in registers ----
- * One pass each over the row, the RV vectors held in registers: the same
- * operations as row_scale followed by score_kern.h's row function and the
- * rounding (so the same bits), without the fp32 row written and read back
- * between them. s: the product's unscaled scores, mul: the score scale
- * (times log2 e for softmax); nv: visible lanes. */
+ * One pass each over the row, the RV vectors held in registers, the score
+ * scale applied inside the exponent's FMA (s mul - m in one rounding; the
+ * max taken over the unscaled scores: for mul >= 0 the max of the rounded
+ * s mul is the rounded max(s) mul), without the fp32 row written and read
+ * back. s: the product's unscaled scores, mul: the score scale (times
+ * log2 e for softmax), >= 0; nv: visible lanes. Computes the BF16
+ * definition of score.c's reference to fp32 rounding, as the
+ * fp32 row functions of score_kern.h do. */
 enum { RV = KT / KW };
+_Static_assert(RV % 2 == 0, "a row's vectors are rounded to bf16 in pairs");
 
 /* softmax forward (row_softmax_fwd): p = bf16(2^(s mul - m)); returns alpha */
 static inline float row_softmax_p16(const float *restrict s, uint16_t *restrict p, int nv, float mul, float *m,
@@ -156,20 +188,22 @@ static inline float row_softmax_p16(const float *restrict s, uint16_t *restrict 
     const vf vmul = V_SET1(mul);
     vf x[RV], vmx = V_SET1(-INFINITY);
     for (int c = 0; c < RV; c++) {
-        x[c] = V_MUL(V_LOAD(s + c * KW), vmul);
+        x[c] = V_LOAD(s + c * KW);
         if (nv >= (c + 1) * KW) vmx = V_MAX(vmx, x[c]);
         else if (nv > c * KW) vmx = V_MAX(vmx, V_SEL(V_MASK(nv - c * KW), x[c], V_SET1(-INFINITY)));
     }
-    const float alpha = softmax_move_max(vmx, m, l);
-    const vf vm = V_SET1(*m);
-    vf sum = *l;
+    const float alpha = softmax_move_max(V_MUL(vmx, vmul), m, l);
+    const vf vnm = V_SET1(-*m);
+    vf sum = *l, w[RV];
     for (int c = 0; c < RV; c++) {
-        vf w = V_ZERO();
-        if (nv >= (c + 1) * KW) w = v_exp2(V_SUB(x[c], vm));
-        else if (nv > c * KW) w = V_SEL(V_MASK(nv - c * KW), v_exp2(V_SUB(x[c], vm)), V_ZERO());
-        sum = V_ADD(sum, w);
-        VH_STORE(p + c * KW, V_TO_BF16_NORMAL(w));
+        w[c] = V_ZERO();
+        if (nv >= (c + 1) * KW)
+            w[c] = v_exp2_w(V_FMA(x[c], vmul, vnm));
+        else if (nv > c * KW)
+            w[c] = V_SEL(V_MASK(nv - c * KW), v_exp2_w(V_FMA(x[c], vmul, vnm)), V_ZERO());
+        sum = V_ADD(sum, w[c]);
     }
+    for (int c = 0; c < RV; c += 2) store_p16x2(p + c * KW, w[c], w[c + 1]);
     *l = sum;
     return alpha;
 }
@@ -177,13 +211,32 @@ static inline float row_softmax_p16(const float *restrict s, uint16_t *restrict 
 /* the other functions forward (row_map_fwd): p = bf16(f(s mul)) */
 static inline void row_map_p16(const score_fn *f, const float *restrict s, uint16_t *restrict p, int nv, float mul) {
     const vf vmul = V_SET1(mul);
+    vf w[RV];
     for (int c = 0; c < RV; c++) {
-        vf w = V_ZERO();
+        w[c] = V_ZERO();
         if (nv > c * KW) {
-            w = v_map_fwd(f, V_MUL(V_LOAD(s + c * KW), vmul));
-            if (nv < (c + 1) * KW) w = V_SEL(V_MASK(nv - c * KW), w, V_ZERO());
+            w[c] = v_map_fwd(f, V_MUL(V_LOAD(s + c * KW), vmul));
+            if (nv < (c + 1) * KW) w[c] = V_SEL(V_MASK(nv - c * KW), w[c], V_ZERO());
         }
-        VH_STORE(p + c * KW, V_TO_BF16_NORMAL(w));
+    }
+    for (int c = 0; c < RV; c += 2) store_p16x2(p + c * KW, w[c], w[c + 1]);
+}
+
+/* softmax backward on lanes c KW .. (c + 1) KW of a row (vec_bwd's, with
+ * the scale in the exponent's FMA): s unscaled scores, vnl -lse (base 2),
+ * g dP -> *w = 2^(s mul - lse), *d = scale *w (g - D); 0 on masked lanes */
+static inline void vec_bwd_softmax(const float *restrict s, const float *restrict g, vf vmul, vf vnl, vf vD, vf vs,
+                                   int nv, int c, vf *w, vf *d) {
+    if (nv <= c * KW) {
+        *w = *d = V_ZERO();
+        return;
+    }
+    *w = v_exp2_w(V_FMA(V_LOAD(s + c * KW), vmul, vnl));
+    *d = V_MUL(V_MUL(*w, V_SUB(V_LOAD(g + c * KW), vD)), vs);
+    if (nv < (c + 1) * KW) {
+        const vmask mk = V_MASK(nv - c * KW);
+        *w = V_SEL(mk, *w, V_ZERO());
+        *d = V_SEL(mk, *d, V_ZERO());
     }
 }
 
@@ -191,12 +244,19 @@ static inline void row_map_p16(const score_fn *f, const float *restrict s, uint1
 static inline void row_bwd_p16(const score_fn *f, const float *restrict s, const float *restrict dp,
                                uint16_t *restrict p, uint16_t *restrict ds, int nv, float mul, float lse, float D,
                                float scale) {
-    const vf vmul = V_SET1(mul), vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
-    for (int c = 0; c < RV; c++) {
-        vf w, d;
-        vec_bwd(f, V_MUL(V_LOAD(s + c * KW), vmul), V_LOAD(dp + c * KW), vl, vD, vs, nv, c, &w, &d);
-        VH_STORE(p + c * KW, V_TO_BF16_NORMAL(w));
-        VH_STORE(ds + c * KW, V_TO_BF16_NORMAL(d));
+    const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
+    for (int c = 0; c < RV; c += 2) {
+        vf w0, d0, w1, d1;
+        if (f->kind == AL_SCORE_SOFTMAX) {
+            vec_bwd_softmax(s, dp, vmul, vnl, vD, vs, nv, c, &w0, &d0);
+            vec_bwd_softmax(s, dp, vmul, vnl, vD, vs, nv, c + 1, &w1, &d1);
+        } else {
+            vec_bwd(f, V_MUL(V_LOAD(s + c * KW), vmul), V_LOAD(dp + c * KW), vl, vD, vs, nv, c, &w0, &d0);
+            vec_bwd(f, V_MUL(V_LOAD(s + (c + 1) * KW), vmul), V_LOAD(dp + (c + 1) * KW), vl, vD, vs, nv, c + 1, &w1,
+                    &d1);
+        }
+        store_p16x2(p + c * KW, w0, w1);
+        store_p16x2(ds + c * KW, d0, d1);
     }
 }
 
@@ -905,6 +965,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
     const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
+    assert(!softmax || !(kmul < 0.0f)); /* softmax rows take the max of the unscaled scores */
     const bfwd_plan pl = bfwd_plan_of(s, nthr);
     const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc, dkp = pl.dkp, dvp = pl.dvp;
     const long per_qb = pl.per_qb;
@@ -1063,6 +1124,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
     const score_fn f = al_score_fn_of(s);
     const int softmax = f.kind == AL_SCORE_SOFTMAX;
     const float kmul = softmax ? s->scale * 1.44269504088896341f : s->scale;
+    assert(!softmax || !(kmul < 0.0f)); /* softmax rows take the max of the unscaled scores */
     const bbwd_plan pl = bbwd_plan_of(s, nthr);
     const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc, dkp = pl.dkp, dvp = pl.dvp, tq = pl.tq;
     const int shared = nch > 1;
