@@ -155,20 +155,31 @@ static inline void store_p16x2(uint16_t *restrict p, vf lo, vf hi) {
 #endif
 }
 
-/* 2^x for the softmax weights, which are rounded to bf16 next (8 bits): r
- * = x - round(x) in [-1/2, 1/2], 2^r from a degree-5 polynomial fitted for
- * minimum relative error there (1.8e-7 evaluated in float, against v_exp2's
- * 1.0e-7 with one FMA more: a weight's rounding to bf16 moves it by up to
- * 2e-3), 2^n by V_LDEXP. One FMA of the dozen a weight costs; the rows'
+/* 2^x for the softmax weights, which are rounded to bf16 next (8 bits):
+ * 2^x = 2^floor(x) 2^r with r = x - floor(x) in [0, 1) (vreduceps), 2^r
+ * from a degree-5 polynomial fitted for minimum relative error there, its
+ * constant term 1 (1.4e-7 evaluated in float, against v_exp2's 9.6e-8 with
+ * one FMA more: a weight's rounding to bf16 moves it by up to 2e-3), and
+ * 2^floor(x) by vscalefps, which floors by itself: per weight three
+ * operations and five FMAs where v_exp2 takes four and six. The rows'
  * vector work weighs as much as the tile products on AMX. */
-static const float exp2_deg5[6] = {1.0f,
-                                   6.931470036506653e-1f,
-                                   2.4022245407104492e-1f,
-                                   5.550733208656311e-2f,
-                                   9.671512991189957e-3f,
-                                   1.326472731307149e-3f};
+static const float exp2_floor_deg5[6] = {1.0f,
+                                         0.69315129518508911f,
+                                         0.24016447365283966f,
+                                         0.055799797177314758f,
+                                         0.0090171946212649345f,
+                                         0.001867051818408072f};
 
-static inline vf v_exp2_w(vf x) { return v_exp2_poly(x, exp2_deg5, 5); }
+static inline vf v_exp2_w(vf x) {
+    x = V_EXP2_RANGE(x);
+    return V_LDEXP_FLOOR(v_poly(V_FRAC(x), exp2_floor_deg5, 5), x);
+}
+
+/* y[0..n) = v_exp2_w(x[0..n)), n a multiple of AL_VW (a test hook:
+ * al_attn_exp2_weights_* against exp2 in double) */
+void BSFX(al_attn_exp2_weights)(float *y, const float *x, int n) {
+    for (int i = 0; i + KW <= n; i += KW) V_STORE(y + i, v_exp2_w(V_LOAD(x + i)));
+}
 
 /* ---- a row of KT scores into bf16 weights, in registers ----
  * One pass each over the row, the RV vectors held in registers, the score

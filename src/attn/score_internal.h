@@ -95,6 +95,11 @@ void al_attn_set_pipelined_amx(int on);
 void al_attn_round_bf16(uint16_t *dst, const float *src, int n);
 void al_attn_round_avx512bf16(uint16_t *dst, const float *src, int n);
 void al_attn_round_amx(uint16_t *dst, const float *src, int n);
+/* y = 2^x as the BF16 sets compute the softmax weights (before rounding),
+ * n a multiple of the set's vector width (16; bf16-portable 8) */
+void al_attn_exp2_weights_bf16(float *y, const float *x, int n);
+void al_attn_exp2_weights_avx512bf16(float *y, const float *x, int n);
+void al_attn_exp2_weights_amx(float *y, const float *x, int n);
 
 /* One decode work item (decode.c): the heads of one KV group against up to a
  * chunk of cached positions, the cache in F32 or BF16 (contract in

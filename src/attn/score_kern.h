@@ -49,20 +49,18 @@ enum { KT = 64, QBK = 64, RG = 6 };
 
 /* ---- exp2 and exp, 16 (8) lanes at a time ----
  * 2^x = 2^n 2^r with n = round(x), r = x - n in [-1/2, 1/2] (exact), 2^r
- * from a polynomial of the given degree (coefficients c, constant term
- * first; v_exp2's degree 6 is fitted for minimum relative error on that
- * interval: 9.6e-8, about 1.6 ulp, evaluated in float), and 2^n applied by
+ * from a degree-6 polynomial fitted for minimum relative error on that
+ * interval (9.6e-8, about 1.6 ulp, evaluated in float), and 2^n applied by
  * V_LDEXP (AVX-512: vscalefps, which also gives exact 0 / inf far out of
  * range; AVX2: exponent bits, after V_EXP2_RANGE clamps x to [-126, 127]).
  * NaN stays NaN. Softmax works in base 2 throughout (its packed keys carry
  * log2 e), so its exp is one exp2; exp(x) for sigmoid is exp2(x log2 e). */
-static inline __attribute__((always_inline)) vf v_exp2_poly(vf x, const float *c, int degree) {
-    x = V_EXP2_RANGE(x);
-    const vf n = V_ROUND(x), r = V_SUB(x, n);
+/* c[0] + c[1] r + ... + c[degree] r^degree, by Horner's rule */
+static inline __attribute__((always_inline)) vf v_poly(vf r, const float *c, int degree) {
     vf p = V_SET1(c[degree]);
 #pragma GCC unroll 8
     for (int k = degree - 1; k >= 0; k--) p = V_FMA(p, r, V_SET1(c[k]));
-    return V_LDEXP(p, n);
+    return p;
 }
 
 /* the coefficients of 2^r, constant term first */
@@ -74,7 +72,11 @@ static const float exp2_deg6[7] = {1.0f,
                                    1.3399930903688073e-3f,
                                    1.5345810970757157e-4f};
 
-static inline vf v_exp2(vf x) { return v_exp2_poly(x, exp2_deg6, 6); }
+static inline vf v_exp2(vf x) {
+    x = V_EXP2_RANGE(x);
+    const vf n = V_ROUND(x);
+    return V_LDEXP(v_poly(V_SUB(x, n), exp2_deg6, 6), n);
+}
 
 /* e^x = 2^(x log2 e): for sigmoid (softmax works in base 2 directly) */
 static inline vf v_exp(vf x) { return v_exp2(V_MUL(x, V_SET1(1.44269504088896341f))); }

@@ -14,7 +14,8 @@
  *   V_DIV V_FMA(a,b,c)=a*b+c V_MAX V_MIN V_SEL(m,a,b)=m?a:b V_MASK(n) (first n
  *   lanes) V_HMAX V_HSUM V_ROUND (to nearest) V_CMP_POS(x) (x > 0 or NaN)
  *   V_ANY_GT(a,b) (some lane a > b) V_LDEXP(p,n) (p 2^n) V_EXP2_RANGE(x) (the
- *   clamp V_LDEXP needs, or nothing)
+ *   clamp V_LDEXP needs, or nothing) V_FRAC(x) (x - floor(x), in [0, 1))
+ *   V_LDEXP_FLOOR(p,x) (p 2^floor(x); AVX-512: one instruction each)
  *   v_loadn(p, n)        n floats (a whole vector if n >= AL_VW; lanes past n 0)
  *   V_LOAD_BF16(p) V_LOADN_BF16(p, n)   BF16 values widened (the first n)
  *   v_load16(p, n, f16)  n BF16 (or F16) values widened, like v_loadn
@@ -60,6 +61,8 @@ static inline vmask v_mask16(int n) { return (vmask)(n >= 16 ? 0xffffu : n <= 0 
 #define V_ANY_GT(a, b) (_mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ) != 0)
 #define V_LDEXP(p, n) _mm512_scalef_ps((p), (n))
 #define V_EXP2_RANGE(x) (x)
+#define V_FRAC(x) _mm512_reduce_ps((x), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+#define V_LDEXP_FLOOR(p, x) _mm512_scalef_ps((p), (x)) /* vscalefps scales by 2^floor(x) */
 
 /* Sums of 16 vectors in one: lane 4L+t holds the sum of a[4t+L] (L: the
  * 128-bit lane) after four rounds of pairwise folds (two shuffles and an add
@@ -138,6 +141,8 @@ static inline float v_hsum8(__m256 v) {
 #define V_ANY_GT(a, b) (_mm256_movemask_ps(_mm256_cmp_ps((a), (b), _CMP_GT_OQ)) != 0)
 #define V_LDEXP(p, n) V_MUL((p), V_POW2I(n))
 #define V_EXP2_RANGE(x) V_MIN(V_SET1(127.0f), V_MAX(V_SET1(-126.0f), (x)))
+#define V_FRAC(x) V_SUB((x), _mm256_floor_ps(x))
+#define V_LDEXP_FLOOR(p, x) V_LDEXP((p), _mm256_floor_ps(x))
 
 /* Sums of 8 vectors in one, lane j = the sum of a[j]: two rounds of
  * horizontal adds per half, then the two 128-bit halves added. */

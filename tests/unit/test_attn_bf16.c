@@ -57,6 +57,7 @@
 #pragma GCC pop_options
 
 void al_attn_set_pipelined_amxemu(int on);
+void al_attn_exp2_weights_amxemu(float *y, const float *x, int n);
 
 /* the emulated amx set's forward + backward, on a workspace of its own */
 static void run_amxemu(const al_attn_shape *s, const float *q, const float *k, const float *v, float *o, float *lse,
@@ -480,6 +481,47 @@ static void check_round(al_rng *r) {
     }
 }
 
+/* Each present set's 2^x of the softmax weights against exp2 in double:
+ * relative error at most 2e-7 down to 2^-125 (measured 1.4e-7: a degree-5
+ * polynomial; bf16 rounding moves a weight by up to 2e-3), exact powers of
+ * two at whole x (the polynomial's constant term is 1), nothing above
+ * 2^-125 further out (0, or AVX2's clamp at 2^-126). */
+static void check_exp2_weights(void) {
+    enum { N = 4096 };
+    al_rng rng, *r = &rng; /* its own draws: the cases after it keep theirs */
+    al_rng_seed(r, 2);
+    void (*const exp_fn[NSETS])(float *, const float *, int) = {al_attn_exp2_weights_bf16,
+                                                                al_attn_exp2_weights_avx512bf16,
+                                                                al_attn_exp2_weights_amx, al_attn_exp2_weights_amxemu};
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) {
+        if (i < 160)
+            x[i] = (float)(i - 150); /* whole numbers from -150 to 9 */
+        else if (i < 200)
+            x[i] = (float)(i - 180) * 0.5f + 1e-7f * (float)(i % 3); /* halves, just past them */
+        else if (i < 3800)
+            x[i] = (float)(al_rng_u64(r) % 12600001) * -1e-5f + 1.0f; /* (-125, 1] */
+        else
+            x[i] = -126.0f - (float)(al_rng_u64(r) % 1000) * 0.5f; /* underflow */
+    }
+    for (int si = 0; si < NSETS; si++) {
+        if (SETS[si].level != EMU && SETS[si].level > (int)al_cpu_detect()) continue;
+        exp_fn[si](y, x, N);
+        double worst = 0;
+        int bad_whole = 0, bad_under = 0;
+        for (int i = 0; i < N; i++) {
+            const double want = exp2((double)x[i]);
+            if (x[i] >= -125.0f) worst = worse(worst, fabs((double)y[i] / want - 1.0));
+            if (x[i] >= -125.0f && x[i] == floorf(x[i])) bad_whole += (double)y[i] != want;
+            if (x[i] < -125.0f) bad_under += !(y[i] >= 0.0f && y[i] <= 0x1p-125f);
+        }
+        CHECK_MSG(worst <= 2e-7 && !bad_whole && !bad_under,
+                  "%s: 2^x of the weights: worst relative error %.3g, %d whole x not exact, %d past the range",
+                  SETS[si].name, worst, bad_whole, bad_under);
+        fprintf(stderr, "%s: 2^x of the weights, worst relative error %.2e\n", SETS[si].name, worst);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -487,6 +529,7 @@ int main(int argc, char **argv) {
     al_rng_seed(&r, 1414);
     check_dispatch(&r);
     check_round(&r);
+    check_exp2_weights();
     /* fixed shapes: one token; one tile plus one; the bench's d_h with a ragged T; d_h 80 with 4 heads a group;
      * enough items that a work item takes all 8 heads of its KV group (more than the six AMX accumulates at once) */
     const int fixed[][7] = {{1, 1, 1, 1, 8, 8, 0},    {1, 65, 2, 1, 24, 24, 0}, {1, 129, 2, 2, 64, 64, 0},
