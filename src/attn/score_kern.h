@@ -47,14 +47,8 @@
 
 enum { KT = 64, QBK = 64, RG = 6 };
 
-/* ---- exp2 and exp, 16 (8) lanes at a time ----
- * 2^x = 2^n 2^r with n = round(x), r = x - n in [-1/2, 1/2] (exact), 2^r
- * from a degree-6 polynomial fitted for minimum relative error on that
- * interval (9.6e-8, about 1.6 ulp, evaluated in float), and 2^n applied by
- * V_LDEXP (AVX-512: vscalefps, which also gives exact 0 / inf far out of
- * range; AVX2: exponent bits, after V_EXP2_RANGE clamps x to [-126, 127]).
- * NaN stays NaN. Softmax works in base 2 throughout (its packed keys carry
- * log2 e), so its exp is one exp2; exp(x) for sigmoid is exp2(x log2 e). */
+/* ---- exp2 and exp, 16 (8) lanes at a time ---- */
+
 /* c[0] + c[1] r + ... + c[degree] r^degree, by Horner's rule */
 static inline __attribute__((always_inline)) vf v_poly(vf r, const float *c, int degree) {
     vf p = V_SET1(c[degree]);
@@ -63,7 +57,7 @@ static inline __attribute__((always_inline)) vf v_poly(vf r, const float *c, int
     return p;
 }
 
-/* the coefficients of 2^r, constant term first */
+/* v_exp2's coefficients of 2^r on [-1/2, 1/2], constant term first */
 static const float exp2_deg6[7] = {1.0f,
                                    6.931471824645996e-1f,
                                    2.4022646248340607e-1f,
@@ -72,6 +66,13 @@ static const float exp2_deg6[7] = {1.0f,
                                    1.3399930903688073e-3f,
                                    1.5345810970757157e-4f};
 
+/* 2^x = 2^n 2^r with n = round(x), r = x - n in [-1/2, 1/2] (exact), 2^r
+ * from a degree-6 polynomial fitted for minimum relative error on that
+ * interval (9.6e-8, about 1.6 ulp, evaluated in float), and 2^n applied by
+ * V_LDEXP (AVX-512: vscalefps, which also gives exact 0 / inf far out of
+ * range; AVX2: exponent bits, after V_EXP2_RANGE clamps x to [-126, 127]).
+ * NaN stays NaN. Softmax works in base 2 throughout (its packed keys carry
+ * log2 e), so its exp is one exp2; exp(x) for sigmoid is exp2(x log2 e). */
 static inline vf v_exp2(vf x) {
     x = V_EXP2_RANGE(x);
     const vf n = V_ROUND(x);

@@ -65,7 +65,7 @@ int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out);
     "matrix products: f32 (default, exact), bf16 (bf16 inputs, fp32 sums) or auto (bf16 where it is faster: AMX, or "  \
     "AMD's AVX512-BF16)"
 #define CLI_PRECISION_HELP_AUTO                                                                                        \
-    "matrix products: auto (default: bf16 where it is faster, on AMX or AMD's AVX512-BF16, else f32), f32 or "  \
+    "matrix products: auto (default: bf16 where it is faster, on AMX or AMD's AVX512-BF16, else f32), f32 or "         \
     "bf16 (bf16 inputs, fp32 sums)"
 int cli_precision(const char *cmd, const char *value, const char *fallback, al_precision *out);
 /* The one stderr line naming the precision a command runs in and the engine
