@@ -485,7 +485,7 @@ static void check_round(al_rng *r) {
  * relative error at most 2e-7 down to 2^-125 (measured 1.4e-7: a degree-5
  * polynomial; bf16 rounding moves a weight by up to 2e-3), exact powers of
  * two at whole x (the polynomial's constant term is 1), nothing above
- * 2^-125 further out (0, or AVX2's clamp at 2^-126). */
+ * 2^-125 further out (0, or AVX2's clamp at 2^-126), NaN for NaN. */
 static void check_exp2_weights(void) {
     enum { N = 4096 };
     al_rng rng, *r = &rng; /* its own draws: the cases after it keep theirs */
@@ -504,6 +504,7 @@ static void check_exp2_weights(void) {
         else
             x[i] = -126.0f - (float)(al_rng_u64(r) % 1000) * 0.5f; /* underflow */
     }
+    x[N - 1] = NAN; /* stays NaN */
     for (int si = 0; si < NSETS; si++) {
         if (SETS[si].level != EMU && SETS[si].level > (int)al_cpu_detect()) continue;
         exp_fn[si](y, x, N);
@@ -515,6 +516,7 @@ static void check_exp2_weights(void) {
             if (x[i] >= -125.0f && x[i] == floorf(x[i])) bad_whole += (double)y[i] != want;
             if (x[i] < -125.0f) bad_under += !(y[i] >= 0.0f && y[i] <= 0x1p-125f);
         }
+        CHECK_MSG(isnan(y[N - 1]), "%s: 2^NaN of the weights gave %g", SETS[si].name, y[N - 1]);
         CHECK_MSG(worst <= 2e-7 && !bad_whole && !bad_under,
                   "%s: 2^x of the weights: worst relative error %.3g, %d whole x not exact, %d past the range",
                   SETS[si].name, worst, bad_whole, bad_under);
