@@ -326,12 +326,14 @@ static inline void row_round_pad(uint16_t *restrict h, const float *restrict src
 }
 
 /* The rows r < np, columns e < dp of an operand in layout L: bf16(src[r][e])
- * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). Rows
- * go two at a time (r even, r + 1), each rounded in vectors into h first,
- * then laid out: rows whole (their elements adjacent), pairs and trows as
- * one 32-bit word per column (the two rows' values adjacent; trows' words
- * np apart), tpairs as one 64-bit word per column pair (both rows' pairs
- * adjacent). */
+ * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). The
+ * rows layout's rows are rounded in vectors straight into place; the
+ * others go two at a time (r even, r + 1), each rounded into h first, then
+ * laid out: pairs and trows as one 32-bit word per column (the two rows'
+ * values adjacent; trows' words np apart), tpairs as one 64-bit word per
+ * column pair (both rows' pairs adjacent). With AVX-512, pairs are
+ * interleaved 16 columns at a time and trows, tpairs transposed in
+ * registers (pack16_tr). */
 enum { PACK_ROW_MAX = 1024 };
 
 #if AL_VW == 16
@@ -368,7 +370,7 @@ static inline void tr16(__m512i r[16]) {
     }
 }
 
-/* pack16 for tpairs (trows 0) or trows (1); np a multiple of 32, dp of 32
+/* pack16 for tpairs (trows 0) or trows (1); np a multiple of 32, dp of 16
  * and at most TPACK_MAX; rows (NULL: not wanted) gets the rows layout too,
  * from the same reading of src */
 static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows, const float *restrict src, long ld,
@@ -397,10 +399,11 @@ static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows
         } else {
             for (int half = 0; half < 32; half += 16)
                 for (int m0 = 0; m0 < dp / 2; m0 += 16) {
-                    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(h[half + i] + 2 * m0);
+                    const int nm = imin(16, dp / 2 - m0); /* dwords of each row in this step (8 at dp 16) */
+                    const __mmask16 km = (__mmask16)((1u << nm) - 1u);
+                    for (int i = 0; i < 16; i++) x[i] = _mm512_maskz_loadu_epi32(km, h[half + i] + 2 * m0);
                     tr16(x);
-                    for (int c = 0; c < 16; c++)
-                        _mm512_storeu_si512(dw + (size_t)(m0 + c) * np + r0 + half, x[c]);
+                    for (int c = 0; c < nm; c++) _mm512_storeu_si512(dw + (size_t)(m0 + c) * np + r0 + half, x[c]);
                 }
         }
     }
@@ -419,8 +422,19 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
     }
     const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2;
     const int is_trows = L.r1 == 1 && L.r2 == 2;
+    if (is_rows) { /* each row in place: row_round_pad writes no further than dp */
+        for (int r = 0; r < np; r++) {
+            uint16_t *restrict row = dst + (r / 2) * L.r2 + (r % 2) * L.r1;
+            if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
+            if (r < n)
+                row_round_pad(row, src + (long)r * ld, d, dp);
+            else
+                memset(row, 0, sizeof(uint16_t) * (size_t)dp);
+        }
+        return;
+    }
 #if AL_VW == 16
-    if (!is_rows && !is_pairs && np % 32 == 0 && dp % 32 == 0 && dp <= TPACK_MAX) {
+    if (!is_pairs && np % 32 == 0 && dp % 16 == 0 && dp <= TPACK_MAX) {
         pack16_tr(dst, is_trows, NULL, src, ld, n, np, d, dp);
         return;
     }
@@ -433,13 +447,19 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
             else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
         }
         uint16_t *restrict base = dst + (r / 2) * L.r2;
-        if (is_rows) {
-            memcpy(base, h[0], sizeof(uint16_t) * (size_t)dp);
-            memcpy(base + L.r1, h[1], sizeof(uint16_t) * (size_t)dp);
-        } else if (is_pairs) {
-            uint32_t words[PACK_ROW_MAX];
-            for (int e = 0; e < dp; e++) words[e] = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
-            memcpy(base, words, sizeof(uint32_t) * (size_t)dp);
+        if (is_pairs) {
+            int e = 0;
+#if AL_VW == 16
+            for (; e + 16 <= dp; e += 16) { /* 16 columns: the two rows' values side by side, 64 bytes */
+                const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[0] + e)));
+                const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[1] + e)));
+                _mm512_storeu_si512(base + 2 * e, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+#endif
+            for (; e < dp; e++) {
+                const uint32_t word = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
+                memcpy(base + 2 * e, &word, sizeof word);
+            }
         } else if (is_trows) {
             for (int e = 0; e < dp; e++) {
                 const uint32_t word = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
@@ -459,7 +479,7 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
 static void pack16_rows_trows(uint16_t *rows, uint16_t *trows, const float *src, long ld, int n, int np, int d,
                               int dp) {
 #if AL_VW == 16
-    if (np % 32 == 0 && dp % 32 == 0 && dp <= TPACK_MAX) {
+    if (np % 32 == 0 && dp % 16 == 0 && dp <= TPACK_MAX) {
         pack16_tr(trows, 1, rows, src, ld, n, np, d, dp);
         return;
     }
