@@ -256,18 +256,16 @@ static inline void row_bwd_p16(const score_fn *f, const float *restrict s, const
                                uint16_t *restrict p, uint16_t *restrict ds, int nv, float mul, float lse, float D,
                                float scale) {
     const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
-    for (int c = 0; c < RV; c += 2) {
-        vf w0, d0, w1, d1;
-        if (f->kind == AL_SCORE_SOFTMAX) {
-            vec_bwd_softmax(s, dp, vmul, vnl, vD, vs, nv, c, &w0, &d0);
-            vec_bwd_softmax(s, dp, vmul, vnl, vD, vs, nv, c + 1, &w1, &d1);
-        } else {
-            vec_bwd(f, V_MUL(V_LOAD(s + c * KW), vmul), V_LOAD(dp + c * KW), vl, vD, vs, nv, c, &w0, &d0);
-            vec_bwd(f, V_MUL(V_LOAD(s + (c + 1) * KW), vmul), V_LOAD(dp + (c + 1) * KW), vl, vD, vs, nv, c + 1, &w1,
-                    &d1);
+    for (int c = 0; c < RV; c += 2) { /* two vectors, rounded and stored together */
+        vf w[2], d[2];
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; u++) {
+            const int cu = c + u;
+            if (f->kind == AL_SCORE_SOFTMAX) vec_bwd_softmax(s, dp, vmul, vnl, vD, vs, nv, cu, &w[u], &d[u]);
+            else vec_bwd(f, V_MUL(V_LOAD(s + cu * KW), vmul), V_LOAD(dp + cu * KW), vl, vD, vs, nv, cu, &w[u], &d[u]);
         }
-        store_p16x2(p + c * KW, w0, w1);
-        store_p16x2(ds + c * KW, d0, d1);
+        store_p16x2(p + c * KW, w[0], w[1]);
+        store_p16x2(ds + c * KW, d[0], d[1]);
     }
 }
 
