@@ -127,6 +127,12 @@ void al_bf16_tiles_pack_tile_avx512(uint16_t *tile, int pairs, const float *X, c
                                     size_t cs, int l0, int lines, int K, int s);
 void al_bf16_tiles_pack_tile_avx512bf16(uint16_t *tile, int pairs, const float *X, const uint16_t *Xbf, size_t rs,
                                         size_t cs, int l0, int lines, int K, int s);
+/* al_bf16_round_run plainly (the reference), and its loops in AVX-512
+ * (integer rounding) and AVX512-BF16 (vcvtne2ps2bf16): the same bits;
+ * al_bf16_round_run runs the fastest the set in use has. */
+void al_bf16_round_run_ref(uint16_t *restrict dst, const float *restrict src, size_t n);
+void al_bf16_round_run_avx512(uint16_t *restrict dst, const float *restrict src, size_t n);
+void al_bf16_round_run_avx512bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* C[r0..r1, c0..c1) = alpha A B + beta C (beta 0: C is not read) over
  * packed operands of `ksteps` steps; r0 and c0 multiples of 16. K blocks of
  * AL_TILES_KBLOCK steps: the first gives alpha S + beta C, each later one

@@ -7,7 +7,8 @@
  * bits with and without); the same bits at 1 and 2 threads; the own
  * kernels' packing and plain reference, and the fast kernels against it
  * where the CPU has them (the AMX kernel also on emulated tiles, amx_emu.h,
- * wherever the CPU has AVX-512). Prints what it could not run.
+ * wherever the CPU has AVX-512); the rounding of fp32 runs to bf16 in
+ * every set against its plain loop. Prints what it could not run.
  */
 #include <omp.h>
 #include <string.h>
@@ -472,6 +473,45 @@ static void check_tiles_packers(al_rng *r) {
     }
 }
 
+/* al_bf16_round_run in every set the CPU has (forced down in turn) against
+ * its plain reference, bit for bit: lengths 0-70 (the vector loops' whole
+ * steps, 16 and 32, and every tail), starts off the 64-byte line, ties,
+ * infinities, NaNs, and in a second round denormals (vcvtne2ps2bf16 reads
+ * them as zero: a step holding one takes the integer rounding). */
+static void check_round_runs(al_rng *r) {
+    static const al_cpu_level sets[] = {AL_CPU_AVX2, AL_CPU_AVX512, AL_CPU_AVX512_BF16};
+    enum { MAX_N = 70, SHIFT = 3 };
+    float src[MAX_N + SHIFT];
+    uint16_t want[MAX_N + SHIFT], got[MAX_N + SHIFT + 1];
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        if (al_cpu_detect() < sets[si]) {
+            fprintf(stderr, "skipped: bf16 round run, set %s (the CPU lacks it)\n", al_cpu_level_name(sets[si]));
+            continue;
+        }
+        CHECK(al_cpu_force(sets[si]) == sets[si]);
+        int bad = 0;
+        for (int denormals = 0; denormals < 2; denormals++)
+            for (int n = 0; n <= MAX_N; n++)
+                for (int shift = 0; shift < SHIFT; shift++) {
+                    const size_t n_special = denormals ? TU_BF16_SPECIALS : TU_BF16_SPECIAL_NORMAL;
+                    for (int i = 0; i < n; i++) {
+                        const uint32_t bits = tu_bf16_special[al_rng_u64(r) % n_special];
+                        memcpy(&src[shift + i], &bits, sizeof bits);
+                        if (al_rng_u64(r) % 4) src[shift + i] = rnd(r) * 1e3f;
+                    }
+                    al_bf16_round_run_ref(want, src + shift, (size_t)n);
+                    memset(got, 0xA5, sizeof got);
+                    al_bf16_round_run(got + shift, src + shift, (size_t)n);
+                    bad += memcmp(got + shift, want, sizeof(uint16_t) * (size_t)n) != 0;
+                    bad += got[shift + n] != 0xA5A5; /* nothing written past n */
+                }
+        CHECK_MSG(!bad, "bf16 round run, set %s: %d of %d runs differ from the plain loop", al_cpu_level_name(sets[si]),
+                  bad, 2 * (MAX_N + 1) * SHIFT);
+        fprintf(stderr, "ran: bf16 round run, set %s\n", al_cpu_level_name(sets[si]));
+    }
+    al_cpu_force(-1);
+}
+
 /* Whole models (GQA, MLA, LRKV), forward and backward in BF16 on the
  * emulated engine: the same bits at 1 and 2 threads and with or without the
  * weights' BF16 copy, close to fp32 (loss 1e-2, gradients 3e-2) yet not
@@ -641,6 +681,7 @@ int main(void) {
     check_own_kernels(&r);
     check_tiles(&r);
     check_tiles_packers(&r);
+    check_round_runs(&r);
     check_models();
     /* the two ceilings: a rate where the engine runs, else "unavailable" */
     const double dnn = al_measure_bf16_onednn_gflops(64, 1), amx = al_measure_amx_tile_gflops(1);
