@@ -79,11 +79,21 @@ int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCK
 /* C's cut (rows, then columns) for a product of M x N on `threads` threads
  * (plan: the BF16 plan, NULL for F32): see above. Threads matter only where
  * row blocks may merge, which changes no bits. */
-static void product_cut(const al_bf16_plan *plan, int M, int N, int threads, al_cut *rows, al_cut *cols) {
+static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threads, al_cut *rows, al_cut *cols) {
     int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
     if (plan && plan->cols_first) { /* each tile reads its whole op(B): few row blocks, many column blocks */
         col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
         shape_rows = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks);
+        if (plan->engine == AL_BF16_ONEDNN && col_blocks > 1) {
+            /* oneDNN computes a C tile narrower than C into a dense block
+             * copied back (gemm_onednn.c): M N fp32 in and out, 8 bytes an
+             * element, against re-packing op(B) once more per extra row
+             * block, 4 bytes (bf16 read and written) for each of its N K.
+             * Rows only where that costs less: tall products (a ViT batch,
+             * 12,544 rows of K 256), not a language model's 1,024 rows. */
+            const int rows_only = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS);
+            if ((long)rows_only * K < 2L * M) col_blocks = 1, shape_rows = rows_only;
+        }
     }
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving
      * keeps every boundary a boundary of the shape's cut, at a multiple of
@@ -136,11 +146,11 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
         /* the engine first: the cut depends on it, and the plan lays the operands out by the cut */
         al_bf16_plan_engine(&bf16);
         const al_bf16_engine chosen = bf16.engine;
-        product_cut(&bf16, M, N, threads, &rows, &cols);
+        product_cut(&bf16, M, N, K, threads, &rows, &cols);
         al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, Bbf, ldb, rows, cols);
         plan = &bf16;
-        if (bf16.engine != chosen) product_cut(plan, M, N, threads, &rows, &cols); /* no workspace: the stack blocks */
-    } else product_cut(NULL, M, N, threads, &rows, &cols);
+        if (bf16.engine != chosen) product_cut(plan, M, N, K, threads, &rows, &cols); /* no workspace: the stack blocks */
+    } else product_cut(NULL, M, N, K, threads, &rows, &cols);
     const int row_blocks = rows.blocks, col_blocks = cols.blocks, tiles = row_blocks * col_blocks;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */
         const int max_threads = omp_get_max_threads();
