@@ -52,7 +52,9 @@
  * copy, so few row blocks read each weight few times (a Llama-7B-shaped
  * prefill of 1200 tokens: 8 row blocks made oneDNN 1.15x slower; the amx
  * engine's 7B MLP products 1.24-1.58x oneDNN's against 1.07-1.11x cut rows
- * first, alternated, measured). */
+ * first, alternated, measured); but the onednn engine cuts rows only where
+ * op(B) is shallow against C's rows (product_cut), since a tile narrower
+ * than C costs oneDNN a copy of its C. */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
 enum { COLS_FIRST_MIN_BLOCK_COLS = 256 };
 /* The amx engine's kernel runs C in strips of 32 rows (nn/gemm_amx.c): row
@@ -86,13 +88,16 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
         shape_rows = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks);
         if (plan->engine == AL_BF16_ONEDNN && col_blocks > 1) {
             /* oneDNN computes a C tile narrower than C into a dense block
-             * copied back (gemm_onednn.c): M N fp32 in and out, 8 bytes an
-             * element, against re-packing op(B) once more per extra row
-             * block, 4 bytes (bf16 read and written) for each of its N K.
-             * Rows only where that costs less: tall products (a ViT batch,
-             * 12,544 rows of K 256), not a language model's 1,024 rows. */
+             * copied back (gemm_onednn.c: M N fp32 in and out), while each
+             * row block packs all of op(B) (N K) again inside oneDNN. Rows
+             * only unless op(B) is deep against C's rows (rows-only blocks
+             * times K over 8 M). Measured on Zen 4 (alternated pairs): the
+             * gpt2 step (8 x 768 = 6 M) 0.944x the time, a study model's (8
+             * x 256 = 2 M) 0.918x, the ViT's (16 x 256: 0.3 M) 0.93-0.995x;
+             * a Llama-7B layer's 1,200-token prefill (8 x 4,096 = 27 M)
+             * 0.996x, and on AMX 1.15x slower cut by rows (docs). */
             const int rows_only = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS);
-            if ((long)rows_only * K < 2L * M) col_blocks = 1, shape_rows = rows_only;
+            if ((long)rows_only * K <= 8L * M) col_blocks = 1, shape_rows = rows_only;
         }
     }
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving
