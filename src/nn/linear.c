@@ -56,7 +56,7 @@
  * op(B) is shallow against C's rows (product_cut), since a tile narrower
  * than C costs oneDNN a copy of its C. */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
-enum { COLS_FIRST_MIN_BLOCK_COLS = 256 };
+enum { COLS_FIRST_MIN_BLOCK_COLS = 256, ROWS_ONLY_MIN_BLOCKS = 8 };
 /* The amx engine's kernel runs C in strips of 32 rows (nn/gemm_amx.c): row
  * blocks cut at multiples of 48 leave a half strip at the end of most blocks
  * (1024 rows in 8 blocks: 36 strips where 32 do), each as slow as a whole
@@ -95,9 +95,13 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
              * gpt2 step (8 x 768 = 6 M) 0.944x the time, a study model's (8
              * x 256 = 2 M) 0.918x, the ViT's (16 x 256: 0.3 M) 0.93-0.995x;
              * a Llama-7B layer's 1,200-token prefill (8 x 4,096 = 27 M)
-             * 0.996x, and on AMX 1.15x slower cut by rows (docs). */
+             * 0.996x, and on AMX 1.15x slower cut by rows (docs). And only
+             * where that still makes 8 tiles (M >= 768): a short prompt's
+             * few rows would otherwise be one tile on one thread (the cut
+             * may not depend on the thread count: it decides the bits). */
             const int rows_only = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS);
-            if ((long)rows_only * K <= 8L * M) col_blocks = 1, shape_rows = rows_only;
+            if (rows_only >= ROWS_ONLY_MIN_BLOCKS && (long)rows_only * K <= 8L * M)
+                col_blocks = 1, shape_rows = rows_only;
         }
     }
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving
