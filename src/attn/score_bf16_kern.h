@@ -323,6 +323,17 @@ static inline void row_round_pad(uint16_t *restrict h, const float *restrict src
     for (; e < dp; e++) h[e] = 0;
 }
 
+/* Row r of an n-row source (rows ld floats apart) into h[0 .. dp): rounded
+ * and zero-padded, or all zeros past n; the row ROW_PREFETCH ahead
+ * prefetched. Every packer reads its rows through here. */
+static inline void pack_row(uint16_t *restrict h, const float *restrict src, long ld, int r, int n, int d, int dp) {
+    if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
+    if (r < n)
+        row_round_pad(h, src + (long)r * ld, d, dp);
+    else
+        memset(h, 0, sizeof(uint16_t) * (size_t)dp);
+}
+
 /* The rows r < np, columns e < dp of an operand in layout L: bf16(src[r][e])
  * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). The
  * rows layout's rows are rounded in vectors straight into place; the
@@ -343,6 +354,13 @@ enum { PACK_ROW_MAX = 1024 };
  * stored 64 bytes at a time, where the element-wise layout stores 4 or 8
  * bytes per column to lines np apart. */
 enum { TPACK_MAX = 256 };
+
+/* 16 dwords: a[c] in the low half, b[c] in the high half of dword c */
+static inline __m512i words16(const uint16_t *a, const uint16_t *b) {
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)a));
+    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b));
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
 
 /* r[i][j] <- r[j][i], 16 x 16 dwords */
 static inline void tr16(__m512i r[16]) {
@@ -378,19 +396,14 @@ static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows
     for (int r0 = 0; r0 < np; r0 += 32) {
         for (int t = 0; t < 32; t++) {
             const int r = r0 + t;
-            if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
-            if (r < n) row_round_pad(h[t], src + (long)r * ld, d, dp);
-            else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
+            pack_row(h[t], src, ld, r, n, d, dp);
             if (rows) memcpy(rows + (size_t)r * dp, h[t], sizeof(uint16_t) * (size_t)dp);
         }
         __m512i x[16];
         if (trows) {
             for (int e0 = 0; e0 < dp; e0 += 16) {
-                for (int i = 0; i < 16; i++) { /* the word of rows 2i, 2i + 1 at each column */
-                    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i] + e0)));
-                    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[2 * i + 1] + e0)));
-                    x[i] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-                }
+                for (int i = 0; i < 16; i++) /* the word of rows 2i, 2i + 1 at each column */
+                    x[i] = words16(h[2 * i] + e0, h[2 * i + 1] + e0);
                 tr16(x);
                 for (int c = 0; c < 16; c++) _mm512_storeu_si512(dw + (size_t)(e0 + c) * (np / 2) + r0 / 2, x[c]);
             }
@@ -421,14 +434,7 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
     const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2;
     const int is_trows = L.r1 == 1 && L.r2 == 2;
     if (is_rows) { /* each row in place: row_round_pad writes no further than dp */
-        for (int r = 0; r < np; r++) {
-            uint16_t *restrict row = dst + (r / 2) * L.r2 + (r % 2) * L.r1;
-            if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
-            if (r < n)
-                row_round_pad(row, src + (long)r * ld, d, dp);
-            else
-                memset(row, 0, sizeof(uint16_t) * (size_t)dp);
-        }
+        for (int r = 0; r < np; r++) pack_row(dst + (r / 2) * L.r2 + (r % 2) * L.r1, src, ld, r, n, d, dp);
         return;
     }
 #if AL_VW == 16
@@ -439,20 +445,13 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
 #endif
     uint16_t h[2][PACK_ROW_MAX + KW];
     for (int r = 0; r < np; r += 2) {
-        for (int t = 0; t < 2; t++) {
-            if (r + t + ROW_PREFETCH < n) prefetch_row(src + (long)(r + t + ROW_PREFETCH) * ld, d);
-            if (r + t < n) row_round_pad(h[t], src + (long)(r + t) * ld, d, dp);
-            else memset(h[t], 0, sizeof(uint16_t) * (size_t)dp);
-        }
+        for (int t = 0; t < 2; t++) pack_row(h[t], src, ld, r + t, n, d, dp);
         uint16_t *restrict base = dst + (r / 2) * L.r2;
         if (is_pairs) {
             int e = 0;
 #if AL_VW == 16
-            for (; e + 16 <= dp; e += 16) { /* 16 columns: the two rows' values side by side, 64 bytes */
-                const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[0] + e)));
-                const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h[1] + e)));
-                _mm512_storeu_si512(base + 2 * e, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-            }
+            for (; e + 16 <= dp; e += 16) /* 16 columns: the two rows' values side by side, 64 bytes */
+                _mm512_storeu_si512(base + 2 * e, words16(h[0] + e, h[1] + e));
 #endif
             for (; e < dp; e++) {
                 const uint32_t word = (uint32_t)h[0][e] | (uint32_t)h[1][e] << 16;
