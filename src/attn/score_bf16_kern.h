@@ -324,10 +324,12 @@ static inline void row_round_pad(uint16_t *restrict h, const float *restrict src
 }
 
 /* Row r of an n-row source (rows ld floats apart) into h[0 .. dp): rounded
- * and zero-padded, or all zeros past n; the row ROW_PREFETCH ahead
- * prefetched. Every packer reads its rows through here. */
-static inline void pack_row(uint16_t *restrict h, const float *restrict src, long ld, int r, int n, int d, int dp) {
-    if (r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, d);
+ * and zero-padded, or all zeros past n; pf floats from the row ROW_PREFETCH
+ * ahead prefetched (d, or more or none: pack_tiles). Every packer reads its
+ * rows through here. */
+static inline void pack_row(uint16_t *restrict h, const float *restrict src, long ld, int r, int n, int d, int dp,
+                            int pf) {
+    if (pf > 0 && r + ROW_PREFETCH < n) prefetch_row(src + (long)(r + ROW_PREFETCH) * ld, pf);
     if (r < n)
         row_round_pad(h, src + (long)r * ld, d, dp);
     else
@@ -335,7 +337,8 @@ static inline void pack_row(uint16_t *restrict h, const float *restrict src, lon
 }
 
 /* The rows r < np, columns e < dp of an operand in layout L: bf16(src[r][e])
- * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even). The
+ * (rows ld floats apart) for r < n, e < d, 0 past them (np, dp even), pf
+ * floats of each row prefetched ahead (pack_row). The
  * rows layout's rows are rounded in vectors straight into place; the
  * others go two at a time (r even, r + 1), each rounded into h first, then
  * laid out: pairs and trows as one 32-bit word per column (the two rows'
@@ -390,13 +393,13 @@ static inline void tr16(__m512i r[16]) {
  * and at most TPACK_MAX; rows (NULL: not wanted) gets the rows layout too,
  * from the same reading of src */
 static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows, const float *restrict src, long ld,
-                      int n, int np, int d, int dp) {
+                      int n, int np, int d, int dp, int pf) {
     uint16_t h[32][TPACK_MAX + KW];
     uint32_t *restrict dw = (uint32_t *)dst;
     for (int r0 = 0; r0 < np; r0 += 32) {
         for (int t = 0; t < 32; t++) {
             const int r = r0 + t;
-            pack_row(h[t], src, ld, r, n, d, dp);
+            pack_row(h[t], src, ld, r, n, d, dp, pf);
             if (rows) memcpy(rows + (size_t)r * dp, h[t], sizeof(uint16_t) * (size_t)dp);
         }
         __m512i x[16];
@@ -422,7 +425,7 @@ static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows
 #endif
 
 static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src, long ld, int n, int np, int d,
-                   int dp) {
+                   int dp, int pf) {
     if (dp > PACK_ROW_MAX) { /* wider than the row buffer: element by element */
         for (int r = 0; r < np; r++) {
             uint16_t *restrict row = dst + (r / 2) * L.r2 + (r % 2) * L.r1;
@@ -434,18 +437,18 @@ static void pack16(uint16_t *restrict dst, layout16 L, const float *restrict src
     const int is_rows = L.e1 == 1 && L.e2 == 2, is_pairs = L.r1 == 1 && L.e1 == 2;
     const int is_trows = L.r1 == 1 && L.r2 == 2;
     if (is_rows) { /* each row in place: row_round_pad writes no further than dp */
-        for (int r = 0; r < np; r++) pack_row(dst + (r / 2) * L.r2 + (r % 2) * L.r1, src, ld, r, n, d, dp);
+        for (int r = 0; r < np; r++) pack_row(dst + (r / 2) * L.r2 + (r % 2) * L.r1, src, ld, r, n, d, dp, pf);
         return;
     }
 #if AL_VW == 16
     if (!is_pairs && np % 32 == 0 && dp % 16 == 0 && dp <= TPACK_MAX) {
-        pack16_tr(dst, is_trows, NULL, src, ld, n, np, d, dp);
+        pack16_tr(dst, is_trows, NULL, src, ld, n, np, d, dp, pf);
         return;
     }
 #endif
     uint16_t h[2][PACK_ROW_MAX + KW];
     for (int r = 0; r < np; r += 2) {
-        for (int t = 0; t < 2; t++) pack_row(h[t], src, ld, r + t, n, d, dp);
+        for (int t = 0; t < 2; t++) pack_row(h[t], src, ld, r + t, n, d, dp, pf);
         uint16_t *restrict base = dst + (r / 2) * L.r2;
         if (is_pairs) {
             int e = 0;
@@ -477,12 +480,12 @@ static void pack16_rows_trows(uint16_t *rows, uint16_t *trows, const float *src,
                               int dp) {
 #if AL_VW == 16
     if (np % 32 == 0 && dp % 16 == 0 && dp <= TPACK_MAX) {
-        pack16_tr(trows, 1, rows, src, ld, n, np, d, dp);
+        pack16_tr(trows, 1, rows, src, ld, n, np, d, dp, d);
         return;
     }
 #endif
-    pack16(rows, lay_rows(np, dp), src, ld, n, np, d, dp);
-    pack16(trows, lay_trows(np, dp), src, ld, n, np, d, dp);
+    pack16(rows, lay_rows(np, dp), src, ld, n, np, d, dp, d);
+    pack16(trows, lay_trows(np, dp), src, ld, n, np, d, dp, d);
 }
 
 /* The key tiles of every (sequence, KV group) into the operands a kernel
@@ -494,10 +497,24 @@ static void pack16_rows_trows(uint16_t *rows, uint16_t *trows, const float *src,
  * turn and reads those rows whole while they are in its caches; group by
  * group along the sequence each pass reads a 4-line piece of every row,
  * which the hardware prefetchers follow poorly (from memory, that read
- * alone is 1.7x slower; the whole forward and backward 2-3 %). */
+ * alone is 1.7x slower; the whole forward and backward 2-3 %). A head's
+ * piece of a row is a few lines of the row of all G groups, so where the
+ * tile's rows of every group stay in L2 with room (WHOLE_ROWS_PF_MAX bytes
+ * of k and v), the first unit of a tile that a thread packs prefetches the
+ * rest of those rows (its group's columns to the last group's; the first
+ * ROW_PREFETCH rows before it starts) and the tile's later groups, whose
+ * lines are then on their way, prefetch nothing; beyond it each unit
+ * prefetches its own piece. Packing alone after an sgemm (caches dirty, as
+ * in a step) took 0.7x the time at the ViT's shapes (rows of 8 groups of 32,
+ * 4 of 16), 0.8-1.0x elsewhere; the whole bf16 kernels, paired in one
+ * process, 0.966x (forward, 4 groups of 16) to 1.00x (docs/kernels.md). */
+enum { WHOLE_ROWS_PF_MAX = 512 << 10 };
+
 static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, int ntile, int dkp, int dvp,
                        uint16_t *kT, uint16_t *vp, uint16_t *vT, uint16_t *k2) {
     const int T = s->T, G = s->G, DK = s->dk, DV = s->dv;
+    const int whole_rows = (size_t)KT * G * (DK + DV) * sizeof(float) <= WHOLE_ROWS_PF_MAX;
+    long prev = -2; /* the unit this thread packed last */
 #pragma omp for schedule(static)
     for (long u = 0; u < (long)s->B * G * ntile; u++) {
         const int g = (int)(u % G), tile = (int)((u / G) % ntile), b = (int)(u / ((long)ntile * G));
@@ -505,10 +522,18 @@ static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, i
         const size_t row0 = (size_t)b * T + (size_t)tile * KT;
         const int n = imin(KT, T - tile * KT);
         const float *k0 = k + row0 * s->ldk + (size_t)g * DK, *v0 = v + row0 * s->ldv + (size_t)g * DV;
-        if (kT) pack16(kT + (size_t)pt * dkp * KT, lay_tpairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp);
-        if (vp) pack16(vp + (size_t)pt * KT * dvp, lay_pairs(KT, dvp), v0, s->ldv, n, KT, DV, dvp);
-        if (vT) pack16(vT + (size_t)pt * dvp * KT, lay_tpairs(KT, dvp), v0, s->ldv, n, KT, DV, dvp);
-        if (k2) pack16(k2 + (size_t)pt * KT * dkp, lay_pairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp);
+        int pk = DK, pv = DV; /* floats of each row prefetched ahead */
+        if (whole_rows) {
+            const int lead = g == 0 || u != prev + 1; /* this thread's first unit of the tile */
+            pk = lead ? (G - g) * DK : 0, pv = lead ? (G - g) * DV : 0;
+            for (int r = 0; lead && r < imin(ROW_PREFETCH, n); r++)
+                prefetch_row(k0 + (size_t)r * s->ldk, pk), prefetch_row(v0 + (size_t)r * s->ldv, pv);
+        }
+        prev = u;
+        if (kT) pack16(kT + (size_t)pt * dkp * KT, lay_tpairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp, pk);
+        if (vp) pack16(vp + (size_t)pt * KT * dvp, lay_pairs(KT, dvp), v0, s->ldv, n, KT, DV, dvp, pv);
+        if (vT) pack16(vT + (size_t)pt * dvp * KT, lay_tpairs(KT, dvp), v0, s->ldv, n, KT, DV, dvp, pv);
+        if (k2) pack16(k2 + (size_t)pt * KT * dkp, lay_pairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp, pk);
     }
 }
 
@@ -1020,7 +1045,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             const int i0 = qb * QBK, m = imin(QBK, T - i0), kend = causal ? i0 + m : T;
             for (int hh = 0; hh < hn; hh++)
                 pack16(qr + (size_t)hh * QBK * dkp, lay_rows(QBK, dkp),
-                       q + ((size_t)b * T + i0) * s->ldq + (size_t)(h0 + hh) * DK, s->ldq, m, QBK, DK, dkp);
+                       q + ((size_t)b * T + i0) * s->ldq + (size_t)(h0 + hh) * DK, s->ldq, m, QBK, DK, dkp, DK);
             for (int r = 0; r < hn * QBK; r++) mst[r] = -INFINITY, lst[r] = V_ZERO();
 #ifdef BF16_AMX
             if (hn == 1 && pipelined) {
