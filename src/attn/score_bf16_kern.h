@@ -928,8 +928,9 @@ static inline void fwd_pv1(fstep st, const uint16_t *P, const uint16_t *vp, int 
  * prefetched for writing at the last key tile. Where d_v pads to 64 (one
  * C64 product) the P V of a step is issued with the next step's rows too,
  * after that step's S: step i's rows run between the instructions of
- * S(i + 1) and of P V(i - 1). P V(i - 1) adds to O rows that step i's rows do not rescale
- * unless both are one block (an item of one block: then it runs first). */
+ * S(i + 1) and of P V(i - 1). P V(i - 1) adds to O rows that step i's rows
+ * do not rescale unless both are one block (an item of one block: then it
+ * runs first). */
 static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
                           const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp, float *S0,
                           float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc, float *oi,
