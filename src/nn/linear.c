@@ -46,15 +46,13 @@
  * blocks run as one call where that changes no bits (al_blas_row_cuts_exact:
  * rows cut at multiples of 48 give those of one whole call), which saves
  * re-packing. Even block counts keep 2, 4, 8 and 16 threads equally busy.
- * The onednn and amx BF16 engines cut the other way round (columns first,
- * blocks of at least 256): every tile reads all of its op(B) (the weights),
- * which oneDNN re-packs per tile and the amx engine streams from its packed
- * copy, so few row blocks read each weight few times (a Llama-7B-shaped
- * prefill of 1200 tokens: 8 row blocks made oneDNN 1.15x slower; the amx
- * engine's 7B MLP products 1.24-1.58x oneDNN's against 1.07-1.11x cut rows
- * first, alternated, measured); but the onednn engine cuts rows only where
- * op(B) is shallow against C's rows (product_cut), since a tile narrower
- * than C costs oneDNN a copy of its C. */
+ * The onednn BF16 engine cuts the other way round (columns first, blocks
+ * of at least 256): every tile reads all of its op(B) (the weights), which
+ * oneDNN re-packs per tile, so few row blocks read each weight few times (a
+ * Llama-7B-shaped prefill of 1200 tokens: 8 row blocks made oneDNN 1.15x
+ * slower); but it cuts rows only where op(B) is shallow against C's rows
+ * (product_cut), since a tile narrower than C costs oneDNN a copy of its C.
+ * The amx engine has a cut of its own (amx_cut, below). */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
 enum { COLS_FIRST_MIN_BLOCK_COLS = 256, ROWS_ONLY_MIN_BLOCKS = 8 };
 /* The amx engine's kernel runs C in strips of 32 rows (nn/gemm_amx.c): row
@@ -62,8 +60,7 @@ enum { COLS_FIRST_MIN_BLOCK_COLS = 256, ROWS_ONLY_MIN_BLOCKS = 8 };
  * (1024 rows in 8 blocks: 36 strips where 32 do), each as slow as a whole
  * one and summed through a buffer, so its cut is at multiples of 32: the
  * kernel 1.08-1.09x as fast over 1024-row products (K 256, 688; alternated,
- * one thread, docs/kernels.md). */
-/* The onednn engine's too: at 48, 1024 rows in 8 blocks are 96 to 144
+ * one thread, docs/kernels.md). The onednn engine's too: at 48, 1024 rows in 8 blocks are 96 to 144
  * rows, which two threads finish in the time of 544 rows, not 512; at 32
  * every block is 128 (a study model's bf16 step 1.6 % faster on Zen 4, 5 of
  * 6 alternated pairs). */
@@ -78,10 +75,44 @@ static int block_count(int n, int min_size, int most) {
 
 int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS); }
 
+/* The amx engine's cut: few large tiles, as many as the threads can share
+ * evenly. Its kernel gives the same bits for any cut whose row blocks start
+ * at multiples of 32 and column blocks at multiples of 64 (every sum's
+ * order is fixed by the element's place: whole 32 x 32 blocks of C are
+ * summed in the tiles onto C, the partial ones at C's own edges through a
+ * buffer, wherever the tiles' edges fall; nn/gemm_amx.c), so this one, alone
+ * of the cuts, may depend on the thread count. Each row block streams every
+ * column of its tiles' op(B) through L2 once and each tile starts cold, so
+ * at most 2 x threads tiles (a power of two), row blocks of at least 256
+ * rows, at most half of them, then column blocks of at least 512. Against
+ * the shape's cut (16 tiles: 2 x 8 or 8 x 2), alternated in one process on
+ * the gpt2 step's eleven product shapes (2 threads, AMX, median of 30
+ * pairs): 0.88-0.98x the time each, the `bench train --preset gpt2
+ * --precision bf16` step 0.949x (6 of 6 pairs; docs/kernels.md). */
+enum { AMX_MIN_BLOCK_ROWS = 256, AMX_MIN_BLOCK_COLS = 512 };
+static void amx_cut(int M, int N, int threads, al_cut *rows, al_cut *cols) {
+    int most = 2;
+    while (most < 2 * threads && most < 1024) most *= 2;
+    int min_rows = AMX_MIN_BLOCK_ROWS, min_cols = AMX_MIN_BLOCK_COLS, row_blocks, col_blocks;
+    for (;;) { /* smaller blocks only where the large ones leave threads idle */
+        row_blocks = block_count(M, min_rows, most / 2);
+        col_blocks = block_count(N, min_cols, most / row_blocks);
+        if (row_blocks * col_blocks >= threads || min_rows <= BF16_ROW_QUANTUM) break;
+        min_rows /= 2, min_cols /= 2;
+    }
+    *rows = (al_cut){M, BF16_ROW_QUANTUM, row_blocks};
+    *cols = (al_cut){N, COL_QUANTUM, col_blocks};
+}
+
 /* C's cut (rows, then columns) for a product of M x N on `threads` threads
  * (plan: the BF16 plan, NULL for F32): see above. Threads matter only where
- * row blocks may merge, which changes no bits. */
+ * row blocks may merge, which changes no bits, and for the amx engine
+ * (amx_cut). */
 static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threads, al_cut *rows, al_cut *cols) {
+    if (plan && plan->engine == AL_BF16_AMX) {
+        amx_cut(M, N, threads, rows, cols);
+        return;
+    }
     int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
     if (plan && plan->cols_first) { /* each tile reads its whole op(B): few row blocks, many column blocks */
         col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
@@ -114,7 +145,7 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
     const int may_merge = (!plan || plan->merge_rows) && al_blas_row_cuts_exact();
     int row_blocks = shape_rows;
     while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0) row_blocks /= 2;
-    const int bf16_rows = plan && (plan->engine == AL_BF16_AMX || plan->engine == AL_BF16_ONEDNN);
+    const int bf16_rows = plan && plan->engine == AL_BF16_ONEDNN;
     *rows = (al_cut){M, bf16_rows ? BF16_ROW_QUANTUM : ROW_QUANTUM, row_blocks};
     *cols = (al_cut){N, COL_QUANTUM, col_blocks};
 }

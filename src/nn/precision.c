@@ -43,7 +43,7 @@
  * packs both operands once per product, whole, into 1 KB tiles
  * (bf16_tiles.c, in parts on the product's threads, each tile alone) and
  * runs each tile of C, K whole, as one call of its AMX kernel over them
- * (gemm_amx.c; columns first too); avx512-bf16 packs blocks into the VNNI
+ * (gemm_amx.c; few large tiles: linear.c's amx_cut); avx512-bf16 packs blocks into the VNNI
  * layouts of precision_internal.h and runs its kernel (gemm_avx512bf16.c).
  */
 #include <assert.h>
@@ -492,7 +492,7 @@ static const char *view_lines(al_bf16_view v, int i0, int i1, int K, long *rs, l
 void al_bf16_plan_engine(al_bf16_plan *p) {
     *p = (al_bf16_plan){.engine = al_bf16_engine_now()};
     p->merge_rows = p->engine == AL_BF16_EMULATED;
-    p->cols_first = p->engine == AL_BF16_ONEDNN || p->engine == AL_BF16_AMX;
+    p->cols_first = p->engine == AL_BF16_ONEDNN;
 }
 
 void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,

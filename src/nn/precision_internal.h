@@ -61,7 +61,7 @@ typedef struct al_bf16_plan {
     char *ws;              /* the workspace: `slots` slots of slot_bytes (NULL: stack blocks) */
     size_t slot_bytes;
     int merge_rows; /* whether al_sgemm may run neighbouring row blocks as one tile (emulated only) */
-    int cols_first; /* whether al_sgemm cuts C's columns before its rows (each tile reads all of its B: onednn re-packs it, amx streams it) */
+    int cols_first; /* whether al_sgemm cuts C's columns before its rows (onednn: each tile re-packs all of its B; amx has its own cut) */
     /* onednn: both operands whole, rounded once for the product (or read in
      * place from a BF16 copy), which every tile reads as a strided view;
      * amx: both packed whole into tiles (p only), of `ksteps` K steps */

@@ -4,7 +4,7 @@
  * test mode, which runs anywhere) against the float64 product of the
  * bf16-rounded operands on odd shapes, all four transpositions, alpha and
  * beta, beta = 0 over NaN garbage; BF16 copies of weight arenas (the same
- * bits with and without); the same bits at 1 and 2 threads; the own
+ * bits with and without); the same bits at 1, 2 and 3 threads; the own
  * kernels' packing and plain reference, and the fast kernels against it
  * where the CPU has them (the AMX kernel also on emulated tiles, amx_emu.h,
  * wherever the CPU has AVX-512); the rounding of fp32 runs to bf16 in
@@ -132,7 +132,7 @@ static void check_engine(const char *label, al_rng *r) {
 }
 
 /* The same bits with the operands' BF16 copies attached (B, then A too) as
- * without, and at 1 as at 2 threads. */
+ * without, and at 1, 2 and 3 threads. */
 static void check_shadow_and_threads(const char *label, al_rng *r) {
     for (int ci = 0; ci < N_CASES; ci++) {
         gemm_data d;
@@ -158,15 +158,19 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
         CHECK_MSG(!memcmp(plain, bf16_b, sizeof(float) * d.c_n), "%s: case %d: a BF16 B differs from its fp32 values",
                   label, ci);
         free(Bbf), free(bf16_b);
+        /* 3 threads too: the amx engine's cut depends on the thread count (linear.c's amx_cut) */
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
         float *one = run(&d);
         omp_set_num_threads(2);
         float *two = run(&d);
+        omp_set_num_threads(3);
+        float *three = run(&d);
         omp_set_num_threads(threads);
-        CHECK_MSG(!memcmp(one, two, sizeof(float) * d.c_n) && !memcmp(one, plain, sizeof(float) * d.c_n),
-                  "%s: case %d: 1 and 2 threads differ", label, ci);
-        free(plain), free(with_b), free(with_ab), free(one), free(two);
+        CHECK_MSG(!memcmp(one, two, sizeof(float) * d.c_n) && !memcmp(one, three, sizeof(float) * d.c_n) &&
+                      !memcmp(one, plain, sizeof(float) * d.c_n),
+                  "%s: case %d: 1, 2 and 3 threads differ", label, ci);
+        free(plain), free(with_b), free(with_ab), free(one), free(two), free(three);
         data_free(&d);
     }
 }
