@@ -330,20 +330,47 @@ int al_model_alloc_grads(al_model *m, al_err *err) {
     return check_layers(m, 1, err);
 }
 
-/* Zeroes every gradient before a step's backward adds into them. On all
- * threads, in blocks of 4 MB: one thread's memset reaches about half the
- * store bandwidth of two (gpt2's 340 MB of gradients: 34 ms against 18 ms
- * on 2 threads, 2.4 % of its bf16 step on AMX). */
-void al_model_zero_grads(al_model *m) {
-    if (!m->g) return;
+/* g[0, n) = 0 on all threads, in blocks of 4 MB: one thread's memset
+ * reaches about half the store bandwidth of two (gpt2's 340 MB of
+ * gradients: 34 ms against 18 ms on 2 threads). */
+static void zero_floats(float *g, size_t n) {
     enum { BLOCK = 1 << 20 }; /* floats */
-    const size_t n = m->n_floats;
     const long blocks = (long)((n + BLOCK - 1) / BLOCK);
 #pragma omp parallel for schedule(static) if (blocks > 1)
     for (long b = 0; b < blocks; b++) {
         const size_t first = (size_t)b * BLOCK, len = n - first < BLOCK ? n - first : BLOCK;
-        memset(m->g + first, 0, sizeof(float) * len);
+        memset(g + first, 0, sizeof(float) * len);
     }
+}
+
+/* Layer l's dense MLP matrices (gate, up, down: adjacent in the arena) as
+ * gradient arena range [*lo, *hi); 0 if the layer has none (MoE layers'
+ * experts are zeroed like the rest: an expert no token chose gets no
+ * product). */
+static int mlp_grad_range(const al_model *m, int l, size_t *lo, size_t *hi) {
+    const al_layer_ptrs *G = &m->glayers[l];
+    if (al_config_layer_moe(&m->cfg, l) || !G->gate) return 0;
+    const size_t fd = (size_t)G->ffn * m->cfg.hidden_size;
+    assert(G->up == G->gate + fd && G->down == G->up + fd); /* set_views' order, no padding */
+    *lo = (size_t)(G->gate - m->g), *hi = *lo + 3 * fd;
+    return 1;
+}
+
+/* Zeroes every gradient before a backward adds into them, except the dense
+ * MLP matrices', which the next backward writes (dW = dY^T X, not +=: two
+ * thirds of a gpt2 layer's weights) instead: zeroing gpt2's 340 MB of
+ * gradients took 3.7 % of its bf16 step on AMX (perf), and the products'
+ * adding to zeros read them back. */
+void al_model_zero_grads(al_model *m) {
+    if (!m->g) return;
+    size_t from = 0, lo, hi;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        if (mlp_grad_range(m, l, &lo, &hi)) {
+            zero_floats(m->g + from, lo - from);
+            from = hi;
+        }
+    zero_floats(m->g + from, m->n_floats - from);
+    m->mlp_grads_unset = 1;
 }
 
 size_t al_model_matmul_params(const al_model *m) {
@@ -873,11 +900,13 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         const al_layer_ptrs *L = &m->layers[l], *G = &m->glayers[l];
         const float *x = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *x_mid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
         const float *gate = a->gate + l * Nf, *up = a->up + l * Nf, *hmid = a->hmid + l * Nf;
-        /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the residual */
-        al_linear_bwd_set(a->dh, G->down, a->dres, hmid, L->down, N, f, d);
+        /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the
+         * residual; the matrices' gradients written after al_model_zero_grads */
+        const int add_w = !m->mlp_grads_unset;
+        al_linear_bwd_into(a->dh, 0, G->down, add_w, a->dres, hmid, L->down, N, f, d);
         al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
-        al_linear_bwd_set(a->dtmp, G->gate, a->dg, xn2, L->gate, N, d, f);
-        al_linear_bwd(a->dtmp, G->up, a->du, xn2, L->up, N, d, f);
+        al_linear_bwd_into(a->dtmp, 0, G->gate, add_w, a->dg, xn2, L->gate, N, d, f);
+        al_linear_bwd_into(a->dtmp, 1, G->up, add_w, a->du, xn2, L->up, N, d, f);
         al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
         /* attention branch */
         memset(a->dtmp, 0, sizeof(float) * Nd);
@@ -886,6 +915,7 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         al_rmsnorm_bwd(a->dres, G->ln1, a->dtmp, x, L->ln1, a->rstd1 + (size_t)l * N, N, d);
         grads_final(m, G->ln1); /* the layer's first tensor: layers l.. are done */
     }
+    m->mlp_grads_unset = 0;
 }
 
 double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets) {

@@ -109,6 +109,10 @@ typedef struct al_model {
      * NULL: none. dist.c starts their all-reduce while the backward goes on. */
     void (*grads_final)(void *ctx, size_t from);
     void *grads_final_ctx;
+    /* Set by al_model_zero_grads, cleared by the next backward: the dense
+     * MLP matrices' gradients were left as they were, and that backward
+     * writes them instead of adding to them. */
+    int mlp_grads_unset;
 } al_model;
 
 /* Builds the parameter table and arenas for a validated config; weights zero. */
@@ -124,6 +128,8 @@ void al_model_free(al_model *m);
 /* Normal(std) / ones init from a seed, in arena order (reproducible). */
 void al_model_init_weights(al_model *m, uint64_t seed);
 int al_model_alloc_grads(al_model *m, al_err *err);
+/* Every gradient zero for the next backward to add into (the dense MLP
+ * matrices' in effect: that backward writes them; read m->g after it). */
 void al_model_zero_grads(al_model *m);
 /* Parameters without the embedding table (the convention for FLOP counts). */
 size_t al_model_matmul_params(const al_model *m);
@@ -230,7 +236,8 @@ void al_acts_free(al_acts *a);
  * and, when targets given, dL/dlogits in a->dlogits. Language models only
  * (a vision model returns NAN: see al_vit_forward). */
 double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets);
-/* Accumulates every parameter gradient into m->g (call after forward with targets). */
+/* Accumulates every parameter gradient into m->g (call after forward with
+ * targets; after al_model_zero_grads: this batch's gradients). */
 void al_model_backward(al_model *m, al_acts *a);
 
 /* ---- vision transformer ----

@@ -42,6 +42,9 @@ void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const 
 /* The same with dx written (=), not added to: the first term of a gradient
  * buffer, which then needs no zeroing first (nor its zeros read back). */
 void al_linear_bwd_set(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
+/* Either: dx and dW each added to (add 1) or written (add 0). */
+void al_linear_bwd_into(float *dx, int dx_add, float *dW, int dW_add, const float *dy, const float *x, const float *W,
+                        int N, int in, int out);
 
 /* ---- precision of the matrix products (precision.c) ----
  * One process-wide mode, like the CPU set of core/cpu.h: every product made
