@@ -43,6 +43,7 @@ typedef struct al_param_spec {
     al_init_kind init;
     float std;            /* for AL_INIT_NORMAL */
     int decay;            /* weight decay applies (matrices: 1, gains: 0) */
+    int grad_written;     /* 1: backward writes this gradient whole when the layer's grads_unset is set */
 } al_param_spec;
 
 /* One layer's view of its weights: w[i] / g[i] follow params() order; g[] are
@@ -62,6 +63,10 @@ typedef struct al_attn_layer {
     al_dtype wdt[AL_ATTN_MAX_PARAMS];
     const al_rope_table *rope;      /* the design's main RoPE table (rope_dims()[0]) */
     const al_rope_table *rope_aux;  /* a second table if the design needs one, else NULL */
+    /* Set by the model for a backward after al_model_zero_grads, which left
+     * the gradients whose spec has grad_written as they were: that backward
+     * writes them (dW = dY^T X) instead of adding to them. */
+    int grads_unset;
 } al_attn_layer;
 
 /* w[i] as a weight reference for the products of nn/wmat.c */
@@ -155,7 +160,8 @@ typedef struct al_attn_ops {
     size_t (*scratch_floats)(const al_config *c, int B, int T);
     /* x[B*T, d] (normed layer input) -> y[B*T, d] (overwritten) */
     void (*forward)(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T);
-    /* dy[B*T, d] -> dx[B*T, d] (accumulated) and L->g[] (accumulated) */
+    /* dy[B*T, d] -> dx[B*T, d] (accumulated) and L->g[] (accumulated; the
+     * grad_written ones written where L->grads_unset) */
     void (*backward)(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
                      float *scratch, int B, int T);
     /* one token: x[d] at position pos -> y[d]; appends its cache entry at

@@ -119,15 +119,17 @@ static int lrkv_params(const al_config *c, al_param_spec *out) {
     const int64_t d = c->hidden_size, H = c->num_heads, dh = c->head_dim, r = c->lrkv_rank;
     const float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     const float std_up = r > 0 ? 0.1f / sqrtf((float)r) : 0.0f;
+    /* written whole by the backward: the fused projection (proj_bwd) and o;
+     * the up factors' gradients add up over the heads */
     const al_param_spec specs[N_W] = {
-        {"q_proj.weight", 2, {H * dh, d}, AL_INIT_NORMAL, std, 1},
-        {"k_shared_proj.weight", 2, {dh, d}, AL_INIT_NORMAL, std, 1},
-        {"v_shared_proj.weight", 2, {dh, d}, AL_INIT_NORMAL, std, 1},
-        {"k_down_proj.weight", 2, {H * r, d}, AL_INIT_NORMAL, std, 1},
-        {"v_down_proj.weight", 2, {H * r, d}, AL_INIT_NORMAL, std, 1},
-        {"k_up_proj.weight", 2, {H * dh, r}, AL_INIT_NORMAL, std_up, 1},
-        {"v_up_proj.weight", 2, {H * dh, r}, AL_INIT_NORMAL, std_up, 1},
-        {"o_proj.weight", 2, {d, H * dh}, AL_INIT_NORMAL, std_out, 1},
+        {"q_proj.weight", 2, {H * dh, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"k_shared_proj.weight", 2, {dh, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"v_shared_proj.weight", 2, {dh, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"k_down_proj.weight", 2, {H * r, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"v_down_proj.weight", 2, {H * r, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"k_up_proj.weight", 2, {H * dh, r}, AL_INIT_NORMAL, std_up, 1, 0},
+        {"v_up_proj.weight", 2, {H * dh, r}, AL_INIT_NORMAL, std_up, 1, 0},
+        {"o_proj.weight", 2, {d, H * dh}, AL_INIT_NORMAL, std_out, 1, 1},
     };
     memcpy(out, specs, sizeof specs);
     return N_W;
@@ -203,9 +205,9 @@ static void proj_fwd(const al_attn_layer *L, const dims *m, const float *x, floa
     al_matmul(proj, m->w, x, m->d, al_attn_w(L, W_Q), N, m->d, m->w, 0);
 }
 
-/* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] += dproj^T x[N, d] */
+/* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] (+)= dproj^T x[N, d] */
 static void proj_bwd(const al_attn_layer *L, const dims *m, const float *x, const float *dproj, float *dx, int N) {
-    al_linear_bwd(dx, L->g[W_Q], dproj, x, L->w[W_Q], N, m->d, m->w);
+    al_linear_bwd_into(dx, 1, L->g[W_Q], !L->grads_unset, dproj, x, L->w[W_Q], N, m->d, m->w);
 }
 
 /* RoPE on q and K_s (adjacent: H+1 vectors of dh) and on every R_K[h]. sign
@@ -345,7 +347,7 @@ static void lrkv_backward(const al_attn_layer *L, const float *x, const float *d
     float *d_o = scratch, *dproj = d_o + Nhd;
     const al_attn_shape s = shape_of(L->cfg, &m, B, T);
     memset(dproj, 0, sizeof(float) * (size_t)N * m.w);
-    al_linear_bwd_set(d_o, L->g[W_O], dy, o, L->w[W_O], N, m.hd, m.d);
+    al_linear_bwd_into(d_o, 0, L->g[W_O], !L->grads_unset, dy, o, L->w[W_O], N, m.hd, m.d);
     if (m.r > 0) {
         float *K = dproj + (size_t)N * m.w, *V = K + Nhd, *dK = V + Nhd, *dV = dK + Nhd;
         build_kv(L, &m, proj, K, V, N);

@@ -100,11 +100,12 @@ static void mqa_title(const al_config *c, char *buf, size_t cap) { snprintf(buf,
 static int gqa_params(const al_config *c, al_param_spec *out) {
     int64_t d = c->hidden_size, qd = (int64_t)c->num_heads * c->head_dim, kvd = (int64_t)c->num_kv_heads * c->head_dim;
     float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers); /* GPT-2 residual scaling */
+    /* the backward writes q, k, v (one product: gqa_backward) and o whole */
     const al_param_spec specs[] = {
-        {"q_proj.weight", 2, {qd, d}, AL_INIT_NORMAL, std, 1},
-        {"k_proj.weight", 2, {kvd, d}, AL_INIT_NORMAL, std, 1},
-        {"v_proj.weight", 2, {kvd, d}, AL_INIT_NORMAL, std, 1},
-        {"o_proj.weight", 2, {d, qd}, AL_INIT_NORMAL, std_out, 1},
+        {"q_proj.weight", 2, {qd, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"k_proj.weight", 2, {kvd, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"v_proj.weight", 2, {kvd, d}, AL_INIT_NORMAL, std, 1, 1},
+        {"o_proj.weight", 2, {d, qd}, AL_INIT_NORMAL, std_out, 1, 1},
     };
     memcpy(out, specs, sizeof specs);
     if (!c->qkv_bias) return 4;
@@ -253,13 +254,13 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and
      * have no biases (heads_validate_layer) */
     memset(dqkv, 0, sizeof(float) * (size_t)N * w);
-    al_linear_bwd_set(d_o, L->g[W_O], dy, o, L->w[W_O], N, H * dh, d);
+    al_linear_bwd_into(d_o, 0, L->g[W_O], !L->grads_unset, dy, o, L->w[W_O], N, H * dh, d);
     al_attn_shape s = shape_of(c, B, T);
     al_attn_bwd(&s, qkv, qkv + (size_t)H * dh, qkv + (size_t)(H + G) * dh, o, lse, d_o, dqkv, dqkv + (size_t)H * dh,
                 dqkv + (size_t)(H + G) * dh);
     al_rope_half(dqkv, N, T, 0, H, w, L->rope, -1);
     al_rope_half(dqkv + (size_t)H * dh, N, T, 0, G, w, L->rope, -1);
-    al_linear_bwd(dx, L->g[W_Q], dqkv, x, L->w[W_Q], N, d, w);
+    al_linear_bwd_into(dx, 1, L->g[W_Q], !L->grads_unset, dqkv, x, L->w[W_Q], N, d, w);
 }
 
 static void gqa_decode(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch) {

@@ -156,21 +156,23 @@ static int mla_validate(const al_config *c, al_err *err) {
     return 0;
 }
 
+/* The matrices' gradients are written whole by mla_backward (one product
+ * each; kv_a_proj's two, into its two row ranges). */
 static int mla_params(const al_config *c, al_param_spec *out) {
     const mla_dims D = dims_of(c);
     const float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)c->num_layers); /* GPT-2 residual scaling */
     int n = 0;
     if (D.dq > 0) {
-        out[n++] = (al_param_spec){"q_a_proj.weight", 2, {D.dq, D.d}, AL_INIT_NORMAL, std, 1};
+        out[n++] = (al_param_spec){"q_a_proj.weight", 2, {D.dq, D.d}, AL_INIT_NORMAL, std, 1, 1};
         out[n++] = (al_param_spec){"q_a_layernorm.weight", 1, {D.dq, 1}, AL_INIT_ONES, 0.0f, 0};
-        out[n++] = (al_param_spec){"q_b_proj.weight", 2, {D.qw, D.dq}, AL_INIT_NORMAL, std, 1};
+        out[n++] = (al_param_spec){"q_b_proj.weight", 2, {D.qw, D.dq}, AL_INIT_NORMAL, std, 1, 1};
     } else {
-        out[n++] = (al_param_spec){"q_proj.weight", 2, {D.qw, D.d}, AL_INIT_NORMAL, std, 1};
+        out[n++] = (al_param_spec){"q_proj.weight", 2, {D.qw, D.d}, AL_INIT_NORMAL, std, 1, 1};
     }
-    out[n++] = (al_param_spec){"kv_a_proj_with_mqa.weight", 2, {D.vpt, D.d}, AL_INIT_NORMAL, std, 1};
+    out[n++] = (al_param_spec){"kv_a_proj_with_mqa.weight", 2, {D.vpt, D.d}, AL_INIT_NORMAL, std, 1, 1};
     out[n++] = (al_param_spec){"kv_a_layernorm.weight", 1, {D.dc, 1}, AL_INIT_ONES, 0.0f, 0};
-    out[n++] = (al_param_spec){"kv_b_proj.weight", 2, {D.kvw, D.dc}, AL_INIT_NORMAL, std, 1};
-    out[n++] = (al_param_spec){"o_proj.weight", 2, {D.d, D.ow}, AL_INIT_NORMAL, std_out, 1};
+    out[n++] = (al_param_spec){"kv_b_proj.weight", 2, {D.kvw, D.dc}, AL_INIT_NORMAL, std, 1, 1};
+    out[n++] = (al_param_spec){"o_proj.weight", 2, {D.d, D.ow}, AL_INIT_NORMAL, std_out, 1, 1};
     return n;
 }
 
@@ -352,7 +354,8 @@ static void mla_backward(const al_attn_layer *L, const float *x, const float *dy
     float *dqan = dc + Nz * D.dc, *dqa = dqan + Nz * D.dq;
     /* do, dq, dk, dv are contiguous: one clear for the buffers that accumulate */
     memset(d_o, 0, sizeof(float) * Nz * (2 * (size_t)D.ow + 2 * (size_t)D.qw));
-    al_linear_bwd(d_o, G.o, dy, S.o, W.o, N, D.ow, d);
+    const int add_w = !L->grads_unset; /* the matrices' gradients: written after al_model_zero_grads */
+    al_linear_bwd_into(d_o, 1, G.o, add_w, dy, S.o, W.o, N, D.ow, d);
     al_attn_shape s = shape_of(c, &D, B, T);
     al_attn_bwd(&s, S.q, S.k, S.v, S.o, S.lse, d_o, dq, dk, dv);
     rope_queries(&D, dq, N, T, L->rope, -1);
@@ -360,18 +363,18 @@ static void mla_backward(const al_attn_layer *L, const float *x, const float *dy
     al_rope_interleaved(dkpe, N, T, 0, 1, D.dr, L->rope, -1);
     /* latent path: dkv -> dc~ -> dc (through the norm) */
     memset(dcn, 0, sizeof(float) * Nz * 2 * D.dc);
-    al_linear_bwd(dcn, G.kvb, dkv, S.cn, W.kvb, N, D.dc, D.kvw);
+    al_linear_bwd_into(dcn, 1, G.kvb, add_w, dkv, S.cn, W.kvb, N, D.dc, D.kvw);
     al_rmsnorm_bwd(dc, G.kv_norm, dcn, S.c, W.kv_norm, S.rstd_c, N, D.dc);
-    al_linear_bwd(dx, G.kva, dc, x, W.kva, N, d, D.dc);
-    al_linear_bwd(dx, G.kva + (size_t)D.dc * d, dkpe, x, W.kva + (size_t)D.dc * d, N, d, D.dr);
+    al_linear_bwd_into(dx, 1, G.kva, add_w, dc, x, W.kva, N, d, D.dc);
+    al_linear_bwd_into(dx, 1, G.kva + (size_t)D.dc * d, add_w, dkpe, x, W.kva + (size_t)D.dc * d, N, d, D.dr);
     /* query path */
     if (D.dq > 0) {
         memset(dqan, 0, sizeof(float) * Nz * 2 * D.dq);
-        al_linear_bwd(dqan, G.qb, dq, S.qan, W.qb, N, D.dq, D.qw);
+        al_linear_bwd_into(dqan, 1, G.qb, add_w, dq, S.qan, W.qb, N, D.dq, D.qw);
         al_rmsnorm_bwd(dqa, G.qa_norm, dqan, S.qa, W.qa_norm, S.rstd_q, N, D.dq);
-        al_linear_bwd(dx, G.qa, dqa, x, W.qa, N, d, D.dq);
+        al_linear_bwd_into(dx, 1, G.qa, add_w, dqa, x, W.qa, N, d, D.dq);
     } else {
-        al_linear_bwd(dx, G.q, dq, x, W.q, N, d, D.qw);
+        al_linear_bwd_into(dx, 1, G.q, add_w, dq, x, W.q, N, d, D.qw);
     }
 }
 

@@ -236,11 +236,15 @@ int al_model_build(al_model *m, const al_config *cfg, int arena, al_err *err) {
             al_strfmt(name, sizeof name, "model.layers.%d.self_attn.%s", l, specs[a].name);
             add_param(m, cap, name, specs[a].ndim, specs[a].shape[0], specs[a].shape[1], specs[a].init, specs[a].std,
                       specs[a].decay);
+            m->params[m->n_params - 1].grad_written = specs[a].grad_written;
         }
         al_strfmt(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
         add_param(m, cap, name, 1, d, 1, AL_INIT_ONES, 0, 0);
         if (!al_config_layer_moe(c, l)) {
             add_mlp_params(m, cap, l, "", f, std_out);
+            /* blocks_bwd writes the dense MLP's three gradients whole (not
+             * MoE experts': one no token chose gets no product) */
+            for (int k = 1; k <= 3; k++) m->params[m->n_params - k].grad_written = 1;
             continue;
         }
         /* DeepseekV2MoE: router, routed experts, shared experts */
@@ -343,34 +347,24 @@ static void zero_floats(float *g, size_t n) {
     }
 }
 
-/* Layer l's dense MLP matrices (gate, up, down: adjacent in the arena) as
- * gradient arena range [*lo, *hi); 0 if the layer has none (MoE layers'
- * experts are zeroed like the rest: an expert no token chose gets no
- * product). */
-static int mlp_grad_range(const al_model *m, int l, size_t *lo, size_t *hi) {
-    const al_layer_ptrs *G = &m->glayers[l];
-    if (al_config_layer_moe(&m->cfg, l) || !G->gate) return 0;
-    const size_t fd = (size_t)G->ffn * m->cfg.hidden_size;
-    assert(G->up == G->gate + fd && G->down == G->up + fd); /* set_views' order, no padding */
-    *lo = (size_t)(G->gate - m->g), *hi = *lo + 3 * fd;
-    return 1;
-}
-
-/* Zeroes every gradient before a backward adds into them, except the dense
- * MLP matrices', which the next backward writes (dW = dY^T X, not +=: two
- * thirds of a gpt2 layer's weights) instead: zeroing gpt2's 340 MB of
- * gradients took 3.7 % of its bf16 step on AMX (perf), and the products'
- * adding to zeros read them back. */
+/* Zeroes every gradient before a backward adds into them, except those of
+ * the parameters marked grad_written (the dense MLP matrices and the
+ * attention matrices its design's backward writes in one product: all of a
+ * gpt2 layer's weights), which the next backward writes (dW = dY^T X, not
+ * +=) instead: zeroing gpt2's 340 MB of gradients took 3.7 % of its bf16
+ * step on AMX (perf), and the products' adding to zeros read them back.
+ * Runs of neighbouring tensors to zero are zeroed as one. */
 void al_model_zero_grads(al_model *m) {
     if (!m->g) return;
-    size_t from = 0, lo, hi;
-    for (int l = 0; l < m->cfg.num_layers; l++)
-        if (mlp_grad_range(m, l, &lo, &hi)) {
-            zero_floats(m->g + from, lo - from);
-            from = hi;
-        }
+    size_t from = 0; /* start of the run to zero */
+    for (int i = 0; i < m->n_params; i++) {
+        const al_param *p = &m->params[i];
+        if (!p->grad_written) continue;
+        zero_floats(m->g + from, p->offset - from);
+        from = p->offset + p->numel;
+    }
     zero_floats(m->g + from, m->n_floats - from);
-    m->mlp_grads_unset = 1;
+    m->grads_unset = 1;
 }
 
 size_t al_model_matmul_params(const al_model *m) {
@@ -902,7 +896,7 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         const float *gate = a->gate + l * Nf, *up = a->up + l * Nf, *hmid = a->hmid + l * Nf;
         /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the
          * residual; the matrices' gradients written after al_model_zero_grads */
-        const int add_w = !m->mlp_grads_unset;
+        const int add_w = !m->grads_unset;
         al_linear_bwd_into(a->dh, 0, G->down, add_w, a->dres, hmid, L->down, N, f, d);
         al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
         al_linear_bwd_into(a->dtmp, 0, G->gate, add_w, a->dg, xn2, L->gate, N, d, f);
@@ -910,12 +904,13 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
         /* attention branch */
         memset(a->dtmp, 0, sizeof(float) * Nd);
+        m->layers[l].attn.grads_unset = m->grads_unset;
         m->attn->backward(&L->attn, xn1, a->dres, a->dtmp, a->attn_saved + l * a->attn_saved_per_layer,
                           a->attn_scratch, B, T);
         al_rmsnorm_bwd(a->dres, G->ln1, a->dtmp, x, L->ln1, a->rstd1 + (size_t)l * N, N, d);
         grads_final(m, G->ln1); /* the layer's first tensor: layers l.. are done */
     }
-    m->mlp_grads_unset = 0;
+    m->grads_unset = 0;
 }
 
 double al_model_forward(const al_model *m, al_acts *a, const int *tokens, const int *targets) {

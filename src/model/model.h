@@ -47,6 +47,7 @@ typedef struct al_param {
     al_init_kind init;
     float std;
     int decay;
+    int grad_written; /* the backward writes its gradient whole after al_model_zero_grads, which leaves it */
 } al_param;
 
 /* One layer's tensors. gate/up/down are fp32 arena matrices (dtype
@@ -109,10 +110,10 @@ typedef struct al_model {
      * NULL: none. dist.c starts their all-reduce while the backward goes on. */
     void (*grads_final)(void *ctx, size_t from);
     void *grads_final_ctx;
-    /* Set by al_model_zero_grads, cleared by the next backward: the dense
-     * MLP matrices' gradients were left as they were, and that backward
-     * writes them instead of adding to them. */
-    int mlp_grads_unset;
+    /* Set by al_model_zero_grads, cleared by the next backward: the
+     * gradients of the parameters marked grad_written were left as they
+     * were, and that backward writes them instead of adding to them. */
+    int grads_unset;
 } al_model;
 
 /* Builds the parameter table and arenas for a validated config; weights zero. */
@@ -128,8 +129,9 @@ void al_model_free(al_model *m);
 /* Normal(std) / ones init from a seed, in arena order (reproducible). */
 void al_model_init_weights(al_model *m, uint64_t seed);
 int al_model_alloc_grads(al_model *m, al_err *err);
-/* Every gradient zero for the next backward to add into (the dense MLP
- * matrices' in effect: that backward writes them; read m->g after it). */
+/* Every gradient zero for the next backward to add into (those of the
+ * parameters marked grad_written in effect: that backward writes them;
+ * read m->g after it). */
 void al_model_zero_grads(al_model *m);
 /* Parameters without the embedding table (the convention for FLOP counts). */
 size_t al_model_matmul_params(const al_model *m);

@@ -442,7 +442,7 @@ int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train
  * bits for any thread count. */
 double al_grad_norm(const al_model *m) {
     enum { LANES = 8, MAX_BLOCKS = 1024, MIN_BLOCK = 1 << 14 };
-    assert(!m->mlp_grads_unset); /* a backward ran after al_model_zero_grads */
+    assert(!m->grads_unset); /* a backward ran after al_model_zero_grads */
     const size_t n = m->n_floats;
     size_t blk = (n + MAX_BLOCKS - 1) / MAX_BLOCKS;
     blk = blk < MIN_BLOCK ? MIN_BLOCK : (blk + LANES - 1) / LANES * LANES;

@@ -1,8 +1,10 @@
 /*
  * test_model.c: model-level invariants that the PyTorch reference does not
  * cover: checkpoint round trip, config validation messages, bitwise
- * determinism of a training step, the lr schedule and parameter counting.
+ * determinism of a training step, gradients written over garbage, the lr
+ * schedule and parameter counting.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -85,6 +87,58 @@ static void test_determinism(void) {
     al_model_free(&m);
 }
 
+/* Gradients from al_model_zero_grads over NaN garbage: the same bits as
+ * from zeros, for every design (the backward writes some gradients whole,
+ * al_param.grad_written, and adds into the rest), and the flags are where
+ * the designs' backwards write. Then a second backward without zeroing
+ * adds: twice the gradient. */
+static void test_grads_written(void) {
+    al_config cases[6];
+    cases[0] = tu_config(32, 64, 2, 4, 4, 8, 16); /* MHA */
+    cases[1] = tiny();                             /* GQA */
+    cases[2] = tu_config(32, 64, 2, 4, 1, 8, 16); /* MQA */
+    cases[3] = tu_mla_config(16, 0);
+    cases[4] = tu_mla_config(0, 1);
+    cases[5] = tu_config(32, 64, 2, 4, 4, 8, 16);
+    cases[5].attention = AL_ATTN_LRKV;
+    cases[5].lrkv_rank = 4;
+    for (int ci = 0; ci < 6; ci++) {
+        al_model m;
+        al_acts a;
+        al_err err;
+        CHECK(al_model_create(&m, &cases[ci], &err) == 0 && al_model_alloc_grads(&m, &err) == 0);
+        al_model_init_weights(&m, 5 + ci);
+        const int T = cases[ci].max_position;
+        CHECK(al_acts_create(&a, &m, 2, T, &err) == 0);
+        int in[64], tg[64];
+        for (int i = 0; i < 2 * T; i++) in[i] = (i * 53 + ci) % 256, tg[i] = (i * 29 + 7) % 256;
+        int written = 0;
+        for (int i = 0; i < m.n_params; i++) written += m.params[i].grad_written;
+        CHECK_MSG(written > 0, "case %d: no gradient written whole", ci);
+        const size_t bytes = sizeof(float) * m.n_floats;
+        float *g0 = malloc(bytes);
+        memset(m.g, 0, bytes);
+        al_model_forward(&m, &a, in, tg);
+        al_model_backward(&m, &a); /* no al_model_zero_grads: adds into the zeros */
+        memcpy(g0, m.g, bytes);
+        memset(m.g, 0xff, bytes);
+        tu_loss_and_grads(&m, &a, in, tg);
+        CHECK_MSG(memcmp(g0, m.g, bytes) == 0, "case %d (%s): gradients over NaN differ from those over zeros", ci,
+                  al_attn_name(cases[ci].attention));
+        al_model_forward(&m, &a, in, tg);
+        al_model_backward(&m, &a); /* adds: 2 g0 (up to rounding where a gradient sums several terms: a tied head) */
+        float big = 0.0f;
+        for (size_t j = 0; j < m.n_floats; j++) big = fmaxf(big, fabsf(g0[j]));
+        int twice = 1; /* not added: off by |g0| */
+        for (size_t j = 0; j < m.n_floats; j++)
+            twice &= fabsf(m.g[j] - 2.0f * g0[j]) <= 1e-4f * fabsf(g0[j]) + 1e-6f * big;
+        CHECK_MSG(twice, "case %d: a second backward did not add to every gradient", ci);
+        free(g0);
+        al_acts_free(&a);
+        al_model_free(&m);
+    }
+}
+
 static void test_schedule_and_counts(void) {
     al_train_opts o;
     al_train_opts_default(&o);
@@ -114,6 +168,7 @@ int main(int argc, char **argv) {
     test_roundtrip(dir);
     test_config_errors();
     test_determinism();
+    test_grads_written();
     test_schedule_and_counts();
     if (tu_remove_dir(dir)) return 1;
     return TEST_EXIT();
