@@ -60,10 +60,10 @@ enum { COLS_FIRST_MIN_BLOCK_COLS = 256, ROWS_ONLY_MIN_BLOCKS = 8 };
  * (1024 rows in 8 blocks: 36 strips where 32 do), each as slow as a whole
  * one and summed through a buffer, so its cut is at multiples of 32: the
  * kernel 1.08-1.09x as fast over 1024-row products (K 256, 688; alternated,
- * one thread, docs/kernels.md). The onednn engine's too: at 48, 1024 rows in 8 blocks are 96 to 144
- * rows, which two threads finish in the time of 544 rows, not 512; at 32
- * every block is 128 (a study model's bf16 step 1.6 % faster on Zen 4, 5 of
- * 6 alternated pairs). */
+ * one thread, docs/kernels.md). The onednn engine's too: at 48, 1024 rows
+ * in 8 blocks are 96 to 144 rows, which two threads finish in the time of
+ * 544 rows, not 512; at 32 every block is 128 (a study model's bf16 step
+ * 1.6 % faster on Zen 4, 5 of 6 alternated pairs). */
 enum { BF16_ROW_QUANTUM = 32 };
 
 /* Halve n into blocks of at least min_size while fewer than `most`. */
@@ -88,7 +88,8 @@ int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCK
  * the shape's cut (16 tiles: 2 x 8 or 8 x 2), alternated in one process on
  * the gpt2 step's eleven product shapes (2 threads, AMX, median of 30
  * pairs): 0.88-0.98x the time each, the `bench train --preset gpt2
- * --precision bf16` step 0.949x (6 of 6 pairs; docs/kernels.md). */
+ * --precision bf16` step 0.949x and 0.954x (6 of 6 pairs in both runs;
+ * docs/kernels.md). */
 enum { AMX_MIN_BLOCK_ROWS = 256, AMX_MIN_BLOCK_COLS = 512 };
 static void amx_cut(int M, int N, int threads, al_cut *rows, al_cut *cols) {
     int most = 2;

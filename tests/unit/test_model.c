@@ -66,8 +66,8 @@ static void test_determinism(void) {
     float *g1 = malloc(m.n_floats * sizeof(float));
     double l1 = tu_loss_and_grads(&m, &a, in, tg);
     memcpy(g1, m.g, m.n_floats * sizeof(float));
-    /* NaN in every gradient: al_model_zero_grads clears the input side and
-     * the head, the backward each layer as it reaches it */
+    /* NaN in every gradient: al_model_zero_grads zeroes those the backward
+     * adds into, the backward writes the rest */
     memset(m.g, 0xff, m.n_floats * sizeof(float));
     double l2 = tu_loss_and_grads(&m, &a, in, tg);
     CHECK(l1 == l2 && memcmp(g1, m.g, m.n_floats * sizeof(float)) == 0);
