@@ -89,9 +89,21 @@ int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCK
  * the gpt2 step's eleven product shapes (2 threads, AMX, median of 30
  * pairs): 0.88-0.98x the time each, the `bench train --preset gpt2
  * --precision bf16` step 0.949x and 0.954x (6 of 6 pairs in both runs;
- * docs/kernels.md). */
+ * docs/kernels.md). But an op(B) of more than AMX_B_ROWS_MAX bytes of bf16
+ * (a Llama-7B weight, 32-90 MB, where gpt2's largest is 3.5 MB) comes from
+ * memory for every tile: those products keep the shape's columns-first cut
+ * (columns in up to 16 blocks of at least 256, rows in as many as keep 16
+ * tiles), under which the 7B attention map took 11.0-11.2 s as before,
+ * against 11.2-11.8 s with the few large tiles (alternated runs). */
 enum { AMX_MIN_BLOCK_ROWS = 256, AMX_MIN_BLOCK_COLS = 512 };
-static void amx_cut(int M, int N, int threads, al_cut *rows, al_cut *cols) {
+#define AMX_B_ROWS_MAX ((size_t)8 << 20)
+static void amx_cut(int M, int N, int K, int threads, al_cut *rows, al_cut *cols) {
+    if ((size_t)N * (size_t)K * sizeof(uint16_t) > AMX_B_ROWS_MAX) {
+        const int col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
+        *rows = (al_cut){M, BF16_ROW_QUANTUM, block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks)};
+        *cols = (al_cut){N, COL_QUANTUM, col_blocks};
+        return;
+    }
     int most = 2;
     while (most < 2 * threads && most < 1024) most *= 2;
     int min_rows = AMX_MIN_BLOCK_ROWS, min_cols = AMX_MIN_BLOCK_COLS, row_blocks, col_blocks;
@@ -111,7 +123,7 @@ static void amx_cut(int M, int N, int threads, al_cut *rows, al_cut *cols) {
  * (amx_cut). */
 static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threads, al_cut *rows, al_cut *cols) {
     if (plan && plan->engine == AL_BF16_AMX) {
-        amx_cut(M, N, threads, rows, cols);
+        amx_cut(M, N, K, threads, rows, cols);
         return;
     }
     int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
