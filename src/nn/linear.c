@@ -96,11 +96,21 @@ int al_sgemm_row_blocks(int M) { return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCK
  * tiles), under which the 7B attention map took 11.0-11.2 s as before,
  * against 11.2-11.8 s with the few large tiles (alternated runs). */
 enum { AMX_MIN_BLOCK_ROWS = 256, AMX_MIN_BLOCK_COLS = 512 };
+
+/* The columns-first cut's blocks (above): columns in up to MAX_BLOCKS of
+ * at least COLS_FIRST_MIN_BLOCK_COLS, rows in as many as keep MAX_BLOCKS
+ * tiles in all; returns the row blocks. */
+static int cols_first_blocks(int M, int N, int *col_blocks) {
+    *col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
+    return block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / *col_blocks);
+}
+
 #define AMX_B_ROWS_MAX ((size_t)8 << 20)
 static void amx_cut(int M, int N, int K, int threads, al_cut *rows, al_cut *cols) {
     if ((size_t)N * (size_t)K * sizeof(uint16_t) > AMX_B_ROWS_MAX) {
-        const int col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
-        *rows = (al_cut){M, BF16_ROW_QUANTUM, block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks)};
+        int col_blocks;
+        const int row_blocks = cols_first_blocks(M, N, &col_blocks);
+        *rows = (al_cut){M, BF16_ROW_QUANTUM, row_blocks};
         *cols = (al_cut){N, COL_QUANTUM, col_blocks};
         return;
     }
@@ -128,8 +138,7 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
     }
     int shape_rows = al_sgemm_row_blocks(M), col_blocks = block_count(N, MIN_BLOCK_COLS, MAX_BLOCKS / shape_rows);
     if (plan && plan->cols_first) { /* each tile reads its whole op(B): few row blocks, many column blocks */
-        col_blocks = block_count(N, COLS_FIRST_MIN_BLOCK_COLS, MAX_BLOCKS);
-        shape_rows = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS / col_blocks);
+        shape_rows = cols_first_blocks(M, N, &col_blocks);
         if (plan->engine == AL_BF16_ONEDNN && col_blocks > 1) {
             /* oneDNN computes a C tile narrower than C into a dense block
              * copied back (gemm_onednn.c: M N fp32 in and out), while each
