@@ -193,8 +193,46 @@ void BSFX(al_attn_exp2_weights)(float *y, const float *x, int n) {
 enum { RV = KT / KW };
 _Static_assert(RV % 2 == 0, "a row's vectors are rounded to bf16 in pairs");
 
-/* softmax forward (row_softmax_fwd): p = bf16(2^(s mul - m)); returns alpha */
-static inline float row_softmax_p16(const float *restrict s, uint16_t *restrict p, int nv, float mul, float *m,
+/* softmax_move_max out of line: the rare path where a row's running max
+ * moves (its exp2f call), so the common path keeps no vectors across a call */
+static __attribute__((noinline, cold)) float softmax_move_max_cold(vf vmx, float *m, vf *l) {
+    return softmax_move_max(vmx, m, l);
+}
+
+/* row_softmax_p16 for a row that sees all KT keys of the tile (every row
+ * but those on the causal diagonal and at a sequence's end): the same
+ * operations in the same order, so the same bits, straight-line and
+ * inlined into the tile products' slots. On AMX the rows' vector work does
+ * not run beside the tile products (tdpbf16ps holds the vector ports: a
+ * step costs about the sum of the two), so its instruction count is the
+ * step's: the masked general form, called out of line with its vectors
+ * spilled around the exp2f of a moving max, took 1.09x this one's time
+ * (paired, AMX, H=12 T=1024 d_h=64: the forward 0.954x, docs/kernels.md). */
+static inline __attribute__((always_inline)) float row_softmax_p16_full(const float *restrict s,
+                                                                        uint16_t *restrict p, float mul, float *m,
+                                                                        vf *l) {
+    const vf vmul = V_SET1(mul);
+    vf x[RV], vmx = V_SET1(-INFINITY);
+#pragma GCC unroll 8
+    for (int c = 0; c < RV; c++) x[c] = V_LOAD(s + c * KW), vmx = V_MAX(vmx, x[c]);
+    float alpha = 1.0f;
+    vmx = V_MUL(vmx, vmul);
+    if (__builtin_expect(V_ANY_GT(vmx, V_SET1(*m + (float)LAZY)), 0)) alpha = softmax_move_max_cold(vmx, m, l);
+    const vf vnm = V_SET1(-*m);
+    vf sum = *l;
+#pragma GCC unroll 8
+    for (int c = 0; c < RV; c += 2) {
+        const vf w0 = v_exp2_w(V_FMA(x[c], vmul, vnm)), w1 = v_exp2_w(V_FMA(x[c + 1], vmul, vnm));
+        sum = V_ADD(V_ADD(sum, w0), w1);
+        store_p16x2(p + c * KW, w0, w1);
+    }
+    *l = sum;
+    return alpha;
+}
+
+/* softmax forward (row_softmax_fwd): p = bf16(2^(s mul - m)); returns
+ * alpha. Out of line: only partly visible rows come here. */
+static __attribute__((noinline)) float row_softmax_p16(const float *restrict s, uint16_t *restrict p, int nv, float mul, float *m,
                                     vf *l) {
     const vf vmul = V_SET1(mul);
     vf x[RV], vmx = V_SET1(-INFINITY);
@@ -251,8 +289,31 @@ static inline void vec_bwd_softmax(const float *restrict s, const float *restric
     }
 }
 
-/* backward (row_bwd): p, ds = bf16 of the weights and of scale dL/ds */
-static inline void row_bwd_p16(const score_fn *f, const float *restrict s, const float *restrict dp,
+/* row_bwd_p16 for softmax where the row sees all KT keys of the tile: the
+ * same operations, straight-line, inlined (row_softmax_p16_full's reason;
+ * the backward 0.975-0.98x, paired) */
+static inline __attribute__((always_inline)) void row_bwd_p16_softmax_full(const float *restrict s,
+                                                                           const float *restrict dp,
+                                                                           uint16_t *restrict p, uint16_t *restrict ds,
+                                                                           float mul, float lse, float D,
+                                                                           float scale) {
+    const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vD = V_SET1(D), vs = V_SET1(scale);
+#pragma GCC unroll 8
+    for (int c = 0; c < RV; c += 2) {
+        vf w[2], d[2];
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; u++) {
+            w[u] = v_exp2_w(V_FMA(V_LOAD(s + (c + u) * KW), vmul, vnl));
+            d[u] = V_MUL(V_MUL(w[u], V_SUB(V_LOAD(dp + (c + u) * KW), vD)), vs);
+        }
+        store_p16x2(p + c * KW, w[0], w[1]);
+        store_p16x2(ds + c * KW, d[0], d[1]);
+    }
+}
+
+/* backward (row_bwd): p, ds = bf16 of the weights and of scale dL/ds.
+ * Out of line: the other score functions and partly visible rows. */
+static __attribute__((noinline)) void row_bwd_p16(const score_fn *f, const float *restrict s, const float *restrict dp,
                                uint16_t *restrict p, uint16_t *restrict ds, int nv, float mul, float lse, float D,
                                float scale) {
     const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
@@ -814,14 +875,18 @@ typedef struct fstep {
 /* the row r of step st: its weights P (bf16) from its scores, O's row
  * rescaled where the running max moved (both forward loops; per head:
  * S, P [RB][KT], mst, lst, Oacc of the item's rows) */
-static inline void fwd_row1(const score_fn *f, int softmax, int causal, fstep st, int i0, int r, const float *S,
-                            uint16_t *P, float kmul, float *mst, vf *lst, float *Oacc, int dvp) {
+static inline __attribute__((always_inline)) void fwd_row1(const score_fn *f, int softmax, int causal, fstep st,
+                                                           int i0, int r, const float *S, uint16_t *P, float kmul,
+                                                           float *mst, vf *lst, float *Oacc, int dvp) {
     const int ia = i0 + st.r0;
     const int nv = causal ? imax(0, imin(st.nk, ia + r - st.j0 + 1)) : st.nk;
     const float *srow = S + (size_t)r * KT;
     uint16_t *prow = P + (size_t)r * KT;
     if (softmax) {
-        const float alpha = row_softmax_p16(srow, prow, nv, kmul, mst + st.r0 + r, lst + st.r0 + r);
+        float *mr = mst + st.r0 + r;
+        vf *lr = lst + st.r0 + r;
+        const float alpha = nv >= KT ? row_softmax_p16_full(srow, prow, kmul, mr, lr)
+                                     : row_softmax_p16(srow, prow, nv, kmul, mr, lr);
         if (st.j0 > 0 && alpha != 1.0f) row_scale(Oacc + ((size_t)st.r0 + r) * dvp, dvp, alpha);
     } else row_map_p16(f, srow, prow, nv, kmul);
 }
@@ -986,6 +1051,19 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
 }
 #endif
 
+/* The order of the forward's items. Query blocks outer (every unit's
+ * latest block, then the ones before) has each item read its unit's
+ * packed key tiles after the other units' items read theirs: from L3 once
+ * all of them outgrow L2. By unit (a unit: sequence, KV group, chunk of
+ * heads; its query blocks in turn, latest first) the two threads work on
+ * one unit at a time and its tiles stay in their caches, where query
+ * blocks outer reads neighbouring q rows (other heads' columns) in turn.
+ * Paired on AMX: by unit 0.96-0.97x the forward's time at H=12 d_h=64
+ * (T=1024 B=1, T=256 B=4: 3 MB of tiles), 0.91x at the ViT's shape (3 MB);
+ * 1.04x with 1 MB of tiles (GQA, 4 groups, T=256 B=4). So by unit above
+ * this many bytes of packed tiles. */
+enum { BY_UNIT_MIN_BYTES = 1 << 20 };
+
 /* The forward's work split (score_kern.h's) and workspace: kT | vp | per
  * thread: Q rows [hpc][QBK][dkp] (bf16), S [max(2, hpc)][RB][KT] (two blocks:
  * fwd_item_amx1's double buffer), P [max(2, hpc)][RB][KT]
@@ -993,7 +1071,7 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
  * them: O is written once per item, not read and written per key tile), m
  * [hpc][QBK], l [hpc][QBK] (vectors). */
 typedef struct bfwd_plan {
-    int ntile, nqb, nch, hpc, dkp, dvp;
+    int ntile, nqb, nch, hpc, dkp, dvp, by_unit;
     long ntiles_all, per_qb, items;
     size_t n_k, n_v, per_thr, floats; /* n_k, n_v: bf16 values */
 } bfwd_plan;
@@ -1007,6 +1085,7 @@ static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
     p.ntiles_all = (long)s->B * s->G * p.ntile;
     p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
     p.n_k = (size_t)p.ntiles_all * p.dkp * KT, p.n_v = (size_t)p.ntiles_all * KT * p.dvp;
+    p.by_unit = (p.n_k + p.n_v) * sizeof(uint16_t) > BY_UNIT_MIN_BYTES;
     const size_t h = (size_t)p.hpc;
     const size_t h2 = (size_t)imax(2, p.hpc); /* S and P: two blocks at least (fwd_item_amx1) */
     p.per_thr = up16(h * QBK * p.dkp / 2) + up16(h2 * RB * KT) + up16(h2 * RB * KT / 2) + up16(h * QBK * p.dvp) +
@@ -1038,7 +1117,6 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
     assert(!softmax || !(kmul < 0.0f)); /* softmax rows take the max of the unscaled scores */
     const bfwd_plan pl = bfwd_plan_of(s, nthr);
     const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc, dkp = pl.dkp, dvp = pl.dvp;
-    const long per_qb = pl.per_qb;
     float *cur = ws;
     uint16_t *kT = take16(&cur, pl.n_k), *vp = take16(&cur, pl.n_v);
     float *const thr_base = cur;
@@ -1055,8 +1133,9 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
         vf *lst = (vf *)tc;
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < pl.items; it++) {
-            const int qb = nqb - 1 - (int)(it / per_qb); /* latest (largest) query blocks first */
-            const long rest = it % per_qb;
+            /* latest (largest) query blocks first; by unit: a unit's query blocks in turn */
+            const int qb = nqb - 1 - (int)(pl.by_unit ? it % nqb : it / pl.per_qb);
+            const long rest = pl.by_unit ? it / nqb : it % pl.per_qb;
             const int ch = (int)(rest % nch), g = (int)((rest / nch) % G), b = (int)(rest / ((long)nch * G));
             const int h0 = g * pg + ch * hpc, hn = imin(hpc, pg - ch * hpc);
             const int i0 = qb * QBK, m = imin(QBK, T - i0), kend = causal ? i0 + m : T;
@@ -1108,10 +1187,17 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
 /* the backward's row r of a block of query rows from r0 (ia = i0 + r0) of
  * one head against the key tile from j0 (nk keys visible to the block's
  * last row): P, dS (bf16) from S, dP */
-static inline void bwd_row1(const score_fn *f, int causal, int softmax, const float *S, const float *dP, uint16_t *P,
-                            uint16_t *dS, int r, int r0, int ia, int j0, int nk, float kmul, const float *lse_h,
-                            const float *D_h, float scale) {
+static inline __attribute__((always_inline)) void bwd_row1(const score_fn *f, int causal, int softmax, const float *S,
+                                                           const float *dP, uint16_t *P, uint16_t *dS, int r, int r0,
+                                                           int ia, int j0, int nk, float kmul, const float *lse_h,
+                                                           const float *D_h, float scale) {
     const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
+    if (softmax && nv >= KT) {
+        row_bwd_p16_softmax_full(S + (size_t)r * KT, dP + (size_t)r * KT, P + ((size_t)r0 + r) * KT,
+                                 dS + ((size_t)r0 + r) * KT, kmul, lse_h[ia + r] * 1.44269504088896341f, D_h[ia + r],
+                                 scale);
+        return;
+    }
     row_bwd_p16(f, S + (size_t)r * KT, dP + (size_t)r * KT, P + ((size_t)r0 + r) * KT, dS + ((size_t)r0 + r) * KT, nv,
                 kmul, softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f, softmax ? D_h[ia + r] : 0.0f, scale);
 }

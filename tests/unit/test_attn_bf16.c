@@ -545,6 +545,9 @@ int main(int argc, char **argv) {
                 check_case(&FNS[(fi + bidir + (int)i) % NFNS], bidir, v[0], v[1], v[2], v[3], v[4], v[5], v[6], &r);
                 with_emu = 0;
             }
+    /* 1.3 MB of packed key tiles, over the forward's BY_UNIT_MIN_BYTES: its items go unit by unit (once: the
+     * shape is large for the emulated tiles and the sanitizers) */
+    check_case(&FNS[0], 0, 1, 80, 40, 40, 64, 64, 0, &r);
     /* random shapes: T up to 140, odd head dims, 1, 2 or 4 heads per KV group */
     for (int n = 0; n < 8; n++) {
         const int B = 1 + (int)(al_rng_u64(&r) % 2), T = 1 + (int)(al_rng_u64(&r) % 140);
