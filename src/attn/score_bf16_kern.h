@@ -990,7 +990,8 @@ static inline void fwd_pv1(fstep st, const uint16_t *P, const uint16_t *vp, int 
  * tiles of its sequence and group (from tile 0); S0, S1 and P0, P1 the
  * double buffers of S and P [RB][KT]; mst, lst, Oacc its statistics and
  * sums, initialised by the caller; oi its o rows (ldo apart, d_v = dv),
- * prefetched for writing at the last key tile. Where d_v pads to 64 (one
+ * prefetched for writing at the last key tile where prefetch_o (not where
+ * fwd_rows_done streams them: the lines are not read). Where d_v pads to 64 (one
  * C64 product) the P V of a step is issued with the next step's rows too,
  * after that step's S: step i's rows run between the instructions of
  * S(i + 1) and of P V(i - 1). P V(i - 1) adds to O rows that step i's rows
@@ -999,7 +1000,7 @@ static inline void fwd_pv1(fstep st, const uint16_t *P, const uint16_t *vp, int 
 static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
                           const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp, float *S0,
                           float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc, float *oi,
-                          long ldo, int dv) {
+                          long ldo, int dv, int prefetch_o) {
     fstep cur = fstep_next((fstep){-KT, QBK, 0, 0}, i0, m, kend, causal, T); /* the first step */
     if (!cur.R) return;
     const int pv_pipelined = dvp == 64;
@@ -1011,7 +1012,7 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
     __asm__ volatile("" ::: "memory"); /* the tile stores before the rows read S */
     while (cur.R) {
         const fstep nxt = fstep_next(cur, i0, m, kend, causal, T);
-        if (cur.j0 + KT >= kend) prefetch_o_rows(oi + (size_t)cur.r0 * ldo, ldo, dv, cur.R);
+        if (cur.j0 + KT >= kend && prefetch_o) prefetch_o_rows(oi + (size_t)cur.r0 * ldo, ldo, dv, cur.R);
         if (prev.R && prev.r0 == cur.r0) { /* cur's rows may rescale the O rows prev adds to */
             fwd_pv1(prev, Pprev, vp, dvp, Oacc);
             prev.R = 0;
@@ -1149,7 +1150,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
                 fwd_item_amx1(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
                               vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst,
-                              Oacc, oi, s->ldo, s->dv);
+                              Oacc, oi, s->ldo, s->dv, !o_rows_streamable(s, o));
                 fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
                 continue;
             }
@@ -1177,6 +1178,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             }
             fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
         }
+        _mm_sfence(); /* fwd_rows_done's streaming stores, before the threads join */
         BF16_THREAD_END();
         al_ftz_restore(csr);
     }

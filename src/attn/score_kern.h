@@ -408,15 +408,33 @@ static inline void split_heads(int pg, long units, long want, int *nch, int *hpc
     *nch = (pg + *hpc - 1) / *hpc;
 }
 
+/* Whether the rows of head columns of o (dv floats from o + h dv, rows ldo
+ * floats apart) are whole aligned vectors, so they can be written with
+ * streaming stores */
+static inline int o_rows_streamable(const al_attn_shape *s, const float *o) {
+    const size_t vb = sizeof(float) * KW;
+    return s->dv % KW == 0 && s->ldo % KW == 0 && (uintptr_t)o % vb == 0;
+}
+
+/* AL_VW floats to p (aligned) past the caches: vmovntps */
+#if AL_VW == 16
+#define V_STREAM(p, x) _mm512_stream_ps((p), (x))
+#else
+#define V_STREAM(p, x) _mm256_stream_ps((p), (x))
+#endif
+
 /* The end of a forward item: rows [i0, i0 + m) of heads h0 .. h0 + hn of
  * sequence b. Softmax: o rows = sums / l, lse = (m + log2 l) ln 2 (natural
  * log; mst, lst: each row's base-2 running max and vector of partial sums,
  * [hn][QBK]); the others: o rows = sums, lse = 0. The sums are o's rows
  * themselves (acc NULL) or the item's own, acc[hn][QBK][ldacc] (one pass
- * over o's rows, which are written, not read). */
+ * over o's rows, which are written, not read: with streaming stores where
+ * o_rows_streamable, so the lines are not read from memory before being
+ * written; the caller fences before its threads join). Paired on AMX at
+ * H=12 T=1024 d_h=64 with o cold: the BF16 forward 0.95-0.97x. */
 static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, int hn, int i0, int m, const float *mst,
                           const vf *lst, const float *acc, int ldacc, float *o, float *lse) {
-    const int T = s->T, DV = s->dv;
+    const int T = s->T, DV = s->dv, stream = acc && o_rows_streamable(s, o);
     for (int hh = 0; hh < hn; hh++) {
         const int h = h0 + hh;
         for (int r = 0; r < m; r++) {
@@ -432,6 +450,10 @@ static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, in
             if (!softmax && !acc) continue;
             const vf inv = V_SET1(1.0f / l);
             int e = 0;
+            if (acc && stream) {
+                for (; e < DV; e += KW) V_STREAM(orow + e, softmax ? V_MUL(V_LOAD(src + e), inv) : V_LOAD(src + e));
+                continue;
+            }
             for (; e + KW <= DV; e += KW) V_STORE(orow + e, softmax ? V_MUL(V_LOAD(src + e), inv) : V_LOAD(src + e));
             if (e < DV) {
                 const vmask mk = V_MASK(DV - e);
