@@ -127,7 +127,11 @@ static void io_free(io *x) {
  * CPU set; the run's o and lse feed its own backward. */
 static void run(io *out, const io *in, al_precision prec, int level) {
     *out = *in;
-    out->o = calloc(in->no, 4), out->lse = calloc(in->nl, 4);
+    /* o on a 64-byte boundary: where its rows are whole aligned vectors (no padding, d_v a multiple of 16) the
+     * forward writes them with streaming stores, elsewhere with plain ones; the shapes below take both */
+    const size_t obytes = (in->no * 4 + 63) / 64 * 64;
+    out->o = aligned_alloc(64, obytes), out->lse = calloc(in->nl, 4);
+    if (out->o) memset(out->o, 0, obytes);
     out->dq = calloc(in->nq, 4), out->dk = calloc(in->nk, 4), out->dv = calloc(in->nv, 4);
     CHECK(out->o && out->lse && out->dq && out->dk && out->dv);
     const al_attn_shape *s = &in->s;
