@@ -273,6 +273,7 @@ typedef struct al_attn_shape {
     int poly_power;      /* poly: integer p >= 1 */
     float poly_coef;     /* poly: c, already resolved ("auto" = 1/sqrt(score_n)) */
     float score_n;       /* relu, sigmoid (and poly "auto"): N */
+    int grads_overwrite; /* al_attn_bwd: 1 writes dq, dk, dv (every row's head columns), 0 adds into them */
 } al_attn_shape;
 
 /* Copies the config's score function into s (score, poly_power, resolved
@@ -287,7 +288,11 @@ void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const f
  * or "generic"; BF16 products: "amx", "avx512-bf16" or "bf16-portable"
  * (docs/kernels.md, "The BF16 kernels"). */
 const char *al_attn_kernel_name(void);
-/* dq, dk, dv ACCUMULATE; do[B*T, ldo] (the gradient of o). */
+/* dq, dk, dv ACCUMULATE, or are written where s->grads_overwrite (then the
+ * kernels need not read them: every row's head columns are written, with
+ * streaming stores where the rows are whole aligned vectors, so nothing
+ * is read from memory before it is overwritten); do[B*T, ldo] (the
+ * gradient of o). */
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv);
 /* Plain reference versions (materialise each head's T x T weights in double), for tests. */

@@ -253,9 +253,10 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
     float *dqkv = scratch, *d_o = dqkv + (size_t)N * w;
     /* training runs on attnlab's fp32 arena, where q, k, v are one matrix and
      * have no biases (heads_validate_layer) */
-    memset(dqkv, 0, sizeof(float) * (size_t)N * w);
     al_linear_bwd_into(d_o, 0, L->g[W_O], !L->grads_unset, dy, o, L->w[W_O], N, H * dh, d);
+    /* dq, dk, dv are dqkv's (H + 2 G) dh = w columns: written whole, not added to a cleared dqkv */
     al_attn_shape s = shape_of(c, B, T);
+    s.grads_overwrite = 1;
     al_attn_bwd(&s, qkv, qkv + (size_t)H * dh, qkv + (size_t)(H + G) * dh, o, lse, d_o, dqkv, dqkv + (size_t)H * dh,
                 dqkv + (size_t)(H + G) * dh);
     al_rope_half(dqkv, N, T, 0, H, w, L->rope, -1);

@@ -507,6 +507,21 @@ void al_attn_fwd(const al_attn_shape *s, const float *q, const float *k, const f
     else attn_fwd_generic(s, q, k, v, o, lse);
 }
 
+/* What an overwriting backward (s->grads_overwrite) computes, for the
+ * backwards that only add: zeroes the head columns of dq, dk, dv and
+ * returns the shape with grads_overwrite 0 to add into them */
+static al_attn_shape grads_zeroed(const al_attn_shape *s, float *dq, float *dk, float *dv) {
+    al_attn_shape a = *s;
+    if (!a.grads_overwrite) return a;
+    for (size_t r = 0; r < (size_t)s->B * s->T; r++) {
+        memset(dq + r * s->ldq, 0, sizeof(float) * (size_t)s->H * s->dk);
+        memset(dk + r * s->ldk, 0, sizeof(float) * (size_t)s->G * s->dk);
+        memset(dv + r * s->ldv, 0, sizeof(float) * (size_t)s->G * s->dv);
+    }
+    a.grads_overwrite = 0;
+    return a;
+}
+
 void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                  const float *lse, const float *dout, float *dq, float *dk, float *dv) {
     const fast_set *fs = fast_set_now();
@@ -517,7 +532,8 @@ void al_attn_bwd(const al_attn_shape *s, const float *q, const float *k, const f
         return;
     }
     const size_t np = generic_part_floats(s);
-    attn_bwd_generic(s, q, k, v, o, lse, dout, dq, dk, dv, np ? arena_get(np) : NULL);
+    const al_attn_shape a = grads_zeroed(s, dq, dk, dv);
+    attn_bwd_generic(&a, q, k, v, o, lse, dout, dq, dk, dv, np ? arena_get(np) : NULL);
 }
 
 /* ---- plain references: one head at a time, full T x T weights, doubles ----
@@ -647,9 +663,10 @@ void al_attn_fwd_ref(const al_attn_shape *s, const float *q, const float *k, con
             }
 }
 
-void al_attn_bwd_ref(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+void al_attn_bwd_ref(const al_attn_shape *s_in, const float *q, const float *k, const float *v, const float *o,
                      const float *lse, const float *dout, float *dq, float *dk, float *dv) {
     (void)lse;
+    const al_attn_shape a = grads_zeroed(s_in, dq, dk, dv), *s = &a;
     const int T = s->T;
     for (int b = 0; b < s->B; b++)
         for (int h = 0; h < s->H; h++)

@@ -1417,11 +1417,20 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
             }
+            /* dq += (overwrite: =) the item's sums; streamed where written and whole aligned vectors
+             * (tile_grads_out's reason) */
+            const int dq_stream = s->grads_overwrite && DK % KW == 0 && s->ldq % KW == 0 &&
+                                  (uintptr_t)dq % (sizeof(float) * KW) == 0;
             for (int hh = 0; hh < hn; hh++)
-                for (int t = 0; t < T; t++)
-                    row_out(dq + ((size_t)b * T + t) * s->ldq + (size_t)(h0 + hh) * DK,
-                            dqs + ((size_t)hh * tq + t) * dkp, DK, 1);
+                for (int t = 0; t < T; t++) {
+                    float *dqr = dq + ((size_t)b * T + t) * s->ldq + (size_t)(h0 + hh) * DK;
+                    const float *src = dqs + ((size_t)hh * tq + t) * dkp;
+                    if (dq_stream)
+                        for (int e = 0; e < DK; e += KW) V_STREAM(dqr + e, V_LOAD(src + e));
+                    else row_out(dqr, src, DK, !s->grads_overwrite);
+                }
         }
+        _mm_sfence(); /* the streaming stores of dq, dk, dv before the threads join */
         BF16_THREAD_END();
         if (shared) al_attn_add_partials(s, part, nch, dk, dv); /* in chunk order */
         al_ftz_restore(csr);

@@ -47,9 +47,9 @@ static inline unsigned al_ftz_on(void) {
 
 static inline void al_ftz_restore(unsigned csr) { _mm_setcsr(csr); }
 
-/* dk, dv of every KV head += the n partial dk | dv blocks its work items
- * wrote (part[B][G][n][T][dk + dv]), added in block order, so the sums do
- * not depend on the thread count. A work-shared loop over the rows (omp
+/* dk, dv of every KV head += (s->grads_overwrite: =) the n partial dk | dv
+ * blocks its work items wrote (part[B][G][n][T][dk + dv]), added in block
+ * order, so the sums do not depend on the thread count. A work-shared loop over the rows (omp
  * for): call it inside a parallel region, after the loop that wrote part. */
 static inline void al_attn_add_partials(const al_attn_shape *s, const float *part, int n, float *dk, float *dv) {
     const int T = s->T, G = s->G, DK = s->dk;
@@ -63,8 +63,8 @@ static inline void al_attn_add_partials(const al_attn_shape *s, const float *par
         for (size_t e = 0; e < pw; e++) {
             float acc = p0[e];
             for (int c = 1; c < n; c++) acc += p0[c * stride + e];
-            if (e < (size_t)DK) dkr[e] += acc;
-            else dvr[e - DK] += acc;
+            float *dst = e < (size_t)DK ? dkr + e : dvr + (e - DK);
+            *dst = s->grads_overwrite ? acc : *dst + acc;
         }
     }
 }

@@ -884,6 +884,7 @@ static int bench_attention(int argc, char **argv) {
                        1.0f / sqrtf((float)dh)};
     al_attn_set_score(&s, &cfg);
     s.bidirectional = (int)bidir;
+    s.grads_overwrite = 1; /* the backward writes dq, dk, dv, as the MHA/GQA/MQA layers run it */
     size_t nq = (size_t)B * T * ld_q, nkv = (size_t)B * T * ld_kv;
     float *q = al_alloc(nq * 4), *k = al_alloc(nkv * 4), *v = al_alloc(nkv * 4), *o = al_alloc(nq * 4);
     float *dO = al_alloc(nq * 4), *dq = al_alloc(nq * 4), *dk = al_alloc(nkv * 4), *dv = al_alloc(nkv * 4);

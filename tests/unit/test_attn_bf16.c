@@ -15,6 +15,8 @@
  *  - the hardware sets == bf16-portable (where they run); the amx set's own
  *    code also runs on emulated tiles everywhere (its bmm's indexing);
  *  - same bits for 1 and 2 threads;
+ *  - the backward with s->grads_overwrite writes what it otherwise adds
+ *    into zeros, every element of the head columns and nothing past them;
  *  - the amx set's software-pipelined one-head items (real and emulated
  *    tiles) give the same bits as its plain loop;
  *  - each set's rounding of the inputs (vcvtneps2bf16 where it has one)
@@ -528,6 +530,52 @@ static void check_exp2_weights(void) {
     }
 }
 
+/* s->grads_overwrite (tu_grads_overwrite_ok) on the BF16 reference and
+ * every BF16 set (the amx set's code on emulated tiles too): MHA with rows
+ * that stream (no padding, d 64), GQA padded, MQA whose heads split into
+ * chunks with partial sums. */
+static int ow_set; /* the SETS entry ow_bwd runs; -1: the BF16 reference */
+static void ow_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                   const float *lse, const float *dO, float *dq, float *dk, float *dv) {
+    al_precision_set(AL_PREC_BF16);
+    if (ow_set < 0) {
+        al_attn_bwd_ref(s, q, k, v, o, lse, dO, dq, dk, dv);
+    } else if (SETS[ow_set].level == EMU) {
+        const int nthr = omp_get_max_threads();
+        float *ws = aligned_alloc(64, (al_attn_bwd_floats_amxemu(s, nthr) + 15) / 16 * 64);
+        CHECK(ws != NULL);
+        if (ws) al_attn_bwd_amxemu(s, q, k, v, o, lse, dO, dq, dk, dv, ws, nthr);
+        free(ws);
+    } else {
+        al_cpu_force(SETS[ow_set].level);
+        al_attn_bwd(s, q, k, v, o, lse, dO, dq, dk, dv);
+        al_cpu_force(-1);
+    }
+    al_precision_set(AL_PREC_F32);
+}
+
+static void check_overwrite(al_rng *r) {
+    const int shapes[][7] = {{1, 130, 4, 4, 64, 64, 0}, {2, 77, 6, 2, 24, 40, 3}, {1, 90, 8, 1, 32, 32, 0}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int *v = shapes[i], pad = v[6];
+        al_attn_shape s = {v[0], v[1], v[2], v[3], v[4], v[5], v[2] * v[4] + pad, v[3] * v[4] + pad,
+                           v[3] * v[5] + pad, v[2] * v[5] + pad, 1.0f / sqrtf((float)v[4])};
+        tu_set_score(&s, &FNS[i % NFNS], (int)i % 2, 29.0f);
+        io in, x;
+        io_make(&in, &s, r, 1.0f);
+        run(&x, &in, AL_PREC_BF16, -1); /* o, lse of the BF16 reference */
+        for (int si = -1; si < NSETS; si++) {
+            if (si >= 0 && SETS[si].level != EMU && SETS[si].level > (int)al_cpu_detect()) continue;
+            ow_set = si;
+            CHECK_MSG(tu_grads_overwrite_ok(&s, ow_bwd, in.q, in.k, in.v, x.o, x.lse, in.dO),
+                      "%s: the overwriting backward differs from adding into zeros (shape %zu)",
+                      si < 0 ? "bf16 reference" : SETS[si].name, i);
+        }
+        outs_free(&x);
+        io_free(&in);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -563,6 +611,7 @@ int main(int argc, char **argv) {
     check_softmax_stress(0);
     check_softmax_stress(1);
     check_pipelined(&r);
+    check_overwrite(&r);
     for (int i = 0; i < NSETS; i++)
         for (int fi = 0; fi < NFNS; fi++) {
             with_emu = fi == 0;

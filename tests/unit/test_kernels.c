@@ -14,6 +14,9 @@
  *  - each fast set gives bitwise the same results for 1 and 3 threads;
  *  - the dispatch itself: al_cpu_force lowers and restores the level, and
  *    never goes above what the CPU has;
+ *  - the backward with s->grads_overwrite writes what it otherwise adds into
+ *    zeros, every element of the head columns and nothing past them, on the
+ *    reference, every set and the generic fallback;
  *  - memory is O(T): the workspace the fast kernels keep grows 8x (not 64x)
  *    from T = 512 to T = 4096;
  *  - without a workspace (memory ran out) every set still computes the
@@ -331,6 +334,47 @@ static void check_no_workspace(al_rng *r) {
     CHECK(al_attn_workspace_bytes() == 0);
 }
 
+/* s->grads_overwrite (tu_grads_overwrite_ok) on the reference, every set
+ * the CPU runs and, without a workspace, the generic backward they fall
+ * back to: MHA with rows that stream (no padding, d 64), GQA padded, MQA
+ * whose heads split into chunks with partial sums; causal and not. */
+static int ow_level; /* the set ow_bwd forces; -1: the reference */
+static void ow_bwd(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
+                   const float *lse, const float *dO, float *dq, float *dk, float *dv) {
+    if (ow_level < 0) {
+        al_attn_bwd_ref(s, q, k, v, o, lse, dO, dq, dk, dv);
+        return;
+    }
+    al_cpu_force(ow_level);
+    al_attn_bwd(s, q, k, v, o, lse, dO, dq, dk, dv);
+    al_cpu_force(-1);
+}
+
+static void check_overwrite(al_rng *r) {
+    const int shapes[][7] = {{1, 130, 4, 4, 64, 64, 0}, {2, 77, 6, 2, 24, 40, 3}, {1, 90, 8, 1, 32, 32, 0}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int no_ws = 0; no_ws < 2; no_ws++)
+            for (int level = -1; level <= (int)al_cpu_detect(); level++) {
+                if (level < 0 && no_ws) continue;
+                const int *v = shapes[i], pad = v[6];
+                al_attn_shape s = {v[0], v[1], v[2], v[3], v[4], v[5], v[2] * v[4] + pad, v[3] * v[4] + pad,
+                                   v[3] * v[5] + pad, v[2] * v[5] + pad, 1.0f / sqrtf((float)v[4])};
+                tu_set_score(&s, &FNS[i % NFNS], (int)i % 2, 29.0f);
+                inputs in;
+                inputs_make(&in, &s, r, 1.0f);
+                run x;
+                run_do(&x, &in, level);
+                al_attn_test_no_workspace(no_ws);
+                ow_level = level;
+                CHECK_MSG(tu_grads_overwrite_ok(&s, ow_bwd, in.q, in.k, in.v, x.o, x.lse, in.dO),
+                          "set %d%s: the overwriting backward differs from adding into zeros (shape %zu)", level,
+                          no_ws ? " without workspace" : "", i);
+                al_attn_test_no_workspace(0);
+                run_free(&x);
+                inputs_free(&in);
+            }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -355,6 +399,7 @@ int main(int argc, char **argv) {
         check_case(&FNS[n % NFNS], bidir, B, T, H, G, dk, dv, pad, &r);
     }
     check_no_workspace(&r);
+    check_overwrite(&r);
     check_softmax_stress(0);
     check_softmax_stress(1);
     check_sharp_and_mxcsr();

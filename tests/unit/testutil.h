@@ -94,6 +94,44 @@ static inline double tu_attn_fd_worst(const al_attn_shape *s, float *const in[3]
     return worst;
 }
 
+/* A backward under test: the kernels of a forced set (or a reference, or a
+ * set's entry point with its own workspace) on s, o and lse given */
+typedef void (*tu_attn_bwd_fn)(const al_attn_shape *s, const float *q, const float *k, const float *v,
+                               const float *o, const float *lse, const float *dO, float *dq, float *dk, float *dv);
+
+/* s->grads_overwrite: bwd writes dq, dk, dv where it otherwise adds. Runs
+ * bwd adding into zeros and overwriting outputs whose head columns hold NaN
+ * and whose padding columns (ld past the heads) hold 7 (on 64-byte
+ * boundaries, so unpadded rows take the streaming stores): the head
+ * columns must be equal (-0 == 0: an add into +0 gives +0 where a write
+ * keeps -0) and the padding untouched. o, lse: of s's forward. 1 = pass. */
+static inline int tu_grads_overwrite_ok(const al_attn_shape *s_in, tu_attn_bwd_fn bwd, const float *q, const float *k,
+                                        const float *v, const float *o, const float *lse, const float *dO) {
+    al_attn_shape s = *s_in;
+    const size_t N = (size_t)s.B * s.T;
+    const size_t n[3] = {N * s.ldq, N * s.ldk, N * s.ldv}, ld[3] = {(size_t)s.ldq, (size_t)s.ldk, (size_t)s.ldv};
+    const size_t cols[3] = {(size_t)s.H * s.dk, (size_t)s.G * s.dk, (size_t)s.G * s.dv};
+    float *add[3], *wr[3];
+    int ok = 1;
+    for (int a = 0; a < 3; a++) {
+        const size_t bytes = (n[a] * sizeof(float) + 63) / 64 * 64;
+        add[a] = aligned_alloc(64, bytes), wr[a] = aligned_alloc(64, bytes);
+        if (!add[a] || !wr[a]) return 0; /* (leaks on this failure path only) */
+        memset(add[a], 0, bytes);
+        for (size_t i = 0; i < n[a]; i++) wr[a][i] = i % ld[a] < cols[a] ? NAN : 7.0f;
+    }
+    s.grads_overwrite = 0;
+    bwd(&s, q, k, v, o, lse, dO, add[0], add[1], add[2]);
+    s.grads_overwrite = 1;
+    bwd(&s, q, k, v, o, lse, dO, wr[0], wr[1], wr[2]);
+    for (int a = 0; a < 3; a++) {
+        for (size_t i = 0; i < n[a]; i++)
+            ok &= i % ld[a] < cols[a] ? wr[a][i] == add[a][i] : wr[a][i] == 7.0f;
+        free(add[a]), free(wr[a]);
+    }
+    return ok;
+}
+
 /* ---- models ---- */
 
 /* d hidden, f MLP, L layers, H heads of dh, G KV heads (MHA, GQA or MQA by
