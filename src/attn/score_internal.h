@@ -49,8 +49,9 @@ static inline void al_ftz_restore(unsigned csr) { _mm_setcsr(csr); }
 
 /* dk, dv of every KV head += (s->grads_overwrite: =) the n partial dk | dv
  * blocks its work items wrote (part[B][G][n][T][dk + dv]), added in block
- * order, so the sums do not depend on the thread count. A work-shared loop over the rows (omp
- * for): call it inside a parallel region, after the loop that wrote part. */
+ * order, so the sums do not depend on the thread count. A work-shared loop
+ * over the rows (omp for): call it inside a parallel region, after the
+ * loop that wrote part. */
 static inline void al_attn_add_partials(const al_attn_shape *s, const float *part, int n, float *dk, float *dv) {
     const int T = s->T, G = s->G, DK = s->dk;
     const size_t pw = (size_t)DK + s->dv, stride = (size_t)T * pw;
