@@ -1287,6 +1287,8 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
     const bbwd_plan pl = bbwd_plan_of(s, nthr);
     const int ntile = pl.ntile, nqb = pl.nqb, nch = pl.nch, hpc = pl.hpc, dkp = pl.dkp, dvp = pl.dvp, tq = pl.tq;
     const int shared = nch > 1;
+    /* dq written past the caches where overwritten and whole aligned vectors (tile_grads_out's reason) */
+    const int dq_stream = s->grads_overwrite && rows_streamable(dq, s->ldq, DK);
     float *cur = ws;
     uint16_t *kT = take16(&cur, pl.n_k), *vT = take16(&cur, pl.n_vt), *k2 = take16(&cur, pl.n_k);
     float *Dall = take(&cur, pl.n_d), *part = take(&cur, pl.n_part);
@@ -1417,16 +1419,12 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
             }
-            /* dq += (overwrite: =) the item's sums; streamed where written and whole aligned vectors
-             * (tile_grads_out's reason) */
-            const int dq_stream = s->grads_overwrite && DK % KW == 0 && s->ldq % KW == 0 &&
-                                  (uintptr_t)dq % (sizeof(float) * KW) == 0;
+            /* dq += (overwrite: =) the item's sums; streamed where dq_stream */
             for (int hh = 0; hh < hn; hh++)
                 for (int t = 0; t < T; t++) {
                     float *dqr = dq + ((size_t)b * T + t) * s->ldq + (size_t)(h0 + hh) * DK;
                     const float *src = dqs + ((size_t)hh * tq + t) * dkp;
-                    if (dq_stream)
-                        for (int e = 0; e < DK; e += KW) V_STREAM(dqr + e, V_LOAD(src + e));
+                    if (dq_stream) row_stream(dqr, src, DK);
                     else row_out(dqr, src, DK, !s->grads_overwrite);
                 }
         }

@@ -408,13 +408,13 @@ static inline void split_heads(int pg, long units, long want, int *nch, int *hpc
     *nch = (pg + *hpc - 1) / *hpc;
 }
 
-/* Whether the rows of head columns of o (dv floats from o + h dv, rows ldo
- * floats apart) are whole aligned vectors, so they can be written with
- * streaming stores */
-static inline int o_rows_streamable(const al_attn_shape *s, const float *o) {
-    const size_t vb = sizeof(float) * KW;
-    return s->dv % KW == 0 && s->ldo % KW == 0 && (uintptr_t)o % vb == 0;
+/* Whether the head columns of an output (d floats a head from p, rows ld
+ * floats apart: o, dq, dk, dv) are whole aligned vectors, so they can be
+ * written with streaming stores */
+static inline int rows_streamable(const float *p, long ld, int d) {
+    return d % KW == 0 && ld % KW == 0 && (uintptr_t)p % (sizeof(float) * KW) == 0;
 }
+static inline int o_rows_streamable(const al_attn_shape *s, const float *o) { return rows_streamable(o, s->ldo, s->dv); }
 
 /* AL_VW floats to p (aligned) past the caches: vmovntps */
 #if AL_VW == 16
@@ -422,6 +422,13 @@ static inline int o_rows_streamable(const al_attn_shape *s, const float *o) {
 #else
 #define V_STREAM(p, x) _mm256_stream_ps((p), (x))
 #endif
+
+/* dst[0..n) = src[0..n) past the caches (rows_streamable's rows: n a
+ * multiple of AL_VW, dst aligned); the caller fences before its threads
+ * join */
+static inline void row_stream(float *restrict dst, const float *restrict src, int n) {
+    for (int e = 0; e < n; e += KW) V_STREAM(dst + e, V_LOAD(src + e));
+}
 
 /* The end of a forward item: rows [i0, i0 + m) of heads h0 .. h0 + hn of
  * sequence b. Softmax: o rows = sums / l, lse = (m + log2 l) ln 2 (natural
@@ -528,9 +535,7 @@ static inline void tile_grad_rows(const al_attn_shape *s, int b, int g, int ch, 
  * BF16 backward's time at H=12 T=1024 d_h=64 (AMX); streamed, nothing is
  * read: 0.89x the time with dq streamed too (paired, in one process). */
 static inline int grads_streamed(const al_attn_shape *s, int nch, const float *dk, const float *dv) {
-    const size_t vb = sizeof(float) * KW;
-    return s->grads_overwrite && nch == 1 && s->dk % KW == 0 && s->dv % KW == 0 && s->ldk % KW == 0 &&
-           s->ldv % KW == 0 && (uintptr_t)dk % vb == 0 && (uintptr_t)dv % vb == 0;
+    return s->grads_overwrite && nch == 1 && rows_streamable(dk, s->ldk, s->dk) && rows_streamable(dv, s->ldv, s->dv);
 }
 
 /* A key tile's dK, dV sums (rows ldka, ldva floats apart) out of an item:
@@ -547,8 +552,8 @@ static void tile_grads_out(const al_attn_shape *s, int b, int g, int ch, int nch
         float *kr, *vr;
         tile_grad_rows(s, b, g, ch, nch, j0 + j, part, dk, dv, &kr, &vr);
         if (stream) {
-            for (int e = 0; e < DK; e += KW) V_STREAM(kr + e, V_LOAD(a + e));
-            for (int e = 0; e < DV; e += KW) V_STREAM(vr + e, V_LOAD(c + e));
+            row_stream(kr, a, DK);
+            row_stream(vr, c, DV);
         } else if (nch > 1 || s->grads_overwrite) {
             memcpy(kr, a, sizeof(float) * DK);
             memcpy(vr, c, sizeof(float) * DV);

@@ -952,7 +952,7 @@ void al_model_backward(al_model *m, al_acts *a) {
     if (!m->embed || !m->g || a->infer) return; /* no gradients: an inference model or batch */
     float *g_head = m->cfg.tie_word_embeddings ? m->g + m->params[0].offset : m->g + m->params[m->n_params - 1].offset;
     float *g_norm = m->g + (m->final_norm - m->w);
-    al_linear_bwd_set(a->dtmp, g_head, a->dlogits, a->xnf, m->lm_head, N, d, V);
+    al_linear_bwd_into(a->dtmp, 0, g_head, 1, a->dlogits, a->xnf, m->lm_head, N, d, V);
     memset(a->dres, 0, sizeof(float) * Nd);
     al_rmsnorm_bwd(a->dres, g_norm, a->dtmp, a->x_in + (size_t)c->num_layers * Nd, m->final_norm, a->rstdf, N, d);
     grads_final(m, g_norm); /* final norm and an untied head (a tied one is the embedding, done last) */
@@ -1026,7 +1026,7 @@ void al_vit_backward(al_model *m, al_acts *a) {
     /* classifier: bias gradient summed over images in order */
     for (int b = 0; b < B; b++)
         for (int k = 0; k < K; k++) g_cb[k] += a->dlogits[(size_t)b * K + k];
-    al_linear_bwd_set(a->dtmp, g_cw, a->dlogits, a->xnf, m->cls_w, B, d, K);
+    al_linear_bwd_into(a->dtmp, 0, g_cw, 1, a->dlogits, a->xnf, m->cls_w, B, d, K);
     memset(a->cls_dx, 0, sizeof(float) * (size_t)B * d);
     al_rmsnorm_bwd(a->cls_dx, g_norm, a->dtmp, a->cls_x, m->final_norm, a->rstdf, B, d);
     grads_final(m, g_norm); /* final norm and classifier */
@@ -1040,7 +1040,7 @@ void al_vit_backward(al_model *m, al_acts *a) {
         const int b = (int)(r / P), i = (int)(r % P);
         memcpy(a->dtmp + (size_t)r * d, a->dres + ((size_t)b * T + 1 + i) * d, sizeof(float) * d);
     }
-    al_linear_bwd(NULL, g_pw, a->dtmp, a->patches, m->patch_w, B * P, pp, d);
+    al_linear_bwd_into(NULL, 1, g_pw, 1, a->dtmp, a->patches, m->patch_w, B * P, pp, d);
     /* positions: per position the sum over images (rows, in image order, so
      * the same for any thread count) into dtmp[T, d]; the CLS token's is
      * position 0's, the patch bias's the sum of positions 1..P */

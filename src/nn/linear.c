@@ -264,12 +264,3 @@ void al_linear_bwd_into(float *dx, int dx_add, float *dW, int dW_add, const floa
     if (dx) al_sgemm(0, 0, N, in, out, 1.0f, dy, out, W, in, dx_add ? 1.0f : 0.0f, dx, in);
     if (dW) al_sgemm(1, 0, out, in, N, 1.0f, dy, out, x, in, dW_add ? 1.0f : 0.0f, dW, in);
 }
-
-void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out) {
-    al_linear_bwd_into(dx, 1, dW, 1, dy, x, W, N, in, out);
-}
-
-void al_linear_bwd_set(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in,
-                       int out) {
-    al_linear_bwd_into(dx, 0, dW, 1, dy, x, W, N, in, out);
-}

@@ -36,13 +36,10 @@ void al_sgemm_bf16_b(int a_transposed, int b_transposed, int M, int N, int K, fl
 int al_sgemm_row_blocks(int M);
 /* y[N,out] (+)= x[N,in] . W[out,in]^T ; accumulate: 0 overwrite, 1 add */
 void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int out, int accumulate);
-/* dx[N,in] += dy[N,out] . W[out,in]   (skipped if dx == NULL)
- * dW[out,in] += dy[N,out]^T . x[N,in] (skipped if dW == NULL) */
-void al_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
-/* The same with dx written (=), not added to: the first term of a gradient
- * buffer, which then needs no zeroing first (nor its zeros read back). */
-void al_linear_bwd_set(float *dx, float *dW, const float *dy, const float *x, const float *W, int N, int in, int out);
-/* Either: dx and dW each added to (add 1) or written (add 0). */
+/* dx[N,in] (+)= dy[N,out] . W[out,in]   (skipped if dx == NULL)
+ * dW[out,in] (+)= dy[N,out]^T . x[N,in] (skipped if dW == NULL)
+ * each added to (dx_add, dW_add 1) or written (0): writing the first term
+ * of a gradient buffer spares its zeroing (and the zeros read back). */
 void al_linear_bwd_into(float *dx, int dx_add, float *dW, int dW_add, const float *dy, const float *x, const float *W,
                         int N, int in, int out);
 
