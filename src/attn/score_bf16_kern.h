@@ -877,7 +877,7 @@ typedef struct fstep {
  * S, P [RB][KT], mst, lst, Oacc of the item's rows) */
 static inline __attribute__((always_inline)) void fwd_row1(const score_fn *f, int softmax, int causal, fstep st,
                                                            int i0, int r, const float *S, uint16_t *P, float kmul,
-                                                           float *mst, vf *lst, float *Oacc, int dvp) {
+                                                           float *mst, vf *lst, float *Oacc, int dvp, float *alpha_out) {
     const int ia = i0 + st.r0;
     const int nv = causal ? imax(0, imin(st.nk, ia + r - st.j0 + 1)) : st.nk;
     const float *srow = S + (size_t)r * KT;
@@ -887,7 +887,8 @@ static inline __attribute__((always_inline)) void fwd_row1(const score_fn *f, in
         vf *lr = lst + st.r0 + r;
         const float alpha = nv >= KT ? row_softmax_p16_full(srow, prow, kmul, mr, lr)
                                      : row_softmax_p16(srow, prow, nv, kmul, mr, lr);
-        if (st.j0 > 0 && alpha != 1.0f) row_scale(Oacc + ((size_t)st.r0 + r) * dvp, dvp, alpha);
+        if (alpha_out) alpha_out[r] = st.j0 > 0 ? alpha : 1.0f;
+        else if (st.j0 > 0 && alpha != 1.0f) row_scale(Oacc + ((size_t)st.r0 + r) * dvp, dvp, alpha);
     } else row_map_p16(f, srow, prow, nv, kmul);
 }
 
@@ -1025,7 +1026,7 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
             const uint16_t *a0 = qr + (size_t)nxt.r0 * dkp, *b0 = kT + (size_t)(nxt.j0 / KT) * dkp * KT;
             AMX_C64_WITH(a0, dkp, b0, 2 * KT, dkp, tile_cols(nxt.nk), Snext, KT,
                          for (int u = 0; u < per && pend < rows_s; u++, pend++)
-                             fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp));
+                             fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL));
         }
         if (prev.R) {
             /* O rows of prev += P(prev) V_tile, 16 x 64 in tiles 0-3, interleaved with cur's other rows */
@@ -1034,10 +1035,10 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
             float *c0 = Oacc + (size_t)prev.r0 * dvp;
             AMX_C64_ACC_WITH(Pprev, KT, b0, 2 * dvp, K, 64, c0, dvp, prev.j0 > 0,
                              for (int u = 0; u < per && pend < cur.R; u++, pend++)
-                                 fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp));
+                                 fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL));
             prev.R = 0;
         }
-        for (; pend < cur.R; pend++) fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp);
+        for (; pend < cur.R; pend++) fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL);
         __asm__ volatile("" ::: "memory"); /* the rows' stores before the tile loads of P V; S(nxt) before its rows */
         if (pv_pipelined) {
             prev = cur;
@@ -1049,6 +1050,190 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
         cur = nxt;
     }
     if (prev.R) fwd_pv1(prev, Pprev, vp, dvp, Oacc);
+}
+
+/* The step after st with row blocks outer, key tiles inner (a block's
+ * tiles in order, the rows' own order: the same bits), skipping tiles a
+ * block does not see; R = 0 after the last */
+static fstep fstep_next_by_rows(fstep st, int i0, int m, int kend, int causal, int T) {
+    for (;;) {
+        st.j0 += KT;
+        if (st.j0 >= kend) {
+            st.r0 += RB, st.j0 = 0;
+            if (st.r0 >= m) return (fstep){0, 0, 0, 0};
+        }
+        st.R = imin(RB, m - st.r0);
+        st.nk = keys_seen(T, causal, st.j0, i0 + st.r0, st.R);
+        if (st.nk > 0) return st;
+        st.j0 = kend; /* causal: the block sees no later tile either */
+    }
+}
+
+/* Tiles 0 .. nt - 1, 16 x 16 fp32 each (the O rows of a block), to / from
+ * c (rows ldc floats apart) */
+static inline void o_tiles_store(int nt, float *c, long ldc) {
+    c4_end(nt, c, c + 16, c + 32, c + 48, ldc);
+}
+static inline void o_tiles_load(int nt, const float *c, long ldc) {
+    _tile_loadd(0, c, ldc * 4);
+    if (nt > 1) _tile_loadd(1, c + 16, ldc * 4);
+    if (nt > 2) _tile_loadd(2, c + 32, ldc * 4);
+    if (nt > 3) _tile_loadd(3, c + 48, ldc * 4);
+}
+
+/* fwd_item_amx1 with a block's O rows kept in tiles 0-3 over all its key
+ * tiles (d_v up to 64), where fwd_item_amx1 loads and stores them at every
+ * step: row blocks outer, and S = Q K^T of a step in two halves of 32
+ * columns (tiles 4, 5; A in 6, B in 7), P V's B in tiles 4, 5, 7. Per step
+ * of 16 x 64 at d 64: 22 tile loads and 4 stores where fwd_item_amx1 makes
+ * 24 and 8 (isolated, tiles hot: 0.72x the cycles). The rows record their
+ * alpha instead of rescaling O; after the P V of the step before (the
+ * pipeline's prev, issued beside the rows), O is stored, the moved rows
+ * rescaled and O reloaded: the rare case (the lazy max), the same
+ * operations on the same values, so the same bits. The key tiles are read
+ * once per block, from L2 (isolated: no slower than hot). */
+static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
+                              const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp,
+                              float *S0, float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc,
+                              float *oi, long ldo, int dv, int prefetch_o) {
+    assert(dvp <= 64 && dvp % 16 == 0);
+    fstep cur = fstep_next_by_rows((fstep){-KT, 0, 0, 0}, i0, m, kend, causal, T);
+    if (!cur.R) return;
+    const int nto = dvp / 16; /* O tiles */
+    float alpha[RB];
+    for (int r = 0; r < RB; r++) alpha[r] = 1.0f;
+    float *Scur = S0, *Snext = S1;
+    uint16_t *Pcur = P0, *Pprev = P1;
+    fstep prev = {0, 0, 0, 0};
+    /* S of the first step */
+    bmm(1, cur.R, tile_cols(cur.nk), dkp, qr + (size_t)cur.r0 * dkp, dkp, 0, kT + (size_t)(cur.j0 / KT) * dkp * KT,
+        2 * KT, Scur, KT, 0, 0);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    __asm__ volatile("" ::: "memory");
+    while (cur.R) {
+        const fstep nxt = fstep_next_by_rows(cur, i0, m, kend, causal, T);
+        const int last_of_block = !nxt.R || nxt.r0 != cur.r0;
+        if (last_of_block && prefetch_o) prefetch_o_rows(oi + (size_t)cur.r0 * ldo, ldo, dv, cur.R);
+        int pend = 0;
+        const int rows_s = prev.R ? cur.R / 2 : cur.R;
+        if (nxt.R) {
+            /* S(nxt), two halves of 32 key columns in tiles 4, 5, beside cur's rows */
+            const int nc = tile_cols(nxt.nk) / 16, kst = dkp / KP;
+            const int slots = 2 * kst * ((nc + 1) / 2), per = (rows_s + slots - 1) / slots;
+            const uint16_t *a0 = qr + (size_t)nxt.r0 * dkp, *b0 = kT + (size_t)(nxt.j0 / KT) * dkp * KT;
+#define ROWS_WORK                                                                                                  \
+    for (int u = 0; u < per && pend < rows_s; u++, pend++)                                                         \
+        fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, alpha)
+            for (int h = 0; h < 2 && 2 * h < nc; h++) {
+                const int two = nc > 2 * h + 1;
+                _tile_zero(4);
+                if (two) _tile_zero(5);
+                for (int k0 = 0; k0 < dkp; k0 += KP) {
+                    const uint16_t *bk = b0 + (long)(k0 / 2) * 2 * KT + 64 * h;
+                    _tile_loadd(6, a0 + k0, dkp * 2);
+                    _tile_loadd(7, bk, 2 * KT * 2);
+                    _tile_dpbf16ps(4, 6, 7);
+                    ROWS_WORK;
+                    if (two) {
+                        _tile_loadd(7, bk + 32, 2 * KT * 2);
+                        _tile_dpbf16ps(5, 6, 7);
+                    }
+                    ROWS_WORK;
+                }
+                _tile_stored(4, Snext + 32 * h, KT * 4);
+                if (two) _tile_stored(5, Snext + 32 * h + 16, KT * 4);
+            }
+#undef ROWS_WORK
+        }
+        if (prev.R) {
+            /* O rows of prev (tiles 0 .. nto - 1) += P(prev) V_tile, beside cur's other rows */
+            const int K = tile_keys(prev.nk), slots = nto * (K / KP), per = (cur.R - pend + slots - 1) / slots;
+            const uint16_t *b0 = vp + (size_t)(prev.j0 / KT) * KT * dvp;
+#define ROWS_WORK                                                                                                  \
+    for (int u = 0; u < per && pend < cur.R; u++, pend++)                                                          \
+        fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, alpha)
+            for (int k0 = 0; k0 < K; k0 += KP) {
+                const uint16_t *bk = b0 + (long)(k0 / 2) * 2 * dvp;
+                _tile_loadd(6, Pprev + k0, KT * 2);
+                _tile_loadd(4, bk, 2 * dvp * 2);
+                _tile_dpbf16ps(0, 6, 4);
+                ROWS_WORK;
+                if (nto > 1) {
+                    _tile_loadd(5, bk + 32, 2 * dvp * 2);
+                    _tile_dpbf16ps(1, 6, 5);
+                    ROWS_WORK;
+                }
+                if (nto > 2) {
+                    _tile_loadd(7, bk + 64, 2 * dvp * 2);
+                    _tile_dpbf16ps(2, 6, 7);
+                    ROWS_WORK;
+                }
+                if (nto > 3) {
+                    _tile_loadd(4, bk + 96, 2 * dvp * 2);
+                    _tile_dpbf16ps(3, 6, 4);
+                    ROWS_WORK;
+                }
+            }
+#undef ROWS_WORK
+            if (prev.r0 != cur.r0) { /* prev ended its block: its O rows out, the tiles cleared for cur's */
+                o_tiles_store(nto, Oacc + (size_t)prev.r0 * dvp, dvp);
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            prev.R = 0;
+        }
+        for (; pend < cur.R; pend++)
+            fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, alpha);
+        if (softmax && cur.j0 > 0) { /* O of cur's block holds all before cur: rescale the rows whose max moved */
+            int moved = 0; /* alpha < 1 where the max moved (never above 1, never NaN: softmax_move_max) */
+            for (int c = 0; c < RB; c += KW) moved |= V_ANY_GT(V_SET1(1.0f), V_LOAD(alpha + c));
+            if (__builtin_expect(moved, 0)) {
+                float *c = Oacc + (size_t)cur.r0 * dvp;
+                o_tiles_store(nto, c, dvp);
+                __asm__ volatile("" ::: "memory");
+                for (int r = 0; r < cur.R; r++)
+                    if (alpha[r] != 1.0f) row_scale(c + (size_t)r * dvp, dvp, alpha[r]);
+                __asm__ volatile("" ::: "memory");
+                o_tiles_load(nto, c, dvp);
+            }
+        }
+        __asm__ volatile("" ::: "memory"); /* the rows' stores before the tile loads of P V; S(nxt) before its rows */
+        prev = cur;
+        uint16_t *t = Pcur;
+        Pcur = Pprev, Pprev = t;
+        float *ts = Scur;
+        Scur = Snext, Snext = ts;
+        cur = nxt;
+    }
+    /* the last step's P V, then its block's O rows out */
+    {
+        const int K = tile_keys(prev.nk);
+        const uint16_t *b0 = vp + (size_t)(prev.j0 / KT) * KT * dvp;
+        for (int k0 = 0; k0 < K; k0 += KP) {
+            const uint16_t *bk = b0 + (long)(k0 / 2) * 2 * dvp;
+            _tile_loadd(6, Pprev + k0, KT * 2);
+            _tile_loadd(4, bk, 2 * dvp * 2);
+            _tile_dpbf16ps(0, 6, 4);
+            if (nto > 1) {
+                _tile_loadd(5, bk + 32, 2 * dvp * 2);
+                _tile_dpbf16ps(1, 6, 5);
+            }
+            if (nto > 2) {
+                _tile_loadd(7, bk + 64, 2 * dvp * 2);
+                _tile_dpbf16ps(2, 6, 7);
+            }
+            if (nto > 3) {
+                _tile_loadd(4, bk + 96, 2 * dvp * 2);
+                _tile_dpbf16ps(3, 6, 4);
+            }
+        }
+        o_tiles_store(nto, Oacc + (size_t)prev.r0 * dvp, dvp);
+    }
 }
 #endif
 
@@ -1148,7 +1333,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             if (hn == 1 && pipelined) {
                 float *oi = o + ((size_t)b * T + i0) * s->ldo + (size_t)h0 * s->dv; /* the item's o rows */
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
-                fwd_item_amx1(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
+                (dvp <= 64 ? fwd_item_amx_ores : fwd_item_amx1)(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
                               vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst,
                               Oacc, oi, s->ldo, s->dv, !o_rows_streamable(s, o));
                 fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
@@ -1170,7 +1355,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
                         for (int r = 0; r < R; r++)
                             fwd_row1(&f, softmax, causal, st, i0, r, S + (size_t)hh * RB * KT, P + (size_t)hh * RB * KT,
                                      kmul, mst + (size_t)hh * QBK, lst + (size_t)hh * QBK, Oacc + (size_t)hh * QBK * dvp,
-                                     dvp);
+                                     dvp, NULL);
                     /* O_h rows (rescaled above where the running max moved) += P_h (bf16) . V_tile (bf16) */
                     bmm(hn, R, dvp, tile_keys(nk), P, KT, (long)RB * KT, vtile, 2 * dvp, Oacc + (size_t)r0 * dvp, dvp,
                         (long)QBK * dvp, j0 > 0);
