@@ -455,13 +455,14 @@ static inline void tr16(__m512i r[16]) {
  * from the same reading of src */
 static void pack16_tr(uint16_t *restrict dst, int trows, uint16_t *restrict rows, const float *restrict src, long ld,
                       int n, int np, int d, int dp, int pf) {
-    uint16_t h[32][TPACK_MAX + KW];
+    uint16_t buf[32][TPACK_MAX + KW];
+    uint16_t *h[32]; /* the 32 rows at hand: rounded into rows where it is wanted (read back from L1), else buf */
     uint32_t *restrict dw = (uint32_t *)dst;
     for (int r0 = 0; r0 < np; r0 += 32) {
         for (int t = 0; t < 32; t++) {
             const int r = r0 + t;
+            h[t] = rows ? rows + (size_t)r * dp : buf[t];
             pack_row(h[t], src, ld, r, n, d, dp, pf);
-            if (rows) memcpy(rows + (size_t)r * dp, h[t], sizeof(uint16_t) * (size_t)dp);
         }
         __m512i x[16];
         if (trows) {
@@ -1092,6 +1093,13 @@ static inline void o_tiles_load(int nt, const float *c, long ldc) {
  * rescaled and O reloaded: the rare case (the lazy max), the same
  * operations on the same values, so the same bits. The key tiles are read
  * once per block, from L2 (isolated: no slower than hot). */
+/* fwd_item_amx_ores where an item's rows see more keys than this: paired
+ * against fwd_item_amx1 (H 12, d_h 64) the forward took 0.90x the time at T
+ * 2048, 0.93-0.95x at 1024, 0.97x at 512, but 1.02x at 256 (B 4), where a
+ * block runs a few steps and fwd_item_amx1 reads each key tile from L1 for
+ * all four of an item's blocks */
+enum { ORES_MIN_KEYS = 4 * KT };
+
 static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
                               const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp,
                               float *S0, float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc,
@@ -1333,7 +1341,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             if (hn == 1 && pipelined) {
                 float *oi = o + ((size_t)b * T + i0) * s->ldo + (size_t)h0 * s->dv; /* the item's o rows */
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
-                (dvp <= 64 ? fwd_item_amx_ores : fwd_item_amx1)(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
+                (dvp <= 64 && kend > ORES_MIN_KEYS ? fwd_item_amx_ores : fwd_item_amx1)(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
                               vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst,
                               Oacc, oi, s->ldo, s->dv, !o_rows_streamable(s, o));
                 fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);

@@ -331,9 +331,11 @@ static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
 }
 
 static void check_pipelined(al_rng *r) {
-    /* d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only) */
-    const int shapes[][5] = {{1, 1, 2, 8, 8},     {1, 64, 2, 24, 40}, {2, 77, 3, 64, 64}, {1, 150, 2, 81, 17},
-                             {1, 129, 1, 96, 33}, {1, 83, 2, 16, 80}, {1, 70, 1, 40, 128}};
+    /* d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only); T past 256 (ORES_MIN_KEYS):
+     * items whose rows see more keys keep O in tiles at d_v padded to 32 and 64 */
+    const int shapes[][5] = {{1, 1, 2, 8, 8},     {1, 64, 2, 24, 40},  {2, 77, 3, 64, 64},  {1, 150, 2, 81, 17},
+                             {1, 129, 1, 96, 33}, {1, 83, 2, 16, 80},  {1, 70, 1, 40, 128}, {1, 301, 1, 64, 64},
+                             {1, 290, 2, 40, 24}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fi = 0; fi < NFNS; fi++) {
             const int *v = shapes[i], bidir = (fi + (int)i) % 2;
@@ -361,7 +363,7 @@ static void check_pipelined(al_rng *r) {
      * of T = 77, 141) those rows rescale the very O rows that P V adds to; d_v 20 and 96 (P V after the rows)
      * keep the other paddings under the same scores */
     const int moving[][5] = {{1, 77, 2, 64, 64}, {1, 141, 1, 40, 40}, {2, 93, 2, 32, 64}, {1, 99, 2, 32, 20},
-                             {1, 75, 1, 32, 96}};
+                             {1, 75, 1, 32, 96}, {1, 301, 1, 64, 64}, {1, 290, 1, 32, 32}};
     for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++)
         for (int bidir = 0; bidir < 2; bidir++) {
             const int *v = moving[i];
