@@ -353,6 +353,11 @@ int al_attn_reserve(const al_attn_shape *s, al_err *err);
 void al_attn_release(void);
 size_t al_attn_workspace_bytes(void);
 void al_attn_test_no_workspace(int on);
+/* al_attn_test_poison_workspace(1): every call's workspace is filled with
+ * NaN bytes first, so a kernel that reads a part it did not write (a
+ * padding row it meant to clear) fails its test instead of finding the
+ * zeros of fresh pages (tests) */
+void al_attn_test_poison_workspace(int on);
 
 /* exp of each element (al_expf of nn/fastmath.h, within ~1.5 ulp). */
 void al_expf_inplace(float *x, int n);

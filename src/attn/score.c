@@ -415,7 +415,7 @@ static void attn_bwd_generic(const al_attn_shape *s, const float *q, const float
  * fail, print or exit. */
 
 static _Thread_local al_thread_buf my_arena; /* core/thread_buf.h: freed when the thread exits */
-static int test_no_workspace;
+static int test_no_workspace, test_poison_workspace;
 
 /* The calling thread's arena, grown to at least `floats` floats (64-byte
  * aligned); NULL if memory ran out (the arena is then empty). */
@@ -423,8 +423,10 @@ static float *arena_get(size_t floats) {
     if (test_no_workspace) return NULL;
     if (floats > SIZE_MAX / sizeof(float) / 2) return NULL;
     /* some room for the next, larger call */
-    return al_thread_buf_get(&my_arena, AL_THREAD_BUF_ATTENTION, floats * sizeof(float),
-                             ((floats + floats / 4 + 15) & ~(size_t)15) * sizeof(float));
+    float *ws = al_thread_buf_get(&my_arena, AL_THREAD_BUF_ATTENTION, floats * sizeof(float),
+                                  ((floats + floats / 4 + 15) & ~(size_t)15) * sizeof(float));
+    if (ws && test_poison_workspace) memset(ws, 0xff, floats * sizeof(float)); /* NaN: nothing may read it unset */
+    return ws;
 }
 
 void al_attn_release(void) { al_thread_buf_release(&my_arena, AL_THREAD_BUF_ATTENTION); }
@@ -432,6 +434,7 @@ void al_attn_release(void) { al_thread_buf_release(&my_arena, AL_THREAD_BUF_ATTE
 size_t al_attn_workspace_bytes(void) { return my_arena.cap; }
 
 void al_attn_test_no_workspace(int on) { test_no_workspace = on; }
+void al_attn_test_poison_workspace(int on) { test_poison_workspace = on; }
 
 /* ---- the public entry points: the kernel set core/cpu.h selects ---- */
 

@@ -1382,20 +1382,109 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
 /* the backward's row r of a block of query rows from r0 (ia = i0 + r0) of
  * one head against the key tile from j0 (nk keys visible to the block's
  * last row): P, dS (bf16) from S, dP */
+static inline __attribute__((always_inline)) void bwd_row_at(const score_fn *f, int causal, int softmax,
+                                                             const float *S, const float *dP, uint16_t *prow,
+                                                             uint16_t *dsrow, int r, int ia, int j0, int nk,
+                                                             float kmul, const float *lse_h, const float *D_h,
+                                                             float scale) {
+    const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
+    if (softmax && nv >= KT) {
+        row_bwd_p16_softmax_full(S + (size_t)r * KT, dP + (size_t)r * KT, prow, dsrow, kmul,
+                                 lse_h[ia + r] * 1.44269504088896341f, D_h[ia + r], scale);
+        return;
+    }
+    row_bwd_p16(f, S + (size_t)r * KT, dP + (size_t)r * KT, prow, dsrow, nv, kmul,
+                softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f, softmax ? D_h[ia + r] : 0.0f, scale);
+}
 static inline __attribute__((always_inline)) void bwd_row1(const score_fn *f, int causal, int softmax, const float *S,
                                                            const float *dP, uint16_t *P, uint16_t *dS, int r, int r0,
                                                            int ia, int j0, int nk, float kmul, const float *lse_h,
                                                            const float *D_h, float scale) {
-    const int nv = causal ? imax(0, imin(nk, ia + r - j0 + 1)) : nk;
-    if (softmax && nv >= KT) {
-        row_bwd_p16_softmax_full(S + (size_t)r * KT, dP + (size_t)r * KT, P + ((size_t)r0 + r) * KT,
-                                 dS + ((size_t)r0 + r) * KT, kmul, lse_h[ia + r] * 1.44269504088896341f, D_h[ia + r],
-                                 scale);
+    bwd_row_at(f, causal, softmax, S, dP, P + ((size_t)r0 + r) * KT, dS + ((size_t)r0 + r) * KT, r, ia, j0, nk, kmul,
+               lse_h, D_h, scale);
+}
+
+#ifdef BF16_AMX
+/* dst[2c] = a[c], dst[2c + 1] = b[c], c < KT: two rows of a block as pairs
+ * along the rows (interleave_pairs for one pair) */
+static inline void pair_rows(uint16_t *restrict dst, const uint16_t *restrict a, const uint16_t *restrict b) {
+#if AL_VW == 16
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int c = 0; c < KT; c += 32) {
+        const __m512i x = _mm512_loadu_si512(a + c), y = _mm512_loadu_si512(b + c);
+        _mm512_storeu_si512(dst + 2 * c, _mm512_permutex2var_epi16(x, lo, y));
+        _mm512_storeu_si512(dst + 2 * c + 32, _mm512_permutex2var_epi16(x, hi, y));
+    }
+#else
+    uint32_t *restrict w = (uint32_t *)dst;
+    for (int c = 0; c < KT; c++) w[c] = (uint32_t)a[c] | (uint32_t)b[c] << 16;
+#endif
+}
+
+#if defined(__AVX512BF16__) && AL_VW == 16
+/* Rows r, r + 1 of a block that both see the whole key tile, softmax: the
+ * operations of row_bwd_p16_softmax_full on each (the same bits), both
+ * rows' weights and dS rounded together (vcvtne2ps2bf16 of the two rows'
+ * vectors), their words interleaved in the register into the pairs of P2
+ * and dS2, and dS's rows stored from the same conversion: the block's P
+ * rows are not written and no pass interleaves them afterwards. */
+static inline __attribute__((always_inline)) void pair_bwd_softmax_full(const float *restrict s,
+                                                                        const float *restrict dp,
+                                                                        uint16_t *restrict ds0,
+                                                                        uint16_t *restrict ds1,
+                                                                        uint16_t *restrict p2,
+                                                                        uint16_t *restrict ds2, float mul,
+                                                                        float lse0, float lse1, float D0, float D1,
+                                                                        float scale) {
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const vf vmul = V_SET1(mul), vnl0 = V_SET1(-lse0), vnl1 = V_SET1(-lse1), vD0 = V_SET1(D0), vD1 = V_SET1(D1);
+    const vf vs = V_SET1(scale);
+#pragma GCC unroll 4
+    for (int c = 0; c < RV; c++) {
+        const vf w0 = v_exp2_w(V_FMA(V_LOAD(s + c * KW), vmul, vnl0));
+        const vf w1 = v_exp2_w(V_FMA(V_LOAD(s + KT + c * KW), vmul, vnl1));
+        const vf d0 = V_MUL(V_MUL(w0, V_SUB(V_LOAD(dp + c * KW), vD0)), vs);
+        const vf d1 = V_MUL(V_MUL(w1, V_SUB(V_LOAD(dp + KT + c * KW), vD1)), vs);
+        const __m512i pw = (__m512i)_mm512_cvtne2ps_pbh(w1, w0), dw = (__m512i)_mm512_cvtne2ps_pbh(d1, d0);
+        _mm512_storeu_si512(p2 + 2 * c * KW, _mm512_permutexvar_epi16(il, pw));
+        _mm512_storeu_si512(ds2 + 2 * c * KW, _mm512_permutexvar_epi16(il, dw));
+        _mm256_storeu_si256((__m256i *)(ds0 + c * KW), _mm512_castsi512_si256(dw));
+        _mm256_storeu_si256((__m256i *)(ds1 + c * KW), _mm512_extracti64x4_epi64(dw, 1));
+    }
+}
+#endif
+
+/* The pipelined backward's rows r, r + 1 of a block (r even; r + 1 = R:
+ * a row past T, zeros): dS rows into dS (the dq product's A), P and dS as
+ * pairs along the rows at p2, ds2 (the dV^T, dK^T products' B) straight
+ * from the rows, where the plain loop writes P, dS rows and interleaves
+ * them per query block (interleave_pairs): the same values. ptmp: two rows
+ * of scratch. */
+static inline __attribute__((always_inline)) void bwd_pair1(const score_fn *f, int causal, int softmax,
+                                                            const float *S, const float *dP, uint16_t *dS,
+                                                            uint16_t *p2, uint16_t *ds2, uint16_t *ptmp, int r,
+                                                            int R, int r0, int ia, int j0, int nk, float kmul,
+                                                            const float *lse_h, const float *D_h, float scale) {
+    uint16_t *ds0 = dS + ((size_t)r0 + r) * KT, *ds1 = ds0 + KT;
+    const int two = r + 1 < R;
+#if defined(__AVX512BF16__) && AL_VW == 16
+    if (softmax && two && (!causal || ia + r - j0 + 1 >= KT) && nk >= KT) { /* both rows see all KT keys */
+        pair_bwd_softmax_full(S + (size_t)r * KT, dP + (size_t)r * KT, ds0, ds1, p2, ds2, kmul,
+                              lse_h[ia + r] * 1.44269504088896341f, lse_h[ia + r + 1] * 1.44269504088896341f,
+                              D_h[ia + r], D_h[ia + r + 1], scale);
         return;
     }
-    row_bwd_p16(f, S + (size_t)r * KT, dP + (size_t)r * KT, P + ((size_t)r0 + r) * KT, dS + ((size_t)r0 + r) * KT, nv,
-                kmul, softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f, softmax ? D_h[ia + r] : 0.0f, scale);
+#endif
+    bwd_row_at(f, causal, softmax, S, dP, ptmp, ds0, r, ia, j0, nk, kmul, lse_h, D_h, scale);
+    if (two) bwd_row_at(f, causal, softmax, S, dP, ptmp + KT, ds1, r + 1, ia, j0, nk, kmul, lse_h, D_h, scale);
+    else memset(ptmp + KT, 0, sizeof(uint16_t) * KT), memset(ds1, 0, sizeof(uint16_t) * KT);
+    pair_rows(p2, ptmp, ptmp + KT);
+    pair_rows(ds2, ds0, ds1);
 }
+#endif
 
 /* The backward's work split (score_kern.h's) and workspace: kT | vT | k2
  * (bf16) | D[B][H][T] (softmax) | part (several chunks per group) | per
@@ -1547,12 +1636,14 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             const float *lse_h = softmax ? lse + ((size_t)b * H + h0) * T : NULL;
                             const float *D_h = softmax ? Dall + ((size_t)b * H + h0) * T : NULL;
                             int pend = 0; /* this block's rows done */
+                            uint16_t *p2 = P2 + (size_t)(i0 - iq0 + r0) * KT, *ds2 = dS2 + (size_t)(i0 - iq0 + r0) * KT;
 #define BROWS()                                                                                         \
-    for (int u = 0; u < per && pend < R; u++, pend++)                                                  \
-    bwd_row1(&f, causal, softmax, Sc, dPc, P, dS, pend, r0, ia, j0, nk, kmul, lse_h, D_h, s->scale)
+    for (int u = 0; u < per && pend < R; u++, pend += 2)                                               \
+    bwd_pair1(&f, causal, softmax, Sc, dPc, dS, p2 + (size_t)pend * KT, ds2 + (size_t)pend * KT, P, pend, R, r0, ia, \
+              j0, nk, kmul, lse_h, D_h, s->scale)
                             if (ready) {
-                                /* rows per slot: AMX_C64_WITH has 5 (dkp + dvp) / KP slots for the two */
-                                const int per = (R * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
+                                /* row pairs per slot: AMX_C64_WITH has 5 (dkp + dvp) / KP slots for the two */
+                                const int per = ((R + 1) / 2 * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
                                 const int ian = nqb_ * QBK + nr0, Rn = imin(RB, imin(QBK, T - nqb_ * QBK) - nr0);
                                 const int ncn = tile_cols(keys_seen(T, causal, nt * KT, ian, Rn));
                                 const size_t ntoff = toff - tile + nt;
@@ -1562,9 +1653,10 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                                              KT, BROWS());
                             }
 #undef BROWS
-                            for (; pend < R; pend++)
-                                bwd_row1(&f, causal, softmax, Sc, dPc, P, dS, pend, r0, ia, j0, nk, kmul, lse_h, D_h,
-                                         s->scale);
+                            for (; pend < R; pend += 2)
+                                bwd_pair1(&f, causal, softmax, Sc, dPc, dS, p2 + (size_t)pend * KT,
+                                          ds2 + (size_t)pend * KT, P, pend, R, r0, ia, j0, nk, kmul, lse_h, D_h,
+                                          s->scale);
                             float *t = Sc;
                             Sc = Sn, Sn = t, t = dPc, dPc = dPn, dPn = t;
                         } else
@@ -1589,7 +1681,17 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
                     }
                     /* the block's P and dS as pairs along its QBK rows (rows past T: 0), after the
-                     * tile's earlier blocks: the B operands of the tile's dV^T, dK^T products */
+                     * tile's earlier blocks: the B operands of the tile's dV^T, dK^T products (the
+                     * pipelined path wrote its rows' pairs: the pairs past T are cleared) */
+#ifdef BF16_AMX
+                    if (hn == 1 && pipelined) {
+                        const int me = (m + 1) / 2 * 2; /* rows in pairs written */
+                        const size_t at = (size_t)(i0 - iq0 + me) * KT;
+                        memset(P2 + at, 0, sizeof(uint16_t) * (size_t)(QBK - me) * KT);
+                        memset(dS2 + at, 0, sizeof(uint16_t) * (size_t)(QBK - me) * KT);
+                        continue;
+                    }
+#endif
                     for (int hh = 0; hh < hn; hh++) {
                         uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = dS + (size_t)hh * QBK * KT;
                         memset(ph + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);

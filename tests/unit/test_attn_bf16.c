@@ -581,6 +581,7 @@ static void check_overwrite(al_rng *r) {
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
+    al_attn_test_poison_workspace(1); /* a workspace part read before written fails */
     al_rng r;
     al_rng_seed(&r, 1414);
     check_dispatch(&r);

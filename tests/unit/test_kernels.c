@@ -378,6 +378,7 @@ static void check_overwrite(al_rng *r) {
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
+    al_attn_test_poison_workspace(1); /* a workspace part read before written fails */
     check_workspace_linear();
     check_dispatch();
     al_rng r;
