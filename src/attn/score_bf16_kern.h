@@ -1082,6 +1082,13 @@ static inline void o_tiles_load(int nt, const float *c, long ldc) {
     if (nt > 3) _tile_loadd(3, c + 48, ldc * 4);
 }
 
+/* fwd_item_amx_ores where an item's rows see more keys than this: paired
+ * against fwd_item_amx1 (H 12, d_h 64) the forward took 0.90x the time at T
+ * 2048, 0.93-0.95x at 1024, 0.97x at 512, but 1.02x at 256 (B 4), where a
+ * block runs a few steps and fwd_item_amx1 reads each key tile from L1 for
+ * all four of an item's blocks */
+enum { ORES_MIN_KEYS = 4 * KT };
+
 /* fwd_item_amx1 with a block's O rows kept in tiles 0-3 over all its key
  * tiles (d_v up to 64), where fwd_item_amx1 loads and stores them at every
  * step: row blocks outer, and S = Q K^T of a step in two halves of 32
@@ -1093,13 +1100,6 @@ static inline void o_tiles_load(int nt, const float *c, long ldc) {
  * rescaled and O reloaded: the rare case (the lazy max), the same
  * operations on the same values, so the same bits. The key tiles are read
  * once per block, from L2 (isolated: no slower than hot). */
-/* fwd_item_amx_ores where an item's rows see more keys than this: paired
- * against fwd_item_amx1 (H 12, d_h 64) the forward took 0.90x the time at T
- * 2048, 0.93-0.95x at 1024, 0.97x at 512, but 1.02x at 256 (B 4), where a
- * block runs a few steps and fwd_item_amx1 reads each key tile from L1 for
- * all four of an item's blocks */
-enum { ORES_MIN_KEYS = 4 * KT };
-
 static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
                               const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp,
                               float *S0, float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc,
@@ -1550,7 +1550,8 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
  * per block of RB query rows, S = Q K^T and dP = dO V^T for every head of
  * the chunk (the tile shared), P and dS (row_bwd, fp32) rounded to bf16,
  * dq_sums += dS K (the tile shared); P and dS of each query block laid out
- * as pairs along the rows; at the tile's end, per head, dV^T += dO^T P and
+ * as pairs along the rows (the pipelined one-head path writes them so from
+ * its rows, bwd_pair1); at the tile's end, per head, dV^T += dO^T P and
  * dK^T += Q^T dS over all the tile's query rows (rows past T are 0): the
  * products reduce over query rows with their A operands packed once per
  * item, so nothing is transposed per block, and their accumulators stay in
