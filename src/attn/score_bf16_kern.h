@@ -1082,6 +1082,36 @@ static inline void o_tiles_load(int nt, const float *c, long ldc) {
     if (nt > 3) _tile_loadd(3, c + 48, ldc * 4);
 }
 
+/* O tiles 0 .. nto - 1 (a block's O rows, resident) += P (bf16 rows KT
+ * apart) . the value tile at b0 (pairs, 2 dvp apart) over K keys, B in
+ * tiles 4, 5, 7, 4 by column tile, the statement WORK after each product
+ * (fwd_item_amx_ores: the rows beside P V, or none for the last step) */
+#define ORES_PV(P, b0, K, dvp, nto, WORK)                                                                          \
+    do {                                                                                                           \
+        for (int k0_ = 0; k0_ < (K); k0_ += KP) {                                                                  \
+            const uint16_t *bk_ = (b0) + (long)(k0_ / 2) * 2 * (dvp);                                              \
+            _tile_loadd(6, (P) + k0_, KT * 2);                                                                     \
+            _tile_loadd(4, bk_, 2 * (dvp) * 2);                                                                    \
+            _tile_dpbf16ps(0, 6, 4);                                                                               \
+            WORK;                                                                                                  \
+            if ((nto) > 1) {                                                                                       \
+                _tile_loadd(5, bk_ + 32, 2 * (dvp) * 2);                                                           \
+                _tile_dpbf16ps(1, 6, 5);                                                                           \
+                WORK;                                                                                              \
+            }                                                                                                      \
+            if ((nto) > 2) {                                                                                       \
+                _tile_loadd(7, bk_ + 64, 2 * (dvp) * 2);                                                           \
+                _tile_dpbf16ps(2, 6, 7);                                                                           \
+                WORK;                                                                                              \
+            }                                                                                                      \
+            if ((nto) > 3) {                                                                                       \
+                _tile_loadd(4, bk_ + 96, 2 * (dvp) * 2);                                                           \
+                _tile_dpbf16ps(3, 6, 4);                                                                           \
+                WORK;                                                                                              \
+            }                                                                                                      \
+        }                                                                                                          \
+    } while (0)
+
 /* fwd_item_amx_ores where an item's rows see more keys than this: paired
  * against fwd_item_amx1 (H 12, d_h 64) the forward took 0.90x the time at T
  * 2048, 0.93-0.95x at 1024, 0.97x at 512, but 1.02x at 256 (B 4), where a
@@ -1163,28 +1193,7 @@ static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T,
 #define ROWS_WORK                                                                                                  \
     for (int u = 0; u < per && pend < cur.R; u++, pend++)                                                          \
         fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, alpha)
-            for (int k0 = 0; k0 < K; k0 += KP) {
-                const uint16_t *bk = b0 + (long)(k0 / 2) * 2 * dvp;
-                _tile_loadd(6, Pprev + k0, KT * 2);
-                _tile_loadd(4, bk, 2 * dvp * 2);
-                _tile_dpbf16ps(0, 6, 4);
-                ROWS_WORK;
-                if (nto > 1) {
-                    _tile_loadd(5, bk + 32, 2 * dvp * 2);
-                    _tile_dpbf16ps(1, 6, 5);
-                    ROWS_WORK;
-                }
-                if (nto > 2) {
-                    _tile_loadd(7, bk + 64, 2 * dvp * 2);
-                    _tile_dpbf16ps(2, 6, 7);
-                    ROWS_WORK;
-                }
-                if (nto > 3) {
-                    _tile_loadd(4, bk + 96, 2 * dvp * 2);
-                    _tile_dpbf16ps(3, 6, 4);
-                    ROWS_WORK;
-                }
-            }
+            ORES_PV(Pprev, b0, K, dvp, nto, ROWS_WORK);
 #undef ROWS_WORK
             if (prev.r0 != cur.r0) { /* prev ended its block: its O rows out, the tiles cleared for cur's */
                 o_tiles_store(nto, Oacc + (size_t)prev.r0 * dvp, dvp);
@@ -1222,27 +1231,11 @@ static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T,
     {
         const int K = tile_keys(prev.nk);
         const uint16_t *b0 = vp + (size_t)(prev.j0 / KT) * KT * dvp;
-        for (int k0 = 0; k0 < K; k0 += KP) {
-            const uint16_t *bk = b0 + (long)(k0 / 2) * 2 * dvp;
-            _tile_loadd(6, Pprev + k0, KT * 2);
-            _tile_loadd(4, bk, 2 * dvp * 2);
-            _tile_dpbf16ps(0, 6, 4);
-            if (nto > 1) {
-                _tile_loadd(5, bk + 32, 2 * dvp * 2);
-                _tile_dpbf16ps(1, 6, 5);
-            }
-            if (nto > 2) {
-                _tile_loadd(7, bk + 64, 2 * dvp * 2);
-                _tile_dpbf16ps(2, 6, 7);
-            }
-            if (nto > 3) {
-                _tile_loadd(4, bk + 96, 2 * dvp * 2);
-                _tile_dpbf16ps(3, 6, 4);
-            }
-        }
+        ORES_PV(Pprev, b0, K, dvp, nto, (void)0);
         o_tiles_store(nto, Oacc + (size_t)prev.r0 * dvp, dvp);
     }
 }
+#undef ORES_PV
 #endif
 
 /* The order of the forward's items. Query blocks outer (every unit's
