@@ -1071,9 +1071,15 @@ static fstep fstep_next_by_rows(fstep st, int i0, int m, int kend, int causal, i
 }
 
 /* Tiles 0 .. nt - 1, 16 x 16 fp32 each (the O rows of a block), to / from
- * c (rows ldc floats apart) */
+ * c (rows ldc floats apart), or all four cleared */
 static inline void o_tiles_store(int nt, float *c, long ldc) {
     c4_end(nt, c, c + 16, c + 32, c + 48, ldc);
+}
+static inline void o_tiles_zero(void) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
 }
 static inline void o_tiles_load(int nt, const float *c, long ldc) {
     _tile_loadd(0, c, ldc * 4);
@@ -1112,6 +1118,12 @@ static inline void o_tiles_load(int nt, const float *c, long ldc) {
         }                                                                                                          \
     } while (0)
 
+/* fwd_item_amx1's and fwd_item_amx_ores's signature */
+typedef void fwd_item_fn(const score_fn *f, int softmax, int causal, int T, int i0, int m, int kend, float kmul,
+                         const uint16_t *qr, int dkp, const uint16_t *kT, const uint16_t *vp, int dvp, float *S0,
+                         float *S1, uint16_t *P0, uint16_t *P1, float *mst, vf *lst, float *Oacc, float *oi, long ldo,
+                         int dv, int prefetch_o);
+
 /* fwd_item_amx_ores where an item's rows see more keys than this: paired
  * against fwd_item_amx1 (H 12, d_h 64) the forward took 0.90x the time at T
  * 2048, 0.93-0.95x at 1024, 0.97x at 512, but 1.02x at 256 (B 4), where a
@@ -1146,10 +1158,7 @@ static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T,
     /* S of the first step */
     bmm(1, cur.R, tile_cols(cur.nk), dkp, qr + (size_t)cur.r0 * dkp, dkp, 0, kT + (size_t)(cur.j0 / KT) * dkp * KT,
         2 * KT, Scur, KT, 0, 0);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    o_tiles_zero();
     __asm__ volatile("" ::: "memory");
     while (cur.R) {
         const fstep nxt = fstep_next_by_rows(cur, i0, m, kend, causal, T);
@@ -1197,10 +1206,7 @@ static void fwd_item_amx_ores(const score_fn *f, int softmax, int causal, int T,
 #undef ROWS_WORK
             if (prev.r0 != cur.r0) { /* prev ended its block: its O rows out, the tiles cleared for cur's */
                 o_tiles_store(nto, Oacc + (size_t)prev.r0 * dvp, dvp);
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
+                o_tiles_zero();
             }
             prev.R = 0;
         }
@@ -1334,9 +1340,10 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
             if (hn == 1 && pipelined) {
                 float *oi = o + ((size_t)b * T + i0) * s->ldo + (size_t)h0 * s->dv; /* the item's o rows */
                 const size_t toff = (size_t)((long)b * G + g) * ntile;
-                (dvp <= 64 && kend > ORES_MIN_KEYS ? fwd_item_amx_ores : fwd_item_amx1)(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT,
-                              vp + toff * KT * dvp, dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst,
-                              Oacc, oi, s->ldo, s->dv, !o_rows_streamable(s, o));
+                fwd_item_fn *item = dvp <= 64 && kend > ORES_MIN_KEYS ? fwd_item_amx_ores : fwd_item_amx1;
+                item(&f, softmax, causal, T, i0, m, kend, kmul, qr, dkp, kT + toff * dkp * KT, vp + toff * KT * dvp,
+                     dvp, S, S + (size_t)RB * KT, P, P + (size_t)RB * KT, mst, lst, Oacc, oi, s->ldo, s->dv,
+                     !o_rows_streamable(s, o));
                 fwd_rows_done(s, softmax, b, h0, hn, i0, m, mst, lst, Oacc, dvp, o, lse);
                 continue;
             }
@@ -1372,9 +1379,9 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
 
 /* ---- backward ---- */
 
-/* the backward's row r of a block of query rows from r0 (ia = i0 + r0) of
- * one head against the key tile from j0 (nk keys visible to the block's
- * last row): P, dS (bf16) from S, dP */
+/* the backward's row r of a block of query rows from ia of one head
+ * against the key tile from j0 (nk keys visible to the block's last row):
+ * its P, dS rows (bf16, at prow, dsrow) from S, dP */
 static inline __attribute__((always_inline)) void bwd_row_at(const score_fn *f, int causal, int softmax,
                                                              const float *S, const float *dP, uint16_t *prow,
                                                              uint16_t *dsrow, int r, int ia, int j0, int nk,
@@ -1389,33 +1396,8 @@ static inline __attribute__((always_inline)) void bwd_row_at(const score_fn *f, 
     row_bwd_p16(f, S + (size_t)r * KT, dP + (size_t)r * KT, prow, dsrow, nv, kmul,
                 softmax ? lse_h[ia + r] * 1.44269504088896341f : 0.0f, softmax ? D_h[ia + r] : 0.0f, scale);
 }
-static inline __attribute__((always_inline)) void bwd_row1(const score_fn *f, int causal, int softmax, const float *S,
-                                                           const float *dP, uint16_t *P, uint16_t *dS, int r, int r0,
-                                                           int ia, int j0, int nk, float kmul, const float *lse_h,
-                                                           const float *D_h, float scale) {
-    bwd_row_at(f, causal, softmax, S, dP, P + ((size_t)r0 + r) * KT, dS + ((size_t)r0 + r) * KT, r, ia, j0, nk, kmul,
-               lse_h, D_h, scale);
-}
 
 #ifdef BF16_AMX
-/* dst[2c] = a[c], dst[2c + 1] = b[c], c < KT: two rows of a block as pairs
- * along the rows (interleave_pairs for one pair) */
-static inline void pair_rows(uint16_t *restrict dst, const uint16_t *restrict a, const uint16_t *restrict b) {
-#if AL_VW == 16
-    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    for (int c = 0; c < KT; c += 32) {
-        const __m512i x = _mm512_loadu_si512(a + c), y = _mm512_loadu_si512(b + c);
-        _mm512_storeu_si512(dst + 2 * c, _mm512_permutex2var_epi16(x, lo, y));
-        _mm512_storeu_si512(dst + 2 * c + 32, _mm512_permutex2var_epi16(x, hi, y));
-    }
-#else
-    uint32_t *restrict w = (uint32_t *)dst;
-    for (int c = 0; c < KT; c++) w[c] = (uint32_t)a[c] | (uint32_t)b[c] << 16;
-#endif
-}
-
 #if defined(__AVX512BF16__) && AL_VW == 16
 /* Rows r, r + 1 of a block that both see the whole key tile, softmax: the
  * operations of row_bwd_p16_softmax_full on each (the same bits), both
@@ -1474,8 +1456,8 @@ static inline __attribute__((always_inline)) void bwd_pair1(const score_fn *f, i
     bwd_row_at(f, causal, softmax, S, dP, ptmp, ds0, r, ia, j0, nk, kmul, lse_h, D_h, scale);
     if (two) bwd_row_at(f, causal, softmax, S, dP, ptmp + KT, ds1, r + 1, ia, j0, nk, kmul, lse_h, D_h, scale);
     else memset(ptmp + KT, 0, sizeof(uint16_t) * KT), memset(ds1, 0, sizeof(uint16_t) * KT);
-    pair_rows(p2, ptmp, ptmp + KT);
-    pair_rows(ds2, ds0, ds1);
+    interleave_pairs(p2, ptmp, KT, 2, KT);
+    interleave_pairs(ds2, ds0, KT, 2, KT);
 }
 #endif
 
@@ -1665,9 +1647,10 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                                 const float *lse_h = softmax ? lse + ((size_t)b * H + h0 + hh) * T : NULL;
                                 const float *D_h = softmax ? Dall + ((size_t)b * H + h0 + hh) * T : NULL;
                                 for (int r = 0; r < R; r++)
-                                    bwd_row1(&f, causal, softmax, S + (size_t)hh * RB * KT, dP + (size_t)hh * RB * KT,
-                                             P + (size_t)hh * QBK * KT, dS + (size_t)hh * QBK * KT, r, r0, ia, j0, nk,
-                                             kmul, lse_h, D_h, s->scale);
+                                    bwd_row_at(&f, causal, softmax, S + (size_t)hh * RB * KT,
+                                               dP + (size_t)hh * RB * KT, P + ((size_t)hh * QBK + r0 + r) * KT,
+                                               dS + ((size_t)hh * QBK + r0 + r) * KT, r, ia, j0, nk, kmul, lse_h, D_h,
+                                               s->scale);
                             }
                         }
                         /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared */

@@ -457,7 +457,7 @@ static void fwd_rows_done(const al_attn_shape *s, int softmax, int b, int h0, in
             if (!softmax && !acc) continue;
             const vf inv = V_SET1(1.0f / l);
             int e = 0;
-            if (acc && stream) {
+            if (stream) {
                 for (; e < DV; e += KW) V_STREAM(orow + e, softmax ? V_MUL(V_LOAD(src + e), inv) : V_LOAD(src + e));
                 continue;
             }
