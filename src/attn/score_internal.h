@@ -91,6 +91,12 @@ AL_ATTN_SET_DECL(amx)
 /* the amx set's one-head items software-pipelined (1, the default) or in
  * the plain loop (0): a test hook (score_bf16_kern.h) */
 void al_attn_set_pipelined_amx(int on);
+/* each BF16 set's units packed by the threads that run them where the
+ * shape allows (1, the default) or every tile by all threads first (0): a
+ * test hook (score_bf16_kern.h, own_units) */
+void al_attn_set_own_units_bf16(int on);
+void al_attn_set_own_units_avx512bf16(int on);
+void al_attn_set_own_units_amx(int on);
 /* n floats rounded to bf16 as each BF16 set's packers round q, k, v, dO (a
  * test hook: the same bits as al_f32_to_bf16 for every value) */
 void al_attn_round_bf16(uint16_t *dst, const float *src, int n);

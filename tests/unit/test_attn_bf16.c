@@ -59,6 +59,7 @@
 #pragma GCC pop_options
 
 void al_attn_set_pipelined_amxemu(int on);
+void al_attn_set_own_units_amxemu(int on);
 void al_attn_exp2_weights_amxemu(float *y, const float *x, int n);
 
 /* the emulated amx set's forward + backward, on a workspace of its own */
@@ -276,6 +277,55 @@ static void check_case(const fn_case *f, int bidir, int B, int T, int H, int G, 
     io_free(&in);
 }
 
+/* set i's hook al_attn_set_own_units_* (EMU: the emulated amx set's) */
+static void set_own_units(int i, int on) {
+    void (*const hook[NSETS])(int) = {al_attn_set_own_units_bf16, al_attn_set_own_units_avx512bf16,
+                                      al_attn_set_own_units_amx, al_attn_set_own_units_amxemu};
+    hook[i](on);
+}
+
+/* Each BF16 set with its units packed by the threads that run them (the
+ * default where the shape allows: MHA and GQA with one chunk of heads per
+ * group, units a multiple of the threads) and with every tile packed by all
+ * threads first: the same bits, forward and backward, across tile edges
+ * and paddings, at the tests' thread count and at 1 thread (where every
+ * such shape is the threads' own). */
+static void check_own_units(al_rng *r) {
+    const int shapes[][6] = {{2, 150, 8, 2, 24, 20}, {1, 301, 2, 2, 64, 64}, {2, 77, 3, 3, 64, 64},
+                             {4, 33, 4, 1, 81, 17},  {1, 129, 4, 4, 40, 96}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int *v = shapes[c], bidir = (int)c % 2;
+        al_attn_shape s = {v[0], v[1], v[2], v[3], v[4], v[5], v[2] * v[4] + 1, v[3] * v[4], v[3] * v[5],
+                           v[2] * v[5] + 2, 1.0f / sqrtf((float)v[4])};
+        const fn_case *f = &FNS[c % NFNS];
+        tu_set_score(&s, f, bidir, 31.0f);
+        io in;
+        io_make(&in, &s, r, 1.2f);
+        for (int i = 0; i < NSETS; i++) {
+            with_emu = c < 2; /* emulated tiles are slow: two shapes */
+            if (!present(i)) continue;
+            const int keep = omp_get_max_threads();
+            for (int one = 0; one < 2; one++) {
+                if (one) omp_set_num_threads(1);
+                io x, y;
+                run(&x, &in, AL_PREC_BF16, SETS[i].level);
+                set_own_units(i, 0);
+                run(&y, &in, AL_PREC_BF16, SETS[i].level);
+                set_own_units(i, 1);
+                CHECK_MSG(!memcmp(x.o, y.o, x.no * 4) && !memcmp(x.lse, y.lse, x.nl * 4) &&
+                              !memcmp(x.dq, y.dq, x.nq * 4) && !memcmp(x.dk, y.dk, x.nk * 4) &&
+                              !memcmp(x.dv, y.dv, x.nv * 4),
+                          "%s %s bidir=%d B=%d T=%d H=%d G=%d threads=%d: own units and shared tiles differ",
+                          SETS[i].name, f->name, bidir, v[0], v[1], v[2], v[3], one ? 1 : keep);
+                outs_free(&x), outs_free(&y);
+            }
+            omp_set_num_threads(keep);
+        }
+        with_emu = 0;
+        io_free(&in);
+    }
+}
+
 /* Each BF16 set: 1 and 2 threads give the same bits (a shared KV group:
  * partial sums of dk, dv; several query blocks). */
 static void check_threads(int i, const fn_case *f) {
@@ -299,10 +349,6 @@ static void check_threads(int i, const fn_case *f) {
     io_free(&in);
 }
 
-/* The amx set (on tiles where the CPU has them, and emulated) with its
- * one-head items software-pipelined and in the plain loop: the same bits,
- * forward and backward, on MHA shapes (one head per KV group: the items
- * the pipeline takes) across tile edges, every function, both masks. */
 /* Scores that grow along the sequence: each KV head's first key value
  * rises by 0.1 a position and each query head's first value is made
  * positive, so a row's max moves on later key tiles (with q x 30, by more
@@ -330,6 +376,10 @@ static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
     return 1;
 }
 
+/* The amx set (on tiles where the CPU has them, and emulated) with its
+ * one-head items software-pipelined and in the plain loop: the same bits,
+ * forward and backward, on MHA shapes (one head per KV group: the items
+ * the pipeline takes) across tile edges, every function, both masks. */
 static void check_pipelined(al_rng *r) {
     /* d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only); T past 256 (ORES_MIN_KEYS):
      * items whose rows see more keys keep O in tiles at d_v padded to 32 and 64 */
@@ -600,9 +650,13 @@ int main(int argc, char **argv) {
                 check_case(&FNS[(fi + bidir + (int)i) % NFNS], bidir, v[0], v[1], v[2], v[3], v[4], v[5], v[6], &r);
                 with_emu = 0;
             }
-    /* 1.3 MB of packed key tiles, over the forward's BY_UNIT_MIN_BYTES: its items go unit by unit (once: the
-     * shape is large for the emulated tiles and the sanitizers) */
+    /* 1.3 MB of packed key tiles, over the forward's BY_UNIT_MIN_BYTES: where the units are not the threads'
+     * own, its items go unit by unit (once each way: the shape is large for the emulated tiles and the
+     * sanitizers) */
     check_case(&FNS[0], 0, 1, 80, 40, 40, 64, 64, 0, &r);
+    for (int i = 0; i < NSETS; i++) set_own_units(i, 0);
+    check_case(&FNS[0], 0, 1, 80, 40, 40, 64, 64, 0, &r);
+    for (int i = 0; i < NSETS; i++) set_own_units(i, 1);
     /* random shapes: T up to 140, odd head dims, 1, 2 or 4 heads per KV group */
     for (int n = 0; n < 8; n++) {
         const int B = 1 + (int)(al_rng_u64(&r) % 2), T = 1 + (int)(al_rng_u64(&r) % 140);
@@ -614,6 +668,7 @@ int main(int argc, char **argv) {
     check_softmax_stress(0);
     check_softmax_stress(1);
     check_pipelined(&r);
+    check_own_units(&r);
     check_overwrite(&r);
     for (int i = 0; i < NSETS; i++)
         for (int fi = 0; fi < NFNS; fi++) {
