@@ -1316,10 +1316,11 @@ static bfwd_plan bfwd_plan_of(const al_attn_shape *s, int nthr) {
     split_heads(pg, (long)s->B * s->G * p.nqb, 16, &p.nch, &p.hpc);
     p.ntiles_all = (long)s->B * s->G * p.ntile;
     p.per_qb = (long)s->B * s->G * p.nch, p.items = p.per_qb * p.nqb;
-    p.own = own_units((long)s->B * s->G, p.nch, nthr);
+    const size_t units = (size_t)s->B * s->G;
+    p.own = own_units((long)units, p.nch, nthr);
     p.unit_k = (size_t)p.ntile * p.dkp * KT, p.unit_v = (size_t)p.ntile * KT * p.dvp;
-    p.n_k = p.own ? 0 : (size_t)p.ntiles_all * p.dkp * KT, p.n_v = p.own ? 0 : (size_t)p.ntiles_all * KT * p.dvp;
-    p.by_unit = (size_t)p.ntiles_all * KT * (p.dkp + p.dvp) * sizeof(uint16_t) > BY_UNIT_MIN_BYTES;
+    p.n_k = p.own ? 0 : units * p.unit_k, p.n_v = p.own ? 0 : units * p.unit_v;
+    p.by_unit = units * (p.unit_k + p.unit_v) * sizeof(uint16_t) > BY_UNIT_MIN_BYTES;
     const size_t h = (size_t)p.hpc;
     const size_t h2 = (size_t)imax(2, p.hpc); /* S and P: two blocks at least (fwd_item_amx1) */
     p.per_thr = up16(h * QBK * p.dkp / 2) + up16(h2 * RB * KT) + up16(h2 * RB * KT / 2) + up16(h * QBK * p.dvp) +
@@ -1535,8 +1536,9 @@ static inline __attribute__((always_inline)) void bwd_pair1(const score_fn *f, i
 #endif
 
 /* The backward's work split (score_kern.h's) and workspace: kT | vT | k2
- * (bf16; none where an item is a whole unit, own) | D[B][H][T] (softmax) | part (several chunks per group) | per
- * thread, for the item's hpc heads (Tq = T rounded up to QBK): Q rows
+ * (bf16; none where an item is a whole unit, own) | D[B][H][T] (softmax) |
+ * part (several chunks per group) | per thread, for the item's hpc heads
+ * (Tq = T rounded up to QBK): Q rows
  * [hpc][Tq][dkp] and Q^T rows [hpc][dkp][Tq], dO rows [hpc][Tq][dvp] and
  * dO^T rows [hpc][dvp][Tq] (bf16, A operands), the item's dq sums
  * [hpc][Tq][dkp] (fp32), S, dP [hpc][RB][KT], P, dS rows [hpc][QBK][KT]
@@ -1601,8 +1603,9 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
  *
  * score_kern.h's backward with bf16 operands: packs kT, vT, k2 (all
  * threads, or each item its unit's where the items are whole units) and
- * D_i = dO_i . O_i (fp32); an item (sequence, KV group, chunk of heads) rounds its
- * heads' Q and dO into rows and transposed rows, then runs key tile outer:
+ * D_i = dO_i . O_i (fp32); an item (sequence, KV group, chunk of heads)
+ * rounds its heads' Q and dO into rows and transposed rows, then runs key
+ * tile outer:
  * per block of RB query rows, S = Q K^T and dP = dO V^T for every head of
  * the chunk (the tile shared), P and dS (row_bwd, fp32) rounded to bf16,
  * dq_sums += dS K (the tile shared); P and dS of each query block laid out
@@ -1717,10 +1720,9 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                                 const int per = ((R + 1) / 2 * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
                                 const int ian = nqb_ * QBK + nr0, Rn = imin(RB, imin(QBK, T - nqb_ * QBK) - nr0);
                                 const int ncn = tile_cols(keys_seen(T, causal, nt * KT, ian, Rn));
-                                AMX_C64_WITH(qr + (size_t)ian * dkp, dkp, kTu + (size_t)nt * dkp * KT, 2 * KT, dkp, ncn, Sn,
-                                             KT, BROWS());
-                                AMX_C64_WITH(dr + (size_t)ian * dvp, dvp, vTu + (size_t)nt * dvp * KT, 2 * KT, dvp, ncn, dPn,
-                                             KT, BROWS());
+                                const uint16_t *kn = kTu + (size_t)nt * dkp * KT, *vn = vTu + (size_t)nt * dvp * KT;
+                                AMX_C64_WITH(qr + (size_t)ian * dkp, dkp, kn, 2 * KT, dkp, ncn, Sn, KT, BROWS());
+                                AMX_C64_WITH(dr + (size_t)ian * dvp, dvp, vn, 2 * KT, dvp, ncn, dPn, KT, BROWS());
                             }
 #undef BROWS
                             for (; pend < R; pend += 2)
