@@ -587,6 +587,18 @@ static void pack_tile(const al_attn_shape *s, const float *k, const float *v, in
     if (k2) pack16(k2, lay_pairs(KT, dkp), k0, s->ldk, n, KT, DK, dkp, pk);
 }
 
+/* Every key tile of sequence b, KV group g (a unit) into the operands
+ * wanted, each laid out from the unit's tile 0 (kT, vp, vT, k2 of the
+ * unit), by the calling thread alone: where a unit's items all run on the
+ * thread that packs it (own_units) */
+static void pack_unit(const al_attn_shape *s, const float *k, const float *v, int b, int g, int ntile, int dkp,
+                      int dvp, uint16_t *kT, uint16_t *vp, uint16_t *vT, uint16_t *k2) {
+    for (int t = 0; t < ntile; t++)
+        pack_tile(s, k, v, b, g, t, dkp, dvp, kT ? kT + (size_t)t * dkp * KT : NULL,
+                  vp ? vp + (size_t)t * KT * dvp : NULL, vT ? vT + (size_t)t * dvp * KT : NULL,
+                  k2 ? k2 + (size_t)t * KT * dkp : NULL, s->dk, s->dv);
+}
+
 static void pack_tiles(const al_attn_shape *s, const float *k, const float *v, int ntile, int dkp, int dvp,
                        uint16_t *kT, uint16_t *vp, uint16_t *vT, uint16_t *k2) {
     const int T = s->T, G = s->G, DK = s->dk, DV = s->dv;
@@ -892,7 +904,8 @@ typedef struct fstep {
  * S, P [RB][KT], mst, lst, Oacc of the item's rows) */
 static inline __attribute__((always_inline)) void fwd_row1(const score_fn *f, int softmax, int causal, fstep st,
                                                            int i0, int r, const float *S, uint16_t *P, float kmul,
-                                                           float *mst, vf *lst, float *Oacc, int dvp, float *alpha_out) {
+                                                           float *mst, vf *lst, float *Oacc, int dvp,
+                                                           float *alpha_out) {
     const int ia = i0 + st.r0;
     const int nv = causal ? imax(0, imin(st.nk, ia + r - st.j0 + 1)) : st.nk;
     const float *srow = S + (size_t)r * KT;
@@ -1049,11 +1062,12 @@ static void fwd_item_amx1(const score_fn *f, int softmax, int causal, int T, int
             const uint16_t *b0 = vp + (size_t)(prev.j0 / KT) * KT * dvp;
             float *c0 = Oacc + (size_t)prev.r0 * dvp;
             AMX_C64_ACC_WITH(Pprev, KT, b0, 2 * dvp, K, 64, c0, dvp, prev.j0 > 0,
-                             for (int u = 0; u < per && pend < cur.R; u++, pend++)
-                                 fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL));
+                             for (int u = 0; u < per && pend < cur.R; u++, pend++) fwd_row1(
+                                 f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL));
             prev.R = 0;
         }
-        for (; pend < cur.R; pend++) fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL);
+        for (; pend < cur.R; pend++)
+            fwd_row1(f, softmax, causal, cur, i0, pend, Scur, Pcur, kmul, mst, lst, Oacc, dvp, NULL);
         __asm__ volatile("" ::: "memory"); /* the rows' stores before the tile loads of P V; S(nxt) before its rows */
         if (pv_pipelined) {
             prev = cur;
@@ -1428,9 +1442,7 @@ void BSFX(al_attn_fwd)(const al_attn_shape *s, const float *q, const float *k, c
 #pragma omp for schedule(dynamic, 1)
             for (long u = 0; u < (long)s->B * G; u++) {
                 const int b = (int)(u / G), g = (int)(u % G);
-                for (int t = 0; t < ntile; t++)
-                    pack_tile(s, k, v, b, g, t, dkp, dvp, ku + (size_t)t * dkp * KT, vu + (size_t)t * KT * dvp, NULL,
-                              NULL, s->dk, s->dv);
+                pack_unit(s, k, v, b, g, ntile, dkp, dvp, ku, vu, NULL, NULL);
                 for (int qb = nqb - 1; qb >= 0; qb--) fwd_item(s, &f, kmul, &pl, b, g, 0, qb, q, ku, vu, th, o, lse);
             }
         } else {
@@ -1669,10 +1681,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
             memset(dqs, 0, sizeof(float) * (size_t)hn * tq * dkp);
             /* the unit's key tiles from its tile 0: the thread's own (packed here) or the shared ones */
             const uint16_t *kTu = ukT, *vTu = uvT, *k2u = uk2;
-            if (pl.own)
-                for (int t = 0; t < ntile; t++)
-                    pack_tile(s, k, v, b, g, t, dkp, dvp, ukT + (size_t)t * dkp * KT, NULL, uvT + (size_t)t * dvp * KT,
-                              uk2 + (size_t)t * KT * dkp, DK, DV);
+            if (pl.own) pack_unit(s, k, v, b, g, ntile, dkp, dvp, ukT, NULL, uvT, uk2);
             else {
                 const size_t uoff = (size_t)((long)b * G + g) * ntile;
                 kTu = kT + uoff * dkp * KT, vTu = vT + uoff * dvp * KT, k2u = k2 + uoff * KT * dkp;
