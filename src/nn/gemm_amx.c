@@ -10,18 +10,27 @@
  * Blocking: C's columns in chunks of CHUNK_COLS, K in blocks of
  * AL_TILES_KBLOCK steps (1024 k), so that a chunk's B block (256 columns x
  * 1024 k, 512 KB) stays in L2 while every 32-row strip of the tile passes
- * over it; a strip's A block (64 KB) is read once per 32 columns.
- * Prefetching: while a strip's 32 columns are summed, 4 lines a step of the
- * next strip's A block are fetched into L2 (its 64 KB then arrive spread over
- * the strip's column pairs instead of stalling the next strip's first
- * loads), and the next C block's 32 rows into L1 (their loads or stores
- * would otherwise wait for memory): 1.06-1.49x on the model's shapes in a
+ * over it. Within a strip the K block is taken SUB_STEPS steps at a time
+ * over all of the chunk's column pairs: the strip's A for those steps
+ * (16 KB) stays in L1 for every pair, and only B comes from L2. Each pair's
+ * 32 x 32 sums go to C after each pass and come back for the next; an fp32
+ * store and load give back the same values, so these passes change no bits.
+ * Why: a tile load from L2 costs about as much as a product, and with both
+ * operands from L2 (A's 48-64 KB per strip no longer fits L1) the loads
+ * bound the kernel at 1.1-1.25 TFLOP/s a thread on the gpt2 step's shapes;
+ * with the strip's A in L1, 1.25-1.45 (docs/kernels.md, session 29).
+ * Prefetching: while a strip is summed, 4 lines a step of the next strip's
+ * A block are fetched into L2 (its 64 KB then arrive spread over the
+ * strip's work instead of stalling the next strip's first loads), and the
+ * next 32 x 32 block's C rows into L1 (their loads or stores would
+ * otherwise wait for memory): 1.06-1.49x on the model's shapes in a
  * same-process A/B, docs/kernels.md.
  * Each K block's sums go into C: straight from the tiles to C where the
  * 16 x 16 tile is whole and alpha is 1 (C loaded into the tiles first when
- * it is to be kept), else through a buffer (alpha, beta, C's edges). The
- * order of every sum is fixed by the shape and the tile (r0, c0), so the
- * bits never depend on the thread count.
+ * it is to be kept), else through a buffer (alpha, beta, C's edges), the
+ * K block's steps then summed in one pass. The order of every sum is fixed
+ * by the shape and the tile (r0, c0), so the bits never depend on the
+ * thread count.
  *
  * The tile configuration (core/amx_tiles.h) is loaded per call and released
  * at its end, so no thread keeps tile state between calls. The tile data
@@ -41,7 +50,12 @@
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f")
 
-enum { CHUNK_COLS = 256 };
+enum { CHUNK_COLS = 256, SUB_STEPS = 8 };
+
+/* The steps of a pass (test hook: any split gives the same bits). */
+static int sub_steps = SUB_STEPS;
+
+void al_bf16_tiles_set_sub_steps(int steps) { sub_steps = steps > 0 ? steps : SUB_STEPS; }
 
 /* C tile at (i, j) of up to rows x cols from the 16 x 16 sums in buf:
  * C = alpha buf + keep C (keep 0: C not read). */
@@ -56,13 +70,49 @@ static void combine(float *C, size_t ldc, const float *buf, int rows, int cols, 
     }
 }
 
-/* Lines [line, line + 4) of a strip's A block (two groups of `steps` tiles,
- * the second `group` elements after the first; `lines` in all) into L2. */
-static inline void prefetch_a_lines(const char *a, size_t group, int steps, int line, int lines) {
-    const int per_group = steps * AL_TILE_LINES;
-    for (int q = line; q < line + 4 && q < lines; q++) {
-        const char *p = q < per_group ? a + (size_t)q * 64 : a + group * sizeof(uint16_t) + (size_t)(q - per_group) * 64;
-        _mm_prefetch(p, _MM_HINT_T1);
+/* The next strip's A block (two groups of `steps` tiles, the second
+ * `group` elements after the first; `lines` in all), fetched into L2 four
+ * lines a step while the strip is summed (a: NULL, none). */
+typedef struct a_ahead {
+    const char *a;
+    size_t group;
+    int steps, lines, fetched;
+} a_ahead;
+
+static inline void a_ahead_step(a_ahead *pa) {
+    if (!pa->a || pa->fetched >= pa->lines) return;
+    const int per_group = pa->steps * AL_TILE_LINES;
+    for (int q = pa->fetched; q < pa->fetched + 4 && q < pa->lines; q++) {
+        const size_t at = q < per_group ? (size_t)q * 64 : pa->group * sizeof(uint16_t) + (size_t)(q - per_group) * 64;
+        _mm_prefetch(pa->a + at, _MM_HINT_T1);
+    }
+    pa->fetched += 4;
+}
+
+/* Steps [t0, t1) of the 32 x 32 block at a (two groups of A) and b (two
+ * groups of B) added into tiles 0-3 (A in tiles 4-5, B in 6-7); each step
+ * also fetches its share of the next strip's A block and of the next
+ * block's C rows (c_next: `rows` rows ldc apart, 16 floats or `wide` 32;
+ * NULL: none) into L1. */
+static inline void block_steps(const uint16_t *a, const uint16_t *b, size_t group, int t0, int t1, a_ahead *pa,
+                               const float *c_next, size_t ldc, int rows, int wide) {
+    const int rows_step = (32 + (t1 - t0) - 1) / (t1 - t0); /* C's rows spread over the steps */
+    for (int s = t0; s < t1; s++) {
+        const size_t at = (size_t)s * AL_TILE_ELEMS;
+        const int r_first = (s - t0) * rows_step;
+        a_ahead_step(pa);
+        for (int r = r_first; c_next && r < r_first + rows_step && r < rows; r++) {
+            _mm_prefetch((const char *)(c_next + (size_t)r * ldc), _MM_HINT_T0); /* 32 floats: 2 lines */
+            if (wide) _mm_prefetch((const char *)(c_next + (size_t)r * ldc + 16), _MM_HINT_T0);
+        }
+        _tile_loadd(4, a + at, 64);
+        _tile_loadd(6, b + at, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b + group + at, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a + group + at, 64);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
     }
 }
 
@@ -72,68 +122,61 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
     AL_TILE_LOADCONFIG(); /* C: 16 fp32, A: 32 bf16, B: 16 pairs a row */
     float buf[4][16 * 16] __attribute__((aligned(64)));
     const size_t group = (size_t)ksteps * AL_TILE_ELEMS, c_stride = ldc * sizeof(float);
+    const int sub = sub_steps;
     for (int jc = c0; jc < c1; jc += CHUNK_COLS) {
         const int jc1 = c1 - jc < CHUNK_COLS ? c1 : jc + CHUNK_COLS;
         for (int s0 = 0; s0 < ksteps; s0 += AL_TILES_KBLOCK) {
-            const int steps = ksteps - s0 < AL_TILES_KBLOCK ? ksteps - s0 : AL_TILES_KBLOCK;
+            const int s_end = ksteps - s0 < AL_TILES_KBLOCK ? ksteps : s0 + AL_TILES_KBLOCK;
             const float keep = s0 == 0 ? beta : 1.0f; /* later K blocks add to C */
-            for (int i = r0; i < r1; i += 32)
-                for (int j = jc; j < jc1; j += 32) {
-                    const uint16_t *a = Ap + (size_t)(i / 16) * group + (size_t)s0 * AL_TILE_ELEMS;
-                    const uint16_t *b = Bp + (size_t)(j / 16) * group + (size_t)s0 * AL_TILE_ELEMS;
-                    float *c = C + (size_t)i * ldc + j;
-                    const int direct = alpha == 1.0f && (keep == 0.0f || keep == 1.0f) && r1 - i >= 32 && jc1 - j >= 32;
-                    /* what comes next: this strip's next column pair, else the next strip's first */
-                    const int next_i = j + 32 < jc1 ? i : i + 32, next_j = j + 32 < jc1 ? j + 32 : jc;
-                    const float *c_next = next_i < r1 ? C + (size_t)next_i * ldc + next_j : NULL;
-                    const int c_next_rows = r1 - next_i < 32 ? r1 - next_i : 32, c_next_wide = jc1 - next_j > 16;
-                    const int c_rows_step = (32 + steps - 1) / steps; /* its rows spread over the steps */
-                    const char *a_next = i + 32 < r1 ? (const char *)(a + 2 * group) : NULL;
-                    const int a_line0 = (j - jc) / 32 * steps * 4, a_lines = 2 * steps * AL_TILE_LINES;
-                    if (direct && keep == 1.0f) {
-                        _tile_loadd(0, c, c_stride);
-                        _tile_loadd(1, c + 16, c_stride);
-                        _tile_loadd(2, c + 16 * ldc, c_stride);
-                        _tile_loadd(3, c + 16 * ldc + 16, c_stride);
-                    } else {
-                        _tile_zero(0);
-                        _tile_zero(1);
-                        _tile_zero(2);
-                        _tile_zero(3);
-                    }
-                    for (int s = 0; s < steps; s++) {
-                        const size_t at = (size_t)s * AL_TILE_ELEMS;
-                        if (a_next) prefetch_a_lines(a_next, group, steps, a_line0 + 4 * s, a_lines);
-                        for (int r = s * c_rows_step; c_next && r < (s + 1) * c_rows_step && r < c_next_rows; r++) {
-                            _mm_prefetch((const char *)(c_next + (size_t)r * ldc), _MM_HINT_T0); /* 32 floats: 2 lines */
-                            if (c_next_wide) _mm_prefetch((const char *)(c_next + (size_t)r * ldc + 16), _MM_HINT_T0);
+            const int tiles_to_c = alpha == 1.0f && (keep == 0.0f || keep == 1.0f);
+            for (int i = r0; i < r1; i += 32) {
+                const uint16_t *a = Ap + (size_t)(i / 16) * group;
+                a_ahead pa = {i + 32 < r1 ? (const char *)(a + 2 * group + (size_t)s0 * AL_TILE_ELEMS) : NULL, group,
+                              s_end - s0, 2 * (s_end - s0) * AL_TILE_LINES, 0};
+                for (int u0 = s0; u0 < s_end; u0 += sub) { /* a pass: steps [u0, u1) over the chunk's pairs */
+                    const int u1 = s_end - u0 < sub ? s_end : u0 + sub;
+                    for (int j = jc; j < jc1; j += 32) {
+                        const int direct = tiles_to_c && r1 - i >= 32 && jc1 - j >= 32;
+                        if (!direct && u0 != s0) continue; /* summed whole in the K block's first pass */
+                        float *c = C + (size_t)i * ldc + j;
+                        /* what comes next: this pass's next pair, else the next pass's (or strip's) first */
+                        const int last_pair = j + 32 >= jc1;
+                        const int next_i = !last_pair || u1 < s_end ? i : i + 32, next_j = last_pair ? jc : j + 32;
+                        const float *c_next = next_i < r1 ? C + (size_t)next_i * ldc + next_j : NULL;
+                        if (direct && (u0 > s0 || keep == 1.0f)) {
+                            _tile_loadd(0, c, c_stride);
+                            _tile_loadd(1, c + 16, c_stride);
+                            _tile_loadd(2, c + 16 * ldc, c_stride);
+                            _tile_loadd(3, c + 16 * ldc + 16, c_stride);
+                        } else {
+                            _tile_zero(0);
+                            _tile_zero(1);
+                            _tile_zero(2);
+                            _tile_zero(3);
                         }
-                        _tile_loadd(4, a + at, 64);
-                        _tile_loadd(6, b + at, 64);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_loadd(7, b + group + at, 64);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_loadd(5, a + group + at, 64);
-                        _tile_dpbf16ps(2, 5, 6);
-                        _tile_dpbf16ps(3, 5, 7);
-                    }
-                    if (direct) {
-                        _tile_stored(0, c, c_stride);
-                        _tile_stored(1, c + 16, c_stride);
-                        _tile_stored(2, c + 16 * ldc, c_stride);
-                        _tile_stored(3, c + 16 * ldc + 16, c_stride);
-                        continue;
-                    }
-                    _tile_stored(0, buf[0], 64);
-                    _tile_stored(1, buf[1], 64);
-                    _tile_stored(2, buf[2], 64);
-                    _tile_stored(3, buf[3], 64);
-                    for (int q = 0; q < 4; q++) { /* the tiles' parts inside C's tile */
-                        const int di = (q / 2) * 16, dj = (q % 2) * 16;
-                        const int rows = r1 - i - di < 16 ? r1 - i - di : 16, cols = jc1 - j - dj < 16 ? jc1 - j - dj : 16;
-                        if (rows > 0 && cols > 0) combine(c + (size_t)di * ldc + dj, ldc, buf[q], rows, cols, alpha, keep);
+                        block_steps(a, Bp + (size_t)(j / 16) * group, group, direct ? u0 : s0, direct ? u1 : s_end,
+                                    &pa, c_next, ldc, r1 - next_i < 32 ? r1 - next_i : 32, jc1 - next_j > 16);
+                        if (direct) {
+                            _tile_stored(0, c, c_stride);
+                            _tile_stored(1, c + 16, c_stride);
+                            _tile_stored(2, c + 16 * ldc, c_stride);
+                            _tile_stored(3, c + 16 * ldc + 16, c_stride);
+                            continue;
+                        }
+                        _tile_stored(0, buf[0], 64);
+                        _tile_stored(1, buf[1], 64);
+                        _tile_stored(2, buf[2], 64);
+                        _tile_stored(3, buf[3], 64);
+                        for (int q = 0; q < 4; q++) { /* the tiles' parts inside C's tile */
+                            const int di = (q / 2) * 16, dj = (q % 2) * 16;
+                            const int rows = r1 - i - di < 16 ? r1 - i - di : 16;
+                            const int cols = jc1 - j - dj < 16 ? jc1 - j - dj : 16;
+                            if (rows > 0 && cols > 0)
+                                combine(c + (size_t)di * ldc + dj, ldc, buf[q], rows, cols, alpha, keep);
+                        }
                     }
                 }
+            }
         }
     }
     _tile_release();

@@ -27,8 +27,10 @@
  * AVX-512: run where the CPU has it). */
 #include "amx_emu.h"
 #define al_bf16_tiles_kernel_amx al_bf16_tiles_kernel_amxemu
+#define al_bf16_tiles_set_sub_steps al_bf16_tiles_set_sub_steps_emu
 #include "nn/gemm_amx.c"
 #undef al_bf16_tiles_kernel_amx
+#undef al_bf16_tiles_set_sub_steps
 
 static float rnd(al_rng *r) { return al_rng_normal(r); }
 static double bf(float x) { return (double)al_bf16_to_f32(al_f32_to_bf16(x)); }
@@ -346,6 +348,33 @@ static void check_tiles_kernel(tiles_kernel kernel, const char *name, const uint
     }
 }
 
+/* The AMX kernel's passes over a K block (gemm_amx.c: SUB_STEPS steps at a
+ * time, the sums sent to C and loaded back between passes) against one
+ * pass per K block (the order before passes) and passes of 3 steps: the
+ * same bits, since an fp32 store and load give back the same values, for
+ * the three alpha / beta cases of check_tiles_kernel. */
+static void check_tiles_passes(tiles_kernel kernel, void (*set_sub_steps)(int), const char *name, const uint16_t *Ap,
+                               const uint16_t *Bp, int ks, int M, int N, int K, int r0, int r1, int c0, int c1,
+                               const float *C0, int ldc) {
+    static const int splits[] = {AL_TILES_KBLOCK, 3};
+    for (int pass = 0; pass < 3; pass++) {
+        const float alpha = pass == 0 ? 1.5f : 1.0f, beta = pass == 0 ? 0.5f : pass == 1 ? 1.0f : 0.0f;
+        float *want = malloc(sizeof(float) * M * ldc), *got = malloc(sizeof(float) * M * ldc);
+        memcpy(want, C0, sizeof(float) * M * ldc);
+        set_sub_steps(0);
+        kernel(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, want, (size_t)ldc);
+        for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
+            memcpy(got, C0, sizeof(float) * M * ldc);
+            set_sub_steps(splits[si]);
+            kernel(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, got, (size_t)ldc);
+            CHECK_MSG(memcmp(got, want, sizeof(float) * M * ldc) == 0,
+                      "%s %dx%dx%d pass %d: passes of %d steps change the bits", name, M, N, K, pass, splits[si]);
+        }
+        set_sub_steps(0);
+        free(want), free(got);
+    }
+}
+
 /* The amx engine's tiles (bf16_tiles.c): the packer on odd shapes from
  * every orientation of the source (line runs contiguous or the lines'
  * values contiguous; fp32 or BF16), the plain kernel over the packed tiles
@@ -356,7 +385,8 @@ static void check_tiles(al_rng *r) {
     static const int shapes[][7] = {/* M, N, K, r0, r1, c0, c1 */
                                     {1, 1, 1, 0, 1, 0, 1},           {37, 45, 61, 16, 37, 0, 45},
                                     {64, 96, 64, 0, 64, 32, 96},     {70, 33, 1100, 48, 70, 16, 33},
-                                    {100, 300, 2100, 0, 100, 0, 300}, {33, 290, 40, 32, 33, 256, 290}};
+                                    {100, 300, 2100, 0, 100, 0, 300}, {33, 290, 40, 32, 33, 256, 290},
+                                    {96, 160, 700, 32, 96, 64, 160}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], r0 = shapes[si][3], r1 = shapes[si][4],
                   c0 = shapes[si][5], c1 = shapes[si][6];
@@ -419,10 +449,13 @@ static void check_tiles(al_rng *r) {
         CHECK_MSG(worst < 1e-5 && outside_kept, "tiles reference %dx%dx%d: error %.3g%s", M, N, K, worst,
                   outside_kept ? "" : ", wrote outside its tile");
         for (int emu = 0; emu < 2; emu++) /* the AMX kernel on tiles where the CPU has them, and emulated */
-            if (emu ? al_cpu_detect() >= AL_CPU_AVX512 : al_cpu_level_now() >= AL_CPU_AMX)
-                check_tiles_kernel(emu ? al_bf16_tiles_kernel_amxemu : al_bf16_tiles_kernel_amx,
-                                   emu ? "amx tiles kernel (emulated tiles)" : "amx tiles kernel", Ap, Bp, ks, M, N, K,
-                                   r0, r1, c0, c1, C0, ldc, mag);
+            if (emu ? al_cpu_detect() >= AL_CPU_AVX512 : al_cpu_level_now() >= AL_CPU_AMX) {
+                const tiles_kernel kernel = emu ? al_bf16_tiles_kernel_amxemu : al_bf16_tiles_kernel_amx;
+                const char *name = emu ? "amx tiles kernel (emulated tiles)" : "amx tiles kernel";
+                check_tiles_kernel(kernel, name, Ap, Bp, ks, M, N, K, r0, r1, c0, c1, C0, ldc, mag);
+                check_tiles_passes(kernel, emu ? al_bf16_tiles_set_sub_steps_emu : al_bf16_tiles_set_sub_steps, name,
+                                   Ap, Bp, ks, M, N, K, r0, r1, c0, c1, C0, ldc);
+            }
         free(A), free(B), free(Bb), free(Ap), free(Bp), free(C0), free(ref), free(mag);
     }
     if (al_cpu_level_now() < AL_CPU_AMX) fprintf(stderr, "skipped: amx tiles kernel (CPU set lacks amx)\n");
