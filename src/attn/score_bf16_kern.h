@@ -677,28 +677,35 @@ static inline void c4_end(int nt, float *p0, float *p1, float *p2, float *p3, lo
  * products where bmm1 below makes five, and each operand read twice instead
  * of A once and B R / 16 times: the backward's dV^T and dK^T over all query
  * rows, whose operands stream from L2 (backward 2-4 % faster at T = 1024,
- * d_h = 64, paired; neutral at T = 256). Every C tile sums its K steps in
- * order, as bmm1's: the same bits. */
+ * d_h = 64, paired; neutral at T = 256). K is taken BMM22_PASS steps at a
+ * time over a strip's column blocks, so the strip's A for those steps
+ * (16 KB) is read from L1 for its second block (as gemm_amx.c's passes;
+ * the backward 0.977x the time at T = 1024, paired); C goes to memory and
+ * back between passes, which returns the same values. Every C tile sums its
+ * K steps in order, as bmm1's: the same bits. */
+enum { BMM22_PASS = 8 };
 static void bmm22(int R, int N, int K, const uint16_t *A, long lda, const uint16_t *B, long ldb, float *C, long ldc,
                   int acc) {
     for (int r0 = 0; r0 < R; r0 += 32)
-        for (int n0 = 0; n0 < N; n0 += 32) {
-            float *c0 = C + (long)r0 * ldc + n0, *c1 = c0 + 16 * ldc;
-            const uint16_t *a0 = A + (long)r0 * lda, *a1 = a0 + 16 * lda, *b0 = B + 2 * n0;
-            c4_begin(acc, c0, c0 + 16, c1, c1 + 16, ldc);
-            for (int k0 = 0; k0 < K; k0 += KP) {
-                const uint16_t *bk = b0 + (long)(k0 / 2) * ldb;
-                _tile_loadd(4, a0 + k0, lda * 2);
-                _tile_loadd(6, bk, ldb * 2);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_loadd(7, bk + 32, ldb * 2);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_loadd(5, a1 + k0, lda * 2);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+        for (int kp = 0; kp < K; kp += BMM22_PASS * KP)
+            for (int n0 = 0; n0 < N; n0 += 32) {
+                const int kend = K - kp < BMM22_PASS * KP ? K : kp + BMM22_PASS * KP;
+                float *c0 = C + (long)r0 * ldc + n0, *c1 = c0 + 16 * ldc;
+                const uint16_t *a0 = A + (long)r0 * lda, *a1 = a0 + 16 * lda, *b0 = B + 2 * n0;
+                c4_begin(acc || kp > 0, c0, c0 + 16, c1, c1 + 16, ldc);
+                for (int k0 = kp; k0 < kend; k0 += KP) {
+                    const uint16_t *bk = b0 + (long)(k0 / 2) * ldb;
+                    _tile_loadd(4, a0 + k0, lda * 2);
+                    _tile_loadd(6, bk, ldb * 2);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_loadd(7, bk + 32, ldb * 2);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_loadd(5, a1 + k0, lda * 2);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                c4_end(4, c0, c0 + 16, c1, c1 + 16, ldc);
             }
-            c4_end(4, c0, c0 + 16, c1, c1 + 16, ldc);
-        }
 }
 
 /* bmm for one head: per block of RB rows and up to 64 columns, the (up to
