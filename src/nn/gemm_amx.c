@@ -10,7 +10,7 @@
  * Blocking: C's columns in chunks of CHUNK_COLS, K in blocks of
  * AL_TILES_KBLOCK steps (1024 k), so that a chunk's B block (256 columns x
  * 1024 k, 512 KB) stays in L2 while every 32-row strip of the tile passes
- * over it. Within a strip the K block is taken SUB_STEPS steps at a time
+ * over it. Within a strip the K block is taken PASS_STEPS steps at a time
  * over all of the chunk's column pairs: the strip's A for those steps
  * (16 KB) stays in L1 for every pair, and only B comes from L2. Each pair's
  * 32 x 32 sums go to C after each pass and come back for the next; an fp32
@@ -50,12 +50,12 @@
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f")
 
-enum { CHUNK_COLS = 256, SUB_STEPS = 8 };
+enum { CHUNK_COLS = 256, PASS_STEPS = 8 };
 
 /* The steps of a pass (test hook: any split gives the same bits). */
-static int sub_steps = SUB_STEPS;
+static int pass_steps = PASS_STEPS;
 
-void al_bf16_tiles_set_sub_steps(int steps) { sub_steps = steps > 0 ? steps : SUB_STEPS; }
+void al_bf16_tiles_set_pass_steps(int steps) { pass_steps = steps > 0 ? steps : PASS_STEPS; }
 
 /* C tile at (i, j) of up to rows x cols from the 16 x 16 sums in buf:
  * C = alpha buf + keep C (keep 0: C not read). */
@@ -91,9 +91,9 @@ static inline void a_ahead_step(a_ahead *pa) {
 
 /* Steps [t0, t1) of the 32 x 32 block at a (two groups of A) and b (two
  * groups of B) added into tiles 0-3 (A in tiles 4-5, B in 6-7); each step
- * also fetches its share of the next strip's A block and of the next
- * block's C rows (c_next: `rows` rows ldc apart, 16 floats or `wide` 32;
- * NULL: none) into L1. */
+ * also fetches its share of the next strip's A block (into L2) and of the
+ * next block's C rows (into L1; c_next: `rows` rows ldc apart, 16 floats or
+ * `wide` 32; NULL: none). */
 static inline void block_steps(const uint16_t *a, const uint16_t *b, size_t group, int t0, int t1, a_ahead *pa,
                                const float *c_next, size_t ldc, int rows, int wide) {
     const int rows_step = (32 + (t1 - t0) - 1) / (t1 - t0); /* C's rows spread over the steps */
@@ -122,7 +122,7 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
     AL_TILE_LOADCONFIG(); /* C: 16 fp32, A: 32 bf16, B: 16 pairs a row */
     float buf[4][16 * 16] __attribute__((aligned(64)));
     const size_t group = (size_t)ksteps * AL_TILE_ELEMS, c_stride = ldc * sizeof(float);
-    const int sub = sub_steps;
+    const int pass = pass_steps;
     for (int jc = c0; jc < c1; jc += CHUNK_COLS) {
         const int jc1 = c1 - jc < CHUNK_COLS ? c1 : jc + CHUNK_COLS;
         for (int s0 = 0; s0 < ksteps; s0 += AL_TILES_KBLOCK) {
@@ -133,8 +133,8 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
                 const uint16_t *a = Ap + (size_t)(i / 16) * group;
                 a_ahead pa = {i + 32 < r1 ? (const char *)(a + 2 * group + (size_t)s0 * AL_TILE_ELEMS) : NULL, group,
                               s_end - s0, 2 * (s_end - s0) * AL_TILE_LINES, 0};
-                for (int u0 = s0; u0 < s_end; u0 += sub) { /* a pass: steps [u0, u1) over the chunk's pairs */
-                    const int u1 = s_end - u0 < sub ? s_end : u0 + sub;
+                for (int u0 = s0; u0 < s_end; u0 += pass) { /* a pass: steps [u0, u1) over the chunk's pairs */
+                    const int u1 = s_end - u0 < pass ? s_end : u0 + pass;
                     for (int j = jc; j < jc1; j += 32) {
                         const int direct = tiles_to_c && r1 - i >= 32 && jc1 - j >= 32;
                         if (!direct && u0 != s0) continue; /* summed whole in the K block's first pass */

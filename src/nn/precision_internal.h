@@ -144,7 +144,7 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
                               float alpha, float beta, float *C, size_t ldc);
 /* Test hook: the AMX kernel's passes over a K block take `steps` steps
  * each (0: its default); every split gives the same bits. */
-void al_bf16_tiles_set_sub_steps(int steps);
+void al_bf16_tiles_set_pass_steps(int steps);
 /* Test hook: nonzero makes the avx512-bf16 engine run (on any CPU) with
  * the plain reference in place of its kernel, so the own engines' packing
  * and blocking run where their kernels cannot; 0 restores it. */

@@ -27,10 +27,10 @@
  * AVX-512: run where the CPU has it). */
 #include "amx_emu.h"
 #define al_bf16_tiles_kernel_amx al_bf16_tiles_kernel_amxemu
-#define al_bf16_tiles_set_sub_steps al_bf16_tiles_set_sub_steps_emu
+#define al_bf16_tiles_set_pass_steps al_bf16_tiles_set_pass_steps_emu
 #include "nn/gemm_amx.c"
 #undef al_bf16_tiles_kernel_amx
-#undef al_bf16_tiles_set_sub_steps
+#undef al_bf16_tiles_set_pass_steps
 
 static float rnd(al_rng *r) { return al_rng_normal(r); }
 static double bf(float x) { return (double)al_bf16_to_f32(al_f32_to_bf16(x)); }
@@ -348,12 +348,12 @@ static void check_tiles_kernel(tiles_kernel kernel, const char *name, const uint
     }
 }
 
-/* The AMX kernel's passes over a K block (gemm_amx.c: SUB_STEPS steps at a
+/* The AMX kernel's passes over a K block (gemm_amx.c: PASS_STEPS steps at a
  * time, the sums sent to C and loaded back between passes) against one
  * pass per K block (the order before passes) and passes of 3 steps: the
  * same bits, since an fp32 store and load give back the same values, for
  * the three alpha / beta cases of check_tiles_kernel. */
-static void check_tiles_passes(tiles_kernel kernel, void (*set_sub_steps)(int), const char *name, const uint16_t *Ap,
+static void check_tiles_passes(tiles_kernel kernel, void (*set_pass_steps)(int), const char *name, const uint16_t *Ap,
                                const uint16_t *Bp, int ks, int M, int N, int K, int r0, int r1, int c0, int c1,
                                const float *C0, int ldc) {
     static const int splits[] = {AL_TILES_KBLOCK, 3};
@@ -361,16 +361,16 @@ static void check_tiles_passes(tiles_kernel kernel, void (*set_sub_steps)(int), 
         const float alpha = pass == 0 ? 1.5f : 1.0f, beta = pass == 0 ? 0.5f : pass == 1 ? 1.0f : 0.0f;
         float *want = malloc(sizeof(float) * M * ldc), *got = malloc(sizeof(float) * M * ldc);
         memcpy(want, C0, sizeof(float) * M * ldc);
-        set_sub_steps(0);
+        set_pass_steps(0);
         kernel(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, want, (size_t)ldc);
         for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
             memcpy(got, C0, sizeof(float) * M * ldc);
-            set_sub_steps(splits[si]);
+            set_pass_steps(splits[si]);
             kernel(Ap, Bp, ks, r0, r1, c0, c1, alpha, beta, got, (size_t)ldc);
             CHECK_MSG(memcmp(got, want, sizeof(float) * M * ldc) == 0,
                       "%s %dx%dx%d pass %d: passes of %d steps change the bits", name, M, N, K, pass, splits[si]);
         }
-        set_sub_steps(0);
+        set_pass_steps(0);
         free(want), free(got);
     }
 }
@@ -453,7 +453,7 @@ static void check_tiles(al_rng *r) {
                 const tiles_kernel kernel = emu ? al_bf16_tiles_kernel_amxemu : al_bf16_tiles_kernel_amx;
                 const char *name = emu ? "amx tiles kernel (emulated tiles)" : "amx tiles kernel";
                 check_tiles_kernel(kernel, name, Ap, Bp, ks, M, N, K, r0, r1, c0, c1, C0, ldc, mag);
-                check_tiles_passes(kernel, emu ? al_bf16_tiles_set_sub_steps_emu : al_bf16_tiles_set_sub_steps, name,
+                check_tiles_passes(kernel, emu ? al_bf16_tiles_set_pass_steps_emu : al_bf16_tiles_set_pass_steps, name,
                                    Ap, Bp, ks, M, N, K, r0, r1, c0, c1, C0, ldc);
             }
         free(A), free(B), free(Bb), free(Ap), free(Bp), free(C0), free(ref), free(mag);
