@@ -71,18 +71,18 @@ static void combine(float *C, size_t ldc, const float *buf, int rows, int cols, 
 }
 
 /* The next strip's A block (two groups of `steps` tiles, the second
- * `group` elements after the first; `lines` in all), fetched into L2 four
- * lines a step while the strip is summed (a: NULL, none). */
+ * `group` elements after the first), fetched into L2 four lines a step
+ * while the strip is summed (a: NULL, none; `fetched` lines so far). */
 typedef struct a_ahead {
     const char *a;
     size_t group;
-    int steps, lines, fetched;
+    int steps, fetched;
 } a_ahead;
 
 static inline void a_ahead_step(a_ahead *pa) {
-    if (!pa->a || pa->fetched >= pa->lines) return;
-    const int per_group = pa->steps * AL_TILE_LINES;
-    for (int q = pa->fetched; q < pa->fetched + 4 && q < pa->lines; q++) {
+    const int per_group = pa->steps * AL_TILE_LINES, lines = 2 * per_group;
+    if (!pa->a || pa->fetched >= lines) return;
+    for (int q = pa->fetched; q < pa->fetched + 4 && q < lines; q++) {
         const size_t at = q < per_group ? (size_t)q * 64 : pa->group * sizeof(uint16_t) + (size_t)(q - per_group) * 64;
         _mm_prefetch(pa->a + at, _MM_HINT_T1);
     }
@@ -132,7 +132,7 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
             for (int i = r0; i < r1; i += 32) {
                 const uint16_t *a = Ap + (size_t)(i / 16) * group;
                 a_ahead pa = {i + 32 < r1 ? (const char *)(a + 2 * group + (size_t)s0 * AL_TILE_ELEMS) : NULL, group,
-                              s_end - s0, 2 * (s_end - s0) * AL_TILE_LINES, 0};
+                              s_end - s0, 0};
                 for (int u0 = s0; u0 < s_end; u0 += pass) { /* a pass: steps [u0, u1) over the chunk's pairs */
                     const int u1 = s_end - u0 < pass ? s_end : u0 + pass;
                     for (int j = jc; j < jc1; j += 32) {
