@@ -1526,17 +1526,17 @@ static inline __attribute__((always_inline)) void pair_bwd_softmax_full(const fl
 #endif
 
 /* The pipelined backward's rows r, r + 1 of a block (r even; r + 1 = R:
- * a row past T, zeros): dS rows into dS (the dq product's A), P and dS as
- * pairs along the rows at p2, ds2 (the dV^T, dK^T products' B) straight
- * from the rows, where the plain loop writes P, dS rows and interleaves
- * them per query block (interleave_pairs): the same values. ptmp: two rows
- * of scratch. */
+ * a row past T, zeros): dS rows at dsb (the block's first row, rows lds
+ * apart: the dq product's A), P and dS as pairs along the rows at p2, ds2
+ * (the dV^T, dK^T products' B) straight from the rows, where the plain loop
+ * writes P, dS rows and interleaves them per query block
+ * (interleave_pairs): the same values. ptmp: two rows of scratch. */
 static inline __attribute__((always_inline)) void bwd_pair1(const score_fn *f, int causal, int softmax,
-                                                            const float *S, const float *dP, uint16_t *dS,
-                                                            uint16_t *p2, uint16_t *ds2, uint16_t *ptmp, int r,
-                                                            int R, int r0, int ia, int j0, int nk, float kmul,
+                                                            const float *S, const float *dP, uint16_t *dsb,
+                                                            long lds, uint16_t *p2, uint16_t *ds2, uint16_t *ptmp,
+                                                            int r, int R, int ia, int j0, int nk, float kmul,
                                                             const float *lse_h, const float *D_h, float scale) {
-    uint16_t *ds0 = dS + ((size_t)r0 + r) * KT, *ds1 = ds0 + KT;
+    uint16_t *ds0 = dsb + (size_t)r * lds, *ds1 = ds0 + lds;
     const int two = r + 1 < R;
 #if defined(__AVX512BF16__) && AL_VW == 16
     if (softmax && two && (!causal || ia + r - j0 + 1 >= KT) && nk >= KT) { /* both rows see all KT keys */
@@ -1550,27 +1550,48 @@ static inline __attribute__((always_inline)) void bwd_pair1(const score_fn *f, i
     if (two) bwd_row_at(f, causal, softmax, S, dP, ptmp + KT, ds1, r + 1, ia, j0, nk, kmul, lse_h, D_h, scale);
     else memset(ptmp + KT, 0, sizeof(uint16_t) * KT), memset(ds1, 0, sizeof(uint16_t) * KT);
     interleave_pairs(p2, ptmp, KT, 2, KT);
-    interleave_pairs(ds2, ds0, KT, 2, KT);
+    interleave_pairs(ds2, ds0, (int)lds, 2, KT);
 }
+#endif
+
+/* Key tiles whose dq product runs as one (DQ_TILES; 0: every block's at
+ * once, per tile). dq_sums += dS K reduces over keys, but the loop is key
+ * tile outer, so each 16-row block's product had K = 64 and loaded and
+ * stored its C tiles (4 KB each way) around 8 tile products. On AMX the
+ * dS rows of DQ_TILES tiles are kept (dS [hpc][Tq][DQ_TILES x KT]) and the
+ * group's product runs at its last tile, K up to DQ_TILES x KT with C in
+ * the tiles throughout: the same K steps added in the same order, and C's
+ * round trips return the same values, so the same bits. Paired against
+ * per-block products (H 12, d_h 64, causal): the backward 0.953-0.955x
+ * the time at T 1024, 0.964x at T 512, 0.953x at T 2048, 0.981x at T 4096,
+ * 0.972x at B 4 T 256. Larger groups were slower at T 1024 (3 and 4
+ * tiles 1.02x and 1.04x the time of 2, 8 and 16 tiles 1.05x and 1.12x of
+ * 4: the kept rows outgrow L2). The vector sets keep the product per block
+ * (not measured on their CPUs). */
+#ifdef BF16_AMX
+enum { DQ_TILES = 2 };
+#else
+enum { DQ_TILES = 0 };
 #endif
 
 /* The backward's work split (score_kern.h's) and workspace: kT | vT | k2
  * (bf16; none where an item is a whole unit, own) | D[B][H][T] (softmax) |
  * part (several chunks per group) | per thread, for the item's hpc heads
- * (Tq = T rounded up to QBK): Q rows
- * [hpc][Tq][dkp] and Q^T rows [hpc][dkp][Tq], dO rows [hpc][Tq][dvp] and
- * dO^T rows [hpc][dvp][Tq] (bf16, A operands), the item's dq sums
- * [hpc][Tq][dkp] (fp32), S, dP [hpc][RB][KT], P, dS rows [hpc][QBK][KT]
- * (bf16), P and dS of the tile as pairs along rows [hpc][Tq/2][KT][2] (bf16),
- * the key tile's dK^T, dV^T sums [dkp][KT], [dvp][KT] and the same
- * transposed [KT][dkp], [KT][dvp] (fp32), and where own the item's unit's
- * kT | vT | k2: the thread packs the tiles it reads, which then come from
- * its own caches, not the other threads' or L3 (own_units' reason; paired
- * on AMX: the backward 0.84x the time at gpt2's shape, B 4 T 256 H 12
- * d_h 64, 0.87x at the study LMs', 0.83x at the ViT's, 0.95x with 4 KV
- * groups, 0.99x at B 1 T 1024 H 12). */
+ * (Tq = T rounded up to QBK): Q rows [hpc][Tq][dkp] and Q^T rows
+ * [hpc][dkp][Tq], dO rows [hpc][Tq][dvp] and dO^T rows [hpc][dvp][Tq]
+ * (bf16, A operands), the item's dq sums [hpc][Tq][dkp] (fp32), S, dP
+ * [hpc][RB][KT], P rows [hpc][QBK][KT] and dS rows [hpc][dsr][lds] (bf16;
+ * see DQ_TILES), P and dS of the tile as pairs along rows
+ * [hpc][Tq/2][KT][2] (bf16), the key tile's dK^T, dV^T sums [dkp][KT],
+ * [dvp][KT] and the same transposed [KT][dkp], [KT][dvp] (fp32), and where
+ * own the item's unit's kT | vT | k2: the thread packs the tiles it
+ * reads, which then come from its own caches, not the other threads' or L3
+ * (own_units' reason; paired on AMX: the backward 0.84x the time at
+ * gpt2's shape, B 4 T 256 H 12 d_h 64, 0.87x at the study LMs', 0.83x at
+ * the ViT's, 0.95x with 4 KV groups, 0.99x at B 1 T 1024 H 12). */
 typedef struct bbwd_plan {
     int ntile, nqb, nch, hpc, dkp, dvp, tq, own;
+    int dqg, dsr, lds; /* key tiles per dq product (0: one per block), dS rows a head and their length */
     long ntiles_all, items;
     size_t n_k, n_vt, n_d, n_part, per_thr, floats; /* n_k, n_vt: bf16 values */
 } bbwd_plan;
@@ -1583,12 +1604,15 @@ static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
     split_heads(pg, (long)B * G, 8, &p.nch, &p.hpc);
     p.ntiles_all = (long)B * G * p.ntile, p.items = (long)B * G * p.nch;
     p.own = own_allowed && p.nch == 1; /* an item is a whole unit: it packs the unit's key tiles itself */
+    p.dqg = DQ_TILES ? imin(DQ_TILES, p.ntile) : 0;
+    p.dsr = p.dqg ? p.tq : QBK, p.lds = p.dqg ? p.dqg * KT : KT;
     p.n_k = p.own ? 0 : (size_t)p.ntiles_all * p.dkp * KT, p.n_vt = p.own ? 0 : (size_t)p.ntiles_all * p.dvp * KT;
     p.n_d = s->score == AL_SCORE_SOFTMAX ? (size_t)B * s->H * T : 0;
     p.n_part = p.nch > 1 ? (size_t)B * G * p.nch * T * ((size_t)s->dk + s->dv) : 0;
     const size_t h = (size_t)p.hpc, kd = (size_t)KT * p.dkp, vd = (size_t)KT * p.dvp;
     p.per_thr = 2 * up16(h * p.tq * p.dkp / 2) + 2 * up16(h * p.tq * p.dvp / 2) + up16(h * p.tq * p.dkp) +
-                2 * up16((size_t)imax(2, p.hpc) * RB * KT) + 2 * up16(h * QBK * KT / 2) + 2 * up16(h * p.tq * KT / 2) +
+                2 * up16((size_t)imax(2, p.hpc) * RB * KT) + up16(h * QBK * KT / 2) +
+                up16((h * p.dsr * p.lds + 1) / 2) + 2 * up16(h * p.tq * KT / 2) +
                 2 * up16(kd) + 2 * up16(vd);
     if (p.own) p.per_thr += 2 * up16(((size_t)p.ntile * kd + 1) / 2) + up16(((size_t)p.ntile * vd + 1) / 2);
     p.floats = 2 * up16((p.n_k + 1) / 2) + up16((p.n_vt + 1) / 2) + up16(p.n_d) + up16(p.n_part) +
@@ -1597,6 +1621,34 @@ static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
 }
 
 size_t BSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bbwd_plan_of(s, nthr).floats; }
+
+/* Where query row i (of the block from i0) of head hh puts its dS row
+ * against key tile `tile`: grouped (pl->dqg), row i of all Tq, at the
+ * tile's columns in its group from tile g0; else row i - i0 of the block */
+static inline uint16_t *ds_row(const bbwd_plan *pl, uint16_t *dS, int hh, int i, int i0, int tile, int g0) {
+    const size_t row = pl->dqg ? (size_t)i : (size_t)(i - i0);
+    return dS + ((size_t)hh * pl->dsr + row) * pl->lds + (pl->dqg ? (size_t)(tile - g0) * KT : 0);
+}
+
+/* dq_sums rows += dS . K over the key tiles g0 .. g1 for every 16-row block
+ * that sees g0 (grouped dS rows, K the unit's key rows as pairs k2u): each
+ * block's K is its tiles' keys, the last seen tile's cut as the per-tile
+ * product cut it (tile_keys), so the K steps are those of the per-tile
+ * products, in their order. */
+static void dq_group(const bbwd_plan *pl, int T, int causal, int hn, int g0, int g1, const uint16_t *dS,
+                     const uint16_t *k2u, float *dqs) {
+    const int tq = pl->tq, dkp = pl->dkp;
+    for (int qb = causal ? g0 * KT / QBK : 0; qb < pl->nqb; qb++) {
+        const int i0 = qb * QBK, m = imin(QBK, T - i0);
+        for (int r0 = 0; r0 < m; r0 += RB) {
+            const int R = imin(RB, m - r0), ia = i0 + r0;
+            const int tl = causal ? imin(g1, (ia + R - 1) / KT) : g1; /* the last tile the block sees */
+            const int K = (tl - g0) * KT + tile_keys(keys_seen(T, causal, tl * KT, ia, R));
+            bmm(hn, R, dkp, K, dS + (size_t)ia * pl->lds, pl->lds, (long)tq * pl->lds, k2u + (size_t)g0 * KT * dkp,
+                2 * dkp, dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
+        }
+    }
+}
 
 /* dst[j][e] = src[e][j], e < ne, j < nj (fp32): a key tile's dK^T or dV^T
  * sums into the rows tile_grads_out reads, once per tile and item */
@@ -1627,8 +1679,8 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
  * tile outer:
  * per block of RB query rows, S = Q K^T and dP = dO V^T for every head of
  * the chunk (the tile shared), P and dS (row_bwd, fp32) rounded to bf16,
- * dq_sums += dS K (the tile shared); P and dS of each query block laid out
- * as pairs along the rows (the pipelined one-head path writes them so from
+ * dq_sums += dS K (the tile shared; on AMX per DQ_TILES tiles, dq_group);
+ * P and dS of each query block laid out as pairs along the rows (the pipelined one-head path writes them so from
  * its rows, bwd_pair1); at the tile's end, per head, dV^T += dO^T P and
  * dK^T += Q^T dS over all the tile's query rows (rows past T are 0): the
  * products reduce over query rows with their A operands packed once per
@@ -1666,7 +1718,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
         float *dqs = take(&tc, (size_t)hpc * tq * dkp);
         float *S = take(&tc, (size_t)imax(2, hpc) * RB * KT); /* two blocks each for the pipelined path */
         float *dP = take(&tc, (size_t)imax(2, hpc) * RB * KT);
-        uint16_t *P = take16(&tc, (size_t)hpc * QBK * KT), *dS = take16(&tc, (size_t)hpc * QBK * KT);
+        uint16_t *P = take16(&tc, (size_t)hpc * QBK * KT), *dS = take16(&tc, (size_t)hpc * pl.dsr * pl.lds);
         uint16_t *P2 = take16(&tc, (size_t)hpc * tq * KT), *dS2 = take16(&tc, (size_t)hpc * tq * KT);
         float *dKT = take(&tc, (size_t)KT * dkp), *dVT = take(&tc, (size_t)KT * dvp);
         float *dKa = take(&tc, (size_t)KT * dkp), *dVa = take(&tc, (size_t)KT * dvp);
@@ -1693,6 +1745,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 const size_t uoff = (size_t)((long)b * G + g) * ntile;
                 kTu = kT + uoff * dkp * KT, vTu = vT + uoff * dvp * KT, k2u = k2 + uoff * KT * dkp;
             }
+            int g0 = 0; /* the first key tile of the dq product's group */
 #ifdef BF16_AMX
             int ready = 0; /* fwd_item_amx1's pipeline: S, dP of the block are made */
             float *Sc = S, *Sn = S + (size_t)RB * KT, *dPc = dP, *dPn = dP + (size_t)RB * KT;
@@ -1727,10 +1780,11 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             const float *D_h = softmax ? Dall + ((size_t)b * H + h0) * T : NULL;
                             int pend = 0; /* this block's rows done */
                             uint16_t *p2 = P2 + (size_t)(i0 - iq0 + r0) * KT, *ds2 = dS2 + (size_t)(i0 - iq0 + r0) * KT;
+                            uint16_t *dsb = ds_row(&pl, dS, 0, ia, i0, tile, g0);
 #define BROWS()                                                                                         \
     for (int u = 0; u < per && pend < R; u++, pend += 2)                                               \
-    bwd_pair1(&f, causal, softmax, Sc, dPc, dS, p2 + (size_t)pend * KT, ds2 + (size_t)pend * KT, P, pend, R, r0, ia, \
-              j0, nk, kmul, lse_h, D_h, s->scale)
+    bwd_pair1(&f, causal, softmax, Sc, dPc, dsb, pl.lds, p2 + (size_t)pend * KT, ds2 + (size_t)pend * KT, P, pend, R, \
+              ia, j0, nk, kmul, lse_h, D_h, s->scale)
                             if (ready) {
                                 /* row pairs per slot: AMX_C64_WITH has 5 (dkp + dvp) / KP slots for the two */
                                 const int per = ((R + 1) / 2 * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
@@ -1742,8 +1796,8 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             }
 #undef BROWS
                             for (; pend < R; pend += 2)
-                                bwd_pair1(&f, causal, softmax, Sc, dPc, dS, p2 + (size_t)pend * KT,
-                                          ds2 + (size_t)pend * KT, P, pend, R, r0, ia, j0, nk, kmul, lse_h, D_h,
+                                bwd_pair1(&f, causal, softmax, Sc, dPc, dsb, pl.lds, p2 + (size_t)pend * KT,
+                                          ds2 + (size_t)pend * KT, P, pend, R, ia, j0, nk, kmul, lse_h, D_h,
                                           s->scale);
                             float *t = Sc;
                             Sc = Sn, Sn = t, t = dPc, dPc = dPn, dPn = t;
@@ -1761,13 +1815,14 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                                 for (int r = 0; r < R; r++)
                                     bwd_row_at(&f, causal, softmax, S + (size_t)hh * RB * KT,
                                                dP + (size_t)hh * RB * KT, P + ((size_t)hh * QBK + r0 + r) * KT,
-                                               dS + ((size_t)hh * QBK + r0 + r) * KT, r, ia, j0, nk, kmul, lse_h, D_h,
+                                               ds_row(&pl, dS, hh, ia + r, i0, tile, g0), r, ia, j0, nk, kmul, lse_h, D_h,
                                                s->scale);
                             }
                         }
-                        /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared */
-                        bmm(hn, R, dkp, tile_keys(nk), dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
-                            dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
+                        /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared (grouped: dq_group) */
+                        if (!pl.dqg)
+                            bmm(hn, R, dkp, tile_keys(nk), dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
+                                dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
                     }
                     /* the block's P and dS as pairs along its QBK rows (rows past T: 0), after the
                      * tile's earlier blocks: the B operands of the tile's dV^T, dK^T products (the
@@ -1782,12 +1837,12 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                     }
 #endif
                     for (int hh = 0; hh < hn; hh++) {
-                        uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = dS + (size_t)hh * QBK * KT;
+                        uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = ds_row(&pl, dS, hh, i0, i0, tile, g0);
                         memset(ph + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
-                        memset(dsh + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
+                        for (int r = m; r < QBK; r++) memset(dsh + (size_t)r * pl.lds, 0, sizeof(uint16_t) * KT);
                         const size_t at = ((size_t)hh * tq + (i0 - iq0)) * KT;
                         interleave_pairs(P2 + at, ph, KT, QBK, KT);
-                        interleave_pairs(dS2 + at, dsh, KT, QBK, KT);
+                        interleave_pairs(dS2 + at, dsh, pl.lds, QBK, KT);
                     }
                 }
                 /* dV_tile^T = sum over heads of dO^T P ; dK_tile^T = sum of Q^T dS, over the rows from iq0:
@@ -1802,6 +1857,10 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 transpose_f32(dKa, dkp, dKT, KT, dkp, ncols); /* the columns the products made */
                 transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
+                if (pl.dqg && (tile + 1 - g0 == pl.dqg || tile + 1 == ntile)) {
+                    dq_group(&pl, T, causal, hn, g0, tile, dS, k2u, dqs);
+                    g0 = tile + 1;
+                }
             }
             /* dq += (overwrite: =) the item's sums; streamed where dq_stream */
             for (int hh = 0; hh < hn; hh++)
