@@ -1580,18 +1580,18 @@ enum { DQ_TILES = 0 };
  * (Tq = T rounded up to QBK): Q rows [hpc][Tq][dkp] and Q^T rows
  * [hpc][dkp][Tq], dO rows [hpc][Tq][dvp] and dO^T rows [hpc][dvp][Tq]
  * (bf16, A operands), the item's dq sums [hpc][Tq][dkp] (fp32), S, dP
- * [hpc][RB][KT], P rows [hpc][QBK][KT] and dS rows [hpc][dsr][lds] (bf16;
- * see DQ_TILES), P and dS of the tile as pairs along rows
- * [hpc][Tq/2][KT][2] (bf16), the key tile's dK^T, dV^T sums [dkp][KT],
- * [dvp][KT] and the same transposed [KT][dkp], [KT][dvp] (fp32), and where
- * own the item's unit's kT | vT | k2: the thread packs the tiles it
- * reads, which then come from its own caches, not the other threads' or L3
- * (own_units' reason; paired on AMX: the backward 0.84x the time at
- * gpt2's shape, B 4 T 256 H 12 d_h 64, 0.87x at the study LMs', 0.83x at
- * the ViT's, 0.95x with 4 KV groups, 0.99x at B 1 T 1024 H 12). */
+ * [hpc][RB][KT], P rows [hpc][QBK][KT] and dS rows
+ * [hpc][ds_rows][ds_ld] (bf16; see DQ_TILES), P and dS of the tile as
+ * pairs along rows [hpc][Tq/2][KT][2] (bf16), the key tile's dK^T, dV^T
+ * sums [dkp][KT], [dvp][KT] and the same transposed [KT][dkp], [KT][dvp]
+ * (fp32), and where own the item's unit's kT | vT | k2: the thread packs
+ * the tiles it reads, which then come from its own caches, not the other
+ * threads' or L3 (own_units' reason; paired on AMX: the backward 0.84x the
+ * time at gpt2's shape, B 4 T 256 H 12 d_h 64, 0.87x at the study LMs',
+ * 0.83x at the ViT's, 0.95x with 4 KV groups, 0.99x at B 1 T 1024 H 12). */
 typedef struct bbwd_plan {
     int ntile, nqb, nch, hpc, dkp, dvp, tq, own;
-    int dqg, dsr, lds; /* key tiles per dq product (0: one per block), dS rows a head and their length */
+    int dq_tiles, ds_rows, ds_ld; /* key tiles per dq product (0: one per block), dS rows a head, their length */
     long ntiles_all, items;
     size_t n_k, n_vt, n_d, n_part, per_thr, floats; /* n_k, n_vt: bf16 values */
 } bbwd_plan;
@@ -1604,15 +1604,15 @@ static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
     split_heads(pg, (long)B * G, 8, &p.nch, &p.hpc);
     p.ntiles_all = (long)B * G * p.ntile, p.items = (long)B * G * p.nch;
     p.own = own_allowed && p.nch == 1; /* an item is a whole unit: it packs the unit's key tiles itself */
-    p.dqg = DQ_TILES ? imin(DQ_TILES, p.ntile) : 0;
-    p.dsr = p.dqg ? p.tq : QBK, p.lds = p.dqg ? p.dqg * KT : KT;
+    p.dq_tiles = DQ_TILES ? imin(DQ_TILES, p.ntile) : 0;
+    p.ds_rows = p.dq_tiles ? p.tq : QBK, p.ds_ld = p.dq_tiles ? p.dq_tiles * KT : KT;
     p.n_k = p.own ? 0 : (size_t)p.ntiles_all * p.dkp * KT, p.n_vt = p.own ? 0 : (size_t)p.ntiles_all * p.dvp * KT;
     p.n_d = s->score == AL_SCORE_SOFTMAX ? (size_t)B * s->H * T : 0;
     p.n_part = p.nch > 1 ? (size_t)B * G * p.nch * T * ((size_t)s->dk + s->dv) : 0;
     const size_t h = (size_t)p.hpc, kd = (size_t)KT * p.dkp, vd = (size_t)KT * p.dvp;
     p.per_thr = 2 * up16(h * p.tq * p.dkp / 2) + 2 * up16(h * p.tq * p.dvp / 2) + up16(h * p.tq * p.dkp) +
                 2 * up16((size_t)imax(2, p.hpc) * RB * KT) + up16(h * QBK * KT / 2) +
-                up16((h * p.dsr * p.lds + 1) / 2) + 2 * up16(h * p.tq * KT / 2) +
+                up16((h * p.ds_rows * p.ds_ld + 1) / 2) + 2 * up16(h * p.tq * KT / 2) +
                 2 * up16(kd) + 2 * up16(vd);
     if (p.own) p.per_thr += 2 * up16(((size_t)p.ntile * kd + 1) / 2) + up16(((size_t)p.ntile * vd + 1) / 2);
     p.floats = 2 * up16((p.n_k + 1) / 2) + up16((p.n_vt + 1) / 2) + up16(p.n_d) + up16(p.n_part) +
@@ -1623,11 +1623,11 @@ static bbwd_plan bbwd_plan_of(const al_attn_shape *s, int nthr) {
 size_t BSFX(al_attn_bwd_floats)(const al_attn_shape *s, int nthr) { return bbwd_plan_of(s, nthr).floats; }
 
 /* Where query row i (of the block from i0) of head hh puts its dS row
- * against key tile `tile`: grouped (pl->dqg), row i of all Tq, at the
+ * against key tile `tile`: grouped (pl->dq_tiles), row i of all Tq, at the
  * tile's columns in its group from tile g0; else row i - i0 of the block */
 static inline uint16_t *ds_row(const bbwd_plan *pl, uint16_t *dS, int hh, int i, int i0, int tile, int g0) {
-    const size_t row = pl->dqg ? (size_t)i : (size_t)(i - i0);
-    return dS + ((size_t)hh * pl->dsr + row) * pl->lds + (pl->dqg ? (size_t)(tile - g0) * KT : 0);
+    const size_t row = pl->dq_tiles ? (size_t)i : (size_t)(i - i0);
+    return dS + ((size_t)hh * pl->ds_rows + row) * pl->ds_ld + (pl->dq_tiles ? (size_t)(tile - g0) * KT : 0);
 }
 
 /* dq_sums rows += dS . K over the key tiles g0 .. g1 for every 16-row block
@@ -1644,8 +1644,9 @@ static void dq_group(const bbwd_plan *pl, int T, int causal, int hn, int g0, int
             const int R = imin(RB, m - r0), ia = i0 + r0;
             const int tl = causal ? imin(g1, (ia + R - 1) / KT) : g1; /* the last tile the block sees */
             const int K = (tl - g0) * KT + tile_keys(keys_seen(T, causal, tl * KT, ia, R));
-            bmm(hn, R, dkp, K, dS + (size_t)ia * pl->lds, pl->lds, (long)tq * pl->lds, k2u + (size_t)g0 * KT * dkp,
-                2 * dkp, dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
+            const long ld = pl->ds_ld;
+            bmm(hn, R, dkp, K, dS + (size_t)ia * ld, ld, (long)tq * ld, k2u + (size_t)g0 * KT * dkp, 2 * dkp,
+                dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
         }
     }
 }
@@ -1718,7 +1719,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
         float *dqs = take(&tc, (size_t)hpc * tq * dkp);
         float *S = take(&tc, (size_t)imax(2, hpc) * RB * KT); /* two blocks each for the pipelined path */
         float *dP = take(&tc, (size_t)imax(2, hpc) * RB * KT);
-        uint16_t *P = take16(&tc, (size_t)hpc * QBK * KT), *dS = take16(&tc, (size_t)hpc * pl.dsr * pl.lds);
+        uint16_t *P = take16(&tc, (size_t)hpc * QBK * KT), *dS = take16(&tc, (size_t)hpc * pl.ds_rows * pl.ds_ld);
         uint16_t *P2 = take16(&tc, (size_t)hpc * tq * KT), *dS2 = take16(&tc, (size_t)hpc * tq * KT);
         float *dKT = take(&tc, (size_t)KT * dkp), *dVT = take(&tc, (size_t)KT * dvp);
         float *dKa = take(&tc, (size_t)KT * dkp), *dVa = take(&tc, (size_t)KT * dvp);
@@ -1783,8 +1784,8 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             uint16_t *dsb = ds_row(&pl, dS, 0, ia, i0, tile, g0);
 #define BROWS()                                                                                         \
     for (int u = 0; u < per && pend < R; u++, pend += 2)                                               \
-    bwd_pair1(&f, causal, softmax, Sc, dPc, dsb, pl.lds, p2 + (size_t)pend * KT, ds2 + (size_t)pend * KT, P, pend, R, \
-              ia, j0, nk, kmul, lse_h, D_h, s->scale)
+    bwd_pair1(&f, causal, softmax, Sc, dPc, dsb, pl.ds_ld, p2 + (size_t)pend * KT, ds2 + (size_t)pend * KT, P, pend, \
+              R, ia, j0, nk, kmul, lse_h, D_h, s->scale)
                             if (ready) {
                                 /* row pairs per slot: AMX_C64_WITH has 5 (dkp + dvp) / KP slots for the two */
                                 const int per = ((R + 1) / 2 * KP + 5 * (dkp + dvp) - 1) / (5 * (dkp + dvp));
@@ -1796,7 +1797,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                             }
 #undef BROWS
                             for (; pend < R; pend += 2)
-                                bwd_pair1(&f, causal, softmax, Sc, dPc, dsb, pl.lds, p2 + (size_t)pend * KT,
+                                bwd_pair1(&f, causal, softmax, Sc, dPc, dsb, pl.ds_ld, p2 + (size_t)pend * KT,
                                           ds2 + (size_t)pend * KT, P, pend, R, ia, j0, nk, kmul, lse_h, D_h,
                                           s->scale);
                             float *t = Sc;
@@ -1815,12 +1816,12 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                                 for (int r = 0; r < R; r++)
                                     bwd_row_at(&f, causal, softmax, S + (size_t)hh * RB * KT,
                                                dP + (size_t)hh * RB * KT, P + ((size_t)hh * QBK + r0 + r) * KT,
-                                               ds_row(&pl, dS, hh, ia + r, i0, tile, g0), r, ia, j0, nk, kmul, lse_h, D_h,
-                                               s->scale);
+                                               ds_row(&pl, dS, hh, ia + r, i0, tile, g0), r, ia, j0, nk, kmul, lse_h,
+                                               D_h, s->scale);
                             }
                         }
                         /* dq_sums_h rows += dS_h (bf16) . K_tile (bf16), the tile shared (grouped: dq_group) */
-                        if (!pl.dqg)
+                        if (!pl.dq_tiles)
                             bmm(hn, R, dkp, tile_keys(nk), dS + (size_t)r0 * KT, KT, (long)QBK * KT, krows, 2 * dkp,
                                 dqs + (size_t)ia * dkp, dkp, (long)tq * dkp, 1);
                     }
@@ -1839,10 +1840,10 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                     for (int hh = 0; hh < hn; hh++) {
                         uint16_t *ph = P + (size_t)hh * QBK * KT, *dsh = ds_row(&pl, dS, hh, i0, i0, tile, g0);
                         memset(ph + (size_t)m * KT, 0, sizeof(uint16_t) * (size_t)(QBK - m) * KT);
-                        for (int r = m; r < QBK; r++) memset(dsh + (size_t)r * pl.lds, 0, sizeof(uint16_t) * KT);
+                        for (int r = m; r < QBK; r++) memset(dsh + (size_t)r * pl.ds_ld, 0, sizeof(uint16_t) * KT);
                         const size_t at = ((size_t)hh * tq + (i0 - iq0)) * KT;
                         interleave_pairs(P2 + at, ph, KT, QBK, KT);
-                        interleave_pairs(dS2 + at, dsh, pl.lds, QBK, KT);
+                        interleave_pairs(dS2 + at, dsh, pl.ds_ld, QBK, KT);
                     }
                 }
                 /* dV_tile^T = sum over heads of dO^T P ; dK_tile^T = sum of Q^T dS, over the rows from iq0:
@@ -1857,7 +1858,7 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 transpose_f32(dKa, dkp, dKT, KT, dkp, ncols); /* the columns the products made */
                 transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
                 tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
-                if (pl.dqg && (tile + 1 - g0 == pl.dqg || tile + 1 == ntile)) {
+                if (pl.dq_tiles && (tile + 1 - g0 == pl.dq_tiles || tile + 1 == ntile)) {
                     dq_group(&pl, T, causal, hn, g0, tile, dS, k2u, dqs);
                     g0 = tile + 1;
                 }
