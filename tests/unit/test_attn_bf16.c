@@ -377,20 +377,25 @@ static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
 }
 
 /* The amx set (on tiles where the CPU has them, and emulated) with its
- * one-head items software-pipelined and in the plain loop: the same bits,
- * forward and backward, on MHA shapes (one head per KV group: the items
- * the pipeline takes) across tile edges, every function, both masks. */
+ * items software-pipelined and in the plain loop: the same bits, forward
+ * and backward, across tile edges, every function, both masks: MHA shapes
+ * (one head per KV group: the forward pipelines those items only) and
+ * GQA/MQA ones whose backward items hold 2-4 heads of a group (the
+ * backward pipelines them head by head). */
 static void check_pipelined(al_rng *r) {
-    /* d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only); T past 256 (ORES_MIN_KEYS):
-     * items whose rows see more keys keep O in tiles at d_v padded to 32 and 64 */
-    const int shapes[][5] = {{1, 1, 2, 8, 8},     {1, 64, 2, 24, 40},  {2, 77, 3, 64, 64},  {1, 150, 2, 81, 17},
-                             {1, 129, 1, 96, 33}, {1, 83, 2, 16, 80},  {1, 70, 1, 40, 128}, {1, 301, 1, 64, 64},
-                             {1, 290, 2, 40, 24}};
+    /* {B, T, H, G, d_k, d_v}: d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only); T past 256
+     * (ORES_MIN_KEYS): items whose rows see more keys keep O in tiles at d_v padded to 32 and 64; the last four
+     * have B G >= 8 units, so an item is a whole group of 2-4 heads (split_heads) */
+    const int shapes[][6] = {{1, 1, 2, 2, 8, 8},     {1, 64, 2, 2, 24, 40},  {2, 77, 3, 3, 64, 64},
+                             {1, 150, 2, 2, 81, 17}, {1, 129, 1, 1, 96, 33}, {1, 83, 2, 2, 16, 80},
+                             {1, 70, 1, 1, 40, 128}, {1, 301, 1, 1, 64, 64}, {1, 290, 2, 2, 40, 24},
+                             {4, 77, 4, 2, 32, 32},  {2, 150, 12, 4, 24, 40}, {8, 129, 4, 1, 64, 64},
+                             {4, 70, 8, 2, 40, 96}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fi = 0; fi < NFNS; fi++) {
             const int *v = shapes[i], bidir = (fi + (int)i) % 2;
-            al_attn_shape s = {v[0], v[1], v[2], v[2], v[3], v[4], v[2] * v[3] + 1, v[2] * v[3], v[2] * v[4],
-                               v[2] * v[4] + 2, 1.0f / sqrtf((float)v[3])};
+            al_attn_shape s = {v[0], v[1], v[2], v[3], v[4], v[5], v[2] * v[4] + 1, v[3] * v[4], v[3] * v[5],
+                               v[2] * v[5] + 2, 1.0f / sqrtf((float)v[4])};
             tu_set_score(&s, &FNS[fi], bidir, 29.0f);
             io in;
             io_make(&in, &s, r, 1.2f);
@@ -401,8 +406,9 @@ static void check_pipelined(al_rng *r) {
                 CHECK_MSG(!memcmp(x.o, y.o, x.no * 4) && !memcmp(x.lse, y.lse, x.nl * 4) &&
                               !memcmp(x.dq, y.dq, x.nq * 4) && !memcmp(x.dk, y.dk, x.nk * 4) &&
                               !memcmp(x.dv, y.dv, x.nv * 4),
-                          "%s %s bidir=%d B=%d T=%d H=%d dk=%d dv=%d: pipelined and plain differ",
-                          emu ? "amx (emulated tiles)" : "amx", FNS[fi].name, bidir, v[0], v[1], v[2], v[3], v[4]);
+                          "%s %s bidir=%d B=%d T=%d H=%d G=%d dk=%d dv=%d: pipelined and plain differ",
+                          emu ? "amx (emulated tiles)" : "amx", FNS[fi].name, bidir, v[0], v[1], v[2], v[3], v[4],
+                          v[5]);
                 outs_free(&x), outs_free(&y);
             }
             io_free(&in);
