@@ -1382,11 +1382,23 @@ static void fwd_item(const al_attn_shape *s, const score_fn *f, float kmul, cons
                q + ((size_t)b * T + i0) * s->ldq + (size_t)(h0 + hh) * DK, s->ldq, m, QBK, DK, dkp, DK);
     for (int r = 0; r < hn * QBK; r++) th.mst[r] = -INFINITY, th.lst[r] = V_ZERO();
 #ifdef BF16_AMX
-    if (hn == 1 && pipelined) {
-        float *oi = o + ((size_t)b * T + i0) * s->ldo + (size_t)h0 * s->dv; /* the item's o rows */
+    /* Head by head, each software-pipelined (the key tiles shared through
+     * the caches), where that beats the plain loop's one key tile load for
+     * all heads (paired, forward): one head; 4 or more (the study's MQA
+     * items of 8 heads 0.94x the time, the ViT's 4 heads of 32 0.92x); or
+     * rows that see more than ORES_MIN_KEYS keys (T 1024 with 2 heads
+     * 0.96x, 3 heads 0.88x). Items of 2 or 3 heads over fewer keys stay
+     * plain: pipelined, 2 heads of 32 or 64 at T 256 took 1.07-1.08x, 3 of
+     * 64 1.01-1.03x. Both give the same bits. */
+    if (pipelined && (hn == 1 || hn >= 4 || kend > ORES_MIN_KEYS)) {
         fwd_item_fn *item = dvp <= 64 && kend > ORES_MIN_KEYS ? fwd_item_amx_ores : fwd_item_amx1;
-        item(f, softmax, causal, T, i0, m, kend, kmul, th.qr, dkp, ku, vu, dvp, th.S, th.S + (size_t)RB * KT, th.P,
-             th.P + (size_t)RB * KT, th.mst, th.lst, th.Oacc, oi, s->ldo, s->dv, !o_rows_streamable(s, o));
+        for (int hh = 0; hh < hn; hh++) {
+            float *oi = o + ((size_t)b * T + i0) * s->ldo + (size_t)(h0 + hh) * s->dv; /* the head's o rows */
+            item(f, softmax, causal, T, i0, m, kend, kmul, th.qr + (size_t)hh * QBK * dkp, dkp, ku, vu, dvp, th.S,
+                 th.S + (size_t)RB * KT, th.P, th.P + (size_t)RB * KT, th.mst + (size_t)hh * QBK,
+                 th.lst + (size_t)hh * QBK, th.Oacc + (size_t)hh * QBK * dvp, oi, s->ldo, s->dv,
+                 !o_rows_streamable(s, o));
+        }
         fwd_rows_done(s, softmax, b, h0, hn, i0, m, th.mst, th.lst, th.Oacc, dvp, o, lse);
         return;
     }

@@ -379,18 +379,18 @@ static int run_pipelined_and_plain(const io *in, int emu, io *x, io *y) {
 /* The amx set (on tiles where the CPU has them, and emulated) with its
  * items software-pipelined and in the plain loop: the same bits, forward
  * and backward, across tile edges, every function, both masks: MHA shapes
- * (one head per KV group: the forward pipelines those items only) and
- * GQA/MQA ones whose backward items hold 2-4 heads of a group (the
- * backward pipelines them head by head). */
+ * and GQA/MQA ones whose items hold 2-4 heads of a group (pipelined head
+ * by head). */
 static void check_pipelined(al_rng *r) {
     /* {B, T, H, G, d_k, d_v}: d_v padded to 32, 64, 96 and 128 (the forward pipelines P V at 64 only); T past 256
-     * (ORES_MIN_KEYS): items whose rows see more keys keep O in tiles at d_v padded to 32 and 64; the last four
-     * have B G >= 8 units, so an item is a whole group of 2-4 heads (split_heads) */
+     * (ORES_MIN_KEYS): items whose rows see more keys keep O in tiles at d_v padded to 32 and 64; the last five
+     * have B G >= 8 units, so a backward item is a whole group of 2-4 heads (split_heads), and the forward
+     * pipelines items of 4 heads, and of 2 where their rows see more than ORES_MIN_KEYS keys (T 301) */
     const int shapes[][6] = {{1, 1, 2, 2, 8, 8},     {1, 64, 2, 2, 24, 40},  {2, 77, 3, 3, 64, 64},
                              {1, 150, 2, 2, 81, 17}, {1, 129, 1, 1, 96, 33}, {1, 83, 2, 2, 16, 80},
                              {1, 70, 1, 1, 40, 128}, {1, 301, 1, 1, 64, 64}, {1, 290, 2, 2, 40, 24},
                              {4, 77, 4, 2, 32, 32},  {2, 150, 12, 4, 24, 40}, {8, 129, 4, 1, 64, 64},
-                             {4, 70, 8, 2, 40, 96}};
+                             {4, 70, 8, 2, 40, 96},  {4, 301, 4, 2, 32, 32}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fi = 0; fi < NFNS; fi++) {
             const int *v = shapes[i], bidir = (fi + (int)i) % 2;
