@@ -1697,12 +1697,12 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
  * the pipelined path, one head at a time with the next (block, head)'s S
  * and dP issued beside the rows, writes them so from its rows, bwd_pair1:
  * paired against the plain loop for items of 2-4 heads, the backward
- * 0.972x the time at B 1 T 1024 H 12 G 4 d_h 64, 0.936x at B 4 T 256,
- * 0.975x / 0.956x at the study's GQA / MQA shapes); at the tile's end, per head, dV^T += dO^T P and
- * dK^T += Q^T dS over all the tile's query rows (rows past T are 0): the
- * products reduce over query rows with their A operands packed once per
- * item, so nothing is transposed per block, and their accumulators stay in
- * tiles over the whole reduction. The tile's dK, dV (the sums transposed)
+ * 0.97-1.00x the time at B 1 T 1024 H 12 G 4 d_h 64, 0.936x at B 4 T 256,
+ * 0.975x / 0.956x at the study's GQA / MQA shapes); at the tile's end, per
+ * head, dV^T += dO^T P and dK^T += Q^T dS over all the tile's query rows
+ * (rows past T are 0): the products reduce over query rows with their A
+ * operands packed once per item, so nothing is transposed per block, and
+ * their accumulators stay in tiles over the whole reduction. The tile's dK, dV (the sums transposed)
  * then go out; at the item's end dq += dq_sums. Every row of a query block
  * at or after the tile sees some of it (KT = QBK), so causal blocks start
  * at the tile's own. */
