@@ -1368,8 +1368,8 @@ typedef struct bfwd_thread {
  * tile shared), S *= scale (log2 e for softmax), the rows' online softmax
  * (fp32 statistics, whole-number max) or f(S), P rounded to bf16, O_rows =
  * (alpha O_rows | O_rows | 0) + P V in the item's fp32 sums; at the item's
- * end they are written to o, normalised. One head on AMX: one of the
- * software-pipelined items. */
+ * end they are written to o, normalised. On AMX most items run head by
+ * head through the software-pipelined items instead (see below). */
 static void fwd_item(const al_attn_shape *s, const score_fn *f, float kmul, const bfwd_plan *pl, int b, int g,
                      int ch, int qb, const float *q, const uint16_t *ku, const uint16_t *vu, bfwd_thread th,
                      float *o, float *lse) {
@@ -1385,7 +1385,7 @@ static void fwd_item(const al_attn_shape *s, const score_fn *f, float kmul, cons
     /* Head by head, each software-pipelined (the key tiles shared through
      * the caches), where that beats the plain loop's one key tile load for
      * all heads (paired, forward): one head; 4 or more (the study's MQA
-     * items of 8 heads 0.94x the time, the ViT's 4 heads of 32 0.92x); or
+     * items of 8 heads 0.94x the time, 4 heads of 32 at B 32 T 197 0.92x); or
      * rows that see more than ORES_MIN_KEYS keys (T 1024 with 2 heads
      * 0.96x, 3 heads 0.88x). Items of 2 or 3 heads over fewer keys stay
      * plain: pipelined, 2 heads of 32 or 64 at T 256 took 1.07-1.08x, 3 of
