@@ -647,29 +647,6 @@ static void amx_config(void) { AL_TILE_LOADCONFIG(); }
 #define BF16_THREAD_BEGIN() amx_config()
 #define BF16_THREAD_END() _tile_release()
 
-/* The four C tiles (tiles 0-3, 16 x 16 fp32 from p0 .. p3, rows ldc floats
- * apart) before a product: loaded to add to (acc), else zeroed; and the
- * first nt of them stored after it. bmm22 places them as a 2 x 2 block,
- * AMX_C64_ACC_WITH as 1 x 4. */
-static inline void c4_begin(int acc, const float *p0, const float *p1, const float *p2, const float *p3, long ldc) {
-    if (acc) {
-        _tile_loadd(0, p0, ldc * 4);
-        _tile_loadd(1, p1, ldc * 4);
-        _tile_loadd(2, p2, ldc * 4);
-        _tile_loadd(3, p3, ldc * 4);
-    } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    }
-}
-static inline void c4_end(int nt, float *p0, float *p1, float *p2, float *p3, long ldc) {
-    _tile_stored(0, p0, ldc * 4);
-    if (nt > 1) _tile_stored(1, p1, ldc * 4);
-    if (nt > 2) _tile_stored(2, p2, ldc * 4);
-    if (nt > 3) _tile_stored(3, p3, ldc * 4);
-}
 
 /* C (acc: +=, else =) A B for C of whole 32 x 32 blocks (R, N multiples of
  * 32): each block's four C tiles over the K loop with two A tiles (rows r0,
@@ -692,7 +669,7 @@ static void bmm22(int R, int N, int K, const uint16_t *A, long lda, const uint16
                 const int kend = K - kp < BMM22_PASS * KP ? K : kp + BMM22_PASS * KP;
                 float *c0 = C + (long)r0 * ldc + n0, *c1 = c0 + 16 * ldc;
                 const uint16_t *a0 = A + (long)r0 * lda, *a1 = a0 + 16 * lda, *b0 = B + 2 * n0;
-                c4_begin(acc || kp > 0, c0, c0 + 16, c1, c1 + 16, ldc);
+                al_tiles_c4_begin(acc || kp > 0, c0, c0 + 16, c1, c1 + 16, ldc);
                 for (int k0 = kp; k0 < kend; k0 += KP) {
                     const uint16_t *bk = b0 + (long)(k0 / 2) * ldb;
                     _tile_loadd(4, a0 + k0, lda * 2);
@@ -704,7 +681,7 @@ static void bmm22(int R, int N, int K, const uint16_t *A, long lda, const uint16
                     _tile_dpbf16ps(2, 5, 6);
                     _tile_dpbf16ps(3, 5, 7);
                 }
-                c4_end(4, c0, c0 + 16, c1, c1 + 16, ldc);
+                al_tiles_c4_end(4, c0, c0 + 16, c1, c1 + 16, ldc);
             }
 }
 
@@ -967,7 +944,7 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
 #define AMX_C64_ACC_WITH(a0, lda, b0, ldb, K, NC, C, ldc, acc, WORK)             \
     do {                                                                        \
         const int nt_ = (NC) / 16;                                              \
-        c4_begin((acc), (C), (C) + 16, (C) + 32, (C) + 48, (ldc));              \
+        al_tiles_c4_begin((acc), (C), (C) + 16, (C) + 32, (C) + 48, (ldc));     \
         for (int k0_ = 0; k0_ < (K); k0_ += KP) {                               \
             const uint16_t *bk_ = (b0) + (long)(k0_ / 2) * (ldb);              \
             _tile_loadd(6, (a0) + k0_, (lda) * 2);                              \
@@ -991,7 +968,7 @@ static fstep fstep_next(fstep st, int i0, int m, int kend, int causal, int T) {
             }                                                                   \
             WORK;                                                               \
         }                                                                       \
-        c4_end(nt_, (C), (C) + 16, (C) + 32, (C) + 48, (ldc));                  \
+        al_tiles_c4_end(nt_, (C), (C) + 16, (C) + 32, (C) + 48, (ldc));         \
     } while (0)
 _Static_assert(KT == 64, "AMX_C64_WITH's products are up to KT columns, four 16-column tiles");
 
@@ -1108,7 +1085,7 @@ static fstep fstep_next_by_rows(fstep st, int i0, int m, int kend, int causal, i
 /* Tiles 0 .. nt - 1, 16 x 16 fp32 each (the O rows of a block), to / from
  * c (rows ldc floats apart), or all four cleared */
 static inline void o_tiles_store(int nt, float *c, long ldc) {
-    c4_end(nt, c, c + 16, c + 32, c + 48, ldc);
+    al_tiles_c4_end(nt, c, c + 16, c + 32, c + 48, ldc);
 }
 static inline void o_tiles_zero(void) {
     _tile_zero(0);

@@ -14,6 +14,7 @@
 #ifndef AL_AMX_TILES_H
 #define AL_AMX_TILES_H
 
+#include <immintrin.h>
 #include <stdint.h>
 
 typedef struct al_tile_config {
@@ -30,5 +31,31 @@ static const al_tile_config al_tile_config_16x64 __attribute__((aligned(64), unu
         __asm__ volatile("" ::: "memory");                                                                             \
         _tile_loadconfig(&al_tile_config_16x64);                                                                      \
     } while (0)
+
+
+/* The four C tiles (tiles 0-3, 16 x 16 fp32 from p0 .. p3, rows ldc floats
+ * apart) before a product: loaded to add to (acc), else zeroed; and the
+ * first nt of them stored after it. The GEMM kernel and the attention's
+ * bmm22 place them as a 2 x 2 block, AMX_C64_ACC_WITH as 1 x 4. */
+static inline void al_tiles_c4_begin(int acc, const float *p0, const float *p1, const float *p2, const float *p3,
+                                     long ldc) {
+    if (acc) {
+        _tile_loadd(0, p0, ldc * 4);
+        _tile_loadd(1, p1, ldc * 4);
+        _tile_loadd(2, p2, ldc * 4);
+        _tile_loadd(3, p3, ldc * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+}
+static inline void al_tiles_c4_end(int nt, float *p0, float *p1, float *p2, float *p3, long ldc) {
+    _tile_stored(0, p0, ldc * 4);
+    if (nt > 1) _tile_stored(1, p1, ldc * 4);
+    if (nt > 2) _tile_stored(2, p2, ldc * 4);
+    if (nt > 3) _tile_stored(3, p3, ldc * 4);
+}
 
 #endif

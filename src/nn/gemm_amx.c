@@ -121,7 +121,7 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
     assert(r0 % AL_TILE_LINES == 0 && c0 % AL_TILE_LINES == 0);
     AL_TILE_LOADCONFIG(); /* C: 16 fp32, A: 32 bf16, B: 16 pairs a row */
     float buf[4][16 * 16] __attribute__((aligned(64)));
-    const size_t group = (size_t)ksteps * AL_TILE_ELEMS, c_stride = ldc * sizeof(float);
+    const size_t group = (size_t)ksteps * AL_TILE_ELEMS;
     const int pass = pass_steps;
     for (int jc = c0; jc < c1; jc += CHUNK_COLS) {
         const int jc1 = c1 - jc < CHUNK_COLS ? c1 : jc + CHUNK_COLS;
@@ -143,30 +143,15 @@ void al_bf16_tiles_kernel_amx(const uint16_t *Ap, const uint16_t *Bp, int ksteps
                         const int last_pair = j + 32 >= jc1;
                         const int next_i = !last_pair || u1 < s_end ? i : i + 32, next_j = last_pair ? jc : j + 32;
                         const float *c_next = next_i < r1 ? C + (size_t)next_i * ldc + next_j : NULL;
-                        if (direct && (u0 > s0 || keep == 1.0f)) {
-                            _tile_loadd(0, c, c_stride);
-                            _tile_loadd(1, c + 16, c_stride);
-                            _tile_loadd(2, c + 16 * ldc, c_stride);
-                            _tile_loadd(3, c + 16 * ldc + 16, c_stride);
-                        } else {
-                            _tile_zero(0);
-                            _tile_zero(1);
-                            _tile_zero(2);
-                            _tile_zero(3);
-                        }
+                        float *c_lo = c + 16 * ldc; /* the block's lower 16 rows */
+                        al_tiles_c4_begin(direct && (u0 > s0 || keep == 1.0f), c, c + 16, c_lo, c_lo + 16, (long)ldc);
                         block_steps(a, Bp + (size_t)(j / 16) * group, group, direct ? u0 : s0, direct ? u1 : s_end,
                                     &pa, c_next, ldc, r1 - next_i < 32 ? r1 - next_i : 32, jc1 - next_j > 16);
                         if (direct) {
-                            _tile_stored(0, c, c_stride);
-                            _tile_stored(1, c + 16, c_stride);
-                            _tile_stored(2, c + 16 * ldc, c_stride);
-                            _tile_stored(3, c + 16 * ldc + 16, c_stride);
+                            al_tiles_c4_end(4, c, c + 16, c_lo, c_lo + 16, (long)ldc);
                             continue;
                         }
-                        _tile_stored(0, buf[0], 64);
-                        _tile_stored(1, buf[1], 64);
-                        _tile_stored(2, buf[2], 64);
-                        _tile_stored(3, buf[3], 64);
+                        al_tiles_c4_end(4, buf[0], buf[1], buf[2], buf[3], 16);
                         for (int q = 0; q < 4; q++) { /* the tiles' parts inside C's tile */
                             const int di = (q / 2) * 16, dj = (q % 2) * 16;
                             const int rows = r1 - i - di < 16 ? r1 - i - di : 16;
