@@ -45,6 +45,21 @@ int al_blas_row_cuts_exact(void) {
     return exact;
 }
 
+/* The AVX-512 kernel sets, whose small-matrix and direct paths sum in
+ * another order than their packed one (blas.h). */
+static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+
+int al_blas_row_merge_exact(long min_rows, long N, long K) {
+    if (al_blas_row_cuts_exact()) return 1;
+    static _Atomic int avx512 = -1; /* looked up once, as above */
+    int known = atomic_load_explicit(&avx512, memory_order_relaxed);
+    if (known < 0) {
+        known = core_in(openblas_get_corename(), avx512_cores);
+        atomic_store_explicit(&avx512, known, memory_order_relaxed);
+    }
+    return known && (double)min_rows * (double)N * (double)K >= AL_BLAS_PACKED_MNK;
+}
+
 /* The OpenBLAS kernel set to ask for (OPENBLAS_CORETYPE), or NULL when the
  * one it picked is right or the user chose one. */
 static const char *blas_coretype_wanted(void) {

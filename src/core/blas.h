@@ -37,10 +37,25 @@ void al_blas_fix_kernels(char **argv);
 const char *al_blas_kernels(void);
 /* 1 if, on the kernel set OpenBLAS is using, a single-threaded sgemm cut
  * into row blocks at multiples of 48 rows gives the bits of one whole call
- * (the SSE3, AVX and AVX2 sets); 0 on the AVX-512 sets (SkylakeX, Cooperlake,
- * SapphireRapids) and any set not known, where a block's shape can switch
- * OpenBLAS between its small-matrix, direct and packed paths, which sum in
- * different orders (seen: 210 x 8 x 48 on Cooperlake, Zen 4). */
+ * whatever the shape (the SSE3, AVX and AVX2 sets); 0 on the AVX-512 sets
+ * (SkylakeX, Cooperlake, SapphireRapids) and any set not known, where a
+ * small block's shape can switch OpenBLAS between its small-matrix, direct
+ * and packed paths, which sum in different orders (seen: 210 x 8 x 48 on
+ * Cooperlake, Zen 4); al_blas_row_merge_exact says for which shapes. */
 int al_blas_row_cuts_exact(void);
+/* OpenBLAS's AVX-512 sets take an sgemm of M N K >= this down neither their
+ * small-matrix path (M N K <= 100^3) nor their direct one (row-major, not
+ * transposed, beta 0: M N K < 28 x 512^2) but the packed path, whose sums
+ * over K do not depend on M: there row cuts at multiples of 48 keep the
+ * bits (checked on SkylakeX: 6,231 random shapes of 48-row cuts, every
+ * transposition, beta 0 and 1, all exact above it; differences only below
+ * 100^3). */
+#define AL_BLAS_PACKED_MNK (28.0 * 512 * 512)
+/* Whether single-threaded sgemm calls over row blocks cut at multiples of
+ * 48 rows, the smallest min_rows x N x K, give the bits of fewer calls over
+ * merged neighbouring blocks: on the sets of al_blas_row_cuts_exact always;
+ * on the AVX-512 sets (SkylakeX, Cooperlake, SapphireRapids) where every
+ * call's M N K is at least AL_BLAS_PACKED_MNK; elsewhere never. */
+int al_blas_row_merge_exact(long min_rows, long N, long K);
 
 #endif

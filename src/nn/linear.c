@@ -12,10 +12,11 @@
  * inside an OpenMP loop. Row blocks are cut at multiples of 48 rows: on
  * OpenBLAS's SSE3, AVX and AVX2 kernels such blocks give the very bits of
  * one whole single-threaded call, so there fewer threads than blocks may run
- * neighbouring blocks as one call. On its AVX-512 kernels they do not (a
- * block's shape can move OpenBLAS between its small-matrix, direct and packed
- * paths, which sum in different orders), so there every thread count runs
- * the shape's blocks as they are (al_blas_row_cuts_exact).
+ * neighbouring blocks as one call. On its AVX-512 kernels they do only where
+ * every block is large enough for OpenBLAS's packed path (a smaller block's
+ * shape can move it to its small-matrix or direct path, which sum in other
+ * orders), so there the smaller products run the shape's blocks as they are
+ * at every thread count (al_blas_row_merge_exact).
  *
  * In BF16 mode (nn.h's precision) the same tiles run precision.c's BF16
  * product instead of OpenBLAS, each single-threaded, over a workspace planned
@@ -44,8 +45,10 @@
  * 512 columns (each re-packs op(A)) cut at multiples of 64. The cut is a
  * function of the shape; with fewer threads than blocks, neighbouring row
  * blocks run as one call where that changes no bits (al_blas_row_cuts_exact:
- * rows cut at multiples of 48 give those of one whole call), which saves
- * re-packing. Even block counts keep 2, 4, 8 and 16 threads equally busy.
+ * rows cut at multiples of 48 give those of one whole call; on AVX-512 only
+ * past AL_BLAS_PACKED_MNK), which saves re-packing: on an AVX-512 Xeon (2
+ * threads, fp32, alternated with the build that never merged there) the
+ * gpt2 prefill took 0.906x the time and its training step 0.858x. Even block counts keep 2, 4, 8 and 16 threads equally busy.
  * The onednn BF16 engine cuts the other way round (columns first, blocks
  * of at least 256): every tile reads all of its op(B) (the weights), which
  * oneDNN re-packs per tile, so few row blocks read each weight few times (a
@@ -127,6 +130,16 @@ static void amx_cut(int M, int N, int K, int threads, al_cut *rows, al_cut *cols
     *cols = (al_cut){N, COL_QUANTUM, col_blocks};
 }
 
+/* The smallest block of cut c. */
+static int cut_smallest(al_cut c) {
+    int least = c.n;
+    for (int b = 0; b < c.blocks; b++) {
+        const int w = al_cut_start(c, b + 1) - al_cut_start(c, b);
+        if (w < least) least = w;
+    }
+    return least;
+}
+
 /* C's cut (rows, then columns) for a product of M x N on `threads` threads
  * (plan: the BF16 plan, NULL for F32): see above. Threads matter only where
  * row blocks may merge, which changes no bits, and for the amx engine
@@ -160,11 +173,15 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
     /* Fewer threads than row blocks: merge neighbouring row blocks (halving
      * keeps every boundary a boundary of the shape's cut, at a multiple of
      * 48 rows), so each thread re-packs op(B) fewer times, where OpenBLAS's
-     * kernels give the bits of one whole call for such cuts (above); columns
-     * stay cut by the shape alone. BF16 engines other than the emulated one
+     * kernels give the bits of one whole call for such cuts (above: every
+     * block's calls, the smallest row block by the narrowest column block,
+     * past the AVX-512 sets' small paths); columns stay cut by the shape
+     * alone. BF16 engines other than the emulated one
      * (precision.c, OpenBLAS underneath) keep the shape's tiles: their bits
      * are only known to depend on the tile's shape. */
-    const int may_merge = (!plan || plan->merge_rows) && al_blas_row_cuts_exact();
+    const int may_merge = plan ? plan->merge_rows && al_blas_row_cuts_exact()
+                               : al_blas_row_merge_exact(cut_smallest((al_cut){M, ROW_QUANTUM, shape_rows}),
+                                                         cut_smallest((al_cut){N, COL_QUANTUM, col_blocks}), K);
     int row_blocks = shape_rows;
     while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0) row_blocks /= 2;
     const int bf16_rows = plan && plan->engine == AL_BF16_ONEDNN;

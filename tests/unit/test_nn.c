@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "core/blas.h"
 #include "nn/nn.h"
 #include "test.h"
 
@@ -717,6 +719,24 @@ static void test_sgemm_threads(int M, int N, int K) {
     free(A), free(B), free(C0), free(C[0]), free(C[1]), free(C[2]), free(want);
 }
 
+/* al_blas_row_merge_exact: on the exact sets always; on the AVX-512 ones
+ * from AL_BLAS_PACKED_MNK on (210 x 8 x 48, which merged changed bits on
+ * Zen 4, stays cut); elsewhere never. */
+static void test_row_merge_rule(void) {
+    const char *core = al_blas_kernels();
+    const int avx512 = core && (!strcasecmp(core, "SkylakeX") || !strcasecmp(core, "Cooperlake") ||
+                                !strcasecmp(core, "SapphireRapids"));
+    const long big = 144, at = (long)AL_BLAS_PACKED_MNK / (320 * 256) + 1;
+    const int small = al_blas_row_merge_exact(210, 8, 48), large = al_blas_row_merge_exact(big, 320, 256);
+    const int edge_below = al_blas_row_merge_exact(at - 1, 320, 256), edge = al_blas_row_merge_exact(at, 320, 256);
+    if (al_blas_row_cuts_exact())
+        CHECK_MSG(small && large && edge_below && edge, "%s: an exact set refused a merge", core);
+    else if (avx512)
+        CHECK_MSG(!small && large && !edge_below && edge, "%s: merges %d %d %d %d, want 0 1 0 1", core, small, large,
+                  edge_below, edge);
+    else CHECK_MSG(!small && !large && !edge, "%s: an unknown set merged", core);
+}
+
 int main(void) {
     /* RMSNorm */
     test_rmsnorm_fd(7, 10);
@@ -766,6 +786,10 @@ int main(void) {
     test_sgemm_threads(210, 8, 48);
     test_sgemm_threads(300, 16, 384);
     test_sgemm_threads(210, 8, 1000);
+    /* row blocks of at least 144 x 320 x 256, past AL_BLAS_PACKED_MNK: on
+     * every set, the AVX-512 ones included, 2 and 3 threads merge them */
+    test_sgemm_threads(600, 320, 256);
+    test_row_merge_rule();
 
     return TEST_EXIT();
 }
