@@ -49,16 +49,23 @@ int al_blas_row_cuts_exact(void) {
  * another order than their packed one (blas.h). */
 static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
 
-int al_blas_row_merge_exact(long min_rows, long N, long K) {
-    if (al_blas_row_cuts_exact()) return 1;
-    static _Atomic int avx512 = -1; /* looked up once, as above */
+/* Whether OpenBLAS runs one of avx512_cores and the smallest call of a cut,
+ * rows x cols x K, takes its packed path there (blas.h). */
+static int avx512_packed(long rows, long cols, long K) {
+    static _Atomic int avx512 = -1; /* looked up once, as in al_blas_row_cuts_exact */
     int known = atomic_load_explicit(&avx512, memory_order_relaxed);
     if (known < 0) {
         known = core_in(openblas_get_corename(), avx512_cores);
         atomic_store_explicit(&avx512, known, memory_order_relaxed);
     }
-    return known && (double)min_rows * (double)N * (double)K >= AL_BLAS_PACKED_MNK;
+    return known && (double)rows * (double)cols * (double)K >= AL_BLAS_PACKED_MNK;
 }
+
+int al_blas_row_merge_exact(long min_rows, long N, long K) {
+    return al_blas_row_cuts_exact() || avx512_packed(min_rows, N, K);
+}
+
+int al_blas_col_merge_exact(long min_rows, long min_cols, long K) { return avx512_packed(min_rows, min_cols, K); }
 
 /* The OpenBLAS kernel set to ask for (OPENBLAS_CORETYPE), or NULL when the
  * one it picked is right or the user chose one. */

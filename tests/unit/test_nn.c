@@ -721,8 +721,10 @@ static void test_sgemm_threads(int M, int N, int K) {
 
 /* al_blas_row_merge_exact: on the exact sets always; on the AVX-512 ones
  * from AL_BLAS_PACKED_MNK on (210 x 8 x 48, which merged changed bits on
- * Zen 4, stays cut); elsewhere never. */
-static void test_row_merge_rule(void) {
+ * Zen 4, stays cut); elsewhere never. al_blas_col_merge_exact: on the
+ * AVX-512 sets likewise, elsewhere never (the AVX2 sets' sums depend on a
+ * call's columns). */
+static void test_merge_rules(void) {
     const char *core = al_blas_kernels();
     const int avx512 = core && (!strcasecmp(core, "SkylakeX") || !strcasecmp(core, "Cooperlake") ||
                                 !strcasecmp(core, "SapphireRapids"));
@@ -735,6 +737,12 @@ static void test_row_merge_rule(void) {
         CHECK_MSG(!small && large && !edge_below && edge, "%s: merges %d %d %d %d, want 0 1 0 1", core, small, large,
                   edge_below, edge);
     else CHECK_MSG(!small && !large && !edge, "%s: an unknown set merged", core);
+    const int col_small = al_blas_col_merge_exact(210, 8, 48), col_large = al_blas_col_merge_exact(big, 320, 256);
+    const int col_below = al_blas_col_merge_exact(at - 1, 320, 256), col_edge = al_blas_col_merge_exact(at, 320, 256);
+    if (avx512)
+        CHECK_MSG(!col_small && col_large && !col_below && col_edge, "%s: column merges %d %d %d %d, want 0 1 0 1",
+                  core, col_small, col_large, col_below, col_edge);
+    else CHECK_MSG(!col_small && !col_large && !col_edge, "%s: a set without the AVX-512 kernels merged columns", core);
 }
 
 int main(void) {
@@ -789,7 +797,10 @@ int main(void) {
     /* row blocks of at least 144 x 320 x 256, past AL_BLAS_PACKED_MNK: on
      * every set, the AVX-512 ones included, 2 and 3 threads merge them */
     test_sgemm_threads(600, 320, 256);
-    test_row_merge_rule();
+    /* column blocks of at least 100 x 512 x 160 (one row block, four
+     * column blocks): on the AVX-512 sets 1, 2 and 3 threads merge them */
+    test_sgemm_threads(100, 2100, 160);
+    test_merge_rules();
 
     return TEST_EXIT();
 }
