@@ -44,11 +44,14 @@
  * few rows, e.g. a short prompt), its columns likewise, in blocks of at least
  * 512 columns (each re-packs op(A)) cut at multiples of 64. The cut is a
  * function of the shape; with fewer threads than blocks, neighbouring row
- * blocks run as one call where that changes no bits (al_blas_row_cuts_exact:
+ * blocks run as one call where that changes no bits (al_blas_row_merge_exact:
  * rows cut at multiples of 48 give those of one whole call; on AVX-512 only
- * past AL_BLAS_PACKED_MNK), which saves re-packing: on an AVX-512 Xeon (2
+ * past AL_BLAS_PACKED_MNK), then column blocks likewise (on AVX-512 only:
+ * al_blas_col_merge_exact), which saves re-packing: on an AVX-512 Xeon (2
  * threads, fp32, alternated with the build that never merged there) the
- * gpt2 prefill took 0.906x the time and its training step 0.858x. Even block counts keep 2, 4, 8 and 16 threads equally busy.
+ * gpt2 prefill took 0.906x the time with rows merged, 0.926x of that again
+ * with columns too, and its training step 0.858x. Even block counts keep 2,
+ * 4, 8 and 16 threads equally busy.
  * The onednn BF16 engine cuts the other way round (columns first, blocks
  * of at least 256): every tile reads all of its op(B) (the weights), which
  * oneDNN re-packs per tile, so few row blocks read each weight few times (a
@@ -176,9 +179,8 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
      * kernels give the bits of one whole call for such cuts (above: every
      * block's calls, the smallest row block by the narrowest column block,
      * past the AVX-512 sets' small paths). BF16 engines other than the
-     * emulated one
-     * (precision.c, OpenBLAS underneath) keep the shape's tiles: their bits
-     * are only known to depend on the tile's shape. */
+     * emulated one (precision.c, OpenBLAS underneath) keep the shape's
+     * tiles: their bits are only known to depend on the tile's shape. */
     const int min_rows = cut_smallest((al_cut){M, ROW_QUANTUM, shape_rows}),
               min_cols = cut_smallest((al_cut){N, COL_QUANTUM, col_blocks});
     const int may_merge =
@@ -186,9 +188,10 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
     int row_blocks = shape_rows;
     while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0) row_blocks /= 2;
     /* then columns likewise, where that too keeps the bits (the AVX-512 sets
-     * past their small paths): each column block re-packs op(A), which made
-     * a 2-thread fp32 prefill of 512 tokens, 4 column tiles, 1.045x the time
-     * of 2 (median of 4 alternated pairs) */
+     * past their small paths; halving keeps the boundaries at multiples of
+     * 64): each column block re-packs op(A), which made a 2-thread fp32
+     * prefill of 512 tokens, 4 column tiles, 1.08x the time of 2 (median of
+     * 6 alternated pairs) */
     const int may_merge_cols = !plan && al_blas_col_merge_exact(min_rows, min_cols, K);
     while (may_merge_cols && col_blocks > 1 && row_blocks * col_blocks > threads && col_blocks % 2 == 0)
         col_blocks /= 2;

@@ -5,7 +5,8 @@
  * central finite differences of a scalar objective, the OpenMP paths against
  * the serial references, and thread-count independence of the reductions;
  * and al_sgemm (linear.c): values against a double reference, the same bits
- * at 1, 2 and 3 threads.
+ * at 1, 2 and 3 threads (with shapes whose blocks merge and shapes whose
+ * blocks must not), and the rules that say which may (core/blas.c).
  */
 #include <math.h>
 #include <omp.h>
