@@ -647,7 +647,6 @@ static void amx_config(void) { AL_TILE_LOADCONFIG(); }
 #define BF16_THREAD_BEGIN() amx_config()
 #define BF16_THREAD_END() _tile_release()
 
-
 /* C (acc: +=, else =) A B for C of whole 32 x 32 blocks (R, N multiples of
  * 32): each block's four C tiles over the K loop with two A tiles (rows r0,
  * r0 + 16) and two B tiles (columns n0, n0 + 16), four loads for four
@@ -1679,10 +1678,10 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
  * head, dV^T += dO^T P and dK^T += Q^T dS over all the tile's query rows
  * (rows past T are 0): the products reduce over query rows with their A
  * operands packed once per item, so nothing is transposed per block, and
- * their accumulators stay in tiles over the whole reduction. The tile's dK, dV (the sums transposed)
- * then go out; at the item's end dq += dq_sums. Every row of a query block
- * at or after the tile sees some of it (KT = QBK), so causal blocks start
- * at the tile's own. */
+ * their accumulators stay in tiles over the whole reduction. The tile's
+ * dK, dV (the sums transposed) then go out; at the item's end dq +=
+ * dq_sums. Every row of a query block at or after the tile sees some of it
+ * (KT = QBK), so causal blocks start at the tile's own. */
 void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, const float *v, const float *o,
                        const float *lse, const float *dout, float *dq, float *dk, float *dv, float *ws, int nthr) {
     const int T = s->T, H = s->H, G = s->G, DK = s->dk, DV = s->dv, pg = H / G;

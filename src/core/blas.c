@@ -32,17 +32,22 @@ static int core_in(const char *core, const char *const *list) {
     return in;
 }
 
-int al_blas_row_cuts_exact(void) {
-    /* the core does not change in a process: look it up once (any thread may
-     * be first; they all store the same answer) */
-    static _Atomic int known = -1;
-    int exact = atomic_load_explicit(&known, memory_order_relaxed);
-    if (exact < 0) {
+/* Whether the kernel set OpenBLAS runs is in list a or b (b may be NULL),
+ * answered through *known: the core does not change in a process, so it is
+ * looked up once (any thread may be first; they all store the same answer). */
+static int core_in_cached(_Atomic int *known, const char *const *a, const char *const *b) {
+    int in = atomic_load_explicit(known, memory_order_relaxed);
+    if (in < 0) {
         const char *core = openblas_get_corename();
-        exact = core_in(core, generic_cores) || core_in(core, avx2_cores);
-        atomic_store_explicit(&known, exact, memory_order_relaxed);
+        in = core_in(core, a) || (b && core_in(core, b));
+        atomic_store_explicit(known, in, memory_order_relaxed);
     }
-    return exact;
+    return in;
+}
+
+int al_blas_row_cuts_exact(void) {
+    static _Atomic int exact = -1;
+    return core_in_cached(&exact, generic_cores, avx2_cores);
 }
 
 /* The AVX-512 kernel sets, whose small-matrix and direct paths sum in
@@ -52,13 +57,9 @@ static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRa
 /* Whether OpenBLAS runs one of avx512_cores and the smallest call of a cut,
  * rows x cols x K, takes its packed path there (blas.h). */
 static int avx512_packed(long rows, long cols, long K) {
-    static _Atomic int avx512 = -1; /* looked up once, as in al_blas_row_cuts_exact */
-    int known = atomic_load_explicit(&avx512, memory_order_relaxed);
-    if (known < 0) {
-        known = core_in(openblas_get_corename(), avx512_cores);
-        atomic_store_explicit(&avx512, known, memory_order_relaxed);
-    }
-    return known && (double)rows * (double)cols * (double)K >= AL_BLAS_PACKED_MNK;
+    static _Atomic int avx512 = -1;
+    return core_in_cached(&avx512, avx512_cores, NULL) &&
+           (double)rows * (double)cols * (double)K >= AL_BLAS_PACKED_MNK;
 }
 
 int al_blas_row_merge_exact(long min_rows, long N, long K) {

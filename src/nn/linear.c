@@ -143,6 +143,13 @@ static int cut_smallest(al_cut c) {
     return least;
 }
 
+/* Halves *blocks (neighbours merged: every boundary stays one of the
+ * shape's cut) while they are even and, times the other dimension's
+ * `other`, more than the threads. */
+static void merge_blocks(int *blocks, int other, int threads) {
+    while (*blocks > 1 && *blocks * other > threads && *blocks % 2 == 0) *blocks /= 2;
+}
+
 /* C's cut (rows, then columns) for a product of M x N on `threads` threads
  * (plan: the BF16 plan, NULL for F32): see above. Threads matter only where
  * row blocks may merge, which changes no bits, and for the amx engine
@@ -181,20 +188,20 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
      * past the AVX-512 sets' small paths). BF16 engines other than the
      * emulated one (precision.c, OpenBLAS underneath) keep the shape's
      * tiles: their bits are only known to depend on the tile's shape. */
-    const int min_rows = cut_smallest((al_cut){M, ROW_QUANTUM, shape_rows}),
-              min_cols = cut_smallest((al_cut){N, COL_QUANTUM, col_blocks});
-    const int may_merge =
-        plan ? plan->merge_rows && al_blas_row_cuts_exact() : al_blas_row_merge_exact(min_rows, min_cols, K);
     int row_blocks = shape_rows;
-    while (may_merge && row_blocks > 1 && row_blocks * col_blocks > threads && row_blocks % 2 == 0) row_blocks /= 2;
-    /* then columns likewise, where that too keeps the bits (the AVX-512 sets
-     * past their small paths; halving keeps the boundaries at multiples of
-     * 64): each column block re-packs op(A), which made a 2-thread fp32
-     * prefill of 512 tokens, 4 column tiles, 1.08x the time of 2 (median of
-     * 6 alternated pairs) */
-    const int may_merge_cols = !plan && al_blas_col_merge_exact(min_rows, min_cols, K);
-    while (may_merge_cols && col_blocks > 1 && row_blocks * col_blocks > threads && col_blocks % 2 == 0)
-        col_blocks /= 2;
+    if (plan) {
+        if (plan->merge_rows && al_blas_row_cuts_exact()) merge_blocks(&row_blocks, col_blocks, threads);
+    } else {
+        const int min_rows = cut_smallest((al_cut){M, ROW_QUANTUM, shape_rows}),
+                  min_cols = cut_smallest((al_cut){N, COL_QUANTUM, col_blocks});
+        if (al_blas_row_merge_exact(min_rows, min_cols, K)) merge_blocks(&row_blocks, col_blocks, threads);
+        /* then columns likewise, where that too keeps the bits (the AVX-512
+         * sets past their small paths; halving keeps the boundaries at
+         * multiples of 64): each column block re-packs op(A), which made a
+         * 2-thread fp32 prefill of 512 tokens, 4 column tiles, 1.08x the
+         * time of 2 (median of 6 alternated pairs) */
+        if (al_blas_col_merge_exact(min_rows, min_cols, K)) merge_blocks(&col_blocks, row_blocks, threads);
+    }
     const int bf16_rows = plan && plan->engine == AL_BF16_ONEDNN;
     *rows = (al_cut){M, bf16_rows ? BF16_ROW_QUANTUM : ROW_QUANTUM, row_blocks};
     *cols = (al_cut){N, COL_QUANTUM, col_blocks};
