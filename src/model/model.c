@@ -516,10 +516,19 @@ static float embed_multiplier(const al_model *m) {
  * y = W_down (act(W_gate x) * W_up x), with gate/up/h [N, f] buffers (kept:
  * training's backward reads them). Decode (N = 1) takes the matrix-vector
  * products (F32: cblas_sgemv, the calls decode always made), else al_matmul
- * (F32: the sgemm of al_linear_fwd). */
+ * (F32: the sgemm of al_linear_fwd). h_bf16 (al_acts.mlp_bf16; fp32 W_down):
+ * h stored as BF16 values, which the down product reads. */
 static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int f, const float *x, float *y, int N,
-                    float *gate, float *up, float *h, int decode) {
+                    float *gate, float *up, float *h, int decode, int h_bf16) {
     const int d = c->hidden_size;
+    if (h_bf16 && !decode) {
+        assert(wd.dt == AL_DT_F32);
+        al_matmul(gate, f, x, d, wg, N, d, f, 0);
+        al_matmul(up, f, x, d, wu, N, d, f, 0);
+        al_glu_fwd_bf16(c->mlp_act, (uint16_t *)h, gate, up, (size_t)N * f);
+        al_sgemm_ref(0, 1, N, d, f, 1.0f, (al_wref){h, AL_DT_BF16}, f, wd, f, 0.0f, y, d);
+        return;
+    }
     if (decode) {
         al_matvec(gate, x, wg, f, d, 0);
         al_matvec(up, x, wu, f, d, 0);
@@ -535,9 +544,9 @@ static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int 
 
 /* A layer's dense MLP (or a MoE layer's shared experts) over x[N, d] -> y. */
 static void mlp_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, float *y, int N, float *gate,
-                    float *up, float *h, int decode) {
+                    float *up, float *h, int decode, int h_bf16) {
     glu_mlp(c, (al_wref){L->gate, L->gate_dt}, (al_wref){L->up, L->up_dt}, (al_wref){L->down, L->down_dt}, L->ffn, x,
-            y, N, gate, up, h, decode);
+            y, N, gate, up, h, decode, h_bf16);
 }
 
 /* ---- mixture of experts (DeepseekV2MoE) ----
@@ -625,7 +634,7 @@ static void route_token(const al_config *c, float *s, int *idx, float *wt) {
 static void moe_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, float *y, int N, const moe_work *w,
                     int decode) {
     const int E = c->n_routed_experts, k = c->num_experts_per_tok, d = c->hidden_size, fe = c->moe_intermediate_size;
-    if (L->ffn > 0) mlp_fwd(c, L, x, y, N, w->gate, w->up, w->h, decode);
+    if (L->ffn > 0) mlp_fwd(c, L, x, y, N, w->gate, w->up, w->h, decode, 0);
     else memset(y, 0, sizeof(float) * (size_t)N * d);
     if (decode) al_matvec(w->scores, x, L->router, E, d, 0);
     else al_matmul(w->scores, E, x, d, L->router, N, d, E, 0);
@@ -639,7 +648,7 @@ static void moe_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, 
         if (ne == 0) continue;
         for (int r = 0; r < ne; r++) memcpy(w->xg + (size_t)r * d, x + (size_t)(w->rows[r] / k) * d, sizeof(float) * d);
         const al_wref *m3 = L->experts + 3 * (size_t)e;
-        glu_mlp(c, m3[0], m3[1], m3[2], fe, w->xg, w->yg, ne, w->gate, w->up, w->h, decode);
+        glu_mlp(c, m3[0], m3[1], m3[2], fe, w->xg, w->yg, ne, w->gate, w->up, w->h, decode, 0);
         for (int r = 0; r < ne; r++) {
             float *yr = y + (size_t)(w->rows[r] / k) * d;
             const float *g = w->yg + (size_t)r * d, wt = w->wt[w->rows[r]];
@@ -843,10 +852,15 @@ static void prefill_mass(const al_model *m, const al_acts *a, int l, al_decoder 
  * through the design's score shape. The MLP's matrices go through al_matmul:
  * the sgemm of al_linear_fwd for fp32, the BF16/F16 paths of wmat.c for a
  * mapped checkpoint. */
+static int mlp_f32_forced; /* test hook: al_model_test_mlp_f32 */
+
+void al_model_test_mlp_f32(int on) { mlp_f32_forced = on != 0; }
+
 static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
     const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = al_config_ffn_max(c);
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
+    a->mlp_bf16 = !a->infer && m->g && al_precision_now() == AL_PREC_BF16 && !mlp_f32_forced; /* al_acts.mlp_bf16 */
     if (c->num_layers > 0) /* the first block's norm; each later one is done with the residual add before it */
         al_rmsnorm_fwd(a->xn1, a->rstd1, a->x_in + xslot(a, 0) * Nd, m->layers[0].ln1, N, d, c->rms_norm_eps);
     for (int l = 0; l < c->num_layers; l++) {
@@ -864,7 +878,7 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
             moe_work w = moe_work_at(c, a->moe, a->moe_idx, N, gate, up, hmid);
             moe_fwd(c, L, xn2, a->dtmp, N, &w, 0);
         } else {
-            mlp_fwd(c, L, xn2, a->dtmp, N, gate, up, hmid, 0);
+            mlp_fwd(c, L, xn2, a->dtmp, N, gate, up, hmid, 0, a->mlp_bf16);
         }
         if (l + 1 < c->num_layers) { /* the next block's input and its first norm */
             const size_t ln = lslot(a, l + 1);
@@ -897,10 +911,12 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the
          * residual; the matrices' gradients written after al_model_zero_grads */
         const int add_w = !m->grads_unset;
-        al_linear_bwd_into(a->dh, 0, G->down, add_w, a->dres, hmid, L->down, N, f, d);
-        al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
-        al_linear_bwd_into(a->dtmp, 0, G->gate, add_w, a->dg, xn2, L->gate, N, d, f);
-        al_linear_bwd_into(a->dtmp, 1, G->up, add_w, a->du, xn2, L->up, N, d, f);
+        const al_dtype mlp_dt = a->mlp_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of hmid, dg, du (al_acts.mlp_bf16) */
+        al_linear_bwd_ref(a->dh, 0, G->down, add_w, al_wref_f32(a->dres), (al_wref){hmid, mlp_dt}, L->down, N, f, d);
+        if (a->mlp_bf16) al_swiglu_bwd_bf16((uint16_t *)a->dg, (uint16_t *)a->du, a->dh, gate, up, Nf);
+        else al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
+        al_linear_bwd_ref(a->dtmp, 0, G->gate, add_w, (al_wref){a->dg, mlp_dt}, al_wref_f32(xn2), L->gate, N, d, f);
+        al_linear_bwd_ref(a->dtmp, 1, G->up, add_w, (al_wref){a->du, mlp_dt}, al_wref_f32(xn2), L->up, N, d, f);
         al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
         /* attention branch */
         memset(a->dtmp, 0, sizeof(float) * Nd);
@@ -1360,7 +1376,7 @@ int al_decoder_step(al_decoder *dec, int token, float *logits, al_err *err) {
             moe_work w = moe_work_at(c, moe, dec->moe_idx, 1, gate, up, h);
             moe_fwd(c, L, xn, y, 1, &w, 1);
         } else {
-            mlp_fwd(c, L, xn, y, 1, gate, up, h, 1);
+            mlp_fwd(c, L, xn, y, 1, gate, up, h, 1, 0);
         }
         for (int i = 0; i < d; i++) x[i] += y[i];
     }

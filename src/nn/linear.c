@@ -30,6 +30,7 @@
  * the shape's tiles.
  */
 #include <cblas.h>
+#include <assert.h>
 #include <omp.h>
 
 #include "../core/blas.h"
@@ -210,28 +211,28 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
 /* Rows [r0, r1) x columns [c0, c1) of al_sgemm's product: one OpenBLAS call
  * (F32), or precision.c's BF16 product of that tile (plan: NULL for F32). */
 static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
-                       int c1, int K, float alpha, const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb,
-                       float beta, float *C, int ldc) {
+                       int c1, int K, float alpha, al_wref A, int lda, al_wref B, int ldb, float beta, float *C,
+                       int ldc) {
     if (plan) {
-        al_sgemm_tile_bf16(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, Bbf, ldb, beta,
-                           C, ldc);
+        al_sgemm_tile_bf16(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C,
+                           ldc);
         return;
     }
-    const float *A_rows = A + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
-    const float *B_cols = B + (b_transposed ? (size_t)c0 * ldb : (size_t)c0);
+    const float *A_rows = (const float *)A.p + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
+    const float *B_cols = (const float *)B.p + (b_transposed ? (size_t)c0 * ldb : (size_t)c0);
     cblas_sgemm(CblasRowMajor, a_transposed ? CblasTrans : CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
                 r1 - r0, c1 - c0, K, alpha, A_rows, lda, B_cols, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
 }
 
 /* C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, row-major (cblas_sgemm's
- * arguments), the same bits for any thread count. OpenBLAS threads a call
+ * arguments), the same bits for any thread count; an operand given as BF16
+ * values takes the product to the BF16 engines whatever the mode. OpenBLAS threads a call
  * only outside an active parallel region and when the calling task's OpenMP
  * thread count is above 1, so each call below sets that count to 1 first (a
  * setting of the calling task alone, restored or dropped at the end). */
-/* al_sgemm, with B either fp32 (B) or BF16 itself (Bbf, B NULL: the product
- * then runs in BF16 whatever the mode). */
-static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, const uint16_t *Bbf, int ldb, float beta, float *C, int ldc) {
+void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float alpha, al_wref A, int lda, al_wref B,
+                  int ldb, float beta, float *C, int ldc) {
+    assert((A.dt == AL_DT_F32 || A.dt == AL_DT_BF16) && (B.dt == AL_DT_F32 || B.dt == AL_DT_BF16));
     if (M <= 0 || N <= 0) return;
     /* inside a parallel region (e.g. per-head products) the tiles run on
      * this thread alone: a nested region gets one thread */
@@ -239,12 +240,12 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
     al_bf16_plan bf16;
     const al_bf16_plan *plan = NULL;
     al_cut rows, cols;
-    if (Bbf || al_precision_now() == AL_PREC_BF16) {
+    if (A.dt == AL_DT_BF16 || B.dt == AL_DT_BF16 || al_precision_now() == AL_PREC_BF16) {
         /* the engine first: the cut depends on it, and the plan lays the operands out by the cut */
         al_bf16_plan_engine(&bf16);
         const al_bf16_engine chosen = bf16.engine;
         product_cut(&bf16, M, N, K, threads, &rows, &cols);
-        al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, Bbf, ldb, rows, cols);
+        al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, ldb, rows, cols);
         plan = &bf16;
         if (bf16.engine != chosen) product_cut(plan, M, N, K, threads, &rows, &cols); /* no workspace: the stack blocks */
     } else product_cut(NULL, M, N, K, threads, &rows, &cols);
@@ -255,7 +256,7 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
         for (int t = 0; t < tiles; t++) {
             const int rb = t / col_blocks, cb = t % col_blocks;
             sgemm_tile(plan, 0, a_transposed, b_transposed, al_cut_start(rows, rb), al_cut_start(rows, rb + 1),
-                       al_cut_start(cols, cb), al_cut_start(cols, cb + 1), K, alpha, A, lda, B, Bbf, ldb, beta, C, ldc);
+                       al_cut_start(cols, cb), al_cut_start(cols, cb + 1), K, alpha, A, lda, B, ldb, beta, C, ldc);
         }
         omp_set_num_threads(max_threads);
         return;
@@ -270,22 +271,15 @@ static void sgemm_product(int a_transposed, int b_transposed, int M, int N, int 
             const int r0 = al_cut_start(rows, rb), r1 = al_cut_start(rows, rb + 1);
             const int c0 = al_cut_start(cols, cb), c1 = al_cut_start(cols, cb + 1);
             if (r1 > r0 && c1 > c0)
-                sgemm_tile(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, Bbf, ldb, beta,
-                           C, ldc);
+                sgemm_tile(plan, slot, a_transposed, b_transposed, r0, r1, c0, c1, K, alpha, A, lda, B, ldb, beta, C,
+                           ldc);
         }
     }
 }
 
 void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
-    sgemm_product(a_transposed, b_transposed, M, N, K, alpha, A, lda, B, NULL, ldb, beta, C, ldc);
-}
-
-/* A BF16 B (mapped checkpoint weights) goes to the BF16 engines as it is:
- * no fp32 panel, the same tiles and bits as al_sgemm over its widened values. */
-void al_sgemm_bf16_b(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
-                     const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    sgemm_product(a_transposed, b_transposed, M, N, K, alpha, A, lda, NULL, B, ldb, beta, C, ldc);
+    al_sgemm_ref(a_transposed, b_transposed, M, N, K, alpha, al_wref_f32(A), lda, al_wref_f32(B), ldb, beta, C, ldc);
 }
 
 /* y[N,out] (+)= x[N,in] . W[out,in]^T */
@@ -294,8 +288,13 @@ void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int 
 }
 
 /* dx[N,in] (+)= dy[N,out] . W[out,in];  dW[out,in] (+)= dy^T[out,N] . x[N,in] */
+void al_linear_bwd_ref(float *dx, int dx_add, float *dW, int dW_add, al_wref dy, al_wref x, const float *W, int N,
+                       int in, int out) {
+    if (dx) al_sgemm_ref(0, 0, N, in, out, 1.0f, dy, out, al_wref_f32(W), in, dx_add ? 1.0f : 0.0f, dx, in);
+    if (dW) al_sgemm_ref(1, 0, out, in, N, 1.0f, dy, out, x, in, dW_add ? 1.0f : 0.0f, dW, in);
+}
+
 void al_linear_bwd_into(float *dx, int dx_add, float *dW, int dW_add, const float *dy, const float *x, const float *W,
                         int N, int in, int out) {
-    if (dx) al_sgemm(0, 0, N, in, out, 1.0f, dy, out, W, in, dx_add ? 1.0f : 0.0f, dx, in);
-    if (dW) al_sgemm(1, 0, out, in, N, 1.0f, dy, out, x, in, dW_add ? 1.0f : 0.0f, dW, in);
+    al_linear_bwd_ref(dx, dx_add, dW, dW_add, al_wref_f32(dy), al_wref_f32(x), W, N, in, out);
 }

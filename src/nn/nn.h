@@ -26,12 +26,6 @@
  * arguments (op: transposed when a_transposed / b_transposed is nonzero). */
 void al_sgemm(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
-/* al_sgemm in BF16 with B given as BF16 values (e.g. a memory-mapped BF16
- * checkpoint's weights), whatever the precision mode: A rounded to bf16, B
- * read as it is, fp32 sums; the same bits as al_sgemm in BF16 mode over B's
- * widened values. */
-void al_sgemm_bf16_b(int a_transposed, int b_transposed, int M, int N, int K, float alpha, const float *A, int lda,
-                     const uint16_t *B, int ldb, float beta, float *C, int ldc);
 /* How many blocks of rows (run in parallel) al_sgemm cuts M rows of C into. */
 int al_sgemm_row_blocks(int M);
 /* y[N,out] (+)= x[N,in] . W[out,in]^T ; accumulate: 0 overwrite, 1 add */
@@ -166,6 +160,17 @@ static inline al_wref al_wref_f32(const float *p) { return (al_wref){p, AL_DT_F3
 static inline al_wref al_wref_at(al_wref w, size_t elems) {
     return (al_wref){(const char *)w.p + elems * al_dtype_size(w.dt), w.dt};
 }
+/* al_sgemm with each operand F32 or BF16 (al_wref: a memory-mapped BF16
+ * checkpoint's weights; an activation that BF16 training stores rounded,
+ * al_act_bf16). A BF16 operand takes the product to BF16 whatever the
+ * precision mode: the fp32 operands rounded to bf16, the BF16 ones read as
+ * they are, fp32 sums; the same bits as al_sgemm in BF16 mode over the
+ * widened values. */
+void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float alpha, al_wref A, int lda, al_wref B,
+                  int ldb, float beta, float *C, int ldc);
+/* al_linear_bwd_into with dy and x each F32 or BF16 (W fp32, as training's). */
+void al_linear_bwd_ref(float *dx, int dx_add, float *dW, int dW_add, al_wref dy, al_wref x, const float *W, int N,
+                       int in, int out);
 /* Products with at most this many rows of x take the direct (matrix-vector)
  * kernel for 16-bit weights; more rows widen W panel by panel for sgemm. */
 enum { AL_WMAT_SMALL_N = 4 };
@@ -279,5 +284,10 @@ double al_xent_fwd_bwd(float *dlogits, const float *logits, const int *targets, 
 void al_geglu_tanh_fwd(float *h, const float *g, const float *u, size_t n);
 /* h = act(g) * u: al_swiglu_fwd or al_geglu_tanh_fwd */
 void al_glu_fwd(al_mlp_act act, float *h, const float *g, const float *u, size_t n);
+/* al_glu_fwd and al_swiglu_bwd with their outputs rounded to BF16 (as
+ * al_bf16_round_run rounds), for BF16 training, whose products read them
+ * (model.c); the outputs do not overlap the inputs. */
+void al_glu_fwd_bf16(al_mlp_act act, uint16_t *h, const float *g, const float *u, size_t n);
+void al_swiglu_bwd_bf16(uint16_t *dg, uint16_t *du, const float *dh, const float *g, const float *u, size_t n);
 
 #endif

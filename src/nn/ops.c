@@ -364,6 +364,26 @@ void al_rope_interleaved(float *x, int rows, int T, int pos0, int n_vec, int row
 /* SwiGLU                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* h[i] = silu(g[i]) * u[i] over n values (the loop of al_swiglu_fwd). */
+static inline void swiglu_run(float *h, const float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float sig = 1.0f / (1.0f + al_expf(-gi));
+        h[i] = (gi * sig) * u[i];
+    }
+}
+
+/* dg[i], du[i] of al_swiglu_bwd over n values. */
+static inline void swiglu_bwd_run(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i], ui = u[i], dhi = dh[i];
+        const float sig = 1.0f / (1.0f + al_expf(-gi));
+        const float silu = gi * sig;
+        dg[i] = dhi * ui * (sig * (1.0f + gi * (1.0f - sig)));
+        du[i] = dhi * silu;
+    }
+}
+
 /* h[n] = silu(g[n]) * u[n], silu(g) = g / (1 + exp(-g)). Flat arrays, split
  * into fixed blocks for the threads. h may equal g or u. */
 void al_swiglu_fwd(float *h, const float *g, const float *u, size_t n) {
@@ -372,11 +392,7 @@ void al_swiglu_fwd(float *h, const float *g, const float *u, size_t n) {
     for (long b = 0; b < nb; b++) {
         const size_t i0 = (size_t)b * AL_FLAT_BLOCK;
         const size_t i1 = i0 + AL_FLAT_BLOCK < n ? i0 + AL_FLAT_BLOCK : n;
-        for (size_t i = i0; i < i1; i++) {
-            const float gi = g[i];
-            const float sig = 1.0f / (1.0f + al_expf(-gi));
-            h[i] = (gi * sig) * u[i];
-        }
+        swiglu_run(h + i0, g + i0, u + i0, i1 - i0);
     }
 }
 
@@ -389,13 +405,7 @@ void al_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const 
     for (long b = 0; b < nb; b++) {
         const size_t i0 = (size_t)b * AL_FLAT_BLOCK;
         const size_t i1 = i0 + AL_FLAT_BLOCK < n ? i0 + AL_FLAT_BLOCK : n;
-        for (size_t i = i0; i < i1; i++) {
-            const float gi = g[i], ui = u[i], dhi = dh[i];
-            const float sig = 1.0f / (1.0f + al_expf(-gi));
-            const float silu = gi * sig;
-            dg[i] = dhi * ui * (sig * (1.0f + gi * (1.0f - sig)));
-            du[i] = dhi * silu;
-        }
+        swiglu_bwd_run(dg + i0, du + i0, dh + i0, g + i0, u + i0, i1 - i0);
     }
 }
 
@@ -568,19 +578,23 @@ double al_xent_fwd_bwd(float *dlogits, const float *logits, const int *targets, 
  * without the cancellation of 1 + tanh z for negative z; z is clamped to
  * +-40, where the sigmoid is 0 or 1 in float. Flat blocks as
  * al_swiglu_fwd; h may equal g or u. */
+static inline void geglu_tanh_run(float *h, const float *g, const float *u, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    for (size_t i = 0; i < n; i++) {
+        const float x = g[i];
+        float z = k0 * (x + k1 * x * x * x);
+        z = z > 40.0f ? 40.0f : z < -40.0f ? -40.0f : z; /* keeps exp finite */
+        h[i] = (x / (1.0f + al_expf(-2.0f * z))) * u[i];
+    }
+}
+
 void al_geglu_tanh_fwd(float *h, const float *g, const float *u, size_t n) {
     const long nb = (long)((n + AL_FLAT_BLOCK - 1) / AL_FLAT_BLOCK);
-    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
 #pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
     for (long b = 0; b < nb; b++) {
         const size_t i0 = (size_t)b * AL_FLAT_BLOCK;
         const size_t i1 = i0 + AL_FLAT_BLOCK < n ? i0 + AL_FLAT_BLOCK : n;
-        for (size_t i = i0; i < i1; i++) {
-            const float x = g[i];
-            float z = k0 * (x + k1 * x * x * x);
-            z = z > 40.0f ? 40.0f : z < -40.0f ? -40.0f : z; /* keeps exp finite */
-            h[i] = (x / (1.0f + al_expf(-2.0f * z))) * u[i];
-        }
+        geglu_tanh_run(h + i0, g + i0, u + i0, i1 - i0);
     }
 }
 
@@ -588,4 +602,40 @@ void al_geglu_tanh_fwd(float *h, const float *g, const float *u, size_t n) {
 void al_glu_fwd(al_mlp_act act, float *h, const float *g, const float *u, size_t n) {
     if (act == AL_ACT_GELU_TANH) al_geglu_tanh_fwd(h, g, u, n);
     else al_swiglu_fwd(h, g, u, n);
+}
+
+/* The BF16 outputs below: each flat block computed by the fp32 loop in
+ * chunks that stay in L1, then rounded as the products round an fp32
+ * operand (al_bf16_round_run), so that a product reading them gets the
+ * bits it would get from the fp32 values. */
+enum { BF16_OUT_CHUNK = 512 };
+
+void al_glu_fwd_bf16(al_mlp_act act, uint16_t *h, const float *g, const float *u, size_t n) {
+    const long nb = (long)((n + AL_FLAT_BLOCK - 1) / AL_FLAT_BLOCK);
+#pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
+    for (long b = 0; b < nb; b++) {
+        const size_t i1 = (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK < n ? (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK : n;
+        float chunk[BF16_OUT_CHUNK];
+        for (size_t i = (size_t)b * AL_FLAT_BLOCK; i < i1; i += BF16_OUT_CHUNK) {
+            const size_t len = i1 - i < BF16_OUT_CHUNK ? i1 - i : BF16_OUT_CHUNK;
+            if (act == AL_ACT_GELU_TANH) geglu_tanh_run(chunk, g + i, u + i, len);
+            else swiglu_run(chunk, g + i, u + i, len);
+            al_bf16_round_run(h + i, chunk, len);
+        }
+    }
+}
+
+void al_swiglu_bwd_bf16(uint16_t *dg, uint16_t *du, const float *dh, const float *g, const float *u, size_t n) {
+    const long nb = (long)((n + AL_FLAT_BLOCK - 1) / AL_FLAT_BLOCK);
+#pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
+    for (long b = 0; b < nb; b++) {
+        const size_t i1 = (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK < n ? (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK : n;
+        float chunk_g[BF16_OUT_CHUNK], chunk_u[BF16_OUT_CHUNK];
+        for (size_t i = (size_t)b * AL_FLAT_BLOCK; i < i1; i += BF16_OUT_CHUNK) {
+            const size_t len = i1 - i < BF16_OUT_CHUNK ? i1 - i : BF16_OUT_CHUNK;
+            swiglu_bwd_run(chunk_g, chunk_u, dh + i, g + i, u + i, len);
+            al_bf16_round_run(dg + i, chunk_g, len);
+            al_bf16_round_run(du + i, chunk_u, len);
+        }
+    }
 }

@@ -399,23 +399,23 @@ int al_precision_reserve(al_err *err) {
 }
 
 /* An operand: element (i, k) of op(X) at x[i rs + k cs]; bf: X's BF16 copy
- * (same offsets) or NULL. For B, i is the column index j. */
+ * (same offsets) or NULL (x NULL: BF16 values alone, at bf). For B, i is the
+ * column index j. */
 typedef struct operand {
     const float *x;
     const uint16_t *bf;
     size_t rs, cs;
 } operand;
 
-static operand operand_of(const float *X, int transposed, int ld, int is_b) {
+static operand operand_of(al_wref X, int transposed, int ld, int is_b) {
     /* op(A)(i, k) = A[i][k] or A[k][i]; op(B)(k, j) = B[k][j] or B[j][k] */
     const int rows_contiguous = is_b ? transposed : !transposed;
-    return (operand){X, al_bf16_shadow_of(X), rows_contiguous ? (size_t)ld : 1, rows_contiguous ? 1 : (size_t)ld};
-}
-
-/* The B operand when B itself is BF16 (a memory-mapped checkpoint's weights):
- * read as its own BF16 copy, no fp32 values behind it. */
-static operand operand_of_bf16(const uint16_t *B, int transposed, int ld) {
-    return (operand){NULL, B, transposed ? (size_t)ld : 1, transposed ? 1 : (size_t)ld};
+    const size_t rs = rows_contiguous ? (size_t)ld : 1, cs = rows_contiguous ? 1 : (size_t)ld;
+    assert(X.dt == AL_DT_F32 || X.dt == AL_DT_BF16);
+    /* BF16 itself (a memory-mapped checkpoint's weights, an activation BF16
+     * training stored rounded): read as its own copy, no fp32 values behind it */
+    if (X.dt == AL_DT_BF16) return (operand){NULL, X.p, rs, cs};
+    return (operand){X.p, al_bf16_shadow_of(X.p), rs, cs};
 }
 
 /* Whether the onednn plan lays out an operand blocked by the cut along its
@@ -496,30 +496,27 @@ void al_bf16_plan_engine(al_bf16_plan *p) {
 }
 
 void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
-                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb, al_cut rows,
-                          al_cut cols) {
+                          al_wref A, int lda, al_wref B, int ldb, al_cut rows, al_cut cols) {
     if (slots < 1) slots = 1;
+    const operand oa = operand_of(A, a_transposed, lda, 0), ob = operand_of(B, b_transposed, ldb, 1);
     if (p->engine == AL_BF16_ONEDNN) {
         /* the operands once for the whole product: every tile reads them in
          * place (blocked where their lines cross memory rows), oneDNN
          * packing what it needs itself */
-        const uint16_t *Abf = al_bf16_shadow_of(A), *Bsrc = Bbf ? Bbf : al_bf16_shadow_of(B);
-        const size_t a_bytes = operand_bytes(M, K, Abf != NULL, operand_blocked(!a_transposed, rows)),
-                     b_bytes = operand_bytes(N, K, Bsrc != NULL, operand_blocked(b_transposed, cols));
+        const size_t a_bytes = operand_bytes(M, K, oa.bf != NULL, operand_blocked(!a_transposed, rows)),
+                     b_bytes = operand_bytes(N, K, ob.bf != NULL, operand_blocked(b_transposed, cols));
         p->ws = ws_get(a_bytes + b_bytes > 0 ? a_bytes + b_bytes : 64);
         if (p->ws) {
-            p->a = plan_operand(p->ws, slots, !a_transposed, M, K, A, Abf, lda, rows);
-            p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, B, Bsrc, ldb, cols);
+            p->a = plan_operand(p->ws, slots, !a_transposed, M, K, oa.x, oa.bf, lda, rows);
+            p->b = plan_operand(p->ws + a_bytes, slots, b_transposed, N, K, ob.x, ob.bf, ldb, cols);
         }
     } else if (p->engine == AL_BF16_AMX) {
         /* both operands packed whole into tiles (bf16_tiles.c), in parts on
          * `slots` threads; every tile of C reads them in place */
-        const operand oa = operand_of(A, a_transposed, lda, 0),
-                      ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
         const size_t a_elems = al_bf16_tiles_elems(M, K), b_elems = al_bf16_tiles_elems(N, K);
         /* B from a weight's BF16 copy: its tiles kept between products (see above) */
         int seen = 0;
-        packed_b *entry = !Bbf && ob.bf && !packed_off && !omp_in_parallel()
+        packed_b *entry = ob.x && ob.bf && !packed_off && !omp_in_parallel()
                               ? packed_entry(ob.bf, ob.rs, ob.cs, N, K, &seen) : NULL;
         const uint16_t *b_kept = entry ? entry->tiles : NULL;
         uint16_t *b_new = entry && seen && !b_kept ? packed_alloc(entry, b_elems) : NULL;
@@ -689,8 +686,8 @@ static void tile_on_stack(const block *b, float alpha, float beta, float *C, int
 }
 
 void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
-                        int c1, int K, float alpha, const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb,
-                        float beta, float *C, int ldc) {
+                        int c1, int K, float alpha, al_wref A, int lda, al_wref B, int ldb, float beta, float *C,
+                        int ldc) {
     if (K <= 0) { /* C = beta C, as sgemm does */
         for (int i = r0; i < r1; i++)
             for (int j = c0; j < c1; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
@@ -703,7 +700,7 @@ void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b
         else al_bf16_tiles_kernel_amx(p->a.p, p->b.p, p->ksteps, r0, r1, c0, c1, alpha, beta, C, (size_t)ldc);
         return;
     }
-    const operand oa = operand_of(A, a_transposed, lda, 0), ob = Bbf ? operand_of_bf16(Bbf, b_transposed, ldb) : operand_of(B, b_transposed, ldb, 1);
+    const operand oa = operand_of(A, a_transposed, lda, 0), ob = operand_of(B, b_transposed, ldb, 1);
     const block whole = {operand_at(oa, r0, 0), operand_at(ob, c0, 0), r1 - r0, c1 - c0, K, NULL, NULL};
     if (e == AL_BF16_ONEDNN) {
         /* the tile whole, K included, over the plan's operands (B's view

@@ -73,22 +73,20 @@ typedef struct al_bf16_plan {
  * cols_first; nothing else): the first step of planning. */
 void al_bf16_plan_engine(al_bf16_plan *p);
 /* Plans a product whose tiles run on `slots` threads (thread t uses slot t),
- * after al_bf16_plan_engine, with al_sgemm's arguments (B fp32, or BF16
- * itself in Bbf) and C's cut (rows, cols: the tiles' boundaries). For the
+ * after al_bf16_plan_engine, with al_sgemm_ref's arguments (each operand
+ * fp32 or BF16 itself) and C's cut (rows, cols: the tiles' boundaries). For the
  * onednn engine this rounds the operands that have no BF16 copy, once, on
  * `slots` threads (each element alone: the bits do not depend on them),
  * an operand whose lines lie across memory rows laid out blocked by the
  * cut; the engine falls to emulated where no workspace can be had (cut C
  * again then). */
 void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_transposed, int M, int N, int K,
-                          const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb, al_cut rows,
-                          al_cut cols);
-/* One tile of al_sgemm's product in BF16 mode, with al_sgemm's arguments;
- * single-threaded, with workspace slot `slot` of the plan. B is fp32 (B,
- * Bbf NULL) or BF16 itself (Bbf, B NULL: al_sgemm_bf16_b). */
+                          al_wref A, int lda, al_wref B, int ldb, al_cut rows, al_cut cols);
+/* One tile of al_sgemm_ref's product in BF16 mode, with its arguments;
+ * single-threaded, with workspace slot `slot` of the plan. */
 void al_sgemm_tile_bf16(const al_bf16_plan *p, int slot, int a_transposed, int b_transposed, int r0, int r1, int c0,
-                        int c1, int K, float alpha, const float *A, int lda, const float *B, const uint16_t *Bbf, int ldb,
-                        float beta, float *C, int ldc);
+                        int c1, int K, float alpha, al_wref A, int lda, al_wref B, int ldb, float beta, float *C,
+                        int ldc);
 
 enum { AL_BF16_PAD_M = 32, AL_BF16_PAD_N = 32, AL_BF16_PAD_K = 32 };
 /* C[mb, nb] = alpha A B + beta C (beta 0: C is not read) over packed blocks

@@ -341,7 +341,7 @@ void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int
     const wmat_set *k = set_now();
     if (N <= AL_WMAT_SMALL_N && !forced_panel_rows) direct(k, y, ldy, x, ldx, W, N, in, out, accumulate);
     else if (W.dt == AL_DT_BF16 && al_precision_now() == AL_PREC_BF16) /* BF16 weights feed the BF16 engine */
-        al_sgemm_bf16_b(0, 1, N, out, in, 1.0f, x, ldx, (const uint16_t *)W.p, in, accumulate ? 1.0f : 0.0f, y, ldy);
+        al_sgemm_ref(0, 1, N, out, in, 1.0f, al_wref_f32(x), ldx, W, in, accumulate ? 1.0f : 0.0f, y, ldy);
     else panels(k, y, ldy, x, ldx, W, N, in, out, accumulate);
 }
 

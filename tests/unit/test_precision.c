@@ -151,15 +151,23 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
         CHECK(al_bf16_shadow_of(d.B) == NULL);
         CHECK_MSG(!memcmp(plain, with_b, sizeof(float) * d.c_n) && !memcmp(plain, with_ab, sizeof(float) * d.c_n),
                   "%s: case %d: BF16 copies change the result", label, ci);
-        /* B given as BF16 itself (a mapped checkpoint's weights): the bits of B's BF16 copy */
-        uint16_t *Bbf = malloc(sizeof(uint16_t) * d.b_n);
-        float *bf16_b = malloc(sizeof(float) * d.c_n);
+        /* A, B or both given as BF16 themselves (a mapped checkpoint's
+         * weights, activations BF16 training stores rounded): the bits of
+         * their BF16 copies */
+        uint16_t *Abf = malloc(sizeof(uint16_t) * d.a_n), *Bbf = malloc(sizeof(uint16_t) * d.b_n);
+        float *given = malloc(sizeof(float) * d.c_n);
+        for (size_t i = 0; i < d.a_n; i++) Abf[i] = al_f32_to_bf16(d.A[i]);
         for (size_t i = 0; i < d.b_n; i++) Bbf[i] = al_f32_to_bf16(d.B[i]);
-        memcpy(bf16_b, d.C0, sizeof(float) * d.c_n);
-        al_sgemm_bf16_b(d.c.ta, d.c.tb, d.c.M, d.c.N, d.c.K, d.c.alpha, d.A, d.lda, Bbf, d.ldb, d.c.beta, bf16_b, d.ldc);
-        CHECK_MSG(!memcmp(plain, bf16_b, sizeof(float) * d.c_n), "%s: case %d: a BF16 B differs from its fp32 values",
-                  label, ci);
-        free(Bbf), free(bf16_b);
+        for (int which = 1; which <= 3; which++) { /* 1: A, 2: B, 3: both */
+            const al_wref a = which & 1 ? (al_wref){Abf, AL_DT_BF16} : al_wref_f32(d.A),
+                          b = which & 2 ? (al_wref){Bbf, AL_DT_BF16} : al_wref_f32(d.B);
+            memcpy(given, d.C0, sizeof(float) * d.c_n);
+            al_sgemm_ref(d.c.ta, d.c.tb, d.c.M, d.c.N, d.c.K, d.c.alpha, a, d.lda, b, d.ldb, d.c.beta, given, d.ldc);
+            CHECK_MSG(!memcmp(plain, given, sizeof(float) * d.c_n),
+                      "%s: case %d: a BF16 %s differs from its fp32 values", label, ci,
+                      which == 1 ? "A" : which == 2 ? "B" : "A and B");
+        }
+        free(Abf), free(Bbf), free(given);
         /* 3 threads too: the amx engine's cut depends on the thread count (linear.c's amx_cut) */
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
@@ -227,8 +235,8 @@ static void check_packed_cache(const char *label, al_rng *r) {
 /* al_matmul over BF16 weights (a Hugging Face BF16 checkpoint) in BF16 mode
  * feeds them to the engine as they are (no fp32 panel): the very bits of
  * al_sgemm in BF16 mode over their widened values, for products of more rows
- * than the direct (decode) kernel takes, and al_sgemm_bf16_b with alpha and
- * beta likewise. Shapes: odd ones, and whole tiles over several K blocks
+ * than the direct (decode) kernel takes, and al_sgemm_ref with a BF16 B,
+ * alpha and beta likewise. Shapes: odd ones, and whole tiles over several K blocks
  * with a partial strip of rows. */
 static void check_bf16_weights(const char *label, al_rng *r) {
     static const int shapes[][3] = {{37, 83, 61}, {37, 96, 64}, {50, 2080, 96}}; /* N rows, IN, OUT */
@@ -249,9 +257,9 @@ static void check_bf16_weights(const char *label, al_rng *r) {
                       label, N, IN, OUT, accumulate);
         }
         for (int i = 0; i < N * LDY; i++) got[i] = want[i] = rnd(r);
-        al_sgemm_bf16_b(0, 1, N, OUT, IN, 1.5f, x, LDX, Wb, IN, 0.5f, got, LDY);
+        al_sgemm_ref(0, 1, N, OUT, IN, 1.5f, al_wref_f32(x), LDX, (al_wref){Wb, AL_DT_BF16}, IN, 0.5f, got, LDY);
         al_sgemm(0, 1, N, OUT, IN, 1.5f, x, LDX, Wf, IN, 0.5f, want, LDY);
-        CHECK_MSG(!memcmp(got, want, sizeof(float) * N * LDY), "%s: al_sgemm_bf16_b %dx%dx%d (alpha, beta) differs "
+        CHECK_MSG(!memcmp(got, want, sizeof(float) * N * LDY), "%s: al_sgemm_ref, a BF16 B %dx%dx%d (alpha, beta) differs "
                   "from BF16 al_sgemm", label, N, IN, OUT);
     }
 }

@@ -9,7 +9,10 @@
  * and al_eval_ids scores them as al_eval_bytes does, bit for bit; init_from
  * survives the settings' JSON; al_config_contradicts names the first flag
  * that differs from a run's config or does not apply to it; al_grad_norm
- * against a long double sum, the same bits at 1 and 2 threads.
+ * against a long double sum, the same bits at 1 and 2 threads; BF16
+ * training's MLP activations stored as BF16 (al_acts.mlp_bf16): the ops'
+ * BF16 outputs are their fp32 outputs rounded, and a forward and backward
+ * give the bits of fp32 storage.
  */
 #include <math.h>
 #include <omp.h>
@@ -330,6 +333,73 @@ static void test_bf16_copy(void) {
     al_model_free(&m);
 }
 
+/* The BF16 outputs of the MLP ops (odd length past the parallel threshold,
+ * so blocks and chunks end short) are al_bf16_round_run of their fp32
+ * outputs; then a BF16-mode forward and backward with the MLP activations
+ * stored as BF16 give the loss and gradients of fp32 storage bit for bit
+ * (f 136 x N 256: 34,816 values a buffer, not a multiple of any block). */
+static void test_bf16_mlp_storage(void) {
+    enum { N_OPS = 34817 };
+    al_rng r;
+    al_rng_seed(&r, 9);
+    float *g = malloc(sizeof(float) * N_OPS * 5), *u = g + N_OPS, *dh = u + N_OPS, *f1 = dh + N_OPS, *f2 = f1 + N_OPS;
+    uint16_t *b1 = malloc(sizeof(uint16_t) * N_OPS * 4), *b2 = b1 + N_OPS, *w1 = b2 + N_OPS, *w2 = w1 + N_OPS;
+    CHECK(g && b1);
+    if (g && b1) {
+        for (int i = 0; i < N_OPS; i++) g[i] = 3.0f * al_rng_normal(&r), u[i] = al_rng_normal(&r), dh[i] = al_rng_normal(&r);
+        for (int act = 0; act < 2; act++) {
+            const al_mlp_act a = act ? AL_ACT_GELU_TANH : AL_ACT_SILU;
+            al_glu_fwd(a, f1, g, u, N_OPS);
+            al_bf16_round_run(w1, f1, N_OPS);
+            al_glu_fwd_bf16(a, b1, g, u, N_OPS);
+            CHECK_MSG(!memcmp(b1, w1, sizeof(uint16_t) * N_OPS), "al_glu_fwd_bf16 (act %d) is not al_glu_fwd rounded", act);
+        }
+        al_swiglu_bwd(f1, f2, dh, g, u, N_OPS);
+        al_bf16_round_run(w1, f1, N_OPS);
+        al_bf16_round_run(w2, f2, N_OPS);
+        al_swiglu_bwd_bf16(b1, b2, dh, g, u, N_OPS);
+        CHECK_MSG(!memcmp(b1, w1, sizeof(uint16_t) * N_OPS) && !memcmp(b2, w2, sizeof(uint16_t) * N_OPS),
+                  "al_swiglu_bwd_bf16 is not al_swiglu_bwd rounded");
+    }
+    free(g), free(b1);
+
+    al_config c = tu_config(40, 136, 2, 4, 2, 10, 64);
+    al_model m;
+    al_acts a;
+    al_err err;
+    CHECK(tu_make_model(&m, &c, 3, TU_GAINS_ONE) == 0 && al_model_alloc_grads(&m, &err) == 0);
+    CHECK(al_acts_create(&a, &m, 4, 64, &err) == 0);
+    int in[256], tg[256];
+    tu_random_tokens(in, 256, &r);
+    tu_random_tokens(tg, 256, &r);
+    float *grads = malloc(sizeof(float) * m.n_floats);
+    CHECK(grads && al_train_precision_begin(&m, AL_PREC_BF16, &err) == 0);
+    al_precision_set(AL_PREC_BF16);
+    double loss[2];
+    int stored_bf16[2];
+    for (int f32 = 0; f32 < 2 && grads; f32++) { /* 0: BF16 storage, 1: fp32 (the hook) */
+        al_model_test_mlp_f32(f32);
+        al_model_zero_grads(&m);
+        loss[f32] = al_model_forward(&m, &a, in, tg);
+        stored_bf16[f32] = a.mlp_bf16;
+        al_model_backward(&m, &a);
+        if (!f32) memcpy(grads, m.g, sizeof(float) * m.n_floats);
+    }
+    al_model_test_mlp_f32(0);
+    if (grads) {
+        CHECK_MSG(stored_bf16[0] == 1 && stored_bf16[1] == 0, "BF16 storage used %d / %d", stored_bf16[0], stored_bf16[1]);
+        CHECK_MSG(loss[0] == loss[1] && isfinite(loss[0]), "loss %.9g with BF16 MLP activations, %.9g without", loss[0],
+                  loss[1]);
+        CHECK_MSG(!memcmp(grads, m.g, sizeof(float) * m.n_floats), "BF16 MLP activations change the gradients");
+    }
+    al_precision_set(AL_PREC_F32);
+    al_train_precision_end(&m);
+    al_precision_release();
+    free(grads);
+    al_acts_free(&a);
+    al_model_free(&m);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     al_blas_fix_kernels(argv);
@@ -339,6 +409,7 @@ int main(int argc, char **argv) {
     test_progress_and_loader(dir);
     test_step();
     test_bf16_copy();
+    test_bf16_mlp_storage();
     test_paths();
     test_token_data(dir);
     test_init_from_settings();
