@@ -516,17 +516,19 @@ static float embed_multiplier(const al_model *m) {
  * y = W_down (act(W_gate x) * W_up x), with gate/up/h [N, f] buffers (kept:
  * training's backward reads them). Decode (N = 1) takes the matrix-vector
  * products (F32: cblas_sgemv, the calls decode always made), else al_matmul
- * (F32: the sgemm of al_linear_fwd). h_bf16 (al_acts.mlp_bf16; fp32 W_down):
- * h stored as BF16 values, which the down product reads. */
+ * (F32: the sgemm of al_linear_fwd). bf16_acts (al_acts.mlp_bf16; fp32
+ * weights): x holds BF16 values and h is stored as BF16, both read as they
+ * are by the products. */
 static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int f, const float *x, float *y, int N,
-                    float *gate, float *up, float *h, int decode, int h_bf16) {
+                    float *gate, float *up, float *h, int decode, int bf16_acts) {
     const int d = c->hidden_size;
-    if (h_bf16 && !decode) {
-        assert(wd.dt == AL_DT_F32);
-        al_matmul(gate, f, x, d, wg, N, d, f, 0);
-        al_matmul(up, f, x, d, wu, N, d, f, 0);
+    if (bf16_acts && !decode) {
+        assert(wg.dt == AL_DT_F32 && wu.dt == AL_DT_F32 && wd.dt == AL_DT_F32);
+        const al_wref xb = {x, AL_DT_BF16}, hb = {h, AL_DT_BF16};
+        al_sgemm_ref(0, 1, N, f, d, 1.0f, xb, d, wg, d, 0.0f, gate, f);
+        al_sgemm_ref(0, 1, N, f, d, 1.0f, xb, d, wu, d, 0.0f, up, f);
         al_glu_fwd_bf16(c->mlp_act, (uint16_t *)h, gate, up, (size_t)N * f);
-        al_sgemm_ref(0, 1, N, d, f, 1.0f, (al_wref){h, AL_DT_BF16}, f, wd, f, 0.0f, y, d);
+        al_sgemm_ref(0, 1, N, d, f, 1.0f, hb, f, wd, f, 0.0f, y, d);
         return;
     }
     if (decode) {
@@ -544,9 +546,9 @@ static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int 
 
 /* A layer's dense MLP (or a MoE layer's shared experts) over x[N, d] -> y. */
 static void mlp_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, float *y, int N, float *gate,
-                    float *up, float *h, int decode, int h_bf16) {
+                    float *up, float *h, int decode, int bf16_acts) {
     glu_mlp(c, (al_wref){L->gate, L->gate_dt}, (al_wref){L->up, L->up_dt}, (al_wref){L->down, L->down_dt}, L->ffn, x,
-            y, N, gate, up, h, decode, h_bf16);
+            y, N, gate, up, h, decode, bf16_acts);
 }
 
 /* ---- mixture of experts (DeepseekV2MoE) ----
@@ -873,8 +875,10 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         if (a->fill && a->fill->kve) prefill_mass(m, a, l, a->fill);
         if (l + 1 == a->maps_layers) return; /* attention maps: no later layer is wanted */
-        al_add_rmsnorm_fwd(x_mid, xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d, c->rms_norm_eps);
-        if (L->router.p) {
+        if (a->mlp_bf16) al_add_rmsnorm_fwd_bf16(x_mid, (uint16_t *)xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d,
+                                                 c->rms_norm_eps);
+        else al_add_rmsnorm_fwd(x_mid, xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d, c->rms_norm_eps);
+        if (L->router.p) { /* (never with mlp_bf16: a MoE model has no gradients) */
             moe_work w = moe_work_at(c, a->moe, a->moe_idx, N, gate, up, hmid);
             moe_fwd(c, L, xn2, a->dtmp, N, &w, 0);
         } else {
@@ -911,12 +915,13 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the
          * residual; the matrices' gradients written after al_model_zero_grads */
         const int add_w = !m->grads_unset;
-        const al_dtype mlp_dt = a->mlp_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of hmid, dg, du (al_acts.mlp_bf16) */
+        const al_dtype mlp_dt = a->mlp_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of xn2, hmid, dg, du (al_acts.mlp_bf16) */
         al_linear_bwd_ref(a->dh, 0, G->down, add_w, al_wref_f32(a->dres), (al_wref){hmid, mlp_dt}, L->down, N, f, d);
         if (a->mlp_bf16) al_swiglu_bwd_bf16((uint16_t *)a->dg, (uint16_t *)a->du, a->dh, gate, up, Nf);
         else al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
-        al_linear_bwd_ref(a->dtmp, 0, G->gate, add_w, (al_wref){a->dg, mlp_dt}, al_wref_f32(xn2), L->gate, N, d, f);
-        al_linear_bwd_ref(a->dtmp, 1, G->up, add_w, (al_wref){a->du, mlp_dt}, al_wref_f32(xn2), L->up, N, d, f);
+        const al_wref x2 = {xn2, mlp_dt};
+        al_linear_bwd_ref(a->dtmp, 0, G->gate, add_w, (al_wref){a->dg, mlp_dt}, x2, L->gate, N, d, f);
+        al_linear_bwd_ref(a->dtmp, 1, G->up, add_w, (al_wref){a->du, mlp_dt}, x2, L->up, N, d, f);
         al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
         /* attention branch */
         memset(a->dtmp, 0, sizeof(float) * Nd);

@@ -213,8 +213,9 @@ typedef struct al_acts {
     /* al_decoder_prefill: the decoder whose cache each layer's forward fills */
     struct al_decoder *fill;
     /* Set by each forward: BF16 training (BF16 mode, a model with gradients,
-     * these full activations) stores the dense MLPs' hmid, and the backward
-     * their dg and du, as BF16 values in the first half of their buffers.
+     * these full activations) stores the dense MLPs' xn2 and hmid, and the
+     * backward their dg and du, as BF16 values in the first half of their
+     * buffers.
      * Only BF16 products read them, and those round an fp32 operand the same
      * way: the bits of fp32 storage, half the bytes written and read. */
     int mlp_bf16;

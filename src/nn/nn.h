@@ -212,6 +212,10 @@ void al_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int N
  * as the two calls). s may equal a or b; y must not overlap s, a or b. */
 void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const float *b, const float *w, int N, int d,
                         float eps);
+/* The same with y rounded to BF16 (as al_bf16_round_run rounds), for BF16
+ * training, whose products read it (model.c). */
+void al_add_rmsnorm_fwd_bf16(float *s, uint16_t *y, float *rstd, const float *a, const float *b, const float *w, int N,
+                             int d, float eps);
 /* dx[N,d] += , dw[d] += ; dy[N,d], x[N,d], w[d], rstd[N] */
 void al_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
                     const float *rstd, int N, int d);

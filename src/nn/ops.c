@@ -73,11 +73,19 @@ static inline double al_dot3(const float *restrict a, const float *restrict b,
 /* ------------------------------------------------------------------------ */
 
 /* One row of RMSNorm (al_rmsnorm_fwd): yr = w (xr r), *rstd (if not NULL) = r. */
-static inline void al_rms_row(float *yr, float *rstd, const float *xr, const float *w, int d, float eps) {
+static inline float al_rms_r(const float *xr, int d, float eps) {
     const double ms = al_sumsq(xr, d) / (double)d;
-    const float r = (float)(1.0 / sqrt(ms + (double)eps));
-    if (rstd) *rstd = r;
+    return (float)(1.0 / sqrt(ms + (double)eps));
+}
+
+static inline void al_rms_scale(float *yr, const float *xr, const float *w, float r, int d) {
     for (int j = 0; j < d; j++) yr[j] = w[j] * (xr[j] * r);
+}
+
+static inline void al_rms_row(float *yr, float *rstd, const float *xr, const float *w, int d, float eps) {
+    const float r = al_rms_r(xr, d, eps);
+    if (rstd) *rstd = r;
+    al_rms_scale(yr, xr, w, r, d);
 }
 
 /* y[N,d] = w[d] * (x[N,d] * rstd[n]), rstd[n] = 1/sqrt(mean_j x[n,j]^2 + eps)
@@ -107,6 +115,28 @@ void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const f
         float *sr = s + (size_t)n * d, *yr = y + (size_t)n * d;
         for (int j = 0; j < d; j++) sr[j] = ar[j] + br[j];
         al_rms_row(yr, rstd ? rstd + n : NULL, sr, w, d, eps);
+    }
+}
+
+/* al_add_rmsnorm_fwd with y rounded to BF16 (as al_bf16_round_run rounds),
+ * each row scaled in chunks that stay in L1 and then rounded. */
+void al_add_rmsnorm_fwd_bf16(float *s, uint16_t *y, float *rstd, const float *a, const float *b, const float *w, int N,
+                             int d, float eps) {
+    enum { CHUNK = 512 };
+    if (N <= 0 || d <= 0) return;
+    const int par = (size_t)N * (size_t)d > AL_PAR_MIN;
+#pragma omp parallel for schedule(static) if (par)
+    for (int n = 0; n < N; n++) {
+        const float *ar = a + (size_t)n * d, *br = b + (size_t)n * d;
+        float *sr = s + (size_t)n * d, chunk[CHUNK];
+        for (int j = 0; j < d; j++) sr[j] = ar[j] + br[j];
+        const float r = al_rms_r(sr, d, eps);
+        if (rstd) rstd[n] = r;
+        for (int j = 0; j < d; j += CHUNK) {
+            const int len = d - j < CHUNK ? d - j : CHUNK;
+            al_rms_scale(chunk, sr + j, w + j, r, len);
+            al_bf16_round_run(y + (size_t)n * d + j, chunk, (size_t)len);
+        }
     }
 }
 

@@ -333,9 +333,9 @@ static void test_bf16_copy(void) {
     al_model_free(&m);
 }
 
-/* The BF16 outputs of the MLP ops (odd length past the parallel threshold,
- * so blocks and chunks end short) are al_bf16_round_run of their fp32
- * outputs; then a BF16-mode forward and backward with the MLP activations
+/* The BF16 outputs of the MLP ops and of the add and norm before them (odd
+ * lengths past the parallel threshold, so blocks and chunks end short) are
+ * al_bf16_round_run of their fp32 outputs; then a BF16-mode forward and backward with the MLP activations
  * stored as BF16 give the loss and gradients of fp32 storage bit for bit
  * (f 136 x N 256: 34,816 values a buffer, not a multiple of any block). */
 static void test_bf16_mlp_storage(void) {
@@ -360,6 +360,15 @@ static void test_bf16_mlp_storage(void) {
         al_swiglu_bwd_bf16(b1, b2, dh, g, u, N_OPS);
         CHECK_MSG(!memcmp(b1, w1, sizeof(uint16_t) * N_OPS) && !memcmp(b2, w2, sizeof(uint16_t) * N_OPS),
                   "al_swiglu_bwd_bf16 is not al_swiglu_bwd rounded");
+        /* rows of 1031 (two chunks and a tail), 33 rows: 34,023 values */
+        enum { ROWS = 33, D = 1031 };
+        float *s1 = f1, *s2 = f2, rstd1[ROWS], rstd2[ROWS];
+        al_add_rmsnorm_fwd(s1, dh, rstd1, g, u, g + 2 * D, ROWS, D, 1e-5f);
+        al_bf16_round_run(w1, dh, (size_t)ROWS * D);
+        al_add_rmsnorm_fwd_bf16(s2, b1, rstd2, g, u, g + 2 * D, ROWS, D, 1e-5f);
+        CHECK_MSG(!memcmp(b1, w1, sizeof(uint16_t) * ROWS * D) && !memcmp(s1, s2, sizeof(float) * ROWS * D) &&
+                      !memcmp(rstd1, rstd2, sizeof rstd1),
+                  "al_add_rmsnorm_fwd_bf16 is not al_add_rmsnorm_fwd rounded");
     }
     free(g), free(b1);
 
