@@ -158,11 +158,13 @@ typedef struct al_attn_ops {
     size_t (*saved_floats)(const al_config *c, int B, int T);
     /* floats of workspace shared by all layers (forward, backward and decode) */
     size_t (*scratch_floats)(const al_config *c, int B, int T);
-    /* x[B*T, d] (normed layer input) -> y[B*T, d] (overwritten) */
-    void (*forward)(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T);
+    /* x[B*T, d] (normed layer input) -> y[B*T, d] (overwritten); x is fp32,
+     * or in BF16 training BF16 values (al_acts.acts_bf16), which only the
+     * products read (al_matmul_x, al_linear_bwd_ref: the same bits) */
+    void (*forward)(const al_attn_layer *L, al_wref x, float *y, float *saved, float *scratch, int B, int T);
     /* dy[B*T, d] -> dx[B*T, d] (accumulated) and L->g[] (accumulated; the
      * grad_written ones written where L->grads_unset) */
-    void (*backward)(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+    void (*backward)(const al_attn_layer *L, al_wref x, const float *dy, float *dx, const float *saved,
                      float *scratch, int B, int T);
     /* one token: x[d] at position pos -> y[d]; appends its cache entry at
      * value pos * cache_values_per_token of the layer's cache (al_kv_store)

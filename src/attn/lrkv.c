@@ -201,13 +201,13 @@ static int lrkv_validate_layer(const al_attn_layer *L, int training, al_err *err
 }
 
 /* proj[N, P] = x[N, d] [W_q; W_Ks; W_Vs; U_K; U_V]^T (fp32: one sgemm; BF16: wmat.c) */
-static void proj_fwd(const al_attn_layer *L, const dims *m, const float *x, float *proj, int N) {
-    al_matmul(proj, m->w, x, m->d, al_attn_w(L, W_Q), N, m->d, m->w, 0);
+static void proj_fwd(const al_attn_layer *L, const dims *m, al_wref x, float *proj, int N) {
+    al_matmul_x(proj, m->w, x, m->d, al_attn_w(L, W_Q), N, m->d, m->w, 0);
 }
 
 /* dx[N, d] += dproj[N, P] Wfused[P, d];  dWfused[P, d] (+)= dproj^T x[N, d] */
-static void proj_bwd(const al_attn_layer *L, const dims *m, const float *x, const float *dproj, float *dx, int N) {
-    al_linear_bwd_into(dx, 1, L->g[W_Q], !L->grads_unset, dproj, x, L->w[W_Q], N, m->d, m->w);
+static void proj_bwd(const al_attn_layer *L, const dims *m, al_wref x, const float *dproj, float *dx, int N) {
+    al_linear_bwd_ref(dx, 1, L->g[W_Q], !L->grads_unset, al_wref_f32(dproj), x, L->w[W_Q], N, m->d, m->w);
 }
 
 /* RoPE on q and K_s (adjacent: H+1 vectors of dh) and on every R_K[h]. sign
@@ -281,7 +281,7 @@ static al_attn_shape lrkv_score_shape(const al_config *c, int B, int T) {
     return shape_of(c, &m, B, T);
 }
 
-static void lrkv_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B,
+static void lrkv_forward(const al_attn_layer *L, al_wref x, float *y, float *saved, float *scratch, int B,
                          int T) {
     const dims m = dims_of(L->cfg);
     const int N = B * T;
@@ -338,7 +338,7 @@ static void build_kv_bwd(const al_attn_layer *L, const dims *m, const float *pro
     }
 }
 
-static void lrkv_backward(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+static void lrkv_backward(const al_attn_layer *L, al_wref x, const float *dy, float *dx, const float *saved,
                           float *scratch, int B, int T) {
     const dims m = dims_of(L->cfg);
     const int N = B * T;

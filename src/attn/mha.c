@@ -201,21 +201,22 @@ static void norm_qk_heads(const al_attn_layer *L, float *qkv, int N) {
  * fused arena matrix (fp32: the sgemm / sgemv calls of wmat.c; BF16: its
  * kernels), else one product per projection into its column range; decode
  * (N = 1) takes the matrix-vector forms. */
-static void project_qkv(const al_attn_layer *L, const float *x, float *qkv, int N, int decode) {
+static void project_qkv(const al_attn_layer *L, al_wref x, float *qkv, int N, int decode) {
     const al_config *c = L->cfg;
     const int d = c->hidden_size, qd = c->num_heads * c->head_dim, kvd = c->num_kv_heads * c->head_dim;
     const int w = (int)qkv_width(c);
+    const float *xv = decode ? al_wref_f32_p(x) : NULL; /* decode: an fp32 token */
     if (qkv_fused(L)) {
-        if (decode) al_matvec(qkv, x, al_attn_w(L, W_Q), w, d, 0);
-        else al_matmul(qkv, w, x, d, al_attn_w(L, W_Q), N, d, w, 0); /* qkv[N, w] = x[N, d] Wqkv^T */
+        if (decode) al_matvec(qkv, xv, al_attn_w(L, W_Q), w, d, 0);
+        else al_matmul_x(qkv, w, x, d, al_attn_w(L, W_Q), N, d, w, 0); /* qkv[N, w] = x[N, d] Wqkv^T */
     } else if (decode) {
-        al_matvec(qkv, x, al_attn_w(L, W_Q), qd, d, 0);
-        al_matvec(qkv + qd, x, al_attn_w(L, W_K), kvd, d, 0);
-        al_matvec(qkv + qd + kvd, x, al_attn_w(L, W_V), kvd, d, 0);
+        al_matvec(qkv, xv, al_attn_w(L, W_Q), qd, d, 0);
+        al_matvec(qkv + qd, xv, al_attn_w(L, W_K), kvd, d, 0);
+        al_matvec(qkv + qd + kvd, xv, al_attn_w(L, W_V), kvd, d, 0);
     } else {
-        al_matmul(qkv, w, x, d, al_attn_w(L, W_Q), N, d, qd, 0);             /* columns [0, H dh) */
-        al_matmul(qkv + qd, w, x, d, al_attn_w(L, W_K), N, d, kvd, 0);       /* [H dh, (H+G) dh) */
-        al_matmul(qkv + qd + kvd, w, x, d, al_attn_w(L, W_V), N, d, kvd, 0); /* [(H+G) dh, w) */
+        al_matmul_x(qkv, w, x, d, al_attn_w(L, W_Q), N, d, qd, 0);             /* columns [0, H dh) */
+        al_matmul_x(qkv + qd, w, x, d, al_attn_w(L, W_K), N, d, kvd, 0);       /* [H dh, (H+G) dh) */
+        al_matmul_x(qkv + qd + kvd, w, x, d, al_attn_w(L, W_V), N, d, kvd, 0); /* [(H+G) dh, w) */
     }
     if (c->qk_norm && !c->qkv_bias) norm_qk_heads(L, qkv, N);
     if (!c->qkv_bias) return;
@@ -230,7 +231,7 @@ static void project_qkv(const al_attn_layer *L, const float *x, float *qkv, int 
     if (c->qk_norm) norm_qk_heads(L, qkv, N);
 }
 
-static void gqa_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T) {
+static void gqa_forward(const al_attn_layer *L, al_wref x, float *y, float *saved, float *scratch, int B, int T) {
     const al_config *c = L->cfg;
     const int N = B * T, d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
     const int w = (int)qkv_width(c);
@@ -244,7 +245,7 @@ static void gqa_forward(const al_attn_layer *L, const float *x, float *y, float 
     (void)scratch;
 }
 
-static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+static void gqa_backward(const al_attn_layer *L, al_wref x, const float *dy, float *dx, const float *saved,
                          float *scratch, int B, int T) {
     const al_config *c = L->cfg;
     const int N = B * T, d = c->hidden_size, H = c->num_heads, G = c->num_kv_heads, dh = c->head_dim;
@@ -261,7 +262,7 @@ static void gqa_backward(const al_attn_layer *L, const float *x, const float *dy
                 dqkv + (size_t)(H + G) * dh);
     al_rope_half(dqkv, N, T, 0, H, w, L->rope, -1);
     al_rope_half(dqkv + (size_t)H * dh, N, T, 0, G, w, L->rope, -1);
-    al_linear_bwd_into(dx, 1, L->g[W_Q], !L->grads_unset, dqkv, x, L->w[W_Q], N, d, w);
+    al_linear_bwd_ref(dx, 1, L->g[W_Q], !L->grads_unset, al_wref_f32(dqkv), x, L->w[W_Q], N, d, w);
 }
 
 static void gqa_decode(const al_attn_layer *L, const float *x, float *y, al_kv cache, int pos, float *scratch) {
@@ -271,7 +272,7 @@ static void gqa_decode(const al_attn_layer *L, const float *x, float *y, al_kv c
     const size_t vpt = gqa_cache(c);
     const al_attn_shape fn = shape_of(c, 1, pos + 1); /* scale and score function */
     float *qkv = scratch, *o = qkv + w, *work = o + (size_t)H * dh;
-    project_qkv(L, x, qkv, 1, 1);
+    project_qkv(L, al_wref_f32(x), qkv, 1, 1);
     al_rope_half(qkv, 1, 1, pos, H + G, w, L->rope, +1); /* q and k heads are adjacent */
     al_kv_store(cache, (size_t)pos * vpt, qkv + (size_t)H * dh, vpt);
     /* cache row = [K groups | V groups]; group g's heads share its key and value */

@@ -307,7 +307,7 @@ static void merge_kv(const mla_dims *D, int N, const float *dk, const float *dv,
 
 /* x[N, d] (normed layer input) -> y[N, d]; keeps in `saved` what backward
  * re-reads (see saved_layout) so it recomputes nothing but attention weights. */
-static void mla_forward(const al_attn_layer *L, const float *x, float *y, float *saved, float *scratch, int B, int T) {
+static void mla_forward(const al_attn_layer *L, al_wref x, float *y, float *saved, float *scratch, int B, int T) {
     const al_config *c = L->cfg;
     const mla_dims D = dims_of(c);
     const int N = B * T, d = D.d;
@@ -318,17 +318,17 @@ static void mla_forward(const al_attn_layer *L, const float *x, float *y, float 
     float *kv = scratch, *kpe = kv + (size_t)N * D.kvw;
     /* queries: q[N, H*dk] */
     if (D.dq > 0) {
-        al_matmul(S.qa, D.dq, x, d, R.qa, N, d, D.dq, 0);                /* qa[N, dq] = x W_qa^T */
+        al_matmul_x(S.qa, D.dq, x, d, R.qa, N, d, D.dq, 0);              /* qa[N, dq] = x W_qa^T */
         al_rmsnorm_fwd(S.qan, S.rstd_q, S.qa, W.qa_norm, N, D.dq, c->rms_norm_eps);
         al_matmul(S.q, D.qw, S.qan, D.dq, R.qb, N, D.dq, D.qw, 0);       /* q[N, H*dk] = qa~ W_qb^T */
     } else {
-        al_matmul(S.q, D.qw, x, d, R.q, N, d, D.qw, 0);                  /* q[N, H*dk] = x W_q^T */
+        al_matmul_x(S.q, D.qw, x, d, R.q, N, d, D.qw, 0);                /* q[N, H*dk] = x W_q^T */
     }
     rope_queries(&D, S.q, N, T, L->rope, +1);
     /* rows [0, dc) and [dc, dc+dr) of W_kva are two contiguous matrices: two
      * products give c and k_pe as contiguous rows, as the norm and RoPE want */
-    al_matmul(S.c, D.dc, x, d, R.kva, N, d, D.dc, 0);                   /* c[N, dc] */
-    al_matmul(kpe, D.dr, x, d, al_wref_at(R.kva, (size_t)D.dc * d), N, d, D.dr, 0); /* k_pe[N, dr] */
+    al_matmul_x(S.c, D.dc, x, d, R.kva, N, d, D.dc, 0);                   /* c[N, dc] */
+    al_matmul_x(kpe, D.dr, x, d, al_wref_at(R.kva, (size_t)D.dc * d), N, d, D.dr, 0); /* k_pe[N, dr] */
     al_rmsnorm_fwd(S.cn, S.rstd_c, S.c, W.kv_norm, N, D.dc, c->rms_norm_eps);
     al_rope_interleaved(kpe, N, T, 0, 1, D.dr, L->rope, +1);
     al_matmul(kv, D.kvw, S.cn, D.dc, R.kvb, N, D.dc, D.kvw, 0);         /* kv[N, H*(dn+dv)] = c~ W_kvb^T */
@@ -340,7 +340,7 @@ static void mla_forward(const al_attn_layer *L, const float *x, float *y, float 
 
 /* dy[N, d] -> dx[N, d] and L->g[], both accumulated; the rope key's gradient
  * is the sum over heads (merge_kv), as it is one tensor shared by all. */
-static void mla_backward(const al_attn_layer *L, const float *x, const float *dy, float *dx, const float *saved,
+static void mla_backward(const al_attn_layer *L, al_wref x, const float *dy, float *dx, const float *saved,
                          float *scratch, int B, int T) {
     const al_config *c = L->cfg;
     const mla_dims D = dims_of(c);
@@ -365,16 +365,17 @@ static void mla_backward(const al_attn_layer *L, const float *x, const float *dy
     memset(dcn, 0, sizeof(float) * Nz * 2 * D.dc);
     al_linear_bwd_into(dcn, 1, G.kvb, add_w, dkv, S.cn, W.kvb, N, D.dc, D.kvw);
     al_rmsnorm_bwd(dc, G.kv_norm, dcn, S.c, W.kv_norm, S.rstd_c, N, D.dc);
-    al_linear_bwd_into(dx, 1, G.kva, add_w, dc, x, W.kva, N, d, D.dc);
-    al_linear_bwd_into(dx, 1, G.kva + (size_t)D.dc * d, add_w, dkpe, x, W.kva + (size_t)D.dc * d, N, d, D.dr);
+    al_linear_bwd_ref(dx, 1, G.kva, add_w, al_wref_f32(dc), x, W.kva, N, d, D.dc);
+    al_linear_bwd_ref(dx, 1, G.kva + (size_t)D.dc * d, add_w, al_wref_f32(dkpe), x, W.kva + (size_t)D.dc * d, N, d,
+                      D.dr);
     /* query path */
     if (D.dq > 0) {
         memset(dqan, 0, sizeof(float) * Nz * 2 * D.dq);
         al_linear_bwd_into(dqan, 1, G.qb, add_w, dq, S.qan, W.qb, N, D.dq, D.qw);
         al_rmsnorm_bwd(dqa, G.qa_norm, dqan, S.qa, W.qa_norm, S.rstd_q, N, D.dq);
-        al_linear_bwd_into(dx, 1, G.qa, add_w, dqa, x, W.qa, N, d, D.dq);
+        al_linear_bwd_ref(dx, 1, G.qa, add_w, al_wref_f32(dqa), x, W.qa, N, d, D.dq);
     } else {
-        al_linear_bwd_into(dx, 1, G.q, add_w, dq, x, W.q, N, d, D.qw);
+        al_linear_bwd_ref(dx, 1, G.q, add_w, al_wref_f32(dq), x, W.q, N, d, D.qw);
     }
 }
 

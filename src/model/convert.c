@@ -162,8 +162,8 @@ static int output_error(const al_model *w, const al_model *t, int l, const float
         const size_t wins = k0 + B <= n_win ? (size_t)B : n_win - k0;
         memset(xb, 0, sizeof(float) * N * d);
         memcpy(xb, x + k0 * T * d, sizeof(float) * wins * T * d);
-        w->attn->forward(&w->layers[l].attn, xb, ys, saved, scratch, B, T);
-        t->attn->forward(&t->layers[l].attn, xb, yt, saved, scratch, B, T);
+        w->attn->forward(&w->layers[l].attn, al_wref_f32(xb), ys, saved, scratch, B, T);
+        t->attn->forward(&t->layers[l].attn, al_wref_f32(xb), yt, saved, scratch, B, T);
         for (size_t i = 0; i < wins * T * d; i++) {
             const double e = (double)yt[i] - ys[i];
             num += e * e;

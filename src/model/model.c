@@ -516,7 +516,7 @@ static float embed_multiplier(const al_model *m) {
  * y = W_down (act(W_gate x) * W_up x), with gate/up/h [N, f] buffers (kept:
  * training's backward reads them). Decode (N = 1) takes the matrix-vector
  * products (F32: cblas_sgemv, the calls decode always made), else al_matmul
- * (F32: the sgemm of al_linear_fwd). bf16_acts (al_acts.mlp_bf16; fp32
+ * (F32: the sgemm of al_linear_fwd). bf16_acts (al_acts.acts_bf16; fp32
  * weights): x holds BF16 values and h is stored as BF16, both read as they
  * are by the products. */
 static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int f, const float *x, float *y, int N,
@@ -854,40 +854,47 @@ static void prefill_mass(const al_model *m, const al_acts *a, int l, al_decoder 
  * through the design's score shape. The MLP's matrices go through al_matmul:
  * the sgemm of al_linear_fwd for fp32, the BF16/F16 paths of wmat.c for a
  * mapped checkpoint. */
-static int mlp_f32_forced; /* test hook: al_model_test_mlp_f32 */
+static int acts_f32_forced; /* test hook: al_model_test_acts_f32 */
 
-void al_model_test_mlp_f32(int on) { mlp_f32_forced = on != 0; }
+void al_model_test_acts_f32(int on) { acts_f32_forced = on != 0; }
 
 static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
     const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = al_config_ffn_max(c);
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
-    a->mlp_bf16 = !a->infer && m->g && al_precision_now() == AL_PREC_BF16 && !mlp_f32_forced; /* al_acts.mlp_bf16 */
-    if (c->num_layers > 0) /* the first block's norm; each later one is done with the residual add before it */
-        al_rmsnorm_fwd(a->xn1, a->rstd1, a->x_in + xslot(a, 0) * Nd, m->layers[0].ln1, N, d, c->rms_norm_eps);
+    a->acts_bf16 = !a->infer && m->g && al_precision_now() == AL_PREC_BF16 && !acts_f32_forced; /* al_acts.acts_bf16 */
+    const al_dtype act_dt = a->acts_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of xn1 (and the MLP's, glu_mlp) */
+    if (c->num_layers > 0) { /* the first block's norm; each later one is done with the residual add before it */
+        const float *x0 = a->x_in + xslot(a, 0) * Nd;
+        if (a->acts_bf16) al_rmsnorm_fwd_bf16((uint16_t *)a->xn1, a->rstd1, x0, m->layers[0].ln1, N, d, c->rms_norm_eps);
+        else al_rmsnorm_fwd(a->xn1, a->rstd1, x0, m->layers[0].ln1, N, d, c->rms_norm_eps);
+    }
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
         const size_t ls = lslot(a, l);
         float *x = a->x_in + xslot(a, l) * Nd, *x_out = a->x_in + xslot(a, l + 1) * Nd;
         float *xn1 = a->xn1 + ls * Nd, *x_mid = a->x_mid + ls * Nd, *xn2 = a->xn2 + ls * Nd;
         float *gate = a->gate + ls * Nf, *up = a->up + ls * Nf, *hmid = a->hmid + ls * Nf;
-        m->attn->forward(&L->attn, xn1, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
+        m->attn->forward(&L->attn, (al_wref){xn1, act_dt}, a->dtmp, saved_of(a, l), a->attn_scratch, B, T);
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         if (a->fill && a->fill->kve) prefill_mass(m, a, l, a->fill);
         if (l + 1 == a->maps_layers) return; /* attention maps: no later layer is wanted */
-        if (a->mlp_bf16) al_add_rmsnorm_fwd_bf16(x_mid, (uint16_t *)xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d,
+        if (a->acts_bf16) al_add_rmsnorm_fwd_bf16(x_mid, (uint16_t *)xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d,
                                                  c->rms_norm_eps);
         else al_add_rmsnorm_fwd(x_mid, xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d, c->rms_norm_eps);
-        if (L->router.p) { /* (never with mlp_bf16: a MoE model has no gradients) */
+        if (L->router.p) { /* (never with acts_bf16: a MoE model has no gradients) */
             moe_work w = moe_work_at(c, a->moe, a->moe_idx, N, gate, up, hmid);
             moe_fwd(c, L, xn2, a->dtmp, N, &w, 0);
         } else {
-            mlp_fwd(c, L, xn2, a->dtmp, N, gate, up, hmid, 0, a->mlp_bf16);
+            mlp_fwd(c, L, xn2, a->dtmp, N, gate, up, hmid, 0, a->acts_bf16);
         }
         if (l + 1 < c->num_layers) { /* the next block's input and its first norm */
             const size_t ln = lslot(a, l + 1);
-            al_add_rmsnorm_fwd(x_out, a->xn1 + ln * Nd, a->rstd1 + ln * N, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d,
-                               c->rms_norm_eps);
+            float *xn1_next = a->xn1 + ln * Nd, *rstd_next = a->rstd1 + ln * N;
+            if (a->acts_bf16)
+                al_add_rmsnorm_fwd_bf16(x_out, (uint16_t *)xn1_next, rstd_next, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d,
+                                        c->rms_norm_eps);
+            else al_add_rmsnorm_fwd(x_out, xn1_next, rstd_next, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d, c->rms_norm_eps);
         } else {
             add_vec(x_out, x_mid, a->dtmp, Nd);
         }
@@ -915,19 +922,19 @@ static void blocks_bwd(al_model *m, al_acts *a) {
         /* MLP branch: dres is dL/d(layer output) = dL/d(x_mid) through the
          * residual; the matrices' gradients written after al_model_zero_grads */
         const int add_w = !m->grads_unset;
-        const al_dtype mlp_dt = a->mlp_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of xn2, hmid, dg, du (al_acts.mlp_bf16) */
-        al_linear_bwd_ref(a->dh, 0, G->down, add_w, al_wref_f32(a->dres), (al_wref){hmid, mlp_dt}, L->down, N, f, d);
-        if (a->mlp_bf16) al_swiglu_bwd_bf16((uint16_t *)a->dg, (uint16_t *)a->du, a->dh, gate, up, Nf);
+        const al_dtype act_dt = a->acts_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of xn1, xn2, hmid, dg, du (al_acts) */
+        al_linear_bwd_ref(a->dh, 0, G->down, add_w, al_wref_f32(a->dres), (al_wref){hmid, act_dt}, L->down, N, f, d);
+        if (a->acts_bf16) al_swiglu_bwd_bf16((uint16_t *)a->dg, (uint16_t *)a->du, a->dh, gate, up, Nf);
         else al_swiglu_bwd(a->dg, a->du, a->dh, gate, up, Nf);
-        const al_wref x2 = {xn2, mlp_dt};
-        al_linear_bwd_ref(a->dtmp, 0, G->gate, add_w, (al_wref){a->dg, mlp_dt}, x2, L->gate, N, d, f);
-        al_linear_bwd_ref(a->dtmp, 1, G->up, add_w, (al_wref){a->du, mlp_dt}, x2, L->up, N, d, f);
+        const al_wref x2 = {xn2, act_dt};
+        al_linear_bwd_ref(a->dtmp, 0, G->gate, add_w, (al_wref){a->dg, act_dt}, x2, L->gate, N, d, f);
+        al_linear_bwd_ref(a->dtmp, 1, G->up, add_w, (al_wref){a->du, act_dt}, x2, L->up, N, d, f);
         al_rmsnorm_bwd(a->dres, G->ln2, a->dtmp, x_mid, L->ln2, a->rstd2 + (size_t)l * N, N, d);
         /* attention branch */
         memset(a->dtmp, 0, sizeof(float) * Nd);
         m->layers[l].attn.grads_unset = m->grads_unset;
-        m->attn->backward(&L->attn, xn1, a->dres, a->dtmp, a->attn_saved + l * a->attn_saved_per_layer,
-                          a->attn_scratch, B, T);
+        m->attn->backward(&L->attn, (al_wref){xn1, act_dt}, a->dres, a->dtmp,
+                          a->attn_saved + l * a->attn_saved_per_layer, a->attn_scratch, B, T);
         al_rmsnorm_bwd(a->dres, G->ln1, a->dtmp, x, L->ln1, a->rstd1 + (size_t)l * N, N, d);
         grads_final(m, G->ln1); /* the layer's first tensor: layers l.. are done */
     }

@@ -213,12 +213,13 @@ typedef struct al_acts {
     /* al_decoder_prefill: the decoder whose cache each layer's forward fills */
     struct al_decoder *fill;
     /* Set by each forward: BF16 training (BF16 mode, a model with gradients,
-     * these full activations) stores the dense MLPs' xn2 and hmid, and the
-     * backward their dg and du, as BF16 values in the first half of their
-     * buffers.
-     * Only BF16 products read them, and those round an fp32 operand the same
-     * way: the bits of fp32 storage, half the bytes written and read. */
-    int mlp_bf16;
+     * these full activations) stores the normed layer inputs xn1 and xn2 and
+     * the dense MLPs' hmid, and the backward the MLPs' dg and du, as BF16
+     * values in the first half of their buffers. Only BF16 products read
+     * them (the attention design's projections, the MLP's), and those round
+     * an fp32 operand the same way: the bits of fp32 storage, half the bytes
+     * written and read. */
+    int acts_bf16;
 } al_acts;
 
 /* Vision models: T must be 1 + patches (al_vit_acts_create passes it); logits
@@ -239,8 +240,8 @@ int al_acts_create_maps(al_acts *a, const al_model *m, int T, const int *keep, i
 const float *al_acts_saved(const al_acts *a, int layer);
 int al_vit_acts_create(al_acts *a, const al_model *m, int B, al_err *err);
 void al_acts_free(al_acts *a);
-/* Test hook: on != 0 keeps BF16 training's MLP activations in fp32 (al_acts.mlp_bf16 never set). */
-void al_model_test_mlp_f32(int on);
+/* Test hook: on != 0 keeps BF16 training's stored activations in fp32 (al_acts.acts_bf16 never set). */
+void al_model_test_acts_f32(int on);
 /* tokens/targets: [B*T] ints (targets < 0 are ignored). Returns the mean loss
  * over counted targets (0 if targets == NULL or a has no logits: maps);
  * logits kept in a->logits [N, V]

@@ -13,6 +13,7 @@
 #ifndef AL_NN_H
 #define AL_NN_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -177,6 +178,14 @@ enum { AL_WMAT_SMALL_N = 4 };
 /* y[N, out] (+)= x[N, in] . W[out, in]^T, rows of x ldx floats apart and of
  * y ldy apart. F32: the sgemm of al_linear_fwd (identical bits). */
 void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int in, int out, int accumulate);
+/* al_matmul with x F32 or BF16 (BF16 training's stored activations, whose
+ * weights are fp32: then al_sgemm_ref, the bits of al_matmul in BF16 mode). */
+void al_matmul_x(float *y, int ldy, al_wref x, int ldx, al_wref W, int N, int in, int out, int accumulate);
+/* An F32 reference's values (asserts the dtype). */
+static inline const float *al_wref_f32_p(al_wref x) {
+    assert(x.dt == AL_DT_F32);
+    return (const float *)x.p;
+}
 /* y[out] (+)= W[out, in] x[in]  (F32: wmat.c's own kernel, or cblas_sgemv
  * under ATTNLAB_MATVEC=blas / al_wmat_matvec_blas(1)) */
 void al_matvec(float *y, const float *x, al_wref W, int out, int in, int accumulate);
@@ -212,8 +221,9 @@ void al_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int N
  * as the two calls). s may equal a or b; y must not overlap s, a or b. */
 void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const float *b, const float *w, int N, int d,
                         float eps);
-/* The same with y rounded to BF16 (as al_bf16_round_run rounds), for BF16
+/* The two with y rounded to BF16 (as al_bf16_round_run rounds), for BF16
  * training, whose products read it (model.c). */
+void al_rmsnorm_fwd_bf16(uint16_t *y, float *rstd, const float *x, const float *w, int N, int d, float eps);
 void al_add_rmsnorm_fwd_bf16(float *s, uint16_t *y, float *rstd, const float *a, const float *b, const float *w, int N,
                              int d, float eps);
 /* dx[N,d] += , dw[d] += ; dy[N,d], x[N,d], w[d], rstd[N] */

@@ -118,25 +118,37 @@ void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const f
     }
 }
 
-/* al_add_rmsnorm_fwd with y rounded to BF16 (as al_bf16_round_run rounds),
- * each row scaled in chunks that stay in L1 and then rounded. */
+/* One row of al_rms_row with yr rounded to BF16 (as al_bf16_round_run
+ * rounds), scaled in chunks that stay in L1 and then rounded. */
+static void al_rms_row_bf16(uint16_t *yr, float *rstd, const float *xr, const float *w, int d, float eps) {
+    enum { CHUNK = 512 };
+    float chunk[CHUNK];
+    const float r = al_rms_r(xr, d, eps);
+    if (rstd) *rstd = r;
+    for (int j = 0; j < d; j += CHUNK) {
+        const int len = d - j < CHUNK ? d - j : CHUNK;
+        al_rms_scale(chunk, xr + j, w + j, r, len);
+        al_bf16_round_run(yr + j, chunk, (size_t)len);
+    }
+}
+
+void al_rmsnorm_fwd_bf16(uint16_t *y, float *rstd, const float *x, const float *w, int N, int d, float eps) {
+    if (N <= 0 || d <= 0) return;
+    const int par = (size_t)N * (size_t)d > AL_PAR_MIN;
+#pragma omp parallel for schedule(static) if (par)
+    for (int n = 0; n < N; n++) al_rms_row_bf16(y + (size_t)n * d, rstd ? rstd + n : NULL, x + (size_t)n * d, w, d, eps);
+}
+
 void al_add_rmsnorm_fwd_bf16(float *s, uint16_t *y, float *rstd, const float *a, const float *b, const float *w, int N,
                              int d, float eps) {
-    enum { CHUNK = 512 };
     if (N <= 0 || d <= 0) return;
     const int par = (size_t)N * (size_t)d > AL_PAR_MIN;
 #pragma omp parallel for schedule(static) if (par)
     for (int n = 0; n < N; n++) {
         const float *ar = a + (size_t)n * d, *br = b + (size_t)n * d;
-        float *sr = s + (size_t)n * d, chunk[CHUNK];
+        float *sr = s + (size_t)n * d;
         for (int j = 0; j < d; j++) sr[j] = ar[j] + br[j];
-        const float r = al_rms_r(sr, d, eps);
-        if (rstd) rstd[n] = r;
-        for (int j = 0; j < d; j += CHUNK) {
-            const int len = d - j < CHUNK ? d - j : CHUNK;
-            al_rms_scale(chunk, sr + j, w + j, r, len);
-            al_bf16_round_run(y + (size_t)n * d + j, chunk, (size_t)len);
-        }
+        al_rms_row_bf16(y + (size_t)n * d, rstd ? rstd + n : NULL, sr, w, d, eps);
     }
 }
 

@@ -345,6 +345,15 @@ void al_matmul(float *y, int ldy, const float *x, int ldx, al_wref W, int N, int
     else panels(k, y, ldy, x, ldx, W, N, in, out, accumulate);
 }
 
+void al_matmul_x(float *y, int ldy, al_wref x, int ldx, al_wref W, int N, int in, int out, int accumulate) {
+    if (x.dt == AL_DT_F32) {
+        al_matmul(y, ldy, (const float *)x.p, ldx, W, N, in, out, accumulate);
+        return;
+    }
+    assert(x.dt == AL_DT_BF16 && W.dt == AL_DT_F32);
+    al_sgemm_ref(0, 1, N, out, in, 1.0f, x, ldx, W, in, accumulate ? 1.0f : 0.0f, y, ldy);
+}
+
 /* y[out] (+)= W x for fp32 W with set k's kernel: each thread's rows
  * (thread_rows) in one parallel region, one kernel call each (each thread
  * streams one stretch of W and prefetches across its blocks); small

@@ -10,9 +10,9 @@
  * survives the settings' JSON; al_config_contradicts names the first flag
  * that differs from a run's config or does not apply to it; al_grad_norm
  * against a long double sum, the same bits at 1 and 2 threads; BF16
- * training's MLP activations stored as BF16 (al_acts.mlp_bf16): the ops'
+ * training's stored activations in BF16 (al_acts.acts_bf16): the ops'
  * BF16 outputs are their fp32 outputs rounded, and a forward and backward
- * give the bits of fp32 storage.
+ * of every design give the bits of fp32 storage.
  */
 #include <math.h>
 #include <omp.h>
@@ -333,12 +333,53 @@ static void test_bf16_copy(void) {
     al_model_free(&m);
 }
 
-/* The BF16 outputs of the MLP ops and of the add and norm before them (odd
- * lengths past the parallel threshold, so blocks and chunks end short) are
- * al_bf16_round_run of their fp32 outputs; then a BF16-mode forward and backward with the MLP activations
- * stored as BF16 give the loss and gradients of fp32 storage bit for bit
- * (f 136 x N 256: 34,816 values a buffer, not a multiple of any block). */
-static void test_bf16_mlp_storage(void) {
+/* One model of config c: a BF16-mode forward and backward with the stored
+ * activations in BF16 and in fp32 (the test hook) give the same loss and
+ * gradients, bit for bit; B 4 x T 64. */
+static void check_bf16_acts(const char *tag, al_config c, al_rng *r) {
+    al_model m;
+    al_acts a;
+    al_err err;
+    CHECK(tu_make_model(&m, &c, 3, TU_GAINS_ONE) == 0 && al_model_alloc_grads(&m, &err) == 0);
+    CHECK(al_acts_create(&a, &m, 4, 64, &err) == 0);
+    int in[256], tg[256];
+    tu_random_tokens(in, 256, r);
+    tu_random_tokens(tg, 256, r);
+    float *grads = malloc(sizeof(float) * m.n_floats);
+    CHECK(grads && al_train_precision_begin(&m, AL_PREC_BF16, &err) == 0);
+    al_precision_set(AL_PREC_BF16);
+    double loss[2];
+    int stored_bf16[2];
+    for (int f32 = 0; f32 < 2 && grads; f32++) { /* 0: BF16 storage, 1: fp32 (the hook) */
+        al_model_test_acts_f32(f32);
+        al_model_zero_grads(&m);
+        loss[f32] = al_model_forward(&m, &a, in, tg);
+        stored_bf16[f32] = a.acts_bf16;
+        al_model_backward(&m, &a);
+        if (!f32) memcpy(grads, m.g, sizeof(float) * m.n_floats);
+    }
+    al_model_test_acts_f32(0);
+    if (grads) {
+        CHECK_MSG(stored_bf16[0] == 1 && stored_bf16[1] == 0, "%s: BF16 storage used %d / %d", tag, stored_bf16[0],
+                  stored_bf16[1]);
+        CHECK_MSG(loss[0] == loss[1] && isfinite(loss[0]), "%s: loss %.9g with BF16 activations, %.9g without", tag,
+                  loss[0], loss[1]);
+        CHECK_MSG(!memcmp(grads, m.g, sizeof(float) * m.n_floats), "%s: BF16 activations change the gradients", tag);
+    }
+    al_precision_set(AL_PREC_F32);
+    al_train_precision_end(&m);
+    al_precision_release();
+    free(grads);
+    al_acts_free(&a);
+    al_model_free(&m);
+}
+
+/* The BF16 outputs of the MLP ops and of the norms (odd lengths past the
+ * parallel threshold, so blocks and chunks end short) are al_bf16_round_run
+ * of their fp32 outputs; then BF16 storage gives the bits of fp32 storage
+ * for GQA, MLA with and without query compression and LRKV (f 136 x N 256:
+ * 34,816 values an MLP buffer, not a multiple of any block). */
+static void test_bf16_acts_storage(void) {
     enum { N_OPS = 34817 };
     al_rng r;
     al_rng_seed(&r, 9);
@@ -369,44 +410,21 @@ static void test_bf16_mlp_storage(void) {
         CHECK_MSG(!memcmp(b1, w1, sizeof(uint16_t) * ROWS * D) && !memcmp(s1, s2, sizeof(float) * ROWS * D) &&
                       !memcmp(rstd1, rstd2, sizeof rstd1),
                   "al_add_rmsnorm_fwd_bf16 is not al_add_rmsnorm_fwd rounded");
+        al_rmsnorm_fwd(dh, rstd1, g, u, ROWS, D, 1e-5f);
+        al_bf16_round_run(w1, dh, (size_t)ROWS * D);
+        al_rmsnorm_fwd_bf16(b1, rstd2, g, u, ROWS, D, 1e-5f);
+        CHECK_MSG(!memcmp(b1, w1, sizeof(uint16_t) * ROWS * D) && !memcmp(rstd1, rstd2, sizeof rstd1),
+                  "al_rmsnorm_fwd_bf16 is not al_rmsnorm_fwd rounded");
     }
     free(g), free(b1);
-
-    al_config c = tu_config(40, 136, 2, 4, 2, 10, 64);
-    al_model m;
-    al_acts a;
-    al_err err;
-    CHECK(tu_make_model(&m, &c, 3, TU_GAINS_ONE) == 0 && al_model_alloc_grads(&m, &err) == 0);
-    CHECK(al_acts_create(&a, &m, 4, 64, &err) == 0);
-    int in[256], tg[256];
-    tu_random_tokens(in, 256, &r);
-    tu_random_tokens(tg, 256, &r);
-    float *grads = malloc(sizeof(float) * m.n_floats);
-    CHECK(grads && al_train_precision_begin(&m, AL_PREC_BF16, &err) == 0);
-    al_precision_set(AL_PREC_BF16);
-    double loss[2];
-    int stored_bf16[2];
-    for (int f32 = 0; f32 < 2 && grads; f32++) { /* 0: BF16 storage, 1: fp32 (the hook) */
-        al_model_test_mlp_f32(f32);
-        al_model_zero_grads(&m);
-        loss[f32] = al_model_forward(&m, &a, in, tg);
-        stored_bf16[f32] = a.mlp_bf16;
-        al_model_backward(&m, &a);
-        if (!f32) memcpy(grads, m.g, sizeof(float) * m.n_floats);
-    }
-    al_model_test_mlp_f32(0);
-    if (grads) {
-        CHECK_MSG(stored_bf16[0] == 1 && stored_bf16[1] == 0, "BF16 storage used %d / %d", stored_bf16[0], stored_bf16[1]);
-        CHECK_MSG(loss[0] == loss[1] && isfinite(loss[0]), "loss %.9g with BF16 MLP activations, %.9g without", loss[0],
-                  loss[1]);
-        CHECK_MSG(!memcmp(grads, m.g, sizeof(float) * m.n_floats), "BF16 MLP activations change the gradients");
-    }
-    al_precision_set(AL_PREC_F32);
-    al_train_precision_end(&m);
-    al_precision_release();
-    free(grads);
-    al_acts_free(&a);
-    al_model_free(&m);
+    al_config gqa = tu_config(40, 136, 2, 4, 2, 10, 64), mla = tu_mla_config(16, 0), mla_q = tu_mla_config(0, 1),
+              lrkv = tu_config(32, 136, 2, 4, 4, 8, 64);
+    mla.intermediate_size = mla_q.intermediate_size = 136, mla.max_position = mla_q.max_position = 64;
+    lrkv.attention = AL_ATTN_LRKV, lrkv.lrkv_rank = 6;
+    check_bf16_acts("gqa", gqa, &r);
+    check_bf16_acts("mla", mla, &r);
+    check_bf16_acts("mla without query compression, tied", mla_q, &r);
+    check_bf16_acts("lrkv", lrkv, &r);
 }
 
 int main(int argc, char **argv) {
@@ -418,7 +436,7 @@ int main(int argc, char **argv) {
     test_progress_and_loader(dir);
     test_step();
     test_bf16_copy();
-    test_bf16_mlp_storage();
+    test_bf16_acts_storage();
     test_paths();
     test_token_data(dir);
     test_init_from_settings();
