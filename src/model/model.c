@@ -516,19 +516,18 @@ static float embed_multiplier(const al_model *m) {
  * y = W_down (act(W_gate x) * W_up x), with gate/up/h [N, f] buffers (kept:
  * training's backward reads them). Decode (N = 1) takes the matrix-vector
  * products (F32: cblas_sgemv, the calls decode always made), else al_matmul
- * (F32: the sgemm of al_linear_fwd). bf16_acts (al_acts.acts_bf16; fp32
+ * (F32: the sgemm of al_linear_fwd). acts_bf16 (al_acts.acts_bf16; fp32
  * weights): x holds BF16 values and h is stored as BF16, both read as they
  * are by the products. */
 static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int f, const float *x, float *y, int N,
-                    float *gate, float *up, float *h, int decode, int bf16_acts) {
+                    float *gate, float *up, float *h, int decode, int acts_bf16) {
     const int d = c->hidden_size;
-    if (bf16_acts && !decode) {
-        assert(wg.dt == AL_DT_F32 && wu.dt == AL_DT_F32 && wd.dt == AL_DT_F32);
+    if (acts_bf16 && !decode) {
         const al_wref xb = {x, AL_DT_BF16}, hb = {h, AL_DT_BF16};
-        al_sgemm_ref(0, 1, N, f, d, 1.0f, xb, d, wg, d, 0.0f, gate, f);
-        al_sgemm_ref(0, 1, N, f, d, 1.0f, xb, d, wu, d, 0.0f, up, f);
+        al_matmul_x(gate, f, xb, d, wg, N, d, f, 0);
+        al_matmul_x(up, f, xb, d, wu, N, d, f, 0);
         al_glu_fwd_bf16(c->mlp_act, (uint16_t *)h, gate, up, (size_t)N * f);
-        al_sgemm_ref(0, 1, N, d, f, 1.0f, hb, f, wd, f, 0.0f, y, d);
+        al_matmul_x(y, d, hb, f, wd, N, f, d, 0);
         return;
     }
     if (decode) {
@@ -546,9 +545,9 @@ static void glu_mlp(const al_config *c, al_wref wg, al_wref wu, al_wref wd, int 
 
 /* A layer's dense MLP (or a MoE layer's shared experts) over x[N, d] -> y. */
 static void mlp_fwd(const al_config *c, const al_layer_ptrs *L, const float *x, float *y, int N, float *gate,
-                    float *up, float *h, int decode, int bf16_acts) {
+                    float *up, float *h, int decode, int acts_bf16) {
     glu_mlp(c, (al_wref){L->gate, L->gate_dt}, (al_wref){L->up, L->up_dt}, (al_wref){L->down, L->down_dt}, L->ffn, x,
-            y, N, gate, up, h, decode, bf16_acts);
+            y, N, gate, up, h, decode, acts_bf16);
 }
 
 /* ---- mixture of experts (DeepseekV2MoE) ----

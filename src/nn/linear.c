@@ -29,8 +29,8 @@
  * multiples of 48, where its kernels allow); the other engines always run
  * the shape's tiles.
  */
-#include <cblas.h>
 #include <assert.h>
+#include <cblas.h>
 #include <omp.h>
 
 #include "../core/blas.h"
@@ -226,10 +226,11 @@ static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int
 
 /* C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, row-major (cblas_sgemm's
  * arguments), the same bits for any thread count; an operand given as BF16
- * values takes the product to the BF16 engines whatever the mode. OpenBLAS threads a call
- * only outside an active parallel region and when the calling task's OpenMP
- * thread count is above 1, so each call below sets that count to 1 first (a
- * setting of the calling task alone, restored or dropped at the end). */
+ * values takes the product to the BF16 engines whatever the mode. OpenBLAS
+ * threads a call only outside an active parallel region and when the
+ * calling task's OpenMP thread count is above 1, so each call below sets
+ * that count to 1 first (a setting of the calling task alone, restored or
+ * dropped at the end). */
 void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float alpha, al_wref A, int lda, al_wref B,
                   int ldb, float beta, float *C, int ldc) {
     assert((A.dt == AL_DT_F32 || A.dt == AL_DT_BF16) && (B.dt == AL_DT_F32 || B.dt == AL_DT_BF16));

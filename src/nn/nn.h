@@ -163,7 +163,7 @@ static inline al_wref al_wref_at(al_wref w, size_t elems) {
 }
 /* al_sgemm with each operand F32 or BF16 (al_wref: a memory-mapped BF16
  * checkpoint's weights; an activation that BF16 training stores rounded,
- * al_act_bf16). A BF16 operand takes the product to BF16 whatever the
+ * model.h's al_acts.acts_bf16). A BF16 operand takes the product to BF16 whatever the
  * precision mode: the fp32 operands rounded to bf16, the BF16 ones read as
  * they are, fp32 sums; the same bits as al_sgemm in BF16 mode over the
  * widened values. */

@@ -72,16 +72,18 @@ static inline double al_dot3(const float *restrict a, const float *restrict b,
 /* RMSNorm                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* One row of RMSNorm (al_rmsnorm_fwd): yr = w (xr r), *rstd (if not NULL) = r. */
+/* RMSNorm's r = 1 / sqrt(mean(xr^2) + eps) of one row, the mean in double. */
 static inline float al_rms_r(const float *xr, int d, float eps) {
     const double ms = al_sumsq(xr, d) / (double)d;
     return (float)(1.0 / sqrt(ms + (double)eps));
 }
 
+/* yr = w (xr r): the row scaled (the fp32 and BF16 forms share it, so their values agree). */
 static inline void al_rms_scale(float *yr, const float *xr, const float *w, float r, int d) {
     for (int j = 0; j < d; j++) yr[j] = w[j] * (xr[j] * r);
 }
 
+/* One row of RMSNorm (al_rmsnorm_fwd): yr = w (xr r), *rstd (if not NULL) = r. */
 static inline void al_rms_row(float *yr, float *rstd, const float *xr, const float *w, int d, float eps) {
     const float r = al_rms_r(xr, d, eps);
     if (rstd) *rstd = r;
@@ -118,15 +120,20 @@ void al_add_rmsnorm_fwd(float *s, float *y, float *rstd, const float *a, const f
     }
 }
 
-/* One row of al_rms_row with yr rounded to BF16 (as al_bf16_round_run
- * rounds), scaled in chunks that stay in L1 and then rounded. */
+/* The ops' BF16 outputs (BF16 training's stored activations, model.c):
+ * computed by the fp32 loops in chunks of this many values, which stay in
+ * L1, then rounded as the products round an fp32 operand
+ * (al_bf16_round_run), so that a product reading them gets the bits it
+ * would get from the fp32 values. */
+enum { BF16_OUT_CHUNK = 512 };
+
+/* One row of al_rms_row with yr rounded to BF16. */
 static void al_rms_row_bf16(uint16_t *yr, float *rstd, const float *xr, const float *w, int d, float eps) {
-    enum { CHUNK = 512 };
-    float chunk[CHUNK];
+    float chunk[BF16_OUT_CHUNK];
     const float r = al_rms_r(xr, d, eps);
     if (rstd) *rstd = r;
-    for (int j = 0; j < d; j += CHUNK) {
-        const int len = d - j < CHUNK ? d - j : CHUNK;
+    for (int j = 0; j < d; j += BF16_OUT_CHUNK) {
+        const int len = d - j < BF16_OUT_CHUNK ? d - j : BF16_OUT_CHUNK;
         al_rms_scale(chunk, xr + j, w + j, r, len);
         al_bf16_round_run(yr + j, chunk, (size_t)len);
     }
@@ -646,19 +653,15 @@ void al_glu_fwd(al_mlp_act act, float *h, const float *g, const float *u, size_t
     else al_swiglu_fwd(h, g, u, n);
 }
 
-/* The BF16 outputs below: each flat block computed by the fp32 loop in
- * chunks that stay in L1, then rounded as the products round an fp32
- * operand (al_bf16_round_run), so that a product reading them gets the
- * bits it would get from the fp32 values. */
-enum { BF16_OUT_CHUNK = 512 };
-
+/* al_glu_fwd and al_swiglu_bwd with BF16 outputs (BF16_OUT_CHUNK above),
+ * in the fp32 forms' flat blocks. */
 void al_glu_fwd_bf16(al_mlp_act act, uint16_t *h, const float *g, const float *u, size_t n) {
     const long nb = (long)((n + AL_FLAT_BLOCK - 1) / AL_FLAT_BLOCK);
 #pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
     for (long b = 0; b < nb; b++) {
-        const size_t i1 = (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK < n ? (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK : n;
+        const size_t i0 = (size_t)b * AL_FLAT_BLOCK, i1 = i0 + AL_FLAT_BLOCK < n ? i0 + AL_FLAT_BLOCK : n;
         float chunk[BF16_OUT_CHUNK];
-        for (size_t i = (size_t)b * AL_FLAT_BLOCK; i < i1; i += BF16_OUT_CHUNK) {
+        for (size_t i = i0; i < i1; i += BF16_OUT_CHUNK) {
             const size_t len = i1 - i < BF16_OUT_CHUNK ? i1 - i : BF16_OUT_CHUNK;
             if (act == AL_ACT_GELU_TANH) geglu_tanh_run(chunk, g + i, u + i, len);
             else swiglu_run(chunk, g + i, u + i, len);
@@ -671,9 +674,9 @@ void al_swiglu_bwd_bf16(uint16_t *dg, uint16_t *du, const float *dh, const float
     const long nb = (long)((n + AL_FLAT_BLOCK - 1) / AL_FLAT_BLOCK);
 #pragma omp parallel for schedule(static) if (n > AL_PAR_MIN)
     for (long b = 0; b < nb; b++) {
-        const size_t i1 = (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK < n ? (size_t)b * AL_FLAT_BLOCK + AL_FLAT_BLOCK : n;
+        const size_t i0 = (size_t)b * AL_FLAT_BLOCK, i1 = i0 + AL_FLAT_BLOCK < n ? i0 + AL_FLAT_BLOCK : n;
         float chunk_g[BF16_OUT_CHUNK], chunk_u[BF16_OUT_CHUNK];
-        for (size_t i = (size_t)b * AL_FLAT_BLOCK; i < i1; i += BF16_OUT_CHUNK) {
+        for (size_t i = i0; i < i1; i += BF16_OUT_CHUNK) {
             const size_t len = i1 - i < BF16_OUT_CHUNK ? i1 - i : BF16_OUT_CHUNK;
             swiglu_bwd_run(chunk_g, chunk_u, dh + i, g + i, u + i, len);
             al_bf16_round_run(dg + i, chunk_g, len);
