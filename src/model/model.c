@@ -857,17 +857,26 @@ static int acts_f32_forced; /* test hook: al_model_test_acts_f32 */
 
 void al_model_test_acts_f32(int on) { acts_f32_forced = on != 0; }
 
+/* y, rstd = RMSNorm(x) with gain w, or with s given RMSNorm(s = x + b) (the
+ * residual add before it); y as the forward stores it: BF16 values where
+ * a->acts_bf16. */
+static void norm_into(const al_acts *a, float *s, float *y, float *rstd, const float *x, const float *b, const float *w,
+                      int N, int d, float eps) {
+    if (!s) {
+        if (a->acts_bf16) al_rmsnorm_fwd_bf16((uint16_t *)y, rstd, x, w, N, d, eps);
+        else al_rmsnorm_fwd(y, rstd, x, w, N, d, eps);
+    } else if (a->acts_bf16) al_add_rmsnorm_fwd_bf16(s, (uint16_t *)y, rstd, x, b, w, N, d, eps);
+    else al_add_rmsnorm_fwd(s, y, rstd, x, b, w, N, d, eps);
+}
+
 static void blocks_fwd(const al_model *m, al_acts *a) {
     const al_config *c = &m->cfg;
     const int B = a->B, T = a->T, N = B * T, d = c->hidden_size, f = al_config_ffn_max(c);
     const size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
     a->acts_bf16 = !a->infer && m->g && al_precision_now() == AL_PREC_BF16 && !acts_f32_forced; /* al_acts.acts_bf16 */
     const al_dtype act_dt = a->acts_bf16 ? AL_DT_BF16 : AL_DT_F32; /* of xn1 (and the MLP's, glu_mlp) */
-    if (c->num_layers > 0) { /* the first block's norm; each later one is done with the residual add before it */
-        const float *x0 = a->x_in + xslot(a, 0) * Nd;
-        if (a->acts_bf16) al_rmsnorm_fwd_bf16((uint16_t *)a->xn1, a->rstd1, x0, m->layers[0].ln1, N, d, c->rms_norm_eps);
-        else al_rmsnorm_fwd(a->xn1, a->rstd1, x0, m->layers[0].ln1, N, d, c->rms_norm_eps);
-    }
+    if (c->num_layers > 0) /* the first block's norm; each later one is done with the residual add before it */
+        norm_into(a, NULL, a->xn1, a->rstd1, a->x_in + xslot(a, 0) * Nd, NULL, m->layers[0].ln1, N, d, c->rms_norm_eps);
     for (int l = 0; l < c->num_layers; l++) {
         const al_layer_ptrs *L = &m->layers[l];
         const size_t ls = lslot(a, l);
@@ -878,9 +887,7 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         if (a->fill) m->attn->cache_fill(&L->attn, saved_of(a, l), T, decoder_layer(a->fill, l));
         if (a->fill && a->fill->kve) prefill_mass(m, a, l, a->fill);
         if (l + 1 == a->maps_layers) return; /* attention maps: no later layer is wanted */
-        if (a->acts_bf16) al_add_rmsnorm_fwd_bf16(x_mid, (uint16_t *)xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d,
-                                                 c->rms_norm_eps);
-        else al_add_rmsnorm_fwd(x_mid, xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d, c->rms_norm_eps);
+        norm_into(a, x_mid, xn2, a->rstd2 + ls * N, x, a->dtmp, L->ln2, N, d, c->rms_norm_eps);
         if (L->router.p) { /* (never with acts_bf16: a MoE model has no gradients) */
             moe_work w = moe_work_at(c, a->moe, a->moe_idx, N, gate, up, hmid);
             moe_fwd(c, L, xn2, a->dtmp, N, &w, 0);
@@ -889,11 +896,8 @@ static void blocks_fwd(const al_model *m, al_acts *a) {
         }
         if (l + 1 < c->num_layers) { /* the next block's input and its first norm */
             const size_t ln = lslot(a, l + 1);
-            float *xn1_next = a->xn1 + ln * Nd, *rstd_next = a->rstd1 + ln * N;
-            if (a->acts_bf16)
-                al_add_rmsnorm_fwd_bf16(x_out, (uint16_t *)xn1_next, rstd_next, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d,
-                                        c->rms_norm_eps);
-            else al_add_rmsnorm_fwd(x_out, xn1_next, rstd_next, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d, c->rms_norm_eps);
+            norm_into(a, x_out, a->xn1 + ln * Nd, a->rstd1 + ln * N, x_mid, a->dtmp, m->layers[l + 1].ln1, N, d,
+                      c->rms_norm_eps);
         } else {
             add_vec(x_out, x_mid, a->dtmp, Nd);
         }

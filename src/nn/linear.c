@@ -218,6 +218,7 @@ static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int
                            ldc);
         return;
     }
+    assert(A.dt == AL_DT_F32 && B.dt == AL_DT_F32); /* a BF16 operand always brings a plan */
     const float *A_rows = (const float *)A.p + (a_transposed ? (size_t)r0 : (size_t)r0 * lda);
     const float *B_cols = (const float *)B.p + (b_transposed ? (size_t)c0 * ldb : (size_t)c0);
     cblas_sgemm(CblasRowMajor, a_transposed ? CblasTrans : CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
