@@ -25,9 +25,11 @@
  * called per tile, one OpenMP thread, rather than for the whole product on
  * all threads): a tile's bits depend on its shape only, so BF16 products
  * give the same bits for any thread count too. Neighbouring row blocks are
- * merged only for the emulated engine (OpenBLAS underneath, rows at
- * multiples of 48, where its kernels allow); the other engines always run
- * the shape's tiles.
+ * merged only where the engine's bits allow (the plan's merge_rows): the
+ * emulated engine (OpenBLAS underneath, rows at multiples of 48, where its
+ * kernels allow) and onednn on AVX512-BF16 without AMX, whose kernels sum
+ * each element of C the same for any rows (gemm_onednn.c); the amx and own
+ * engines always run the shape's tiles.
  */
 #include <assert.h>
 #include <cblas.h>
@@ -62,6 +64,14 @@
  * The amx engine has a cut of its own (amx_cut, below). */
 enum { ROW_QUANTUM = 48, MIN_BLOCK_ROWS = 96, COL_QUANTUM = 64, MIN_BLOCK_COLS = 512, MAX_BLOCKS = 16 };
 enum { COLS_FIRST_MIN_BLOCK_COLS = 256, ROWS_ONLY_MIN_BLOCKS = 8 };
+/* The onednn engine merges row blocks (where its plan allows: AVX512-BF16)
+ * up to this many rows: on an AMX Xeon with that set forced (a stand-in for
+ * Zen 4's kernels; alternated pairs) merging made the study mha step 0.968x
+ * the time, the gpt2 step 0.987x, the 512-token prefill 0.984x, while the
+ * ViT's 12,544-row products merged to 2 blocks of 6,272 trained 1.02-1.03x
+ * slower (2 pairs, noisy); oneDNN packs op(B) once per call, which matters
+ * less against taller blocks. */
+enum { ONEDNN_MERGE_MAX_ROWS = 1024 };
 /* The amx engine's kernel runs C in strips of 32 rows (nn/gemm_amx.c): row
  * blocks cut at multiples of 48 leave a half strip at the end of most blocks
  * (1024 rows in 8 blocks: 36 strips where 32 do), each as slow as a whole
@@ -145,10 +155,11 @@ static int cut_smallest(al_cut c) {
 }
 
 /* Halves *blocks (neighbours merged: every boundary stays one of the
- * shape's cut) while they are even and, times the other dimension's
- * `other`, more than the threads. */
-static void merge_blocks(int *blocks, int other, int threads) {
-    while (*blocks > 1 && *blocks * other > threads && *blocks % 2 == 0) *blocks /= 2;
+ * shape's cut) while they are even, times the other dimension's `other`
+ * more than the threads, and the merged blocks at most max_width of the
+ * n rows or columns wide. */
+static void merge_blocks(int *blocks, int other, int threads, int n, int max_width) {
+    while (*blocks > 1 && *blocks * other > threads && *blocks % 2 == 0 && n / (*blocks / 2) <= max_width) *blocks /= 2;
 }
 
 /* C's cut (rows, then columns) for a product of M x N on `threads` threads
@@ -186,22 +197,26 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
      * 48 rows), so each thread re-packs op(B) fewer times, where OpenBLAS's
      * kernels give the bits of one whole call for such cuts (above: every
      * block's calls, the smallest row block by the narrowest column block,
-     * past the AVX-512 sets' small paths). BF16 engines other than the
-     * emulated one (precision.c, OpenBLAS underneath) keep the shape's
-     * tiles: their bits are only known to depend on the tile's shape. */
+     * past the AVX-512 sets' small paths). A BF16 engine merges where its
+     * plan says that keeps the bits (merge_rows: the emulated engine on
+     * OpenBLAS's exact sets; onednn on AVX512-BF16, where two threads then
+     * run 2 tiles of a 1,024-row product, not 8, and oneDNN packs each
+     * op(B) twice, not 8 times; blocks of at most ONEDNN_MERGE_MAX_ROWS);
+     * the others keep the shape's tiles. */
     int row_blocks = shape_rows;
     if (plan) {
-        if (plan->merge_rows && al_blas_row_cuts_exact()) merge_blocks(&row_blocks, col_blocks, threads);
+        if (plan->merge_rows)
+            merge_blocks(&row_blocks, col_blocks, threads, M, plan->engine == AL_BF16_ONEDNN ? ONEDNN_MERGE_MAX_ROWS : M);
     } else {
         const int min_rows = cut_smallest((al_cut){M, ROW_QUANTUM, shape_rows}),
                   min_cols = cut_smallest((al_cut){N, COL_QUANTUM, col_blocks});
-        if (al_blas_row_merge_exact(min_rows, min_cols, K)) merge_blocks(&row_blocks, col_blocks, threads);
+        if (al_blas_row_merge_exact(min_rows, min_cols, K)) merge_blocks(&row_blocks, col_blocks, threads, M, M);
         /* then columns likewise, where that too keeps the bits (the AVX-512
          * sets past their small paths; halving keeps the boundaries at
          * multiples of 64): each column block re-packs op(A), which made a
          * 2-thread fp32 prefill of 512 tokens, 4 column tiles, 1.08x the
          * time of 2 (median of 6 alternated pairs) */
-        if (al_blas_col_merge_exact(min_rows, min_cols, K)) merge_blocks(&col_blocks, row_blocks, threads);
+        if (al_blas_col_merge_exact(min_rows, min_cols, K)) merge_blocks(&col_blocks, row_blocks, threads, N, N);
     }
     const int bf16_rows = plan && plan->engine == AL_BF16_ONEDNN;
     *rows = (al_cut){M, bf16_rows ? BF16_ROW_QUANTUM : ROW_QUANTUM, row_blocks};

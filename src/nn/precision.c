@@ -21,10 +21,12 @@
  * function of the shape and the tile, and the tiles are cut by the shape
  * (linear.c), so a product's bits depend on the engine and the shape only,
  * never on the thread count: each tile runs single-threaded (oneDNN too: it
- * sees one OpenMP thread inside al_sgemm's region). The emulated engine
- * alone lets al_sgemm merge neighbouring row blocks into one tile: its row
- * blocks start at multiples of 48 rows, where OpenBLAS gives the bits of one
- * whole call (linear.c); oneDNN's and our kernels' tiles are never merged.
+ * sees one OpenMP thread inside al_sgemm's region). Two engines let al_sgemm
+ * merge neighbouring row blocks into one tile, where that gives the same
+ * bits (merge_rows): emulated, whose row blocks start at multiples of 48
+ * rows, where OpenBLAS's exact sets give the bits of one whole call
+ * (linear.c), and onednn where oneDNN runs its AVX512-BF16 kernels
+ * (gemm_onednn.c); our kernels' tiles and oneDNN's on AMX are never merged.
  *
  * Engines (nn.h): emulated rounds both operands into fp32 blocks and calls
  * single-threaded sgemm (a bf16 x bf16 product is exact in fp32, so this
@@ -54,6 +56,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../core/blas.h"
 #include "../core/cpu.h"
 #include "../core/thread_buf.h"
 #include "nn.h"
@@ -491,7 +494,8 @@ static const char *view_lines(al_bf16_view v, int i0, int i1, int K, long *rs, l
 
 void al_bf16_plan_engine(al_bf16_plan *p) {
     *p = (al_bf16_plan){.engine = al_bf16_engine_now()};
-    p->merge_rows = p->engine == AL_BF16_EMULATED;
+    p->merge_rows = (p->engine == AL_BF16_EMULATED && al_blas_row_cuts_exact()) ||
+                    (p->engine == AL_BF16_ONEDNN && al_onednn_rows_merge_exact(onednn_test_f32));
     p->cols_first = p->engine == AL_BF16_ONEDNN;
 }
 
@@ -540,7 +544,7 @@ void al_bf16_plan_product(al_bf16_plan *p, int slots, int a_transposed, int b_tr
     }
     if (!p->ws) { /* the stack blocks */
         p->engine = AL_BF16_EMULATED;
-        p->merge_rows = 1, p->cols_first = 0;
+        p->merge_rows = al_blas_row_cuts_exact(), p->cols_first = 0;
     }
 }
 

@@ -60,7 +60,7 @@ typedef struct al_bf16_plan {
     al_bf16_engine engine; /* the engine of this product */
     char *ws;              /* the workspace: `slots` slots of slot_bytes (NULL: stack blocks) */
     size_t slot_bytes;
-    int merge_rows; /* whether al_sgemm may run neighbouring row blocks as one tile (emulated only) */
+    int merge_rows; /* whether al_sgemm may run neighbouring row blocks as one tile (the same bits: emulated on OpenBLAS's exact sets, onednn on AVX512-BF16) */
     int cols_first; /* whether al_sgemm cuts C's columns before its rows (onednn: each tile re-packs all of its B; amx has its own cut) */
     /* onednn: both operands whole, rounded once for the product (or read in
      * place from a BF16 copy), which every tile reads as a strided view;
@@ -182,6 +182,9 @@ static inline int al_round_up(int n, int m) { return (n + m - 1) / m * m; }
  * (row, k) and B at (brs, bcs) (k, column), both bf16 (fp32 when test_f32). 0, or -1 when
  * a primitive or its memory could not be had (the caller falls back). */
 int al_onednn_available(int test_f32);
+/* Whether oneDNN's bf16 blocks (test_f32: its fp32 test mode's) give the
+ * bits of one taller block for neighbouring row blocks (gemm_onednn.c). */
+int al_onednn_rows_merge_exact(int test_f32);
 int al_onednn_block(int test_f32, int mb, int nb, int kb, float alpha, const void *A, long ars, long acs, const void *B,
                     long brs, long bcs, float beta, float *C, long ldc);
 

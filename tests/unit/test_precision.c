@@ -168,21 +168,42 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
                       which == 1 ? "A" : which == 2 ? "B" : "A and B");
         }
         free(Abf), free(Bbf), free(given);
-        /* 3 threads too: the amx engine's cut depends on the thread count (linear.c's amx_cut) */
-        const int threads = omp_get_max_threads();
-        omp_set_num_threads(1);
-        float *one = run(&d);
-        omp_set_num_threads(2);
-        float *two = run(&d);
-        omp_set_num_threads(3);
-        float *three = run(&d);
+        /* 3 threads too: the amx engine's cut depends on the thread count
+         * (linear.c's amx_cut); and 8, where a 1,000-row C keeps all of its
+         * 8 row blocks, which fewer threads run merged where the engine
+         * allows (merge_rows: 1, 2 or 4 tiles) */
+        const int threads = omp_get_max_threads(), counts[] = {1, 2, 3, 8};
+        float *at[4];
+        int same = 1;
+        for (int t = 0; t < 4; t++) {
+            omp_set_num_threads(counts[t]);
+            at[t] = run(&d);
+            same &= !memcmp(at[t], plain, sizeof(float) * d.c_n);
+        }
         omp_set_num_threads(threads);
-        CHECK_MSG(!memcmp(one, two, sizeof(float) * d.c_n) && !memcmp(one, three, sizeof(float) * d.c_n) &&
-                      !memcmp(one, plain, sizeof(float) * d.c_n),
-                  "%s: case %d: 1, 2 and 3 threads differ", label, ci);
-        free(plain), free(with_b), free(with_ab), free(one), free(two), free(three);
+        CHECK_MSG(same, "%s: case %d: 1, 2, 3 and 8 threads differ", label, ci);
+        for (int t = 0; t < 4; t++) free(at[t]);
+        free(plain), free(with_b), free(with_ab);
         data_free(&d);
     }
+}
+
+/* Where the onednn engine may merge row blocks (gemm_onednn.c): on
+ * oneDNN's AVX512-BF16 kernels (the set in use avx512-bf16: Zen 4, or
+ * ATTNLAB_CPU=avx512-bf16 on AMX, which CTest runs as
+ * unit.test_precision_avx512bf16), where check_shadow_and_threads has just
+ * compared merged and unmerged cuts; never on AMX, never in fp32 test mode. */
+static void check_onednn_merge(void) {
+    const al_cpu_level level = al_cpu_level_now();
+    if (level == AL_CPU_AVX512_BF16) {
+        CHECK_MSG(al_onednn_rows_merge_exact(0), "onednn on AVX512-BF16: row blocks not merged");
+        fprintf(stderr, "ran: onednn's row blocks merged (AVX512-BF16 kernels)\n");
+    } else {
+        if (level == AL_CPU_AMX) CHECK_MSG(!al_onednn_rows_merge_exact(0), "onednn on AMX: row blocks merged");
+        fprintf(stderr, "skipped: onednn's merged row blocks (run where the set is avx512-bf16: "
+                        "ATTNLAB_CPU=avx512-bf16, unit.test_precision_avx512bf16)\n");
+    }
+    CHECK(!al_onednn_rows_merge_exact(1));
 }
 
 /* The amx engine keeps a weight's packed tiles between products
@@ -684,6 +705,7 @@ int main(void) {
         CHECK(al_bf16_engine_force(e) == (al_bf16_engine)e);
         check_engine(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_shadow_and_threads(al_bf16_engine_name((al_bf16_engine)e), &r);
+        if (e == AL_BF16_ONEDNN) check_onednn_merge();
         check_bf16_weights(al_bf16_engine_name((al_bf16_engine)e), &r);
         if (e == AL_BF16_AMX) check_packed_cache("amx", &r);
         fprintf(stderr, "ran: engine %s\n", al_bf16_engine_name((al_bf16_engine)e));
