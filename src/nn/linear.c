@@ -205,8 +205,8 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
      * the others keep the shape's tiles. */
     int row_blocks = shape_rows;
     if (plan) {
-        if (plan->merge_rows)
-            merge_blocks(&row_blocks, col_blocks, threads, M, plan->engine == AL_BF16_ONEDNN ? ONEDNN_MERGE_MAX_ROWS : M);
+        const int widest = plan->engine == AL_BF16_ONEDNN ? ONEDNN_MERGE_MAX_ROWS : M;
+        if (plan->merge_rows) merge_blocks(&row_blocks, col_blocks, threads, M, widest);
     } else {
         const int min_rows = cut_smallest((al_cut){M, ROW_QUANTUM, shape_rows}),
                   min_cols = cut_smallest((al_cut){N, COL_QUANTUM, col_blocks});

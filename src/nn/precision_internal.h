@@ -60,7 +60,10 @@ typedef struct al_bf16_plan {
     al_bf16_engine engine; /* the engine of this product */
     char *ws;              /* the workspace: `slots` slots of slot_bytes (NULL: stack blocks) */
     size_t slot_bytes;
-    int merge_rows; /* whether al_sgemm may run neighbouring row blocks as one tile (the same bits: emulated on OpenBLAS's exact sets, onednn on AVX512-BF16) */
+    /* whether al_sgemm may run neighbouring row blocks as one tile, which
+     * keeps the bits for emulated on OpenBLAS's exact sets and for onednn
+     * on AVX512-BF16 */
+    int merge_rows;
     int cols_first; /* whether al_sgemm cuts C's columns before its rows (onednn: each tile re-packs all of its B; amx has its own cut) */
     /* onednn: both operands whole, rounded once for the product (or read in
      * place from a BF16 copy), which every tile reads as a strided view;

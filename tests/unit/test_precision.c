@@ -4,7 +4,10 @@
  * test mode, which runs anywhere) against the float64 product of the
  * bf16-rounded operands on odd shapes, all four transpositions, alpha and
  * beta, beta = 0 over NaN garbage; BF16 copies of weight arenas (the same
- * bits with and without); the same bits at 1, 2 and 3 threads; the own
+ * bits with and without); the same bits at 1, 2, 3 and 8 threads (where
+ * row blocks merge and where they do not) and where the onednn engine
+ * merges them (AVX512-BF16 only; CTest runs this a second time with
+ * ATTNLAB_CPU=avx512-bf16); the own
  * kernels' packing and plain reference, and the fast kernels against it
  * where the CPU has them (the AMX kernel also on emulated tiles, amx_emu.h,
  * wherever the CPU has AVX-512); the rounding of fp32 runs to bf16 in
@@ -134,7 +137,7 @@ static void check_engine(const char *label, al_rng *r) {
 }
 
 /* The same bits with the operands' BF16 copies attached (B, then A too) as
- * without, and at 1, 2 and 3 threads. */
+ * without, as A and B given as BF16 values, and at 1, 2, 3 and 8 threads. */
 static void check_shadow_and_threads(const char *label, al_rng *r) {
     for (int ci = 0; ci < N_CASES; ci++) {
         gemm_data d;
