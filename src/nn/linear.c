@@ -304,9 +304,15 @@ void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int 
     al_sgemm(0, 1, N, out, in, 1.0f, x, in, W, in, accumulate ? 1.0f : 0.0f, y, out);
 }
 
-/* dx[N,in] (+)= dy[N,out] . W[out,in];  dW[out,in] (+)= dy^T[out,N] . x[N,in] */
+/* dx[N,in] (+)= dy[N,out] . W[out,in];  dW[out,in] (+)= dy^T[out,N] . x[N,in]
+ * Both products read dy: where BF16 products would each round an fp32 dy
+ * whole (al_bf16_round_shared), it is rounded once for both. */
 void al_linear_bwd_ref(float *dx, int dx_add, float *dW, int dW_add, al_wref dy, al_wref x, const float *W, int N,
                        int in, int out) {
+    if (dx && dW && dy.dt == AL_DT_F32 && N > 0) {
+        const uint16_t *dy_bf16 = al_bf16_round_shared(dy.p, (size_t)N * out);
+        if (dy_bf16) dy = (al_wref){dy_bf16, AL_DT_BF16};
+    }
     if (dx) al_sgemm_ref(0, 0, N, in, out, 1.0f, dy, out, al_wref_f32(W), in, dx_add ? 1.0f : 0.0f, dx, in);
     if (dW) al_sgemm_ref(1, 0, out, in, N, 1.0f, dy, out, x, in, dW_add ? 1.0f : 0.0f, dW, in);
 }

@@ -172,6 +172,13 @@ void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float
 /* al_linear_bwd_into with dy and x each F32 or BF16 (W fp32, as training's). */
 void al_linear_bwd_ref(float *dx, int dx_add, float *dW, int dW_add, al_wref dy, al_wref x, const float *W, int N,
                        int in, int out);
+/* x[n] rounded to BF16 once, for several BF16 products that read the same
+ * fp32 operand (a linear's dy, read by its dx and dW products), in a buffer
+ * of the calling thread's that stays valid until its next call; NULL where
+ * the products had better round it themselves (not in BF16 mode, or on an
+ * engine other than onednn) or memory ran out. The products then read the
+ * very values they would have rounded: the same bits. */
+const uint16_t *al_bf16_round_shared(const float *x, size_t n);
 /* Products with at most this many rows of x take the direct (matrix-vector)
  * kernel for 16-bit weights; more rows widen W panel by panel for sgemm. */
 enum { AL_WMAT_SMALL_N = 4 };

@@ -32,11 +32,13 @@
  * single-threaded sgemm (a bf16 x bf16 product is exact in fp32, so this
  * computes what the matrix units compute, up to the order of the fp32 sums);
  * onednn rounds each operand once per product, whole and in its memory
- * order (an operand with a BF16 copy, the weights, is read in place), and
- * runs each tile, K whole, as one cached bf16 matmul primitive over strided
- * views of them (gemm_onednn.c; transposes are strides, oneDNN packs what it
- * needs itself: rounding or transposing per block cost more than the
- * products, measured on Zen 4; al_sgemm cuts its tiles columns first).
+ * order (an operand with a BF16 copy, the weights, is read in place; a
+ * linear's dy, read by both of its backward products, comes rounded once,
+ * al_bf16_round_shared), and runs each tile, K whole, as one cached bf16
+ * matmul primitive over strided views of them (gemm_onednn.c; transposes
+ * are strides, oneDNN packs what it needs itself: rounding or transposing
+ * per block cost more than the products, measured on Zen 4; al_sgemm cuts
+ * its tiles columns first).
  * oneDNN's brgemm (AMX, AVX512-BF16) kernels take only dense views, so an
  * operand whose tile views would be strided past the tile (its lines across
  * memory rows, C cut along them: dX's weights, dW's activations) is laid out
@@ -376,7 +378,12 @@ static _Thread_local al_thread_buf my_ws; /* core/thread_buf.h: freed when the t
 /* The calling thread's buffer, grown to at least `bytes` (64-byte aligned). */
 static char *ws_get(size_t bytes) { return al_thread_buf_get(&my_ws, AL_THREAD_BUF_BF16, bytes, bytes); }
 
-void al_precision_release(void) { al_thread_buf_release(&my_ws, AL_THREAD_BUF_BF16); }
+static _Thread_local al_thread_buf my_shared; /* al_bf16_round_shared's values */
+
+void al_precision_release(void) {
+    al_thread_buf_release(&my_ws, AL_THREAD_BUF_BF16);
+    al_thread_buf_release(&my_shared, AL_THREAD_BUF_BF16_SHARED);
+}
 
 /* Bytes of one element of engine e's blocks (emulated: fp32; oneDNN's test
  * mode: fp32; else bf16), and of one thread's slot (each block sized up to
@@ -392,6 +399,26 @@ static size_t slot_bytes_of(al_bf16_engine e) {
 
 /* OpenMP threads a product called here runs its tiles on. */
 static int product_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+/* Rounding x once for two products pays only where a product would round
+ * its fp32 operand whole into its plan as it is: the onednn engine (not its
+ * fp32 test mode). The amx engine packs straight from fp32 into its tiles,
+ * so a separate pass would move more bytes there; the others round per
+ * block. */
+const uint16_t *al_bf16_round_shared(const float *x, size_t n) {
+    if (al_precision_now() != AL_PREC_BF16 || al_bf16_engine_now() != AL_BF16_ONEDNN || onednn_test_f32 || !n)
+        return NULL;
+    uint16_t *dst = al_thread_buf_get(&my_shared, AL_THREAD_BUF_BF16_SHARED, n * sizeof(uint16_t), n * sizeof(uint16_t));
+    if (!dst) return NULL; /* each product rounds x itself, as without this */
+    enum { CHUNK = 1 << 15 };
+    const long chunks = (long)((n + CHUNK - 1) / CHUNK);
+#pragma omp parallel for num_threads(product_threads()) schedule(static) if (chunks > 1 && !omp_in_parallel())
+    for (long c = 0; c < chunks; c++) {
+        const size_t i0 = (size_t)c * CHUNK;
+        al_bf16_round_run(dst + i0, x + i0, n - i0 < CHUNK ? n - i0 : CHUNK);
+    }
+    return dst;
+}
 
 int al_precision_reserve(al_err *err) {
     const al_bf16_engine e = al_bf16_engine_now();

@@ -209,6 +209,44 @@ static void check_onednn_merge(void) {
     CHECK(!al_onednn_rows_merge_exact(1));
 }
 
+/* A linear's backward (linear.c): both products read dy, which the onednn
+ * engine rounds once for both (al_bf16_round_shared) and every other engine
+ * leaves to each product. Either way dx and dW have the bits of the two
+ * products run alone (dx = dy W, dW = dy^T x), accumulating or not; and
+ * the shared values are dy rounded, offered exactly where they pay (the
+ * onednn engine outside its fp32 test mode). Shapes: odd, and one whose dW
+ * has several row blocks, so that its dy^T is laid out blocked. offered:
+ * whether the engine in effect should get the shared values. */
+static void check_linear_bwd_shared(const char *label, int offered, al_rng *r) {
+    static const int shapes[][3] = {{37, 45, 29}, {150, 300, 400}}; /* N, in, out */
+    for (int si = 0; si < 2; si++) {
+        const int N = shapes[si][0], in = shapes[si][1], out = shapes[si][2];
+        float *dy = malloc(sizeof(float) * N * out), *x = malloc(sizeof(float) * N * in),
+              *W = malloc(sizeof(float) * out * in), *dx = malloc(sizeof(float) * N * in),
+              *dW = malloc(sizeof(float) * out * in), *dx1 = malloc(sizeof(float) * N * in),
+              *dW1 = malloc(sizeof(float) * out * in);
+        for (int i = 0; i < N * out; i++) dy[i] = rnd(r);
+        for (int i = 0; i < N * in; i++) x[i] = rnd(r);
+        for (int i = 0; i < out * in; i++) W[i] = rnd(r);
+        const uint16_t *shared = al_bf16_round_shared(dy, (size_t)N * out);
+        CHECK_MSG((shared != NULL) == offered, "%s: dy rounded once %s", label, offered ? "not offered" : "offered");
+        int rounded = 1;
+        for (int i = 0; shared && i < N * out; i++) rounded &= shared[i] == al_f32_to_bf16(dy[i]);
+        CHECK_MSG(rounded, "%s: the shared dy is not dy rounded", label);
+        for (int add = 0; add <= 1; add++) {
+            for (int i = 0; i < N * in; i++) dx[i] = dx1[i] = add ? rnd(r) : NAN;
+            for (int i = 0; i < out * in; i++) dW[i] = dW1[i] = add ? rnd(r) : NAN;
+            al_linear_bwd_ref(dx, add, dW, add, al_wref_f32(dy), al_wref_f32(x), W, N, in, out);
+            al_sgemm(0, 0, N, in, out, 1.0f, dy, out, W, in, add ? 1.0f : 0.0f, dx1, in);
+            al_sgemm(1, 0, out, in, N, 1.0f, dy, out, x, in, add ? 1.0f : 0.0f, dW1, in);
+            CHECK_MSG(!memcmp(dx, dx1, sizeof(float) * N * in) && !memcmp(dW, dW1, sizeof(float) * out * in),
+                      "%s: linear backward %dx%dx%d (add %d): not the bits of its products alone", label, N, in,
+                      out, add);
+        }
+        free(dy), free(x), free(W), free(dx), free(dW), free(dx1), free(dW1);
+    }
+}
+
 /* The amx engine keeps a weight's packed tiles between products
  * (precision.c): a B operand read from a BF16 copy is only noted by its
  * first product, packed into the table by its second, read from there by
@@ -708,6 +746,7 @@ int main(void) {
         CHECK(al_bf16_engine_force(e) == (al_bf16_engine)e);
         check_engine(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_shadow_and_threads(al_bf16_engine_name((al_bf16_engine)e), &r);
+        check_linear_bwd_shared(al_bf16_engine_name((al_bf16_engine)e), e == AL_BF16_ONEDNN, &r);
         if (e == AL_BF16_ONEDNN) check_onednn_merge();
         check_bf16_weights(al_bf16_engine_name((al_bf16_engine)e), &r);
         if (e == AL_BF16_AMX) check_packed_cache("amx", &r);
@@ -719,6 +758,7 @@ int main(void) {
         CHECK(al_bf16_engine_force(AL_BF16_ONEDNN) == AL_BF16_ONEDNN);
         check_engine("onednn (fp32 test mode)", &r);
         check_shadow_and_threads("onednn (fp32 test mode)", &r);
+        check_linear_bwd_shared("onednn (fp32 test mode)", 0, &r);
         fprintf(stderr, "ran: engine onednn in its fp32 test mode\n");
     } else {
         fprintf(stderr, "skipped: onednn fp32 test mode (built without oneDNN)\n");
@@ -748,6 +788,10 @@ int main(void) {
         al_bf16_engine_force(-1);
     }
     al_precision_set(AL_PREC_F32);
+    { /* fp32 products: nothing is rounded, shared or not */
+        const float one[3] = {1.0f, 2.0f, 3.0f};
+        CHECK(al_bf16_round_shared(one, 3) == NULL);
+    }
 
     check_own_kernels(&r);
     check_tiles(&r);
