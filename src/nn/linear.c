@@ -162,11 +162,35 @@ static void merge_blocks(int *blocks, int other, int threads, int n, int max_wid
     while (*blocks > 1 && *blocks * other > threads && *blocks % 2 == 0 && n / (*blocks / 2) <= max_width) *blocks /= 2;
 }
 
+/* Where row blocks merge on the onednn engine (its AVX512-BF16 kernels,
+ * whose bits no cut of C changes: merge_rows), whether C cut by rows only
+ * moves fewer bytes than the columns-first cut, on these threads. Each
+ * row block packs all of its op(B) inside oneDNN (N K bf16, read and
+ * written), so rows only packs op(B) `rows_only` merged times against the
+ * columns-first cut's merged row blocks; but a column tile narrower than C
+ * is computed dense and copied into C (M N fp32, read and written; read
+ * in first where beta is not 0). So rows only where (R - r) K <= 2 M, 4 M
+ * with beta, and its merged blocks still keep every thread busy. On the
+ * AMX Xeon with that set forced (one thread per tile, 2 threads, best of
+ * 15 alternations) the gpt2 step's deep products took 0.963-0.994x the
+ * time cut by rows: dx of 1024 x 768 over K 2,048 (beta 0 and 1) and
+ * 2,304, dW of 768 x 2,048 and 768 x 768 over 1,024 tokens; a scan of 800
+ * products cut both ways (M 768-2,048, N 300-2,048, K 1,000-4,096, every
+ * transposition, beta 0 and 1) gave the same bits. */
+static int rows_only_cheaper(int M, int K, int threads, int rows_only, int col_rows, int col_blocks, int beta_reads) {
+    int R = rows_only, r = col_rows;
+    merge_blocks(&R, 1, threads, M, ONEDNN_MERGE_MAX_ROWS);
+    merge_blocks(&r, col_blocks, threads, M, ONEDNN_MERGE_MAX_ROWS);
+    return R >= threads && (long)(R - r) * K <= (beta_reads ? 4L : 2L) * M;
+}
+
 /* C's cut (rows, then columns) for a product of M x N on `threads` threads
- * (plan: the BF16 plan, NULL for F32): see above. Threads matter only where
- * row blocks may merge, which changes no bits, and for the amx engine
- * (amx_cut). */
-static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threads, al_cut *rows, al_cut *cols) {
+ * (plan: the BF16 plan, NULL for F32; beta_reads: C is read, beta not 0):
+ * see above. Threads matter only where row blocks may merge, which changes
+ * no bits (nor, there, does onednn's choice of rows only:
+ * rows_only_cheaper), and for the amx engine (amx_cut). */
+static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threads, int beta_reads, al_cut *rows,
+                        al_cut *cols) {
     if (plan && plan->engine == AL_BF16_AMX) {
         amx_cut(M, N, K, threads, rows, cols);
         return;
@@ -186,9 +210,15 @@ static void product_cut(const al_bf16_plan *plan, int M, int N, int K, int threa
              * 0.996x, and on AMX 1.15x slower cut by rows (docs). And only
              * where that still makes 8 tiles (M >= 768): a short prompt's
              * few rows would otherwise be one tile on one thread (the cut
-             * may not depend on the thread count: it decides the bits). */
+             * may not depend on the thread count: it decides the bits).
+             * Where row blocks merge, no cut decides the bits, and a deeper
+             * op(B) too is cut by rows where that moves fewer bytes on
+             * these threads (rows_only_cheaper: the gpt2 step's deep dx and
+             * dW products, on 2 threads). */
             const int rows_only = block_count(M, MIN_BLOCK_ROWS, MAX_BLOCKS);
-            if (rows_only >= ROWS_ONLY_MIN_BLOCKS && (long)rows_only * K <= 8L * M)
+            if (rows_only >= ROWS_ONLY_MIN_BLOCKS &&
+                ((long)rows_only * K <= 8L * M ||
+                 (plan->merge_rows && rows_only_cheaper(M, K, threads, rows_only, shape_rows, col_blocks, beta_reads))))
                 col_blocks = 1, shape_rows = rows_only;
         }
     }
@@ -261,11 +291,11 @@ void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float
         /* the engine first: the cut depends on it, and the plan lays the operands out by the cut */
         al_bf16_plan_engine(&bf16);
         const al_bf16_engine chosen = bf16.engine;
-        product_cut(&bf16, M, N, K, threads, &rows, &cols);
+        product_cut(&bf16, M, N, K, threads, beta != 0.0f, &rows, &cols);
         al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, ldb, rows, cols);
         plan = &bf16;
-        if (bf16.engine != chosen) product_cut(plan, M, N, K, threads, &rows, &cols); /* no workspace: the stack blocks */
-    } else product_cut(NULL, M, N, K, threads, &rows, &cols);
+        if (bf16.engine != chosen) product_cut(plan, M, N, K, threads, beta != 0.0f, &rows, &cols); /* no workspace: the stack blocks */
+    } else product_cut(NULL, M, N, K, threads, beta != 0.0f, &rows, &cols);
     const int row_blocks = rows.blocks, col_blocks = cols.blocks, tiles = row_blocks * col_blocks;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */
         const int max_threads = omp_get_max_threads();

@@ -191,16 +191,42 @@ static void check_shadow_and_threads(const char *label, al_rng *r) {
     }
 }
 
+/* Deep products where onednn on AVX512-BF16 cuts C by rows only at 1 and
+ * 2 threads and columns first at 3 and 8 (linear.c's rows_only_cheaper:
+ * 768 rows, K past the rows-only rule, 2 column blocks): the same bits at
+ * every count, beta 0 and 1, dx-like and dW-like. */
+static void check_onednn_rows_only(al_rng *r) {
+    static const gemm_case deep[] = {{0, 0, 768, 520, 800, 1.0f, 0.0f}, {1, 0, 768, 600, 1000, 1.0f, 1.0f}};
+    const int threads = omp_get_max_threads(), counts[] = {1, 2, 3, 8};
+    for (int ci = 0; ci < 2; ci++) {
+        gemm_data d;
+        data_make(&d, deep[ci], r);
+        float *first = NULL;
+        int same = 1;
+        for (int t = 0; t < 4; t++) {
+            omp_set_num_threads(counts[t]);
+            float *C = run(&d);
+            if (!first) first = C;
+            else same &= !memcmp(first, C, sizeof(float) * d.c_n), free(C);
+        }
+        omp_set_num_threads(threads);
+        CHECK_MSG(same, "onednn rows-only cut: case %d: 1, 2, 3 and 8 threads differ", ci);
+        free(first);
+        data_free(&d);
+    }
+}
+
 /* Where the onednn engine may merge row blocks (gemm_onednn.c): on
  * oneDNN's AVX512-BF16 kernels (the set in use avx512-bf16: Zen 4, or
  * ATTNLAB_CPU=avx512-bf16 on AMX, which CTest runs as
  * unit.test_precision_avx512bf16), where check_shadow_and_threads has just
  * compared merged and unmerged cuts; never on AMX, never in fp32 test mode. */
-static void check_onednn_merge(void) {
+static void check_onednn_merge(al_rng *r) {
     const al_cpu_level level = al_cpu_level_now();
     if (level == AL_CPU_AVX512_BF16) {
         CHECK_MSG(al_onednn_rows_merge_exact(0), "onednn on AVX512-BF16: row blocks not merged");
-        fprintf(stderr, "ran: onednn's row blocks merged (AVX512-BF16 kernels)\n");
+        check_onednn_rows_only(r);
+        fprintf(stderr, "ran: onednn's row blocks merged (AVX512-BF16 kernels), rows-only cuts by thread count\n");
     } else {
         if (level == AL_CPU_AMX) CHECK_MSG(!al_onednn_rows_merge_exact(0), "onednn on AMX: row blocks merged");
         fprintf(stderr, "skipped: onednn's merged row blocks (run where the set is avx512-bf16: "
@@ -747,7 +773,7 @@ int main(void) {
         check_engine(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_shadow_and_threads(al_bf16_engine_name((al_bf16_engine)e), &r);
         check_linear_bwd_shared(al_bf16_engine_name((al_bf16_engine)e), e == AL_BF16_ONEDNN, &r);
-        if (e == AL_BF16_ONEDNN) check_onednn_merge();
+        if (e == AL_BF16_ONEDNN) check_onednn_merge(&r);
         check_bf16_weights(al_bf16_engine_name((al_bf16_engine)e), &r);
         if (e == AL_BF16_AMX) check_packed_cache("amx", &r);
         fprintf(stderr, "ran: engine %s\n", al_bf16_engine_name((al_bf16_engine)e));
