@@ -15,7 +15,12 @@
 #include <stddef.h>
 
 /* The kinds of per-thread buffers (one exit destructor each). */
-typedef enum { AL_THREAD_BUF_ATTENTION, AL_THREAD_BUF_BF16, AL_THREAD_BUF_BF16_SHARED, AL_THREAD_BUF_KINDS } al_thread_buf_kind;
+typedef enum {
+    AL_THREAD_BUF_ATTENTION,
+    AL_THREAD_BUF_BF16,        /* the BF16 products' workspace */
+    AL_THREAD_BUF_BF16_SHARED, /* an operand rounded once for several products */
+    AL_THREAD_BUF_KINDS
+} al_thread_buf_kind;
 
 typedef struct al_thread_buf {
     void *buf; /* 64-byte aligned */

@@ -294,7 +294,8 @@ void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float
         product_cut(&bf16, M, N, K, threads, beta != 0.0f, &rows, &cols);
         al_bf16_plan_product(&bf16, threads, a_transposed, b_transposed, M, N, K, A, lda, B, ldb, rows, cols);
         plan = &bf16;
-        if (bf16.engine != chosen) product_cut(plan, M, N, K, threads, beta != 0.0f, &rows, &cols); /* no workspace: the stack blocks */
+        if (bf16.engine != chosen) /* no workspace: the stack blocks */
+            product_cut(plan, M, N, K, threads, beta != 0.0f, &rows, &cols);
     } else product_cut(NULL, M, N, K, threads, beta != 0.0f, &rows, &cols);
     const int row_blocks = rows.blocks, col_blocks = cols.blocks, tiles = row_blocks * col_blocks;
     if (tiles == 1 || threads == 1) { /* on this thread: no team to start */

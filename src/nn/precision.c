@@ -408,7 +408,8 @@ static int product_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_th
 const uint16_t *al_bf16_round_shared(const float *x, size_t n) {
     if (al_precision_now() != AL_PREC_BF16 || al_bf16_engine_now() != AL_BF16_ONEDNN || onednn_test_f32 || !n)
         return NULL;
-    uint16_t *dst = al_thread_buf_get(&my_shared, AL_THREAD_BUF_BF16_SHARED, n * sizeof(uint16_t), n * sizeof(uint16_t));
+    const size_t bytes = n * sizeof(uint16_t);
+    uint16_t *dst = al_thread_buf_get(&my_shared, AL_THREAD_BUF_BF16_SHARED, bytes, bytes);
     if (!dst) return NULL; /* each product rounds x itself, as without this */
     enum { CHUNK = 1 << 15 };
     const long chunks = (long)((n + CHUNK - 1) / CHUNK);

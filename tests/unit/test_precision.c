@@ -7,7 +7,9 @@
  * bits with and without); the same bits at 1, 2, 3 and 8 threads (where
  * row blocks merge and where they do not) and where the onednn engine
  * merges them (AVX512-BF16 only; CTest runs this a second time with
- * ATTNLAB_CPU=avx512-bf16); the own
+ * ATTNLAB_CPU=avx512-bf16), there also across its rows-only and
+ * columns-first cuts of deep products; a linear's backward with its dy
+ * rounded once (the onednn engine) against its two products alone; the own
  * kernels' packing and plain reference, and the fast kernels against it
  * where the CPU has them (the AMX kernel also on emulated tiles, amx_emu.h,
  * wherever the CPU has AVX-512); the rounding of fp32 runs to bf16 in
@@ -220,7 +222,8 @@ static void check_onednn_rows_only(al_rng *r) {
  * oneDNN's AVX512-BF16 kernels (the set in use avx512-bf16: Zen 4, or
  * ATTNLAB_CPU=avx512-bf16 on AMX, which CTest runs as
  * unit.test_precision_avx512bf16), where check_shadow_and_threads has just
- * compared merged and unmerged cuts; never on AMX, never in fp32 test mode. */
+ * compared merged and unmerged cuts (and check_onednn_rows_only compares
+ * the cuts the thread count picks); never on AMX, never in fp32 test mode. */
 static void check_onednn_merge(al_rng *r) {
     const al_cpu_level level = al_cpu_level_now();
     if (level == AL_CPU_AVX512_BF16) {
