@@ -44,9 +44,9 @@ int al_config_ffn_max(const al_config *c) {
 }
 
 int al_config_num_patches(const al_config *c) {
-    if (c->task != AL_TASK_VISION || c->patch_size <= 0) return 0;
+    if (c->task != AL_TASK_VISION || c->patch_size <= 0 || c->image_size <= 0) return 0;
     const int g = c->image_size / c->patch_size;
-    return g * g;
+    return g > AL_IMAGE_SIZE_MAX ? 0 : g * g; /* runs before validation: no int overflow on any size */
 }
 
 int al_config_field_applies(const al_config_field *f, const al_config *c) {

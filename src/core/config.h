@@ -257,7 +257,11 @@ int al_config_layer_moe(const al_config *c, int l);
 /* The widest MLP of any layer (dense, shared experts, one expert): what the
  * activations of one MLP are sized for. */
 int al_config_ffn_max(const al_config *c);
-/* Patches per image ((image_size / patch_size)^2), 0 for the language model. */
+/* The largest image side a vision config may give (validation refuses more). */
+#define AL_IMAGE_SIZE_MAX 4096
+/* Patches per image ((image_size / patch_size)^2), 0 for the language model
+ * and for sizes validation refuses (not positive, sides past AL_IMAGE_SIZE_MAX
+ * patches): derived fields are set before a parsed config is validated. */
 int al_config_num_patches(const al_config *c);
 /* Whether field f applies to c (its `when`). */
 int al_config_field_applies(const al_config_field *f, const al_config *c);

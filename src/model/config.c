@@ -379,8 +379,9 @@ void al_config_vision_default(al_config *c) {
 static int validate_vision(const al_config *c, al_err *err) {
     if (c->image_size <= 0 || c->patch_size <= 0 || c->num_channels <= 0)
         return al_errf(err, "invalid config: image_size, patch_size and num_channels must be positive");
-    if (c->image_size > 4096 || c->num_channels > 64)
-        return al_errf(err, "invalid config: images beyond 4096 pixels or 64 channels are not supported");
+    if (c->image_size > AL_IMAGE_SIZE_MAX || c->num_channels > 64)
+        return al_errf(err, "invalid config: images beyond %d pixels or 64 channels are not supported",
+                       AL_IMAGE_SIZE_MAX);
     if (c->image_size % c->patch_size)
         return al_errf(err, "invalid config: patch_size %d does not divide image_size %d", c->patch_size, c->image_size);
     if (c->num_labels < 2 || c->num_labels > 65536)

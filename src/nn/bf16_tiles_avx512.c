@@ -172,6 +172,32 @@ void al_bf16_round_run_avx512bf16(uint16_t *restrict dst, const float *restrict 
     al_bf16_round_run_avx512(dst + i, src + i, n - i);
 }
 
+/* al_bf16_round_run with the whole 64-byte lines of dst written by
+ * streaming stores (past the caches: a destination far larger than they
+ * are, read back only after other passes have evicted it, whose lines
+ * would otherwise be read in before they are written). The head up to
+ * dst's first 64-byte boundary and the tail by al_bf16_round_run_avx512bf16,
+ * a step holding a denormal by round16; an sfence at the end, so the
+ * values are visible to other threads once this returns. */
+void al_bf16_round_stream_avx512bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
+    size_t head = (size_t)(-(uintptr_t)dst & 63) / sizeof *dst; /* bf16 values before the first whole line */
+    if (head > n) head = n;
+    al_bf16_round_run_avx512bf16(dst, src, head);
+    size_t i = head;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);
+        __m512i words;
+        if (denormal16(_mm512_castps_si512(lo)) | denormal16(_mm512_castps_si512(hi)))
+            words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(round16(lo), 16))),
+                                       _mm512_cvtepi32_epi16(_mm512_srli_epi32(round16(hi), 16)), 1);
+        else
+            words = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        _mm512_stream_si512((__m512i *)(dst + i), words);
+    }
+    al_bf16_round_run_avx512bf16(dst + i, src + i, n - i);
+    _mm_sfence();
+}
+
 #define TILE_FN al_bf16_tiles_pack_tile_avx512bf16
 #define LINE_WORDS line_words_cvt
 #define PAIR_WORDS pair_words_cvt

@@ -143,6 +143,9 @@ void al_bf16_shadow_refresh(const float *w);
 uint16_t *al_bf16_shadow_write(const float *w);
 /* dst[n] = src[n] rounded to BF16, nearest even (the copies' rounding). */
 void al_bf16_round_run(uint16_t *restrict dst, const float *restrict src, size_t n);
+/* The same bits, the stores streamed past the caches where the CPU allows
+ * (for a large destination read back much later: the weights' copy). */
+void al_bf16_round_stream(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* Drops the copy of the arena starting at w (no-op if none). */
 void al_bf16_shadow_detach(const float *w);
 /* The BF16 copy of element p of an attached arena, or NULL. */

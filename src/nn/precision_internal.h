@@ -134,6 +134,9 @@ void al_bf16_tiles_pack_tile_avx512bf16(uint16_t *tile, int pairs, const float *
 void al_bf16_round_run_ref(uint16_t *restrict dst, const float *restrict src, size_t n);
 void al_bf16_round_run_avx512(uint16_t *restrict dst, const float *restrict src, size_t n);
 void al_bf16_round_run_avx512bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
+/* The AVX512-BF16 loop with dst's whole 64-byte lines streamed past the
+ * caches (al_bf16_round_stream). */
+void al_bf16_round_stream_avx512bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* C[r0..r1, c0..c1) = alpha A B + beta C (beta 0: C is not read) over
  * packed operands of `ksteps` steps; r0 and c0 multiples of 16. K blocks of
  * AL_TILES_KBLOCK steps: the first gives alpha S + beta C, each later one

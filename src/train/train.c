@@ -427,7 +427,7 @@ int al_adamw_update(al_model *m, float *m1, float *m2, double lr, const al_train
                 w[j] -= flr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
                 bad |= !(fabsf(w[j]) <= FLT_MAX);
             }
-            if (wb) al_bf16_round_run(wb + j0, w + j0, j1 - j0);
+            if (wb) al_bf16_round_stream(wb + j0, w + j0, j1 - j0); /* read back next step, from memory */
         }
         bad_tensors += bad;
     }

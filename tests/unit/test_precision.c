@@ -609,42 +609,52 @@ static void check_tiles_packers(al_rng *r) {
     }
 }
 
-/* al_bf16_round_run in every set with a loop of its own that the CPU has
- * (forced down in turn; below AVX-512 it is the plain loop) against the
- * plain loop, bit for bit: lengths 0-70 (the vector loops' whole
- * steps, 16 and 32, and every tail), starts off the 64-byte line, ties,
- * infinities, NaNs, and in a second round denormals (vcvtne2ps2bf16 reads
- * them as zero: a step holding one takes the integer rounding). */
+/* al_bf16_round_run and al_bf16_round_stream (whole 64-byte lines of dst
+ * streamed) in every set with a loop of its own that the CPU has (forced
+ * down in turn; below AVX-512 both are the plain loop) against the plain
+ * loop, bit for bit: lengths 0-70 (the vector loops' whole steps, 16 and
+ * 32, and every tail), dst starting at each bf16 of a 64-byte line and
+ * past it (the streamed lines' head, body and tail), ties, infinities, NaNs,
+ * and in a second round denormals (vcvtne2ps2bf16 reads them as zero: a
+ * step holding one takes the integer rounding). */
 static void check_round_runs(al_rng *r) {
     static const al_cpu_level sets[] = {AL_CPU_AVX512, AL_CPU_AVX512_BF16};
-    enum { MAX_N = 70, SHIFT = 3 };
+    typedef void (*round_fn)(uint16_t *restrict, const float *restrict, size_t);
+    static const round_fn fns[] = {al_bf16_round_run, al_bf16_round_stream};
+    static const char *fn_names[] = {"run", "stream"};
+    enum { MAX_N = 70, SHIFT = 34 };
     float src[MAX_N + SHIFT];
-    uint16_t want[MAX_N + SHIFT], got[MAX_N + SHIFT + 1];
+    uint16_t want[MAX_N + SHIFT];
+    _Alignas(64) uint16_t got[MAX_N + SHIFT + 1];
     for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
         if (al_cpu_detect() < sets[si]) {
-            fprintf(stderr, "skipped: bf16 round run, set %s (the CPU lacks it)\n", al_cpu_level_name(sets[si]));
+            fprintf(stderr, "skipped: bf16 round run and stream, set %s (the CPU lacks it)\n",
+                    al_cpu_level_name(sets[si]));
             continue;
         }
         CHECK(al_cpu_force(sets[si]) == sets[si]);
-        int bad = 0;
-        for (int denormals = 0; denormals < 2; denormals++)
-            for (int n = 0; n <= MAX_N; n++)
-                for (int shift = 0; shift < SHIFT; shift++) {
-                    const size_t n_special = denormals ? TU_BF16_SPECIALS : TU_BF16_SPECIAL_NORMAL;
-                    for (int i = 0; i < n; i++) {
-                        const uint32_t bits = tu_bf16_special[al_rng_u64(r) % n_special];
-                        memcpy(&src[shift + i], &bits, sizeof bits);
-                        if (al_rng_u64(r) % 4) src[shift + i] = rnd(r) * 1e3f;
+        for (size_t fi = 0; fi < sizeof fns / sizeof fns[0]; fi++) {
+            int bad = 0;
+            for (int denormals = 0; denormals < 2; denormals++)
+                for (int n = 0; n <= MAX_N; n++)
+                    for (int shift = 0; shift < SHIFT; shift++) {
+                        const size_t n_special = denormals ? TU_BF16_SPECIALS : TU_BF16_SPECIAL_NORMAL;
+                        for (int i = 0; i < n; i++) {
+                            const uint32_t bits = tu_bf16_special[al_rng_u64(r) % n_special];
+                            memcpy(&src[shift + i], &bits, sizeof bits);
+                            if (al_rng_u64(r) % 4) src[shift + i] = rnd(r) * 1e3f;
+                        }
+                        al_bf16_round_run_ref(want, src + shift, (size_t)n);
+                        memset(got, 0xA5, sizeof got);
+                        fns[fi](got + shift, src + shift, (size_t)n);
+                        bad += memcmp(got + shift, want, sizeof(uint16_t) * (size_t)n) != 0;
+                        for (int i = 0; i < shift; i++) bad += got[i] != 0xA5A5; /* nothing before dst */
+                        bad += got[shift + n] != 0xA5A5;                          /* nor past n */
                     }
-                    al_bf16_round_run_ref(want, src + shift, (size_t)n);
-                    memset(got, 0xA5, sizeof got);
-                    al_bf16_round_run(got + shift, src + shift, (size_t)n);
-                    bad += memcmp(got + shift, want, sizeof(uint16_t) * (size_t)n) != 0;
-                    bad += got[shift + n] != 0xA5A5; /* nothing written past n */
-                }
-        CHECK_MSG(!bad, "bf16 round run, set %s: %d wrong runs or stores past the end in %d runs",
-                  al_cpu_level_name(sets[si]), bad, 2 * (MAX_N + 1) * SHIFT);
-        fprintf(stderr, "ran: bf16 round run, set %s\n", al_cpu_level_name(sets[si]));
+            CHECK_MSG(!bad, "bf16 round %s, set %s: %d wrong runs or stores outside them in %d runs", fn_names[fi],
+                      al_cpu_level_name(sets[si]), bad, 2 * (MAX_N + 1) * SHIFT);
+        }
+        fprintf(stderr, "ran: bf16 round run and stream, set %s\n", al_cpu_level_name(sets[si]));
     }
     al_cpu_force(-1);
 }
