@@ -177,7 +177,7 @@ void al_bf16_round_run_avx512bf16(uint16_t *restrict dst, const float *restrict 
  * are, read back only after other passes have evicted it, whose lines
  * would otherwise be read in before they are written). The head up to
  * dst's first 64-byte boundary and the tail by al_bf16_round_run_avx512bf16,
- * a step holding a denormal by round16; an sfence at the end, so the
+ * a line holding a denormal by the integer rounding; an sfence at the end, so the
  * values are visible to other threads once this returns. */
 void al_bf16_round_stream_avx512bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
     size_t head = (size_t)(-(uintptr_t)dst & 63) / sizeof *dst; /* bf16 values before the first whole line */
@@ -186,12 +186,12 @@ void al_bf16_round_stream_avx512bf16(uint16_t *restrict dst, const float *restri
     size_t i = head;
     for (; i + 32 <= n; i += 32) {
         const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);
-        __m512i words;
-        if (denormal16(_mm512_castps_si512(lo)) | denormal16(_mm512_castps_si512(hi)))
-            words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(round16(lo), 16))),
-                                       _mm512_cvtepi32_epi16(_mm512_srli_epi32(round16(hi), 16)), 1);
-        else
-            words = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        __m512i words = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        if (denormal16(_mm512_castps_si512(lo)) | denormal16(_mm512_castps_si512(hi))) {
+            _Alignas(64) uint16_t line[32];
+            al_bf16_round_run_avx512(line, src + i, 32);
+            words = _mm512_load_si512(line);
+        }
         _mm512_stream_si512((__m512i *)(dst + i), words);
     }
     al_bf16_round_run_avx512bf16(dst + i, src + i, n - i);
