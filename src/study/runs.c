@@ -12,6 +12,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,10 +568,17 @@ int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m) {
     int ok = 1;
     memset(m, 0, sizeof *m);
     m->steps = steps;
+/* A field is read where its value converts into the field's type: any finite
+ * number for a floating one, a count (size_t, int) from 0 to its largest exact
+ * value (converting past the type's range is undefined behaviour, and the
+ * file may hold anything). Else the cache is not used. */
 #define GET(f)                                                                                                         \
     {                                                                                                                  \
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, #f);                                                      \
-        if (cJSON_IsNumber(v) && isfinite(v->valuedouble))                                                             \
+        const int floating = (__typeof__(m->f))0.5 != 0;                                                               \
+        const double most = sizeof m->f >= 8 ? 0x1p53 : (double)INT_MAX;                                               \
+        if (cJSON_IsNumber(v) && isfinite(v->valuedouble) &&                                                           \
+            (floating || (v->valuedouble >= 0 && v->valuedouble <= most)))                                             \
             m->f = (__typeof__(m->f))v->valuedouble;                                                                   \
         else                                                                                                           \
             ok = 0;                                                                                                    \

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -109,6 +110,13 @@ char *al_train_opts_to_json(const al_train_opts *o) {
     return s;
 }
 
+/* Whether JSON value v is a whole number in [lo, hi]: what an integer
+ * setting may be converted from (a file's settings may hold any number, and
+ * converting one outside the type's range is undefined behaviour). */
+static int json_whole_in(const cJSON *v, double lo, double hi) {
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo && v->valuedouble <= hi;
+}
+
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     cJSON *j = cJSON_Parse(json);
     if (!cJSON_IsObject(j)) {
@@ -117,15 +125,25 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     }
     const cJSON *v;
     int rc = 0;
-#define GET(f)                                                                   \
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                         \
-        if (!cJSON_IsNumber(v)) rc = al_errf(err, "training setting '%s' must be a number", #f); \
-        else o->f = (__typeof__(o->f))v->valuedouble;                            \
+#define GET_INT(f)                                                                                           \
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                                                     \
+        if (!json_whole_in(v, INT_MIN, INT_MAX)) rc = al_errf(err, "training setting '%s' must be an integer", #f); \
+        else o->f = (int)v->valuedouble;                                                                     \
     }
-    OPT_INTS(GET) OPT_DBLS(GET)
-#undef GET
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed")) && cJSON_IsNumber(v)) o->seed = (uint64_t)v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "shards")) && cJSON_IsNumber(v)) o->shards = (int)v->valuedouble;
+#define GET_DBL(f)                                                                           \
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                                     \
+        if (!cJSON_IsNumber(v)) rc = al_errf(err, "training setting '%s' must be a number", #f); \
+        else o->f = v->valuedouble;                                                          \
+    }
+    OPT_INTS(GET_INT) OPT_DBLS(GET_DBL) GET_INT(shards)
+#undef GET_INT
+#undef GET_DBL
+    /* saved as a double: any seed below 2^64 that a double holds (18446744073709551616.0 is 2^64 itself) */
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed"))) {
+        if (!json_whole_in(v, 0.0, 18446744073709549568.0))
+            rc = al_errf(err, "training setting 'seed' must be a whole number in 0..2^64-1");
+        else o->seed = (uint64_t)v->valuedouble;
+    }
     /* absent: a run of before --precision, trained in F32 */
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "precision")) &&
         (!cJSON_IsString(v) || !strcmp(v->valuestring, "auto") || al_precision_from_name(v->valuestring, &o->precision)))
@@ -144,7 +162,8 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     int *vision_dst[] = {&o->train_subset, &o->eval_images};
     for (int i = 0; i < 2; i++)
         if ((v = cJSON_GetObjectItemCaseSensitive(j, vision_ints[i]))) {
-            if (!cJSON_IsNumber(v)) rc = al_errf(err, "training setting '%s' must be a number", vision_ints[i]);
+            if (!json_whole_in(v, INT_MIN, INT_MAX))
+                rc = al_errf(err, "training setting '%s' must be an integer", vision_ints[i]);
             else *vision_dst[i] = (int)v->valuedouble;
         }
     cJSON_Delete(j);

@@ -14,6 +14,7 @@
  * BF16 outputs are their fp32 outputs rounded, and a forward and backward
  * of every design give the bits of fp32 storage.
  */
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -230,6 +231,38 @@ static void test_token_data(const char *dir) {
     free(path);
 }
 
+/* Integer settings in the settings' JSON: whole numbers in their type's
+ * range are read, anything else refused in one line (a number past int's
+ * range, converted, was undefined behaviour: fuzz finding). */
+static void test_setting_ranges(void) {
+    static const struct { const char *json, *names; } bad[] = {
+        {"{\"context\": 1e79}", "'context' must be an integer"},
+        {"{\"steps\": 2147483648}", "'steps' must be an integer"},
+        {"{\"batch\": -2147483649}", "'batch' must be an integer"},
+        {"{\"warmup\": 2.5}", "'warmup' must be an integer"},
+        {"{\"shards\": 1e30}", "'shards' must be an integer"},
+        {"{\"shards\": \"2\"}", "'shards' must be an integer"},
+        {"{\"eval_images\": 3e9}", "'eval_images' must be an integer"},
+        {"{\"seed\": -1}", "'seed' must be a whole number"},
+        {"{\"seed\": 18446744073709551616}", "'seed' must be a whole number"},
+        {"{\"lr\": \"fast\"}", "'lr' must be a number"},
+    };
+    al_train_opts o;
+    al_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        al_train_opts_default(&o);
+        CHECK_MSG(al_train_opts_from_json(&o, bad[i].json, &err) == -1 && strstr(err.msg, bad[i].names) &&
+                      !strchr(err.msg, '\n'),
+                  "%s: %s", bad[i].json, err.msg);
+    }
+    al_train_opts_default(&o);
+    CHECK(al_train_opts_from_json(&o, "{\"context\": 2147483647, \"batch\": -2147483648, \"shards\": 4, "
+                                      "\"seed\": 18446744073709549568, \"lr\": 0.5}",
+                                  &err) == 0);
+    CHECK(o.context == INT_MAX && o.batch == INT_MIN && o.shards == 4 && o.seed == 18446744073709549568ull &&
+          o.lr == 0.5);
+}
+
 /* init_from in the settings' JSON; al_config_contradicts on given flags. */
 static void test_init_from_settings(void) {
     al_train_opts o, back;
@@ -440,6 +473,7 @@ int main(int argc, char **argv) {
     test_paths();
     test_token_data(dir);
     test_init_from_settings();
+    test_setting_ranges();
     if (tu_remove_dir(dir)) return 1;
     return TEST_EXIT();
 }
