@@ -1,5 +1,6 @@
 /*
- * file.c: whole-file reads and crash-safe (atomic) writes.
+ * file.c: whole-file reads and crash-safe (atomic) writes; and the check
+ * that a JSON number read from a file fits the integer it is stored in.
  *
  * Every file attnlab produces goes through al_afile so that a crash or kill
  * leaves either the previous file or the complete new one: data goes to
@@ -8,9 +9,11 @@
  */
 #include "io.h"
 
+#include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,4 +190,9 @@ int al_afile_remove_stale(const char *dir, int *removed, al_err *err) {
     }
     closedir(d);
     return rc;
+}
+
+/* One check for every reader that converts a file's JSON number to an integer. */
+int al_json_whole_in(const cJSON *v, double lo, double hi) {
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo && v->valuedouble <= hi;
 }

@@ -16,6 +16,12 @@
  * *len excludes the NUL). Errors name the path. */
 int al_read_file(const char *path, char **data, size_t *len, al_err *err);
 
+/* Whether JSON value v is a number holding a whole value in [lo, hi]: what
+ * an integer field of a file may be converted from (a file may hold any
+ * number, and converting one past the type's range is undefined behaviour). */
+struct cJSON;
+int al_json_whole_in(const struct cJSON *v, double lo, double hi);
+
 /* Atomic write of one buffer. */
 int al_write_file_atomic(const char *path, const void *data, size_t len, al_err *err);
 

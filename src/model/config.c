@@ -165,7 +165,7 @@ static int field_from_json(const al_config_field *f, const cJSON *v, al_config *
     switch (f->type) {
     case AL_CF_INT:
         if (cJSON_IsNull(v) && (f->flags & AL_CF_NULL_IF_ZERO)) return *(int *)p = 0, 0;
-        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2147483647.0)
+        if (!al_json_whole_in(v, -2147483647.0, 2147483647.0))
             return al_errf(err, "invalid config: %s must be an integer", f->key);
         *(int *)p = (int)v->valuedouble;
         return 0;
@@ -462,7 +462,7 @@ int al_config_validate(const al_config *c, al_err *err) {
 static int get_int(const cJSON *o, const char *key, int *out, al_err *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2147483647.0)
+    if (!al_json_whole_in(v, -2147483647.0, 2147483647.0))
         return al_errf(err, "invalid config: %s must be an integer", key);
     *out = (int)v->valuedouble;
     return 1;

@@ -110,13 +110,6 @@ char *al_train_opts_to_json(const al_train_opts *o) {
     return s;
 }
 
-/* Whether JSON value v is a whole number in [lo, hi]: what an integer
- * setting may be converted from (a file's settings may hold any number, and
- * converting one outside the type's range is undefined behaviour). */
-static int json_whole_in(const cJSON *v, double lo, double hi) {
-    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo && v->valuedouble <= hi;
-}
-
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     cJSON *j = cJSON_Parse(json);
     if (!cJSON_IsObject(j)) {
@@ -127,7 +120,7 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     int rc = 0;
 #define GET_INT(f)                                                                                           \
     if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                                                     \
-        if (!json_whole_in(v, INT_MIN, INT_MAX)) rc = al_errf(err, "training setting '%s' must be an integer", #f); \
+        if (!al_json_whole_in(v, INT_MIN, INT_MAX)) rc = al_errf(err, "training setting '%s' must be an integer", #f); \
         else o->f = (int)v->valuedouble;                                                                     \
     }
 #define GET_DBL(f)                                                                           \
@@ -140,7 +133,7 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
 #undef GET_DBL
     /* saved as a double: any seed below 2^64 that a double holds (18446744073709551616.0 is 2^64 itself) */
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed"))) {
-        if (!json_whole_in(v, 0.0, 18446744073709549568.0))
+        if (!al_json_whole_in(v, 0.0, 18446744073709549568.0))
             rc = al_errf(err, "training setting 'seed' must be a whole number in 0..2^64-1");
         else o->seed = (uint64_t)v->valuedouble;
     }
@@ -162,7 +155,7 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     int *vision_dst[] = {&o->train_subset, &o->eval_images};
     for (int i = 0; i < 2; i++)
         if ((v = cJSON_GetObjectItemCaseSensitive(j, vision_ints[i]))) {
-            if (!json_whole_in(v, INT_MIN, INT_MAX))
+            if (!al_json_whole_in(v, INT_MIN, INT_MAX))
                 rc = al_errf(err, "training setting '%s' must be an integer", vision_ints[i]);
             else *vision_dst[i] = (int)v->valuedouble;
         }
