@@ -94,15 +94,26 @@ for design in mha:"" mla:"--attention mla" lrkv:"--attention lrkv"; do
     "$BIN" train "${TINY[@]}" --steps 4 "${extra[@]}" --out "$FX/$name" 2>"$WORK/setup.err" ||
         setup_fail "train $name: $(cat "$WORK/setup.err")"
 done
+"$PY" - "$FX/img" <<'IMAGES' || setup_fail "images"
+import gzip, os, struct, sys
+import numpy as np
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(5)
+for split, n in (("train", 64), ("t10k", 32)):
+    for kind, a in (("images", rng.integers(0, 256, (n, 28, 28))), ("labels", rng.integers(0, 10, n))):
+        a = a.astype(np.uint8)
+        with gzip.open("%s/%s-%s-idx%d-ubyte.gz" % (d, split, kind, a.ndim), "wb") as f:
+            f.write(struct.pack(">BBBB", 0, 0, 8, a.ndim) + b"".join(struct.pack(">I", s) for s in a.shape) + a.tobytes())
+IMAGES
 "$PY" "$ROOT/tests/ref/make_hf_checkpoint.py" "$FX/hf" --family llama --dtype BF16 --shards 2 >/dev/null 2>"$WORK/setup.err" ||
     setup_fail "Hugging Face checkpoint: $(cat "$WORK/setup.err")"
-# the reference end of the resumed run: step 4 -> 8 without faults
-cp -r "$FX/mha" "$FX/resumed"
-"$BIN" train --resume --steps 8 --threads "$THREADS" --quiet --out "$FX/resumed" 2>"$WORK/setup.err" ||
-    setup_fail "resume: $(cat "$WORK/setup.err")"
 
-# ---- cases: NAME|KIND|ARGS (KIND: cmd = a command; train = a fresh run; resume = resuming FX/mha) ----
-# OUT in ARGS is the case's output path (pre-filled with known bytes before each run).
+# ---- cases: NAME|KIND|ARGS (KIND: cmd = a command; train = a fresh run; resume = resuming FX/mha; new = a
+# command that makes the new directory NEW) ----
+# OUT in ARGS is the case's output path (pre-filled with known bytes before each run), with any extension. A resume case's
+# reference is its own command run without faults (FX/ref-NAME); resume-lr also changes the schedule, which
+# writes config.json and a log line before the first step.
 
 CASE_LIST=(
     "load-info|cmd|info --model $FX/mha"
@@ -110,6 +121,10 @@ CASE_LIST=(
     "train|train|train ${TINY[*]} --steps 4 --out RUN"
     "train-mla|train|train ${TINY[*]} --steps 2 --attention mla --out RUN"
     "resume|resume|train --resume --steps 8 --threads $THREADS --quiet --out RUN"
+    "resume-lr|resume|train --resume --steps 8 --lr 0.002 --threads $THREADS --quiet --out RUN"
+    "train-vit|train|train --precision f32 --task vision --images $FX/img --patch 7 --layers 1 --hidden 32 --heads 2 --batch 8 --steps 2 --eval-every 2 --eval-images 16 --save-every 2 --threads $THREADS --quiet --out RUN"
+    "convert|new|convert --model $FX/mha --to mla --calibration $FX/data.txt --calibration-tokens 256 --heldout-tokens 64 --batch 2 --threads $THREADS --out NEW"
+    "kvlab|cmd|kvlab --model $FX/mha --model $FX/mla --data $FX/short.txt --methods none,int4,h2o:0.5 --context 16 --max-tokens 48 --threads $THREADS --out OUT.png"
     "eval|cmd|eval --model $FX/mha --data $FX/data.txt --context 16 --max-tokens 200 --logits OUT.npy"
     "generate|cmd|generate --model $FX/mha --prompt the -n 8 --temperature 0"
     "decode-mla|cmd|generate --model $FX/mla --prompt the -n 6 --temperature 0"
@@ -120,21 +135,55 @@ CASE_LIST=(
     "explore|cmd|explore --model $FX/mha --text $FX/short.txt --out OUT.html"
     "compare|cmd|compare --model $FX/mha --model $FX/lrkv --text $FX/short.txt --out OUT.png"
 )
+for entry in "${CASE_LIST[@]}"; do # the resume cases' references: step 4 -> 8 without faults
+    IFS='|' read -r cs kind args <<<"$entry"
+    [ "$kind" = resume ] && [[ $cs =~ $CASES ]] || continue
+    cp -r "$FX/mha" "$FX/ref-$cs"
+    # shellcheck disable=SC2086
+    "$BIN" ${args//RUN/$FX/ref-$cs} 2>"$WORK/setup.err" || setup_fail "$cs: $(cat "$WORK/setup.err")"
+done
 
 # ---- one run ----
 
-# check_run CASE KIND N SWEEP DIR RC: the contract for a faulted run; records failures.
+# same_output FILE REF: FILE is the complete new output REF: the same bytes, or for JSON and CSV the same
+# data once the measured times are left out (kvlab's "seconds" differ from run to run).
+same_output() {
+    cmp -s "$1" "$2" && return 0
+    case $1 in *.json | *.csv) ;; *) return 1 ;; esac
+    "$PY" - "$1" "$2" <<'SAME'
+import csv, json, sys
+def data(path):
+    text = open(path, encoding="utf-8").read()
+    if path.endswith(".csv"):
+        rows = list(csv.reader(text.splitlines()))
+        drop = [i for i, name in enumerate(rows[0]) if name == "seconds"] if rows else []
+        return [[v for i, v in enumerate(r) if i not in drop] for r in rows]
+    def strip(v):
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if k != "seconds"}
+        return [strip(x) for x in v] if isinstance(v, list) else v
+    return strip(json.loads(text))
+try:
+    sys.exit(0 if data(sys.argv[1]) == data(sys.argv[2]) else 1)
+except (ValueError, UnicodeDecodeError, IndexError):
+    sys.exit(1)
+SAME
+}
+
+# check_run CASE KIND N SWEEP DIR RC ARGS: the contract for a faulted run (ARGS: its command line); records
+# failures.
 fail() { N_FAILED=$((N_FAILED + 1)); echo "$1" >>"$FAILS"; }
 check_run() {
-    local cs=$1 kind=$2 n=$3 sweep=$4 dir=$5 rc=$6 why= lines fired
+    local cs=$1 kind=$2 n=$3 sweep=$4 dir=$5 rc=$6 args=$7 why= lines fired
     fired=$(awk '$1 == "fired" { print $2 }' "$dir/count" 2>/dev/null)
     if [ "$rc" -eq 124 ]; then why="timed out"
     elif [ "$rc" -gt 128 ]; then why="killed by signal $((rc - 128))"
     elif grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/err"; then why="sanitizer report"
     elif [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then why="exit $rc"
     elif [ "$rc" -eq 1 ]; then
-        # the error: one line, after the notes a command may print first (resuming)
-        grep -v '^attnlab: resuming ' "$dir/err" >"$dir/err1"
+        # the error: one line, after the notes and progress lines a command may print first (resuming, kvlab's
+        # "kvlab [2/6] ...")
+        grep -vE '^attnlab: (resuming |note: )|^[a-z]+ \[[0-9]+/[0-9]+\] ' "$dir/err" >"$dir/err1"
         lines=$(awk 'END { print NR }' "$dir/err1")
         if [ "$lines" -ne 1 ] || ! head -n 1 "$dir/err1" | grep -q '^attnlab: '; then why="not one 'attnlab: ' line"
         elif [ "${fired:-0}" -ge 1 ] && [ "$sweep" = alloc ] && ! grep -qi 'memory' "$dir/err"; then
@@ -153,29 +202,42 @@ check_run() {
         local f
         for f in "$dir"/OUT.*; do
             [ -e "$f" ] || continue
-            cmp -s "$f" "$WORK/before" || cmp -s "$f" "$WORK/ref/$(basename "$f")" ||
+            cmp -s "$f" "$WORK/before" || same_output "$f" "$WORK/ref/$(basename "$f")" ||
                 why="$(basename "$f") is neither the old file nor the complete new one"
         done
     fi
-    if [ -z "$why" ] && [ "$kind" = resume ]; then why=$(check_resumed "$dir/RUN" "$rc"); fi
+    if [ -z "$why" ] && [ "$kind" = new ]; then # nothing at NEW after a failure, the whole of it after a success
+        if [ "$rc" -ne 0 ]; then
+            [ ! -e "$dir/NEW" ] || why="a failed run left NEW"
+        else
+            local f
+            for f in model.safetensors config.json; do
+                cmp -s "$dir/NEW/$f" "$WORK/ref/NEW/$f" || why="NEW/$f differs from the fault-free run's"
+            done
+        fi
+    fi
+    if [ -z "$why" ] && [ "$kind" = resume ]; then why=$(check_resumed "$cs" "$args" "$dir/RUN"); fi
     if [ -n "$why" ]; then fail "$cs $sweep n=$n: $why | $(head -c 300 "$dir/err" | tr '\n' '|')"; return 1; fi
     return 0
 }
 
-# check_resumed RUN RC: after a faulted resume, the run directory still
-# evaluates, and resuming it without faults ends bit-equal to the reference.
+# check_resumed CASE ARGS RUN: after a faulted resume, the run directory RUN
+# still evaluates, and running the case's command ARGS (naming RUN) again
+# without faults ends bit-equal to its reference (a schedule the failed run
+# already recorded is the same schedule given again).
 check_resumed() {
-    local run=$1 f
+    local cs=$1 args=$2 run=$3 f
     if ! "$BIN" eval --model "$run" --data "$FX/short.txt" --context 16 >/dev/null 2>"$run.eval.err"; then
         echo "the run directory no longer evaluates: $(head -c 200 "$run.eval.err")"
         return
     fi
-    if ! "$BIN" train --resume --steps 8 --threads "$THREADS" --quiet --out "$run" >/dev/null 2>"$run.resume.err"; then
+    # shellcheck disable=SC2086
+    if ! "$BIN" $args >/dev/null 2>"$run.resume.err"; then
         echo "resume after the fault failed: $(head -c 200 "$run.resume.err")"
         return
     fi
     for f in model.safetensors train_state.safetensors config.json; do
-        cmp -s "$run/$f" "$FX/resumed/$f" || { echo "$f differs from the uninterrupted run after resuming"; return; }
+        cmp -s "$run/$f" "$FX/ref-$cs/$f" || { echo "$f differs from the uninterrupted run after resuming"; return; }
     done
 }
 
@@ -186,10 +248,11 @@ run_case() {
     mkdir -p "$dir"
     case $kind in
     resume) cp -r "$FX/mha" "$dir/RUN" ;;
-    cmd) for ext in png npy html; do cp "$WORK/before" "$dir/OUT.$ext"; done ;;
+    cmd) for ext in png npy html json csv; do cp "$WORK/before" "$dir/OUT.$ext"; done ;;
     esac
     args=${args//OUT/$dir/OUT}
     args=${args//RUN/$dir/RUN}
+    args=${args//NEW/$dir/NEW}
     local env=(ATTNLAB_FAULT_COUNT="$dir/count")
     [ "$sweep" = alloc ] && env+=(ATTNLAB_FAULT_ALLOC="$n")
     [ "$sweep" = write ] && env+=(ATTNLAB_FAULT_WRITE="$n" ATTNLAB_FAULT_ERRNO="$([ $((n % 2)) -eq 0 ] && echo EIO || echo ENOSPC)")
@@ -200,9 +263,10 @@ run_case() {
     if [ "$sweep" = none ]; then
         [ "$rc" -eq 0 ] || fail "$cs: fails without a fault (exit $rc): $(head -c 300 "$dir/err" | tr '\n' '|')"
         rm -rf "$WORK/ref" && mkdir -p "$WORK/ref" && cp "$dir"/OUT.* "$WORK/ref/" 2>/dev/null
+        [ "$kind" != new ] || cp -r "$dir/NEW" "$WORK/ref/NEW"
         return "$rc"
     fi
-    check_run "$cs" "$kind" "$n" "$sweep" "$dir" "$rc"
+    check_run "$cs" "$kind" "$n" "$sweep" "$dir" "$rc" "$args"
     LAST_RC=$rc
     return 0
 }

@@ -152,10 +152,13 @@ int al_kvf_sweep(al_kvf *f, const al_model *m, const char *model, const char *la
         p.fp32_bytes_per_token = (double)m->attn->cache_values_per_token(&m->cfg) * sizeof(float) * m->cfg.num_layers;
         al_eval_kv_result r;
         al_err e;
-        if (al_eval_decode(m, ids, n_ids, o->context, o->max_predictions, &p.kv, NULL, &r, &e)) {
-            if (p.kv.e.method == AL_KVE_NONE) return al_errf(err, "%s: %s: %s", model, meth[i].name, e.msg);
-            p.ok = 0; /* eviction the library does not (yet) do: reported, not drawn */
+        /* an eviction its rules refuse at this window is a point, reported and not drawn; a failure of the
+         * measurement itself (out of memory) stops the sweep, or the figure would silently lack the point */
+        if (al_kve_check(&p.kv.e, o->context, &e)) {
+            p.ok = 0;
             al_strfmt(p.why, sizeof p.why, "%s", e.msg);
+        } else if (al_eval_decode(m, ids, n_ids, o->context, o->max_predictions, &p.kv, NULL, &r, &e)) {
+            return al_errf(err, "%s: %s: %s", model, meth[i].name, e.msg);
         } else {
             p.predictions = r.count;
             p.bytes_per_token = r.kv_bytes_per_token;
@@ -190,11 +193,11 @@ static int *sorted_ok(const al_kvf_point *p, int np, int *n) {
     return idx;
 }
 
-void al_kvf_select(al_kvf *f) {
+int al_kvf_select(al_kvf *f, al_err *err) {
     int n;
     for (int i = 0; i < f->n; i++) f->p[i].pareto = f->p[i].hull = 0;
     int *idx = sorted_ok(f->p, f->n, &n);
-    if (!idx) return;
+    if (!idx) return al_errf(err, "out of memory for the frontier of %d points", f->n);
     /* Pareto: lower loss than every point of fewer (or as many) bytes */
     int np = 0;
     double best = INFINITY;
@@ -204,24 +207,24 @@ void al_kvf_select(al_kvf *f) {
             f->p[idx[i]].pareto = 1;
             idx[np++] = idx[i]; /* the Pareto points, by bytes */
         }
-    /* lower convex hull of the Pareto points in (log bytes, loss): monotone chain */
-    int *h = malloc(sizeof(int) * (size_t)(np > 0 ? np : 1)), nh = 0;
-    if (h) {
-        for (int i = 0; i < np; i++) {
-            const al_kvf_point *c = &f->p[idx[i]];
-            while (nh >= 2) {
-                const al_kvf_point *a = &f->p[h[nh - 2]], *b = &f->p[h[nh - 1]];
-                const double ax = log(a->bytes_per_token), bx = log(b->bytes_per_token), cx = log(c->bytes_per_token);
-                const double cross = (bx - ax) * (c->loss - a->loss) - (b->loss - a->loss) * (cx - ax);
-                if (cross > 0) break; /* b is below the chord a-c */
-                nh--;
-            }
-            h[nh++] = idx[i];
+    /* lower convex hull of the Pareto points in (log bytes, loss): monotone chain, its stack h in idx's own
+     * space (at point i the stack holds at most i entries, so it never overwrites a point not yet read) */
+    int *h = idx, nh = 0;
+    for (int i = 0; i < np; i++) {
+        const int ci = idx[i];
+        const al_kvf_point *c = &f->p[ci];
+        while (nh >= 2) {
+            const al_kvf_point *a = &f->p[h[nh - 2]], *b = &f->p[h[nh - 1]];
+            const double ax = log(a->bytes_per_token), bx = log(b->bytes_per_token), cx = log(c->bytes_per_token);
+            const double cross = (bx - ax) * (c->loss - a->loss) - (b->loss - a->loss) * (cx - ax);
+            if (cross > 0) break; /* b is below the chord a-c */
+            nh--;
         }
-        for (int i = 0; i < nh; i++) f->p[h[i]].hull = 1;
-        free(h);
+        h[nh++] = ci;
     }
+    for (int i = 0; i < nh; i++) f->p[h[i]].hull = 1;
     free(idx);
+    return 0;
 }
 
 int al_kvf_best_under(const al_kvf *f, double max_pct) {
@@ -317,45 +320,39 @@ int al_kvf_write_json(const al_kvf *f, const al_kvf_meta *meta, const char *path
     return rc;
 }
 
-/* A CSV field: quoted when it holds a comma, quote or newline. */
-static void csv_field(FILE *f, const char *s) {
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 /* A finite number with %.*g, or an empty field. */
-static void csv_num(FILE *f, double v, int digits) {
-    if (isfinite(v)) fprintf(f, ",%.*g", digits, v);
-    else fputc(',', f);
+static void csv_num(al_text *t, double v, int digits) {
+    if (isfinite(v))
+        al_text_printf(t, ",%.*g", digits, v);
+    else
+        al_text_printf(t, ",");
 }
 
 /* The CSV text of f (malloc'd into *text, *len); -1 when out of memory. */
 static int kvf_csv(const al_kvf *f, char **text, size_t *len) {
-    FILE *m = open_memstream(text, len);
-    if (!m) return -1;
-    fputs("model,design,method,quant,evict,budget,bytes_per_token,pct_of_mha_fp32,loss,perplexity,seconds,status\n", m);
+    al_text t = {0};
+    al_text_printf(&t, "model,design,method,quant,evict,budget,bytes_per_token,pct_of_mha_fp32,loss,perplexity,seconds,"
+                       "status\n");
     for (int i = 0; i < f->n; i++) {
         const al_kvf_point *p = &f->p[i];
-        csv_field(m, p->model);
-        fprintf(m, ",%s,", p->design);
-        csv_field(m, p->method);
-        fprintf(m, ",%s,%s,%.6g", quant_name(p), evict_name(p), p->kv.e.budget);
-        csv_num(m, p->bytes_per_token, 10);
-        csv_num(m, p->pct_of_mha_fp32, 8);
-        csv_num(m, p->loss, 8);
-        csv_num(m, p->perplexity, 8);
-        csv_num(m, p->seconds, 4);
-        fprintf(m, ",%s\n", p->ok ? "ok" : "refused");
+        al_text_csv_field(&t, p->model);
+        al_text_printf(&t, ",%s,", p->design);
+        al_text_csv_field(&t, p->method);
+        al_text_printf(&t, ",%s,%s,%.6g", quant_name(p), evict_name(p), p->kv.e.budget);
+        csv_num(&t, p->bytes_per_token, 10);
+        csv_num(&t, p->pct_of_mha_fp32, 8);
+        csv_num(&t, p->loss, 8);
+        csv_num(&t, p->perplexity, 8);
+        csv_num(&t, p->seconds, 4);
+        al_text_printf(&t, ",%s\n", p->ok ? "ok" : "refused");
     }
-    return fclose(m) ? -1 : 0;
+    if (t.oom) {
+        free(t.s);
+        return -1;
+    }
+    *text = t.s;
+    *len = t.len;
+    return 0;
 }
 
 /* png with its extension replaced by ext (".json"), malloc'd. */

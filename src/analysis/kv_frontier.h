@@ -101,16 +101,18 @@ double al_kvf_mha_fp32_bytes(const al_config *c);
 int al_kvf_check(const al_model *m, const al_kvf_method *meth, int n_meth, const al_kvf_opts *o, al_err *err);
 
 /* Scores ids[0, n_ids) with model m through each method (al_eval_decode)
- * and appends one point per method to f. A method with eviction that the
- * library refuses becomes a point with ok = 0; any other failure stops the
- * sweep: -1 with one line naming the model and method. */
+ * and appends one point per method to f. A method whose eviction the
+ * library's rules refuse at o's window (al_kve_check) becomes a point with
+ * ok = 0; any other failure, out of memory included, stops the sweep: -1
+ * with one line naming the model and method. */
 int al_kvf_sweep(al_kvf *f, const al_model *m, const char *model, const char *label, const int *ids, size_t n_ids,
                  const al_kvf_method *meth, int n_meth, const al_kvf_opts *o, al_err *err);
 
 /* Marks the frontier over every measured point: pareto (no point holds
  * fewer or as many bytes with a lower loss), hull (the Pareto points on the
- * lower convex hull in (log bytes, loss)). */
-void al_kvf_select(al_kvf *f);
+ * lower convex hull in (log bytes, loss)). 0, or -1 with one line when out
+ * of memory (the flags are then all 0, not to be written). */
+int al_kvf_select(al_kvf *f, al_err *err);
 /* The measured point with the lowest loss among those at most max_pct % of
  * an MHA fp32 cache (-1: none). */
 int al_kvf_best_under(const al_kvf *f, double max_pct);

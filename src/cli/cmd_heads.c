@@ -20,7 +20,6 @@
  * without that extension; the figure is STEM.png unless --out names one.
  */
 #include <cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,64 +162,33 @@ static char *report_json(const heads_run *r) {
 
 /* ---- CSV ---- */
 
-/* Appends printf-style text to a growing buffer; -1 when out of memory. */
-static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return -1;
-        if (*buf && *len + (size_t)k < *cap) {
-            *len += (size_t)k;
-            return 0;
-        }
-        size_t ncap = (*cap ? *cap * 2 : 4096) + (size_t)k;
-        char *nb = realloc(*buf, ncap);
-        if (!nb) return -1;
-        *buf = nb;
-        *cap = ncap;
-    }
-}
-
-/* A CSV field (RFC 4180): quoted when it holds a comma, quote or newline. */
-static int csv_field(char **buf, size_t *len, size_t *cap, const char *s) {
-    if (!strpbrk(s, ",\"\r\n")) return buf_printf(buf, len, cap, "%s", s);
-    int rc = buf_printf(buf, len, cap, "\"");
-    for (const char *p = s; *p && !rc; p++) rc = *p == '"' ? buf_printf(buf, len, cap, "\"\"") : buf_printf(buf, len, cap, "%c", *p);
-    return rc ? rc : buf_printf(buf, len, cap, "\"");
-}
-
 /* One row per model x layer; cumvar_k = variance share of the top k
  * components of the centred spectrum. NULL when out of memory. */
 static char *report_csv(const heads_run *r, size_t *len) {
-    char *b = NULL;
-    size_t cap = 0;
-    int rc = 0;
+    al_text t = {0};
     const int H = r->m[0].sim.H;
-    *len = 0;
-    rc |= buf_printf(&b, len, &cap, "model,title,attention,layer,erank_uncentered_pct,erank_pca_pct,mean_offdiag");
-    for (int k = 1; k <= H; k++) rc |= buf_printf(&b, len, &cap, ",cumvar_%d", k);
-    rc |= buf_printf(&b, len, &cap, "\n");
-    for (int i = 0; i < r->n && !rc; i++) {
+    al_text_printf(&t, "model,title,attention,layer,erank_uncentered_pct,erank_pca_pct,mean_offdiag");
+    for (int k = 1; k <= H; k++) al_text_printf(&t, ",cumvar_%d", k);
+    al_text_printf(&t, "\n");
+    for (int i = 0; i < r->n; i++) {
         const al_head_sim *s = &r->m[i].sim;
-        for (int l = 0; l < s->L && !rc; l++) {
+        for (int l = 0; l < s->L; l++) {
             const al_sim_metrics *m = &s->layer[l];
-            rc |= csv_field(&b, len, &cap, r->m[i].dir);
-            rc |= buf_printf(&b, len, &cap, ",");
-            rc |= csv_field(&b, len, &cap, r->m[i].title);
-            rc |= buf_printf(&b, len, &cap, ",%s,%d,%.10g,%.10g,%.10g", al_attn_name(r->m[i].cfg.attention), l,
-                             100.0 * m->erank_uncentered, 100.0 * m->erank_pca, m->mean_offdiag);
-            for (int k = 0; k < H; k++) rc |= buf_printf(&b, len, &cap, ",%.10g", m->cumvar[k]);
-            rc |= buf_printf(&b, len, &cap, "\n");
+            al_text_csv_field(&t, r->m[i].dir);
+            al_text_printf(&t, ",");
+            al_text_csv_field(&t, r->m[i].title);
+            al_text_printf(&t, ",%s,%d,%.10g,%.10g,%.10g", al_attn_name(r->m[i].cfg.attention), l,
+                           100.0 * m->erank_uncentered, 100.0 * m->erank_pca, m->mean_offdiag);
+            for (int k = 0; k < H; k++) al_text_printf(&t, ",%.10g", m->cumvar[k]);
+            al_text_printf(&t, "\n");
         }
     }
-    if (rc) {
-        free(b);
+    if (t.oom) {
+        free(t.s);
         return NULL;
     }
-    return b;
+    *len = t.len;
+    return t.s;
 }
 
 /* ---- outputs ---- */

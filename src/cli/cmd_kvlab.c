@@ -207,8 +207,8 @@ int cmd_kvlab(int argc, char **argv) {
     /* the context and predictions of the first model stand for the sweep's (they differ only when the models' do) */
     const al_kvf_meta meta = {methods, NULL, km && models.n ? km[0].T : 0, (int)group, (int)residual, (size_t)max_tokens};
     if (!rc) {
-        al_kvf_select(&f);
-        if (al_kvf_write_data(&f, &meta, figure, &err) || al_kvf_draw(&f, &meta, NULL, figure, &err))
+        if (al_kvf_select(&f, &err) || al_kvf_write_data(&f, &meta, figure, &err) ||
+            al_kvf_draw(&f, &meta, NULL, figure, &err))
             rc = cli_fail(cmd, err.msg);
     }
     if (!rc && json) {

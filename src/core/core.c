@@ -100,6 +100,57 @@ char *al_sprintf(const char *fmt, ...) {
     return s;
 }
 
+void al_text_vprintf(al_text *t, const char *fmt, va_list ap) {
+    if (t->oom) return;
+    for (;;) {
+        va_list again;
+        va_copy(again, ap);
+        int k = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, again);
+        va_end(again);
+        if (k < 0) {
+            t->oom = 1;
+            return;
+        }
+        if (t->s && t->len + (size_t)k < t->cap) {
+            t->len += (size_t)k;
+            return;
+        }
+        /* grow by doubling (appends stay linear overall), then print again */
+        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)k;
+        char *s = realloc(t->s, cap);
+        if (!s) {
+            t->oom = 1;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+}
+
+void al_text_printf(al_text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    al_text_vprintf(t, fmt, ap);
+    va_end(ap);
+}
+
+void al_text_csv_field(al_text *t, const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        al_text_printf(t, "%s", s);
+        return;
+    }
+    al_text_printf(t, "\"");
+    for (const char *p = s; *p; p++) {
+        if (*p == '"')
+            al_text_printf(t, "\"\"");
+        else
+            al_text_printf(t, "%c", *p);
+    }
+    al_text_printf(t, "\"");
+}
+
+const char *al_text_str(const al_text *t) { return t->s ? t->s : ""; }
+
 void *al_alloc(size_t bytes) {
     /* round up: aligned_alloc wants a multiple of the alignment */
     size_t n = (bytes + 63) & ~(size_t)63;

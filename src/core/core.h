@@ -42,6 +42,24 @@ int al_vstrfmt(char *buf, size_t cap, const char *fmt, va_list ap) __attribute__
  * NULL when out of memory. Free with free(). */
 char *al_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A growing text buffer for the text files and reports attnlab builds in
+ * memory before writing them whole (CSV, Markdown, HTML). Appends cannot
+ * fail where they are written: the first allocation that fails sets oom and
+ * every later append does nothing, so the writer checks oom once at the end.
+ * Start from {0}; s is NUL-terminated once anything was appended; free s. */
+typedef struct al_text {
+    char *s;
+    size_t len, cap;
+    int oom;
+} al_text;
+void al_text_printf(al_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void al_text_vprintf(al_text *t, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* Appends s as one CSV field (RFC 4180): quoted, with its quotes doubled,
+ * when it holds a comma, a quote or a line break. */
+void al_text_csv_field(al_text *t, const char *s);
+/* The text so far ("" for none). */
+const char *al_text_str(const al_text *t);
+
 /* 64-byte aligned allocation (zeroed); NULL on failure. Free with al_free. */
 void *al_alloc(size_t bytes);
 void al_free(void *p);

@@ -73,6 +73,15 @@ const char *al_http_query(const al_http_request *req, const char *name) {
     return NULL;
 }
 
+/* Closes the connection's socket and frees its reply; the slot is free again. */
+static void conn_close(al_http_conn *c) {
+    if (c->fd >= 0) close(c->fd);
+    free(c->out);
+    c->out = NULL;
+    c->fd = -1;
+    c->state = CONN_FREE;
+}
+
 /* Turns a connection into WRITE with the reply (its body is taken over);
  * HEAD sends the head only. A failed allocation drops the connection. */
 static void set_reply(al_http_conn *c, al_http_reply *r, int head_only) {
@@ -92,23 +101,17 @@ static void set_reply(al_http_conn *c, al_http_reply *r, int head_only) {
     r->body = NULL;
     c->out_len = c->out ? (size_t)n + body : 0;
     c->out_sent = 0;
-    c->state = c->out ? CONN_WRITE : CONN_FREE;
-    if (!c->out) {
-        close(c->fd);
-        c->fd = -1;
-    }
+    c->state = CONN_WRITE;
+    if (!c->out) conn_close(c);
 }
 
 /* A short text reply (errors). */
 static void reply_status(al_http_conn *c, int status, const char *text) {
     al_http_reply r = {0};
-    if (al_http_text(&r, status, NULL, text)) {
-        close(c->fd);
-        c->fd = -1;
-        c->state = CONN_FREE;
-        return;
-    }
-    set_reply(c, &r, 0);
+    if (al_http_text(&r, status, NULL, text))
+        conn_close(c);
+    else
+        set_reply(c, &r, 0);
 }
 
 /* The value of header `name` in the request head (lines after the first),
@@ -139,58 +142,55 @@ static int token_ok(const char *given, const char *token) {
     return d == 0;
 }
 
-/* The request head is complete in c->req: check it against every rule of
- * http_server.h, then hand it to the handler. */
-static void handle(al_http_server *s, al_http_conn *c) {
-    char *req = c->req, value[256];
+int al_http_answer(al_http_server *s, char *req, al_http_reply *reply, int *head_only) {
+    char value[256];
+    memset(reply, 0, sizeof *reply);
+    *head_only = 0;
     char *sp1 = strchr(req, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL, *eol = strstr(req, "\r\n");
-    if (!sp1 || !sp2 || !eol || sp2 > eol || strncmp(sp2 + 1, "HTTP/1.", 7)) {
-        reply_status(c, 400, "bad request line\n");
-        return;
-    }
+    if (!sp1 || !sp2 || !eol || sp2 > eol || strncmp(sp2 + 1, "HTTP/1.", 7))
+        return al_http_text(reply, 400, NULL, "bad request line\n");
     *sp1 = 0;
     *sp2 = 0;
-    const int head_only = !strcmp(req, "HEAD");
-    if (strcmp(req, "GET") && !head_only) {
-        reply_status(c, 405, "only GET\n");
-        return;
-    }
+    *head_only = !strcmp(req, "HEAD"); /* from here on, refusals to HEAD send their head only too */
+    if (strcmp(req, "GET") && !*head_only) return al_http_text(reply, 405, NULL, "only GET\n");
     const char *headers = eol; /* "\r\n" and the header lines */
     if ((header(headers, "Content-Length", value, sizeof value) && strcmp(value, "0")) ||
-        header(headers, "Transfer-Encoding", value, sizeof value)) {
-        reply_status(c, 413, "requests carry no body\n");
-        return;
-    }
-    if (!header(headers, "Host", value, sizeof value) || strcmp(value, s->host)) {
-        reply_status(c, 403, "wrong Host: this server answers only to its own address\n");
-        return;
-    }
+        header(headers, "Transfer-Encoding", value, sizeof value))
+        return al_http_text(reply, 413, NULL, "requests carry no body\n");
+    if (!header(headers, "Host", value, sizeof value) || strcmp(value, s->host))
+        return al_http_text(reply, 403, NULL, "wrong Host: this server answers only to its own address\n");
     al_http_request r = {.path = sp1 + 1};
-    char *q = strchr(sp1 + 1, '?');
+    char *q = strchr(sp1 + 1, '?'), *save = NULL;
     if (q) {
         *q++ = 0;
-        for (char *kv = strtok(q, "&"); kv && r.n_query < AL_HTTP_MAX_QUERY; kv = strtok(NULL, "&")) {
+        for (char *kv = strtok_r(q, "&", &save); kv && r.n_query < AL_HTTP_MAX_QUERY; kv = strtok_r(NULL, "&", &save)) {
             char *eq = strchr(kv, '=');
             if (eq) *eq = 0;
             r.query_name[r.n_query] = kv;
             r.query_value[r.n_query++] = eq ? eq + 1 : "";
         }
     }
-    if (!strcmp(r.path, "/favicon.ico")) { /* browsers ask on their own, without the token: nothing to give */
-        reply_status(c, 204, "");
-        return;
-    }
-    if (!token_ok(al_http_query(&r, "token"), s->token)) {
-        reply_status(c, 403, "missing or wrong token: open the address the program printed\n");
-        return;
-    }
-    al_http_reply reply = {0};
-    if (s->handler(s->ctx, &r, &reply)) {
-        free(reply.body);
-        reply_status(c, 500, "out of memory\n");
-        return;
+    if (!strcmp(r.path, "/favicon.ico")) /* browsers ask on their own, without the token: nothing to give */
+        return al_http_text(reply, 204, NULL, "");
+    if (!token_ok(al_http_query(&r, "token"), s->token))
+        return al_http_text(reply, 403, NULL, "missing or wrong token: open the address the program printed\n");
+    if (s->handler(s->ctx, &r, reply)) {
+        free(reply->body);
+        return al_http_text(reply, 500, NULL, "out of memory\n");
     }
     s->served++;
+    return 0;
+}
+
+/* The request head is complete in c->req: answer it, or drop the connection
+ * when not even a refusal could be allocated. */
+static void handle(al_http_server *s, al_http_conn *c) {
+    al_http_reply reply;
+    int head_only;
+    if (al_http_answer(s, c->req, &reply, &head_only)) {
+        conn_close(c);
+        return;
+    }
     set_reply(c, &reply, head_only);
 }
 
@@ -203,14 +203,6 @@ static int rate_ok(al_http_server *s) {
     if (s->bucket < 1) return 0;
     s->bucket -= 1;
     return 1;
-}
-
-static void conn_close(al_http_conn *c) {
-    if (c->fd >= 0) close(c->fd);
-    free(c->out);
-    c->out = NULL;
-    c->fd = -1;
-    c->state = CONN_FREE;
 }
 
 /* New connections: a free slot each (else 503), non-blocking. */

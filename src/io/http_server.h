@@ -88,6 +88,15 @@ int al_http_serve(al_http_server *s, volatile sig_atomic_t *stop, al_err *err);
 /* Closes the listening socket and frees the server; safe after a failed open. */
 void al_http_close(al_http_server *s);
 
+/* Answers one complete request head (request line and headers up to the
+ * blank line, NUL-terminated; split in place): checks it against the rules
+ * above (405, 413, 403, the bad request line 400, /favicon.ico's 204) and
+ * only then calls s->handler, counting it in s->served. Fills *reply (the
+ * caller frees reply->body) and *head_only (HEAD: send the head only).
+ * Returns 0, or -1 when not even a refusal's text could be allocated. The
+ * poll loop calls it; tests/fuzz/http.c calls it without sockets. */
+int al_http_answer(al_http_server *s, char *req, al_http_reply *reply, int *head_only);
+
 /* The value of query parameter `name`, or NULL. */
 const char *al_http_query(const al_http_request *req, const char *name);
 

@@ -136,7 +136,7 @@ int al_study_kv_frontier(const al_study_plan *plan, al_study_results *res, const
         tell_run(plan, res, h, k);
         if (run_points(plan, &res->lm[k], res, meth, n_meth, err)) return -1;
     }
-    al_kvf_select(&res->kv);
+    if (al_kvf_select(&res->kv, err)) return -1;
     const al_kvf_meta meta = {AL_KVF_STUDY_METHODS, NULL, res->kv_context, res->kv_group, res->kv_residual,
                               (size_t)res->kv_tokens};
     char *png = al_study_join(plan->out, "kv_frontier.png", err);

@@ -26,67 +26,22 @@
 #define NOISE_PCT 2.0 /* one seed: loss differences below this are not resolved */
 enum { MAX_FINDINGS = 16 };
 
-/* ---- a growing text buffer ---- */
-
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-/* Appends printf-style text, growing the buffer (oom set when it cannot). */
-static void sb_vprintf(sbuf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
-static void sb_vprintf(sbuf *b, const char *fmt, va_list ap) {
-    if (b->oom) return;
-    for (;;) {
-        va_list again;
-        va_copy(again, ap);
-        int k = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, again);
-        va_end(again);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->s && b->len + (size_t)k < b->cap) {
-            b->len += (size_t)k;
-            return;
-        }
-        size_t nc = (b->cap ? b->cap * 2 : 8192) + (size_t)k;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = nc;
-    }
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vprintf(b, fmt, ap);
-    va_end(ap);
-}
-
-/* The text so far ("" for none). */
-static const char *sb_str(const sbuf *b) { return b->s ? b->s : ""; }
+/* ---- text (al_text, core.h) ---- */
 
 /* Appends ", " or " and " before item i of a list of n. */
-static void sb_sep(sbuf *b, int i, int n) {
-    if (i > 0) sb_printf(b, "%s", i == n - 1 ? " and " : ", ");
+static void sb_sep(al_text *b, int i, int n) {
+    if (i > 0) al_text_printf(b, "%s", i == n - 1 ? " and " : ", ");
 }
 
 /* Text with &, <, >, " escaped for HTML. */
-static void sb_html(sbuf *b, const char *t) {
+static void sb_html(al_text *b, const char *t) {
     for (; *t; t++) {
         switch (*t) {
-        case '&': sb_printf(b, "&amp;"); break;
-        case '<': sb_printf(b, "&lt;"); break;
-        case '>': sb_printf(b, "&gt;"); break;
-        case '"': sb_printf(b, "&quot;"); break;
-        default: sb_printf(b, "%c", *t);
+        case '&': al_text_printf(b, "&amp;"); break;
+        case '<': al_text_printf(b, "&lt;"); break;
+        case '>': al_text_printf(b, "&gt;"); break;
+        case '"': al_text_printf(b, "&quot;"); break;
+        default: al_text_printf(b, "%c", *t);
         }
     }
 }
@@ -197,10 +152,10 @@ static void add_finding(findings *f, const char *fmt, ...) {
         f->too_many = 1;
         return;
     }
-    sbuf b = {0};
+    al_text b = {0};
     va_list ap;
     va_start(ap, fmt);
-    sb_vprintf(&b, fmt, ap);
+    al_text_vprintf(&b, fmt, ap);
     va_end(ap);
     if (b.oom || !b.s) {
         f->oom = 1;
@@ -211,7 +166,7 @@ static void add_finding(findings *f, const char *fmt, ...) {
 }
 
 /* Frees a list that went into findings, noting if it was cut short. */
-static void list_done(findings *f, sbuf *list) {
+static void list_done(findings *f, al_text *list) {
     f->oom |= list->oom;
     free(list->s);
 }
@@ -222,27 +177,27 @@ static void findings_free(findings *f) {
 
 /* Validation loss, best first (order: the designs present, n of them, by mean loss). */
 static void finding_ranking(const design_stats *d, const int *order, int n, int n_seeds, findings *f) {
-    sbuf rank = {0};
+    al_text rank = {0};
     for (int i = 0; i < n; i++) {
         char s[96];
         fmt_stat(s, sizeof s, &d[order[i]].loss, 3, 1, 0);
         sb_sep(&rank, i, n);
-        sb_printf(&rank, "%s %s", al_study_design_title(order[i]), s);
+        al_text_printf(&rank, "%s %s", al_study_design_title(order[i]), s);
     }
     add_finding(f, "Validation loss in nats/byte, best first%s: %s.",
-                n_seeds > 1 ? " (mean over seeds, range in brackets)" : "", sb_str(&rank));
+                n_seeds > 1 ? " (mean over seeds, range in brackets)" : "", al_text_str(&rank));
     list_done(f, &rank);
 }
 
 /* Every design against MHA, with the resolution rule. */
 static void finding_vs_mha(const design_stats *d, int n_seeds, findings *f) {
-    sbuf deltas = {0}, unres = {0}, res = {0}, tail = {0};
+    al_text deltas = {0}, unres = {0}, res = {0}, tail = {0};
     int n_un = 0, n_res = 0;
     for (int k = 1; k < AL_STUDY_DESIGNS; k++) {
         if (!d[k].first) continue;
-        sb_printf(&deltas, "%s%s %+.1f %%", deltas.len ? ", " : "", al_study_design_title(k), d[k].delta_pct);
-        sbuf *dst = d[k].resolved ? &res : &unres;
-        sb_printf(dst, "%s%s", dst->len ? ", " : "", al_study_design_title(k));
+        al_text_printf(&deltas, "%s%s %+.1f %%", deltas.len ? ", " : "", al_study_design_title(k), d[k].delta_pct);
+        al_text *dst = d[k].resolved ? &res : &unres;
+        al_text_printf(dst, "%s%s", dst->len ? ", " : "", al_study_design_title(k));
         if (d[k].resolved)
             n_res++;
         else
@@ -250,24 +205,24 @@ static void finding_vs_mha(const design_stats *d, int n_seeds, findings *f) {
     }
     if (n_seeds == 1) {
         if (n_un)
-            sb_printf(&tail, " Not resolved: %s %s within 2 %% of MHA and cannot be told apart from it here.",
-                      sb_str(&unres), n_un == 1 ? "is" : "are");
+            al_text_printf(&tail, " Not resolved: %s %s within 2 %% of MHA and cannot be told apart from it here.",
+                      al_text_str(&unres), n_un == 1 ? "is" : "are");
         if (n_res)
-            sb_printf(&tail,
+            al_text_printf(&tail,
                       " %s %s by more than 2 %%, but one seed cannot rule out noise for %s either; the standard budget "
                       "measures the spread over 3 seeds.",
-                      sb_str(&res), n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
+                      al_text_str(&res), n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
         add_finding(f,
                     "Against MHA: %s. With one seed per design, differences under ~%.0f %% are within run-to-run noise "
                     "at this scale and are not resolved.%s",
-                    sb_str(&deltas), NOISE_PCT, sb_str(&tail));
+                    al_text_str(&deltas), NOISE_PCT, al_text_str(&tail));
     } else {
-        sb_printf(&tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? sb_str(&res) : "", n_res ? "." : "",
-                  n_un ? " Not resolved (ranges overlap): " : "", n_un ? sb_str(&unres) : "");
+        al_text_printf(&tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? al_text_str(&res) : "", n_res ? "." : "",
+                  n_un ? " Not resolved (ranges overlap): " : "", n_un ? al_text_str(&unres) : "");
         add_finding(f,
                     "Against MHA: %s (means over %d seeds). A difference counts as resolved only when the two designs' "
                     "ranges over the seeds do not overlap.%s%s",
-                    sb_str(&deltas), n_seeds, sb_str(&tail), n_un ? "." : "");
+                    al_text_str(&deltas), n_seeds, al_text_str(&tail), n_un ? "." : "");
     }
     list_done(f, &deltas);
     list_done(f, &unres);
@@ -297,13 +252,13 @@ static void finding_paper(const design_stats *d, const int *order, int n, int n_
     if (worst != 2) {
         al_strfmt(mqa, sizeof mqa, "MQA is not the worst here: %s has the highest loss", al_study_design_title(worst));
     } else {
-        sbuf close = {0};
+        al_text close = {0};
         for (int k = 0; k < AL_STUDY_DESIGNS; k++)
             if (k != 2 && d[k].first && !resolved(&d[2].loss, &d[k].loss))
-                sb_printf(&close, "%s%s", close.len ? ", " : "", al_study_design_title(k));
+                al_text_printf(&close, "%s%s", close.len ? ", " : "", al_study_design_title(k));
         if (close.len)
             al_strfmt(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, but is not resolved from %s",
-                      sb_str(&close));
+                      al_text_str(&close));
         else
             al_strfmt(mqa, sizeof mqa, "MQA has the highest loss, as in the paper, %s",
                       n_seeds == 1 ? "more than 2 % above every other design (one seed)"
@@ -319,26 +274,26 @@ static void finding_paper(const design_stats *d, const int *order, int n, int n_
 /* Cache per token, decode speed and training throughput of the n designs present. */
 static void finding_cache_speed(const al_study_results *r, const design_stats *d, int n, findings *f) {
     const al_study_budget *b = r->budget;
-    sbuf kv = {0}, dec = {0}, tps = {0};
+    al_text kv = {0}, dec = {0}, tps = {0};
     for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
         if (!d[k].first) continue;
         sb_sep(&kv, i, n);
         sb_sep(&dec, i, n);
         sb_sep(&tps, i, n);
-        sb_printf(&kv, "%s %zu B (%.4g %%)", al_study_design_title(k), d[k].first->m.kv_bytes_per_token,
+        al_text_printf(&kv, "%s %zu B (%.4g %%)", al_study_design_title(k), d[k].first->m.kv_bytes_per_token,
                   d[k].first->m.kv_pct_of_mha);
-        sb_printf(&dec, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
-        sb_printf(&tps, "%s %.0f", al_study_design_title(k), r->speed[k].train_tokens_per_s);
+        al_text_printf(&dec, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
+        al_text_printf(&tps, "%s %.0f", al_study_design_title(k), r->speed[k].train_tokens_per_s);
         i++;
     }
-    add_finding(f, "KV cache per token (float32, all %d layers): %s.", d[0].first->cfg.num_layers, sb_str(&kv));
+    add_finding(f, "KV cache per token (float32, all %d layers): %s.", d[0].first->cfg.num_layers, al_text_str(&kv));
     add_finding(
         f,
         "Decode speed at a %d-token context (one thread), tokens/s: %s. Training throughput at batch %d x %d, tokens/s: %s. "
         "Both measured side by side after training (best of %d interleaved rounds, so every design had the same "
         "chances of a quiet machine); on a machine shared with other work, differences under ~10-20 %% are still "
         "noise.",
-        b->decode_context, sb_str(&dec), r->lm_opts.batch, r->lm_opts.context, sb_str(&tps), b->speed_rounds);
+        b->decode_context, al_text_str(&dec), r->lm_opts.batch, r->lm_opts.context, al_text_str(&tps), b->speed_rounds);
     list_done(f, &kv);
     list_done(f, &dec);
     list_done(f, &tps);
@@ -346,11 +301,11 @@ static void finding_cache_speed(const al_study_results *r, const design_stats *d
 
 /* Head diversity: the effective ranks of the n designs present. */
 static void finding_heads(const design_stats *d, int n, findings *f) {
-    sbuf er = {0};
+    al_text er = {0};
     for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
         if (!d[k].first) continue;
         sb_sep(&er, i++, n);
-        sb_printf(&er, "%s %.1f/%.1f", al_study_design_title(k), d[k].erank_u.mean, d[k].erank_p.mean);
+        al_text_printf(&er, "%s %.1f/%.1f", al_study_design_title(k), d[k].erank_u.mean, d[k].erank_p.mean);
     }
     double emin = INFINITY, emax = -INFINITY;
     for (int k = 0; k < AL_STUDY_DESIGNS; k++)
@@ -369,7 +324,7 @@ static void finding_heads(const design_stats *d, int n, findings *f) {
                 "Head diversity, effective rank of the layer-averaged head-similarity matrix as %% of the %d heads "
                 "(uncentered/PCA-based): %s.%s These models are small and briefly trained: read the ranks as "
                 "descriptive.",
-                d[0].first->cfg.num_heads, sb_str(&er), order_note);
+                d[0].first->cfg.num_heads, al_text_str(&er), order_note);
     list_done(f, &er);
 }
 
@@ -486,25 +441,25 @@ static double kv_delta_pct(const al_kvf *f, int i) {
 }
 
 /* "MLA int2 (37.8 bytes/token = 7.38 % of MHA fp32, loss 2.1234)" */
-static void kv_point_text(sbuf *b, const al_kvf_point *p) {
-    sb_printf(b, "%s %s (%.1f bytes/token = %.3g %% of MHA fp32, loss %.4f)", p->label, p->method, p->bytes_per_token,
+static void kv_point_text(al_text *b, const al_kvf_point *p) {
+    al_text_printf(b, "%s %s (%.1f bytes/token = %.3g %% of MHA fp32, loss %.4f)", p->label, p->method, p->bytes_per_token,
               p->pct_of_mha_fp32, p->loss);
 }
 
 /* What the frontier says, by fixed rules: the lowest loss under each bytes
  * threshold (where it changes), the lower convex hull, the best loss x bytes
  * trade, the noise caveat, the methods the library refused. */
-static void kv_conclusion(const al_study_results *r, sbuf *b) {
+static void kv_conclusion(const al_study_results *r, al_text *b) {
     const al_kvf *f = &r->kv;
-    sb_printf(b, "Lowest loss per byte at this scale: ");
+    al_text_printf(b, "Lowest loss per byte at this scale: ");
     for (int t = 0, last = -1, n = 0; t < AL_KVF_N_THRESHOLDS; t++) {
         const int i = al_kvf_best_under(f, al_kvf_thresholds[t]);
         if (i < 0 || i == last) continue;
-        sb_printf(b, "%sat most %g %% of the MHA fp32 cache, ", n++ ? "; " : "", al_kvf_thresholds[t]);
+        al_text_printf(b, "%sat most %g %% of the MHA fp32 cache, ", n++ ? "; " : "", al_kvf_thresholds[t]);
         kv_point_text(b, &f->p[i]);
         last = i;
     }
-    sb_printf(b, ". The lower convex hull in (log bytes, loss), the trades worth making, from most bytes to fewest: ");
+    al_text_printf(b, ". The lower convex hull in (log bytes, loss), the trades worth making, from most bytes to fewest: ");
     for (int i = 0, n = 0, last = -1; i < f->n; i++) { /* each round: the largest hull point below the last */
         int next = -1;
         for (int k = 0; k < f->n; k++)
@@ -512,15 +467,15 @@ static void kv_conclusion(const al_study_results *r, sbuf *b) {
                 (next < 0 || f->p[k].bytes_per_token > f->p[next].bytes_per_token))
                 next = k;
         if (next < 0) break;
-        sb_printf(b, "%s%s %s", n++ ? " \xe2\x86\x92 " : "", f->p[next].label, f->p[next].method);
+        al_text_printf(b, "%s%s %s", n++ ? " \xe2\x86\x92 " : "", f->p[next].label, f->p[next].method);
         last = next;
     }
     const int bt = al_kvf_best_trade(f);
     if (bt >= 0) {
-        sb_printf(b, ". Best loss x bytes trade: ");
+        al_text_printf(b, ". Best loss x bytes trade: ");
         kv_point_text(b, &f->p[bt]);
     }
-    sb_printf(b, ". Across designs, loss differences under %.0f %% are within one seed's run-to-run noise (see above); "
+    al_text_printf(b, ". Across designs, loss differences under %.0f %% are within one seed's run-to-run noise (see above); "
                  "within a design the compressions are compared on the same model and text.",
               NOISE_PCT);
     int n_ref = 0, why = -1;
@@ -529,10 +484,10 @@ static void kv_conclusion(const al_study_results *r, sbuf *b) {
         int seen = 0; /* each refused method once */
         for (int k = 0; k < i; k++) seen |= !f->p[k].ok && !strcmp(f->p[k].method, f->p[i].method);
         if (seen) continue;
-        sb_printf(b, "%s%s", n_ref++ ? ", " : " Not measured, refused by the library: ", f->p[i].method);
+        al_text_printf(b, "%s%s", n_ref++ ? ", " : " Not measured, refused by the library: ", f->p[i].method);
         why = i;
     }
-    if (why >= 0) sb_printf(b, " (%s).", f->p[why].why);
+    if (why >= 0) al_text_printf(b, " (%s).", f->p[why].why);
 }
 
 /* report.json's kv_frontier: settings, measured points, refusals, the
@@ -592,9 +547,9 @@ static cJSON *kv_json(const al_study_results *r) {
         cJSON_AddNumberToObject(q, "loss", f->p[bt].loss);
         cJSON_AddNumberToObject(q, "bytes_per_token", f->p[bt].bytes_per_token);
     }
-    sbuf c = {0};
+    al_text c = {0};
     kv_conclusion(r, &c);
-    cJSON_AddStringToObject(o, "conclusion", c.oom ? "" : sb_str(&c));
+    cJSON_AddStringToObject(o, "conclusion", c.oom ? "" : al_text_str(&c));
     free(c.s);
     return o;
 }
@@ -908,7 +863,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
 /* ---- report.md and report.html: one writer, two markups ---- */
 
 typedef struct doc {
-    sbuf b;
+    al_text b;
     int html;
 } doc;
 
@@ -916,23 +871,23 @@ static void d_text(doc *d, const char *t) {
     if (d->html)
         sb_html(&d->b, t);
     else
-        sb_printf(&d->b, "%s", t);
+        al_text_printf(&d->b, "%s", t);
 }
 
 static void d_heading(doc *d, int level, const char *t) {
     if (d->html) {
-        sb_printf(&d->b, "<h%d>", level);
+        al_text_printf(&d->b, "<h%d>", level);
         sb_html(&d->b, t);
-        sb_printf(&d->b, "</h%d>\n", level);
+        al_text_printf(&d->b, "</h%d>\n", level);
     } else {
-        sb_printf(&d->b, "\n%.*s %s\n\n", level, "######", t);
+        al_text_printf(&d->b, "\n%.*s %s\n\n", level, "######", t);
     }
 }
 
 static void d_para(doc *d, const char *t) {
-    sb_printf(&d->b, d->html ? "<p>" : "");
+    al_text_printf(&d->b, d->html ? "<p>" : "");
     d_text(d, t);
-    sb_printf(&d->b, d->html ? "</p>\n" : "\n\n");
+    al_text_printf(&d->b, d->html ? "</p>\n" : "\n\n");
 }
 
 /* A table: header cells, then rows via d_row; cells separated by '\t'. */
@@ -943,23 +898,23 @@ static void d_row(doc *d, const char *cells, int header) {
         return;
     }
     int n = 0;
-    sb_printf(&d->b, d->html ? "<tr>" : "|");
+    al_text_printf(&d->b, d->html ? "<tr>" : "|");
     for (char *c = copy, *tab; c; c = tab ? tab + 1 : NULL, n++) {
         tab = strchr(c, '\t');
         if (tab) *tab = 0;
         if (d->html) {
-            sb_printf(&d->b, header ? "<th>" : "<td>");
+            al_text_printf(&d->b, header ? "<th>" : "<td>");
             sb_html(&d->b, c);
-            sb_printf(&d->b, header ? "</th>" : "</td>");
+            al_text_printf(&d->b, header ? "</th>" : "</td>");
         } else {
-            sb_printf(&d->b, " %s |", c);
+            al_text_printf(&d->b, " %s |", c);
         }
     }
-    sb_printf(&d->b, d->html ? "</tr>\n" : "\n");
+    al_text_printf(&d->b, d->html ? "</tr>\n" : "\n");
     if (header && !d->html) {
-        sb_printf(&d->b, "|");
-        for (int i = 0; i < n; i++) sb_printf(&d->b, "---|");
-        sb_printf(&d->b, "\n");
+        al_text_printf(&d->b, "|");
+        for (int i = 0; i < n; i++) al_text_printf(&d->b, "---|");
+        al_text_printf(&d->b, "\n");
     }
     free(copy);
 }
@@ -968,38 +923,38 @@ enum { D_PARA, D_ROW, D_HEADER_ROW };
 /* A paragraph (D_PARA) or a table row (d_row) of printf-style text, of any length. */
 static void d_printf(doc *d, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void d_printf(doc *d, int kind, const char *fmt, ...) {
-    sbuf t = {0};
+    al_text t = {0};
     va_list ap;
     va_start(ap, fmt);
-    sb_vprintf(&t, fmt, ap);
+    al_text_vprintf(&t, fmt, ap);
     va_end(ap);
     if (t.oom)
         d->b.oom = 1;
     else if (kind == D_PARA)
-        d_para(d, sb_str(&t));
+        d_para(d, al_text_str(&t));
     else
-        d_row(d, sb_str(&t), kind == D_HEADER_ROW);
+        d_row(d, al_text_str(&t), kind == D_HEADER_ROW);
     free(t.s);
 }
 
-static void d_table_begin(doc *d) { sb_printf(&d->b, d->html ? "<table>\n" : ""); }
-static void d_table_end(doc *d) { sb_printf(&d->b, d->html ? "</table>\n" : "\n"); }
+static void d_table_begin(doc *d) { al_text_printf(&d->b, d->html ? "<table>\n" : ""); }
+static void d_table_end(doc *d) { al_text_printf(&d->b, d->html ? "</table>\n" : "\n"); }
 
 static void d_figure(doc *d, const al_study_figure *f) {
     if (d->html) {
-        sb_printf(&d->b, "<figure><a href=\"%s\"><img src=\"%s\" alt=\"", f->file, f->file);
+        al_text_printf(&d->b, "<figure><a href=\"%s\"><img src=\"%s\" alt=\"", f->file, f->file);
         sb_html(&d->b, f->file);
-        sb_printf(&d->b, "\"></a><figcaption><b>%s</b>: ", f->file);
+        al_text_printf(&d->b, "\"></a><figcaption><b>%s</b>: ", f->file);
         sb_html(&d->b, f->caption);
-        sb_printf(&d->b, " Data: ");
+        al_text_printf(&d->b, " Data: ");
         for (int j = 0; j < 3; j++)
-            if (f->data[j][0]) sb_printf(&d->b, "%s<a href=\"%s\">%s</a>", j ? ", " : "", f->data[j], f->data[j]);
-        sb_printf(&d->b, ".</figcaption></figure>\n");
+            if (f->data[j][0]) al_text_printf(&d->b, "%s<a href=\"%s\">%s</a>", j ? ", " : "", f->data[j], f->data[j]);
+        al_text_printf(&d->b, ".</figcaption></figure>\n");
     } else {
-        sb_printf(&d->b, "![%s](%s)\n\n*%s*: %s Data: ", f->file, f->file, f->file, f->caption);
+        al_text_printf(&d->b, "![%s](%s)\n\n*%s*: %s Data: ", f->file, f->file, f->file, f->caption);
         for (int j = 0, listed = 0; j < 3; j++)
-            if (f->data[j][0]) sb_printf(&d->b, "%s%s", listed++ ? ", " : "", f->data[j]);
-        sb_printf(&d->b, ".\n\n");
+            if (f->data[j][0]) al_text_printf(&d->b, "%s%s", listed++ ? ", " : "", f->data[j]);
+        al_text_printf(&d->b, ".\n\n");
     }
 }
 
@@ -1033,10 +988,10 @@ static void kv_section(doc *d, const al_study_results *r) {
                  p->pct_of_mha_fp32, p->loss, dl, p->hull ? "hull" : p->pareto ? "Pareto" : "");
     }
     d_table_end(d);
-    sbuf c = {0};
+    al_text c = {0};
     kv_conclusion(r, &c);
     if (c.oom) d->b.oom = 1;
-    else d_para(d, sb_str(&c));
+    else d_para(d, al_text_str(&c));
     free(c.s);
     d_figure(d, &r->kv_figure);
 }
@@ -1073,13 +1028,13 @@ static void conversions_doc(doc *d, const al_study_results *r) {
                  s[0], s[1], s[2], s[3], s[4]);
     }
     d_table_end(d);
-    sb_printf(&d->b, d->html ? "<ul>\n" : "");
+    al_text_printf(&d->b, d->html ? "<ul>\n" : "");
     for (int i = 0; i < n; i++) {
         const conv_stats *c = &cs[i];
         const double gap = c->uptrained.mean - c->scratch_long.mean;
-        sb_printf(&d->b, d->html ? "<li>" : "- ");
-        sbuf t = {0};
-        sb_printf(&t,
+        al_text_printf(&d->b, d->html ? "<li>" : "- ");
+        al_text t = {0};
+        al_text_printf(&t,
                   "%s (%.4g %% of MHA's cache): conversion changes the loss by %+.4f nats/byte from the MHA "
                   "source's (%.4f to %.4f); %d steps of uptraining bring it to %.4f, %.4f %s the same design trained from scratch for "
                   "%d steps (%.4f)%s.",
@@ -1087,11 +1042,11 @@ static void conversions_doc(doc *d, const al_study_results *r) {
                   c->source.mean, c->converted.mean, nu, c->uptrained.mean, fabs(gap), gap <= 0 ? "below" : "above",
                   nl, c->scratch_long.mean, c->n > 1 ? " (means over seeds)" : "");
         if (t.oom) d->b.oom = 1;
-        else d_text(d, sb_str(&t));
+        else d_text(d, al_text_str(&t));
         free(t.s);
-        sb_printf(&d->b, d->html ? "</li>\n" : "\n");
+        al_text_printf(&d->b, d->html ? "</li>\n" : "\n");
     }
-    sb_printf(&d->b, d->html ? "</ul>\n" : "\n");
+    al_text_printf(&d->b, d->html ? "</ul>\n" : "\n");
 }
 
 static void write_doc(doc *d, const al_study_results *r, const design_stats *ds, const vit_stats *vs,
@@ -1099,7 +1054,7 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
     const al_study_budget *b = r->budget;
     char s1[96], s2[96], s3[96]; /* a number with its range, or a count */
     if (d->html)
-        sb_printf(&d->b,
+        al_text_printf(&d->b,
                   "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>attnlab study: five KV "
                   "designs and two score functions</title>\n<style>\nbody{font-family:'DejaVu "
                   "Sans',Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
@@ -1117,13 +1072,13 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
              al_precision_name(study_precision(r)), al_precision_engine(), r->wall_s);
 
     d_heading(d, 2, "What the numbers show");
-    sb_printf(&d->b, d->html ? "<ul>\n" : "");
+    al_text_printf(&d->b, d->html ? "<ul>\n" : "");
     for (int i = 0; i < f->n; i++) {
-        sb_printf(&d->b, d->html ? "<li>" : "- ");
+        al_text_printf(&d->b, d->html ? "<li>" : "- ");
         d_text(d, f->text[i]);
-        sb_printf(&d->b, d->html ? "</li>\n" : "\n");
+        al_text_printf(&d->b, d->html ? "</li>\n" : "\n");
     }
-    sb_printf(&d->b, d->html ? "</ul>\n" : "\n");
+    al_text_printf(&d->b, d->html ? "</ul>\n" : "\n");
 
     d_heading(d, 2, "Language models: the five KV designs");
     fmt_count(s3, sizeof s3, (double)r->lm_opts.batch * r->lm_opts.context * r->lm_opts.steps);
@@ -1212,7 +1167,7 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
              "--warmup %d --lr %g --eval-every %d --eval-tokens %d --seed %llu --out DIR`.",
              r->out, b->name, r->lm_opts.context, r->lm_opts.batch, r->lm_opts.steps, r->lm_opts.warmup, r->lm_opts.lr,
              r->lm_opts.eval_every, r->lm_opts.eval_tokens, (unsigned long long)r->lm_opts.seed);
-    if (d->html) sb_printf(&d->b, "</body></html>\n");
+    if (d->html) al_text_printf(&d->b, "</body></html>\n");
 }
 
 /* Writes text[0..len) to DIR/NAME atomically. */

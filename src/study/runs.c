@@ -35,7 +35,11 @@ int al_train_state_step(const char *path, int *step, al_err *err) {
         for (int i = 7; i >= 0; i--) hl = hl << 8 | lenb[i];
         if (hl > 0 && hl < (1u << 24)) {
             char *h = malloc(hl + 1);
-            if (h && fread(h, 1, hl, f) == hl) {
+            if (!h) {
+                fclose(f);
+                return al_errf(err, "%s: out of memory for its %llu-byte header", path, (unsigned long long)hl);
+            }
+            if (fread(h, 1, hl, f) == hl) {
                 h[hl] = 0;
                 cJSON *j = cJSON_Parse(h);
                 const cJSON *v =

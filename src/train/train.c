@@ -641,9 +641,12 @@ int al_train_loop(al_train_opts *o, al_model *m, const al_task_hooks *h, al_err 
         al_errf(err, "%s: %s", log_path, strerror(errno));
         goto done;
     }
-    if (o->resume && o->schedule_changed) /* the change of schedule, in the log at the step it applies from */
+    if (o->resume && o->schedule_changed && /* the change of schedule, in the log at the step it applies from */
         fprintf(log, "{\"step\":%d,\"schedule\":{\"lr\":%.6g,\"warmup\":%d,\"min_lr_ratio\":%.6g,\"steps\":%d}}\n",
-                step, o->lr, o->warmup, o->min_lr_ratio, o->steps);
+                step, o->lr, o->warmup, o->min_lr_ratio, o->steps) < 0) {
+        al_errf(err, "%s: %s", log_path, strerror(errno ? errno : EIO));
+        goto done;
+    }
 
     al_train_progress init_eval = {.val_loss = NAN, .val_accuracy = NAN, .val_bpb = NAN};
     if (!o->resume && o->init_from[0]) { /* where the run starts: the source's loss on this run's data */

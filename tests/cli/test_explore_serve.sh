@@ -4,7 +4,8 @@
 #   - the server listens on 127.0.0.1 only, at the address it prints, and
 #     refuses another Host header (DNS rebinding), a missing or wrong token,
 #     paths that are not its routes ('..' included), oversized requests,
-#     bodies and methods other than GET, and more requests than its rate;
+#     bodies and methods other than GET or HEAD, and more requests than its
+#     rate; a HEAD request, answered or refused, gets the head only;
 #   - its routes give the exact float32 rows of `attnlab attnmap`'s NPY, display
 #     maps within the quantisation's bound, and the statistics of attnmap's JSON;
 #   - in headless Chromium (tests/browser/explore_check.py) the served page
@@ -107,7 +108,7 @@ assert mine == ["0100007F:%04X" % port], mine
 ' "${PORT:-0}"
 end
 
-begin "security: Host header, token, routes, '..', size, body, method (one request each)"
+begin "security: Host header, token, routes, '..', size, body, method (one request each); HEAD sends heads only"
 check_py "refusals" "$HTTP_PY"'
 port, token = int(sys.argv[1]), sys.argv[2]
 req0 = req
@@ -140,6 +141,18 @@ assert get(ok, extra="Transfer-Encoding: chunked\r\n") == 413, "a chunked body"
 assert req(("POST %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (ok, host)).encode())[0] == 405, "POST"
 assert req(b"garbage\r\n\r\n")[0] == 400, "no request line"
 assert get("/favicon.ico") == 204, "the browser icon is empty, no token needed"
+def head_of(raw):
+    """(status, Content-Length, bytes after the head) of a reply"""
+    st, data = req(raw)
+    top, _, rest = data.partition(b"\r\n\r\n")
+    length = [int(l.split(b":")[1]) for l in top.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+    return st, length[0], rest
+st, n_get, body = head_of(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (ok, host)).encode())
+assert st == 200 and n_get == len(body) > 0, (st, n_get, len(body))
+st, n, rest = head_of(("HEAD %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (ok, host)).encode())
+assert (st, n, rest) == (200, n_get, b""), ("HEAD: the head of the GET reply, no body", st, n, rest[:40])
+st, n, rest = head_of(("HEAD /api/map?layer=0&head=1 HTTP/1.1\r\nHost: %s\r\n\r\n" % host).encode())
+assert st == 403 and n > 0 and rest == b"", ("a refused HEAD: its head only", st, n, rest[:40])
 ' "$PORT" "$TOKEN"
 end
 

@@ -493,6 +493,37 @@ static void test_text(void) {
     CHECK(!strcmp(al_st_shape_str(shape, sizeof shape, 2, (const int64_t[]){3, 4}), "[3, 4]"));
 }
 
+/* al_text: appends grow the buffer past its first 4096 bytes and keep every
+ * byte; CSV fields are quoted exactly when RFC 4180 needs it; once oom is
+ * set, appends change nothing. */
+static void test_text_buffer(void) {
+    al_text t = {0};
+    CHECK(!strcmp(al_text_str(&t), "") && t.len == 0);
+    for (int i = 0; i < 3000; i++) al_text_printf(&t, "%d,", i % 10);
+    CHECK(!t.oom && t.len == 6000 && strlen(t.s) == 6000 && t.cap > t.len);
+    int ok = 1;
+    for (int i = 0; i < 3000; i++) ok &= t.s[2 * i] == '0' + i % 10 && t.s[2 * i + 1] == ',';
+    CHECK(ok);
+    free(t.s);
+    static const char *const fields[][2] = {
+        {"plain", "plain"}, {"", ""}, {"a,b", "\"a,b\""}, {"say \"hi\"", "\"say \"\"hi\"\"\""},
+        {"two\nlines", "\"two\nlines\""}, {"cr\r", "\"cr\r\""}, {"semi;colon", "semi;colon"}};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        al_text f = {0};
+        al_text_csv_field(&f, fields[i][0]);
+        CHECK_MSG(!f.oom && !strcmp(al_text_str(&f), fields[i][1]) && f.len == strlen(fields[i][1]), "%s -> %s",
+                  fields[i][0], al_text_str(&f));
+        free(f.s);
+    }
+    al_text full = {0};
+    al_text_printf(&full, "kept");
+    full.oom = 1; /* as after a failed allocation */
+    al_text_printf(&full, "%s", "dropped");
+    al_text_csv_field(&full, "x,y");
+    CHECK(full.len == 4 && !strcmp(full.s, "kept"));
+    free(full.s);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al_test_io.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -508,6 +539,7 @@ int main(void) {
     test_bf16();
     test_f16();
     test_text();
+    test_text_buffer();
     cleanup();
     return TEST_EXIT();
 }

@@ -122,6 +122,14 @@ static void test_sweep(void) {
     CHECK_MSG(fabs(ev->bytes_per_token - held / 40) < 1e-9, "h2o:0.5: %.6f bytes/token, closed form %.6f",
               ev->bytes_per_token, held / 40);
     CHECK(isfinite(ev->loss) && ev->loss > 0 && fabs(ev->loss - plain) < 0.2 * plain);
+    /* an eviction the rules refuse (a budget between 1 and 2) is a point with its reason, and the sweep goes on */
+    al_kvf_method odd[2] = {meth[4], meth[0]};
+    odd[0].kv.e.budget = 1.5;
+    CHECK(al_kvf_sweep(&f, &m, "dir/tiny", NULL, ids, (size_t)n_ids, odd, 2, &o, &err) == 0 && f.n == 7);
+    if (f.n == 7) {
+        CHECK_MSG(!f.p[5].ok && strstr(f.p[5].why, "--kv-budget") && isnan(f.p[5].loss), "%s", f.p[5].why);
+        CHECK(f.p[6].ok && f.p[6].loss == f.p[0].loss); /* f.p may have moved: no pointer kept across the sweep */
+    }
     al_kvf_free(&f);
     al_model_free(&m);
 }
@@ -149,7 +157,7 @@ static void test_select_and_write(void) {
     al_strfmt(r.why, sizeof r.why, "not implemented, \"yet\"");
     r.kv.e.method = AL_KVE_H2O, r.kv.e.budget = 0.5;
     CHECK(al_kvf_add(&f, &r, &err) == 0);
-    al_kvf_select(&f);
+    CHECK(al_kvf_select(&f, &err) == 0);
     static const int pareto[] = {0, 1, 1, 1, 1, 0, 0};
     for (int i = 0; i < 7; i++) CHECK_MSG(f.p[i].pareto == pareto[i], "point %d pareto %d", i, f.p[i].pareto);
     /* hull in (ln bytes, loss): 100/2.6, 300/2.1, 500/2.0; 200/2.5 lies above the chord from 100 to 300 */
