@@ -17,6 +17,7 @@ static int utf8_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80;
 /* An error message into msg[cap]. One that does not fit keeps its start and
  * its end around "..." (a long path is cut in its middle, and the reason at
  * the end of the line stays); without memory for the whole text, its start. */
+static void err_vformat(char *msg, size_t cap, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 static void err_vformat(char *msg, size_t cap, const char *fmt, va_list ap) {
     va_list again;
     va_copy(again, ap);

@@ -152,7 +152,7 @@ int al_http_answer(al_http_server *s, char *req, al_http_reply *reply, int *head
     *sp1 = 0;
     *sp2 = 0;
     *head_only = !strcmp(req, "HEAD"); /* from here on, refusals to HEAD send their head only too */
-    if (strcmp(req, "GET") && !*head_only) return al_http_text(reply, 405, NULL, "only GET\n");
+    if (strcmp(req, "GET") && !*head_only) return al_http_text(reply, 405, NULL, "only GET and HEAD\n");
     const char *headers = eol; /* "\r\n" and the header lines */
     if ((header(headers, "Content-Length", value, sizeof value) && strcmp(value, "0")) ||
         header(headers, "Transfer-Encoding", value, sizeof value))
