@@ -109,9 +109,11 @@ IMAGES
 "$PY" "$ROOT/tests/ref/make_hf_checkpoint.py" "$FX/hf" --family llama --dtype BF16 --shards 2 >/dev/null 2>"$WORK/setup.err" ||
     setup_fail "Hugging Face checkpoint: $(cat "$WORK/setup.err")"
 
-# ---- cases: NAME|KIND|ARGS (KIND: cmd = a command; train = a fresh run; resume = resuming FX/mha; new = a
-# command that makes the new directory NEW) ----
-# OUT in ARGS is the case's output path (pre-filled with known bytes before each run), with any extension. A resume case's
+# ---- cases: NAME|KIND|ARGS[|STRIDE] (KIND: cmd = a command; train = a fresh run; resume = resuming FX/mha;
+# new = a command that makes the new directory NEW; study = a study into RUN) ----
+# OUT in ARGS is the case's output path (pre-filled with known bytes before each run), with any extension.
+# STRIDE: the case's smallest stride (the study makes about 4,000 allocation calls and 800 write points in
+# about 3 s; every 25th keeps it to minutes). A resume case's
 # reference is its own command run without faults (FX/ref-NAME); resume-lr also changes the schedule, which
 # writes config.json and a log line before the first step.
 
@@ -125,6 +127,7 @@ CASE_LIST=(
     "train-vit|train|train --precision f32 --task vision --images $FX/img --patch 7 --layers 1 --hidden 32 --heads 2 --batch 8 --steps 2 --eval-every 2 --eval-images 16 --save-every 2 --threads $THREADS --quiet --out RUN"
     "convert|new|convert --model $FX/mha --to mla --calibration $FX/data.txt --calibration-tokens 256 --heldout-tokens 64 --batch 2 --threads $THREADS --out NEW"
     "kvlab|cmd|kvlab --model $FX/mha --model $FX/mla --data $FX/short.txt --methods none,int4,h2o:0.5 --context 16 --max-tokens 48 --threads $THREADS --out OUT.png"
+    "study|study|study --budget tiny --data $FX/data.txt --threads $THREADS --precision f32 --no-vision --out RUN|25"
     "eval|cmd|eval --model $FX/mha --data $FX/data.txt --context 16 --max-tokens 200 --logits OUT.npy"
     "generate|cmd|generate --model $FX/mha --prompt the -n 8 --temperature 0"
     "decode-mla|cmd|generate --model $FX/mla --prompt the -n 6 --temperature 0"
@@ -136,7 +139,7 @@ CASE_LIST=(
     "compare|cmd|compare --model $FX/mha --model $FX/lrkv --text $FX/short.txt --out OUT.png"
 )
 for entry in "${CASE_LIST[@]}"; do # the resume cases' references: step 4 -> 8 without faults
-    IFS='|' read -r cs kind args <<<"$entry"
+    IFS='|' read -r cs kind args _ <<<"$entry"
     [ "$kind" = resume ] && [[ $cs =~ $CASES ]] || continue
     cp -r "$FX/mha" "$FX/ref-$cs"
     # shellcheck disable=SC2086
@@ -181,9 +184,13 @@ check_run() {
     elif grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$dir/err"; then why="sanitizer report"
     elif [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then why="exit $rc"
     elif [ "$rc" -eq 1 ]; then
-        # the error: one line, after the notes and progress lines a command may print first (resuming, kvlab's
-        # "kvlab [2/6] ...")
-        grep -vE '^attnlab: (resuming |note: )|^[a-z]+ \[[0-9]+/[0-9]+\] ' "$dir/err" >"$dir/err1"
+        # the error: one line, after the notes and progress lines a command may print first (resuming, the
+        # precision used, kvlab's "kvlab [2/6] ...", the study's)
+        grep -vE '^attnlab: (resuming |note: |precision )|^[a-z]+ \[[0-9]+/[0-9]+\] ' "$dir/err" >"$dir/err1"
+        if [ "$kind" = study ]; then # the study's progress: "study: ...", "[run 1/5] ..."
+            grep '^attnlab: ' "$dir/err1" >"$dir/err2"
+            mv "$dir/err2" "$dir/err1"
+        fi
         lines=$(awk 'END { print NR }' "$dir/err1")
         if [ "$lines" -ne 1 ] || ! head -n 1 "$dir/err1" | grep -q '^attnlab: '; then why="not one 'attnlab: ' line"
         elif [ "${fired:-0}" -ge 1 ] && [ "$sweep" = alloc ] && ! grep -qi 'memory' "$dir/err"; then
@@ -217,6 +224,7 @@ check_run() {
         fi
     fi
     if [ -z "$why" ] && [ "$kind" = resume ]; then why=$(check_resumed "$cs" "$args" "$dir/RUN"); fi
+    if [ -z "$why" ] && [ "$kind" = study ]; then why=$(check_study "$args" "$dir/RUN" "$rc"); fi
     if [ -n "$why" ]; then fail "$cs $sweep n=$n: $why | $(head -c 300 "$dir/err" | tr '\n' '|')"; return 1; fi
     return 0
 }
@@ -239,6 +247,37 @@ check_resumed() {
     for f in model.safetensors train_state.safetensors config.json; do
         cmp -s "$run/$f" "$FX/ref-$cs/$f" || { echo "$f differs from the uninterrupted run after resuming"; return; }
     done
+}
+
+# check_study ARGS RUN RC: a study that failed (RC 1) completes when run again without faults, and the losses
+# and accuracies of its report.json are those of the study that never failed.
+check_study() {
+    local args=$1 run=$2 rc=$3
+    if [ "$rc" -ne 0 ]; then
+        # shellcheck disable=SC2086
+        if ! "$BIN" $args >/dev/null 2>"$run.again.err"; then
+            echo "the study run again after the fault failed: $(tail -n 1 "$run.again.err" | head -c 200)"
+            return
+        fi
+    fi
+    "$PY" - "$run/report.json" "$WORK/ref/report.json" <<'LOSSES' || echo "report.json's losses differ from the study that never failed"
+import json, sys
+def losses(path):
+    out = []
+    def walk(v, key):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, key + "." + k)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(x, "%s[%d]" % (key, i))
+        elif isinstance(v, (int, float)) and ("loss" in key or "accuracy" in key):
+            out.append((key, v))
+    walk(json.load(open(path)), "")
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+sys.exit(0 if a == b and len(a) > 0 else 1)
+LOSSES
 }
 
 # run_case NAME KIND ARGS SWEEP N: one run of the faulted binary in a fresh directory; returns its rc.
@@ -264,6 +303,7 @@ run_case() {
         [ "$rc" -eq 0 ] || fail "$cs: fails without a fault (exit $rc): $(head -c 300 "$dir/err" | tr '\n' '|')"
         rm -rf "$WORK/ref" && mkdir -p "$WORK/ref" && cp "$dir"/OUT.* "$WORK/ref/" 2>/dev/null
         [ "$kind" != new ] || cp -r "$dir/NEW" "$WORK/ref/NEW"
+        [ "$kind" != study ] || cp "$dir/RUN/report.json" "$WORK/ref/report.json"
         return "$rc"
     fi
     check_run "$cs" "$kind" "$n" "$sweep" "$dir" "$rc" "$args"
@@ -274,7 +314,7 @@ run_case() {
 # ---- the sweep ----
 
 for entry in "${CASE_LIST[@]}"; do
-    IFS='|' read -r cs kind args <<<"$entry"
+    IFS='|' read -r cs kind args min_stride <<<"$entry"
     [[ $cs =~ $CASES ]] || continue
     run_case "$cs" "$kind" "$args" none 0 || continue
     allocs=$(awk '$1 == "allocs" { print $2 }' "$WORK/run/count")
@@ -284,6 +324,7 @@ for entry in "${CASE_LIST[@]}"; do
         total=$allocs
         [ "$sweep" = write ] && total=$writes
         runs=0 errors=0 absorbed=0 before=$N_FAILED step=$STRIDE
+        [ "${min_stride:-1}" -le "$step" ] || step=$min_stride
         if [ "$MAX_RUNS" -gt 0 ] && [ $(((total + step - 1) / step)) -gt "$MAX_RUNS" ]; then
             step=$(((total + MAX_RUNS - 1) / MAX_RUNS))
         fi

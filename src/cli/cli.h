@@ -90,9 +90,11 @@ int cmd_study(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_kvlab(int argc, char **argv);
-/* `attnlab heads` on given models (cmd_heads.c), also used by `study`; titles may be NULL. */
+/* `attnlab heads` on given models (cmd_heads.c), also used by `study`; titles may be NULL. A failure is printed
+ * as the command's one line and its exit code returned; with err (the study, which reports it itself), it is
+ * written into err instead and 1 returned. */
 int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
-                const char *out);
+                const char *out, al_err *err);
 
 /* --weights S of the inference commands (weights.c): f32 (default) or bf16.
  * cli_weights_check refuses other values (usage error, before any loading);

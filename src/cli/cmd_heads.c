@@ -359,22 +359,35 @@ int cmd_heads(int argc, char **argv) {
         return cli_usage(cmd, "%d --title for %d --model: give one title per model or none", n_titles, n_dirs);
     if (!out) return cli_usage(cmd, "--out STEM is required");
     if ((rc = cli_precision(cmd, precision, "f32", &prec))) return rc;
-    rc = heads_write(cmd, dirs, n_titles ? titles : NULL, n_dirs, layer, out);
+    rc = heads_write(cmd, dirs, n_titles ? titles : NULL, n_dirs, layer, out, NULL);
     if (!rc) cli_precision_note(precision, prec); /* after the work: errors stay one line */
     return rc;
 }
 
+/* A failure of heads_write: printed (exit code 1, or 2 for a usage error), or into to_caller when the caller
+ * reports it (1). */
+static int heads_failed(const char *cmd, al_err *to_caller, int usage, const char *msg) {
+    if (to_caller) return al_errf(to_caller, "%s", msg), 1;
+    return usage ? cli_usage(cmd, "%s", msg) : cli_fail(cmd, msg);
+}
+
 int heads_write(const char *cmd, const char *const *dirs, const char *const *titles, int n_dirs, const char *layer,
-                const char *out) {
+                const char *out, al_err *to_caller) {
     const int n_titles = titles ? n_dirs : 0;
     heads_run run = {0};
+    al_err err;
     const size_t n_stem = out_stem_len(out);
-    if (!n_stem) return cli_usage(cmd, "--out needs a file name, got '%s'", out);
+    if (!n_stem) {
+        al_errf(&err, "--out needs a file name, got '%s'", out);
+        return heads_failed(cmd, to_caller, 1, err.msg);
+    }
     run.layer = -1;
     if (strcmp(layer, "mean")) {
         long v;
-        if (al_parse_int(layer, &v) || v < 0 || v > 1000000)
-            return cli_usage(cmd, "--layer needs a layer index (0, 1, ...) or 'mean', got '%s'", layer);
+        if (al_parse_int(layer, &v) || v < 0 || v > 1000000) {
+            al_errf(&err, "--layer needs a layer index (0, 1, ...) or 'mean', got '%s'", layer);
+            return heads_failed(cmd, to_caller, 1, err.msg);
+        }
         run.layer = (int)v;
     }
     {
@@ -389,15 +402,14 @@ int heads_write(const char *cmd, const char *const *dirs, const char *const *tit
     run.m = calloc((size_t)n_dirs, sizeof *run.m);
     if (!run.m || !run.figure) {
         free_run(&run);
-        return cli_fail(cmd, "out of memory");
+        return heads_failed(cmd, to_caller, 0, "out of memory");
     }
-    al_err err;
     for (int i = 0; i < n_dirs; i++) {
         heads_model *hm = &run.m[i];
         al_model m;
         if (al_model_load(&m, dirs[i], NULL, &err)) {
             free_run(&run);
-            return cli_fail(cmd, err.msg);
+            return heads_failed(cmd, to_caller, 0, err.msg);
         }
         hm->dir = dirs[i];
         hm->cfg = m.cfg;
@@ -406,24 +418,24 @@ int heads_write(const char *cmd, const char *const *dirs, const char *const *tit
         hm->title = n_titles ? titles[i] : hm->design_title;
         int bad = 0;
         if (i > 0 && m.cfg.num_heads != run.m[0].cfg.num_heads)
-            bad = cli_failf(cmd, "models have different head counts (%s: %d, %s: %d); the matrices must share one shape",
-                            dirs[0], run.m[0].cfg.num_heads, dirs[i], m.cfg.num_heads);
+            bad = al_errf(&err, "models have different head counts (%s: %d, %s: %d); the matrices must share one shape",
+                          dirs[0], run.m[0].cfg.num_heads, dirs[i], m.cfg.num_heads);
         else if (run.layer >= m.cfg.num_layers)
-            bad = cli_failf(cmd, "layer %d does not exist in %s (layers 0..%d)", run.layer, dirs[i], m.cfg.num_layers - 1);
+            bad = al_errf(&err, "layer %d does not exist in %s (layers 0..%d)", run.layer, dirs[i], m.cfg.num_layers - 1);
         else if (al_head_sim_compute(&m, &hm->sim, &err))
-            bad = cli_failf(cmd, "%s: %s", dirs[i], err.msg);
+            bad = al_err_prefix(&err, "%s", dirs[i]);
         al_model_free(&m);
         if (bad) {
             run.n = i; /* hm->sim is empty on every failure path */
             free_run(&run);
-            return 1;
+            return heads_failed(cmd, to_caller, 0, err.msg);
         }
         run.n = i + 1;
     }
 
     if (write_outputs(&run, &err) || draw_heads_figure(&run, &err)) {
         free_run(&run);
-        return cli_fail(cmd, err.msg);
+        return heads_failed(cmd, to_caller, 0, err.msg);
     }
     print_table(&run);
     if (run.layer < 0)

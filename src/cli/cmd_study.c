@@ -147,7 +147,7 @@ static void show(void *ctx, const al_study_progress *p) {
 static int draw_heads(void *ctx, const char *const *dirs, int n, const char *path, al_err *err) {
     (void)ctx;
     fflush(stdout);
-    return heads_write(CMD, dirs, NULL, n, "mean", path) ? al_errf(err, "heads.png failed (see above)") : 0;
+    return heads_write(CMD, dirs, NULL, n, "mean", path, err) ? -1 : 0;
 }
 
 /* The short table printed at the end. */

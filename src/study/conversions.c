@@ -312,9 +312,10 @@ int al_study_conv_prepare(const al_study_plan *p, al_plan_run *r, al_err *err) {
         if (al_study_conv_needed(r)) rc = convert_source(p, r, err);
         if (!rc) r->conv_redo = 0;
         al_lm_measure m;
-        if (!rc && al_study_load_lm_measure(r->conv_dir, 0, &m) &&
-            (al_study_measure_lm(r->conv_dir, &p->corpus, p->budget->lm_final_eval_tokens, &m, err) ||
-             al_study_save_lm_measure(r->conv_dir, &m, err)))
+        const int got = rc ? 0 : al_study_load_lm_measure(r->conv_dir, 0, &m, err);
+        if (got < 0 || (got > 0 && (al_study_measure_lm(r->conv_dir, &p->corpus, p->budget->lm_final_eval_tokens, &m,
+                                                        err) ||
+                                    al_study_save_lm_measure(r->conv_dir, &m, err))))
             rc = -1;
         if (!rc) rc = al_config_load_dir(&r->opts.model, r->conv_dir, NULL, err);
     }
@@ -327,7 +328,7 @@ int al_study_conv_prepare(const al_study_plan *p, al_plan_run *r, al_err *err) {
 /* The validation loss of the measured run in dir trained `steps` steps. */
 static int loss_of(const char *dir, int steps, double *loss, al_err *err) {
     al_lm_measure m;
-    if (al_study_load_lm_measure(dir, steps, &m)) return al_errf(err, "%s: measurements missing", dir);
+    if (al_study_measured(al_study_load_lm_measure(dir, steps, &m, err), dir, err)) return -1;
     *loss = m.val_loss;
     return 0;
 }
@@ -344,7 +345,7 @@ int al_study_conv_collect(const al_study_plan *p, al_study_results *res, al_err 
         al_lm_measure conv;
         c->design = up->design, c->seed = up->seed;
         if (scratch < 0 || lng->conv_kind != AL_CONV_SCRATCH) return al_errf(err, "conversions: the plan is out of order");
-        if (al_study_load_lm_measure(up->conv_dir, 0, &conv)) return al_errf(err, "%s: measurements missing", up->conv_dir);
+        if (al_study_measured(al_study_load_lm_measure(up->conv_dir, 0, &conv, err), up->conv_dir, err)) return -1;
         c->kv_pct_of_mha = conv.kv_pct_of_mha;
         c->loss_converted = conv.val_loss;
         if (loss_of(src->dir, src->opts.steps, &c->loss_source, err) ||

@@ -538,14 +538,20 @@ static int save_measure(const char *dir, cJSON *j, al_err *err) {
 
 /* DIR/measure.json if it is of `kind` and `steps`; NULL otherwise (also
  * when out of memory: the run is measured again). */
-static cJSON *load_measure(const char *dir, const char *kind, int steps) {
+/* DIR/measure.json as JSON when it is there and of this kind and step count
+ * (*got 0); else NULL with *got 1 (no usable cache), or -1 with err when the
+ * file is there but could not be read (out of memory, an I/O error). */
+static cJSON *load_measure(const char *dir, const char *kind, int steps, int *got, al_err *err) {
     char *text;
     size_t len;
-    al_err err;
-    char *path = al_study_join(dir, "measure.json", &err);
-    const int readable = path && access(path, F_OK) == 0 && !al_read_file(path, &text, &len, &err);
+    char *path = al_study_join(dir, "measure.json", err);
+    *got = -1;
+    if (!path) return NULL;
+    const int there = access(path, F_OK) == 0, unread = there && al_read_file(path, &text, &len, err);
     free(path);
-    if (!readable) return NULL;
+    if (unread) return NULL;
+    *got = 1;
+    if (!there) return NULL;
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind"), *s = cJSON_GetObjectItemCaseSensitive(j, "steps");
@@ -553,7 +559,12 @@ static cJSON *load_measure(const char *dir, const char *kind, int steps) {
         cJSON_Delete(j);
         return NULL;
     }
+    *got = 0;
     return j;
+}
+
+int al_study_measured(int got, const char *dir, al_err *err) {
+    return got > 0 ? al_errf(err, "%s: measurements missing", dir) : got;
 }
 
 int al_study_save_lm_measure(const char *dir, const al_lm_measure *m, al_err *err) {
@@ -566,9 +577,10 @@ int al_study_save_lm_measure(const char *dir, const al_lm_measure *m, al_err *er
     return save_measure(dir, j, err);
 }
 
-int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m) {
-    cJSON *j = load_measure(dir, "lm", steps);
-    if (!j) return -1;
+int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m, al_err *err) {
+    int got;
+    cJSON *j = load_measure(dir, "lm", steps, &got, err);
+    if (!j) return got;
     int ok = 1;
     memset(m, 0, sizeof *m);
     m->steps = steps;
@@ -589,7 +601,7 @@ int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m) {
     }
     LM_FIELDS(GET)
     cJSON_Delete(j);
-    return ok ? 0 : -1;
+    return ok ? 0 : 1;
 }
 
 int al_study_save_vit_measure(const char *dir, const al_vit_measure *m, al_err *err) {
@@ -602,16 +614,17 @@ int al_study_save_vit_measure(const char *dir, const al_vit_measure *m, al_err *
     return save_measure(dir, j, err);
 }
 
-int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m) {
-    cJSON *j = load_measure(dir, "vision", steps);
-    if (!j) return -1;
+int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m, al_err *err) {
+    int got;
+    cJSON *j = load_measure(dir, "vision", steps, &got, err);
+    if (!j) return got;
     int ok = 1;
     memset(m, 0, sizeof *m);
     m->steps = steps;
     VIT_FIELDS(GET)
 #undef GET
     cJSON_Delete(j);
-    return ok ? 0 : -1;
+    return ok ? 0 : 1;
 }
 
 /* ---- Fashion-MNIST subset ---- */

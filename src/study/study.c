@@ -168,8 +168,8 @@ static double nominal_left(const al_study_plan *p, int i) {
     else {
         al_lm_measure lm;
         al_vit_measure vm;
-        int have = r->vision ? !al_study_load_vit_measure(r->opts.out, r->opts.steps, &vm)
-                             : !al_study_load_lm_measure(r->opts.out, r->opts.steps, &lm);
+        int have = r->vision ? !al_study_load_vit_measure(r->opts.out, r->opts.steps, &vm, NULL)
+                             : !al_study_load_lm_measure(r->opts.out, r->opts.steps, &lm, NULL); /* an estimate only */
         if (!have) t += measure_s;
     }
     return t;
@@ -207,11 +207,13 @@ static int measure_run(const al_study_plan *p, const al_plan_run *r, al_err *err
     const al_train_opts *o = &r->opts;
     if (r->vision) {
         al_vit_measure m;
-        if (!al_study_load_vit_measure(o->out, o->steps, &m)) return 0;
+        const int got = al_study_load_vit_measure(o->out, o->steps, &m, err);
+        if (got <= 0) return got;
         return al_study_measure_vit(o->out, o->steps, &m, err) || al_study_save_vit_measure(o->out, &m, err);
     }
     al_lm_measure m;
-    if (!al_study_load_lm_measure(o->out, o->steps, &m)) return 0;
+    const int got = al_study_load_lm_measure(o->out, o->steps, &m, err);
+    if (got <= 0) return got;
     if (al_study_measure_lm(o->out, &p->corpus, p->budget->lm_final_eval_tokens, &m, err)) return -1;
     m.steps = o->steps;
     return al_study_save_lm_measure(o->out, &m, err);
@@ -304,9 +306,10 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
             al_study_vit_run *v = &res->vit[res->n_vit];
             v->poly = r->poly, v->seed = r->seed, v->precision = o->precision;
             if (al_study_set_path(v->dir, sizeof v->dir, "run directory", err, "%s", o->out)) return -1;
-            if (al_config_load_dir(&v->cfg, o->out, NULL, err) || al_study_load_vit_measure(o->out, o->steps, &v->m) ||
+            if (al_config_load_dir(&v->cfg, o->out, NULL, err) ||
+                al_study_measured(al_study_load_vit_measure(o->out, o->steps, &v->m, err), o->out, err) ||
                 al_run_log_read(o->out, &v->log, err))
-                return al_errf(err, "%s: measurements or log missing", o->out);
+                return -1;
             al_score_title(&v->cfg, v->title, sizeof v->title);
             v->train_images_per_s = v->log.items_per_s;
             v->train_seconds = o->steps * o->batch / (v->log.items_per_s > 0 ? v->log.items_per_s : 1);
@@ -315,9 +318,10 @@ static int collect(const al_study_plan *p, al_study_results *res, al_err *err) {
             al_study_lm_run *l = &res->lm[res->n_lm];
             l->design = r->design, l->seed = r->seed, l->precision = o->precision;
             if (al_study_set_path(l->dir, sizeof l->dir, "run directory", err, "%s", o->out)) return -1;
-            if (al_config_load_dir(&l->cfg, o->out, NULL, err) || al_study_load_lm_measure(o->out, o->steps, &l->m) ||
+            if (al_config_load_dir(&l->cfg, o->out, NULL, err) ||
+                al_study_measured(al_study_load_lm_measure(o->out, o->steps, &l->m, err), o->out, err) ||
                 al_run_log_read(o->out, &l->log, err))
-                return al_errf(err, "%s: measurements or log missing", o->out);
+                return -1;
             l->train_tokens_per_s = l->log.tokens_per_s;
             l->train_seconds =
                 (double)o->steps * o->batch * o->context / (l->log.tokens_per_s > 0 ? l->log.tokens_per_s : 1);

@@ -314,12 +314,18 @@ typedef struct al_vit_measure {
 int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err *err);
 
 /* measure.json in a run directory: cached measurements, so a resumed study
- * does not measure finished runs again. Load returns -1 when the file is
- * missing, unreadable or for another number of steps. */
+ * does not measure finished runs again. Load returns 0 with *m filled; 1
+ * when there is no usable cache (no file, another kind or number of steps,
+ * a value that does not fit its field); -1 with one line in err when the
+ * file is there but could not be read (out of memory, an I/O error), which
+ * must not pass for a missing cache. */
 int al_study_save_lm_measure(const char *dir, const al_lm_measure *m, al_err *err);
-int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m);
+int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m, al_err *err);
 int al_study_save_vit_measure(const char *dir, const al_vit_measure *m, al_err *err);
-int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m);
+int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m, al_err *err);
+/* Where the measurements must be there: a load's result got as 0, or -1
+ * with err (the load's reason, or that dir has none). */
+int al_study_measured(int got, const char *dir, al_err *err);
 
 /* Writes the first n_train training and n_test test images (and labels) of
  * the Fashion-MNIST files in src_dir (NULL: the Debian package's) as plain

@@ -25,7 +25,7 @@ echo "$out" | sed 's/^/    /'
 [ "$rc" -eq 0 ] || note "the sweep failed ($(echo "$out" | tail -n 1))"
 echo "$out" | grep -qE '^[0-9]+ runs, 0 failed$' || note "no summary line"
 runs=$(echo "$out" | sed -n 's/^\([0-9]*\) runs, .*/\1/p')
-[ "${runs:-0}" -ge 100 ] || note "only ${runs:-0} runs" # 18 cases: 18 x 6 allocation + 12 x 6 write runs, and each case's fault-free one
+[ "${runs:-0}" -ge 100 ] || note "only ${runs:-0} runs" # 19 cases: 19 x 6 allocation + 13 x 6 write runs, and each case's fault-free one
 end
 
 begin "5 kill -9 trials: every resumed run ends bit-equal to an uninterrupted one"
