@@ -113,9 +113,9 @@ IMAGES
 # new = a command that makes the new directory NEW; study = a study into RUN) ----
 # OUT in ARGS is the case's output path (pre-filled with known bytes before each run), with any extension.
 # STRIDE: the case's smallest stride (the study makes about 4,000 allocation calls and 800 write points in
-# about 3 s; every 25th keeps it to minutes). A resume case's
-# reference is its own command run without faults (FX/ref-NAME); resume-lr also changes the schedule, which
-# writes config.json and a log line before the first step.
+# about 3 s; every 25th keeps it to minutes). A resume case's reference is its own command run without faults
+# (FX/ref-NAME); resume-lr also changes the schedule, which writes config.json and a log line before the first
+# step.
 
 CASE_LIST=(
     "load-info|cmd|info --model $FX/mha"

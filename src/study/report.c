@@ -29,12 +29,12 @@ enum { MAX_FINDINGS = 16 };
 /* ---- text (al_text, core.h) ---- */
 
 /* Appends ", " or " and " before item i of a list of n. */
-static void sb_sep(al_text *b, int i, int n) {
+static void text_sep(al_text *b, int i, int n) {
     if (i > 0) al_text_printf(b, "%s", i == n - 1 ? " and " : ", ");
 }
 
 /* Text with &, <, >, " escaped for HTML. */
-static void sb_html(al_text *b, const char *t) {
+static void text_html(al_text *b, const char *t) {
     for (; *t; t++) {
         switch (*t) {
         case '&': al_text_printf(b, "&amp;"); break;
@@ -181,7 +181,7 @@ static void finding_ranking(const design_stats *d, const int *order, int n, int 
     for (int i = 0; i < n; i++) {
         char s[96];
         fmt_stat(s, sizeof s, &d[order[i]].loss, 3, 1, 0);
-        sb_sep(&rank, i, n);
+        text_sep(&rank, i, n);
         al_text_printf(&rank, "%s %s", al_study_design_title(order[i]), s);
     }
     add_finding(f, "Validation loss in nats/byte, best first%s: %s.",
@@ -277,9 +277,9 @@ static void finding_cache_speed(const al_study_results *r, const design_stats *d
     al_text kv = {0}, dec = {0}, tps = {0};
     for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
         if (!d[k].first) continue;
-        sb_sep(&kv, i, n);
-        sb_sep(&dec, i, n);
-        sb_sep(&tps, i, n);
+        text_sep(&kv, i, n);
+        text_sep(&dec, i, n);
+        text_sep(&tps, i, n);
         al_text_printf(&kv, "%s %zu B (%.4g %%)", al_study_design_title(k), d[k].first->m.kv_bytes_per_token,
                   d[k].first->m.kv_pct_of_mha);
         al_text_printf(&dec, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
@@ -304,7 +304,7 @@ static void finding_heads(const design_stats *d, int n, findings *f) {
     al_text er = {0};
     for (int k = 0, i = 0; k < AL_STUDY_DESIGNS; k++) {
         if (!d[k].first) continue;
-        sb_sep(&er, i++, n);
+        text_sep(&er, i++, n);
         al_text_printf(&er, "%s %.1f/%.1f", al_study_design_title(k), d[k].erank_u.mean, d[k].erank_p.mean);
     }
     double emin = INFINITY, emax = -INFINITY;
@@ -869,7 +869,7 @@ typedef struct doc {
 
 static void d_text(doc *d, const char *t) {
     if (d->html)
-        sb_html(&d->b, t);
+        text_html(&d->b, t);
     else
         al_text_printf(&d->b, "%s", t);
 }
@@ -877,7 +877,7 @@ static void d_text(doc *d, const char *t) {
 static void d_heading(doc *d, int level, const char *t) {
     if (d->html) {
         al_text_printf(&d->b, "<h%d>", level);
-        sb_html(&d->b, t);
+        text_html(&d->b, t);
         al_text_printf(&d->b, "</h%d>\n", level);
     } else {
         al_text_printf(&d->b, "\n%.*s %s\n\n", level, "######", t);
@@ -904,7 +904,7 @@ static void d_row(doc *d, const char *cells, int header) {
         if (tab) *tab = 0;
         if (d->html) {
             al_text_printf(&d->b, header ? "<th>" : "<td>");
-            sb_html(&d->b, c);
+            text_html(&d->b, c);
             al_text_printf(&d->b, header ? "</th>" : "</td>");
         } else {
             al_text_printf(&d->b, " %s |", c);
@@ -943,9 +943,9 @@ static void d_table_end(doc *d) { al_text_printf(&d->b, d->html ? "</table>\n" :
 static void d_figure(doc *d, const al_study_figure *f) {
     if (d->html) {
         al_text_printf(&d->b, "<figure><a href=\"%s\"><img src=\"%s\" alt=\"", f->file, f->file);
-        sb_html(&d->b, f->file);
+        text_html(&d->b, f->file);
         al_text_printf(&d->b, "\"></a><figcaption><b>%s</b>: ", f->file);
-        sb_html(&d->b, f->caption);
+        text_html(&d->b, f->caption);
         al_text_printf(&d->b, " Data: ");
         for (int j = 0; j < 3; j++)
             if (f->data[j][0]) al_text_printf(&d->b, "%s<a href=\"%s\">%s</a>", j ? ", " : "", f->data[j], f->data[j]);

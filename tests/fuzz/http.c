@@ -123,7 +123,7 @@ static void check_route(const al_http_reply *r) {
             reached_q < 0 || reached_q >= FUZZ_T)
             abort(); /* a 200 for parameters out of range */
         unsigned char raw[4 * FUZZ_T + 3];
-        if (r->len > sizeof raw / 3 * 4 + 4) abort();
+        if (r->len > sizeof raw / 3 * 4) abort(); /* longer than any row: and it would not fit raw */
         long n = unbase64(r->body, r->len, raw);
         if (n != 4 * (reached_q + 1)) abort(); /* causal: keys 0..q */
         static float P[FUZZ_T * FUZZ_T];
