@@ -367,7 +367,10 @@ int cmd_heads(int argc, char **argv) {
 /* A failure of heads_write: printed (exit code 1, or 2 for a usage error), or into to_caller when the caller
  * reports it (1). */
 static int heads_failed(const char *cmd, al_err *to_caller, int usage, const char *msg) {
-    if (to_caller) return al_errf(to_caller, "%s", msg), 1;
+    if (to_caller) {
+        al_errf(to_caller, "%s", msg);
+        return 1;
+    }
     return usage ? cli_usage(cmd, "%s", msg) : cli_fail(cmd, msg);
 }
 

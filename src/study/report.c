@@ -206,19 +206,20 @@ static void finding_vs_mha(const design_stats *d, int n_seeds, findings *f) {
     if (n_seeds == 1) {
         if (n_un)
             al_text_printf(&tail, " Not resolved: %s %s within 2 %% of MHA and cannot be told apart from it here.",
-                      al_text_str(&unres), n_un == 1 ? "is" : "are");
+                           al_text_str(&unres), n_un == 1 ? "is" : "are");
         if (n_res)
             al_text_printf(&tail,
-                      " %s %s by more than 2 %%, but one seed cannot rule out noise for %s either; the standard budget "
-                      "measures the spread over 3 seeds.",
-                      al_text_str(&res), n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
+                           " %s %s by more than 2 %%, but one seed cannot rule out noise for %s either; the standard "
+                           "budget measures the spread over 3 seeds.",
+                           al_text_str(&res), n_res == 1 ? "differs" : "differ", n_res == 1 ? "it" : "them");
         add_finding(f,
                     "Against MHA: %s. With one seed per design, differences under ~%.0f %% are within run-to-run noise "
                     "at this scale and are not resolved.%s",
                     al_text_str(&deltas), NOISE_PCT, al_text_str(&tail));
     } else {
-        al_text_printf(&tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? al_text_str(&res) : "", n_res ? "." : "",
-                  n_un ? " Not resolved (ranges overlap): " : "", n_un ? al_text_str(&unres) : "");
+        al_text_printf(&tail, "%s%s%s%s%s", n_res ? " Resolved: " : "", n_res ? al_text_str(&res) : "",
+                       n_res ? "." : "", n_un ? " Not resolved (ranges overlap): " : "",
+                       n_un ? al_text_str(&unres) : "");
         add_finding(f,
                     "Against MHA: %s (means over %d seeds). A difference counts as resolved only when the two designs' "
                     "ranges over the seeds do not overlap.%s%s",
@@ -281,7 +282,7 @@ static void finding_cache_speed(const al_study_results *r, const design_stats *d
         text_sep(&dec, i, n);
         text_sep(&tps, i, n);
         al_text_printf(&kv, "%s %zu B (%.4g %%)", al_study_design_title(k), d[k].first->m.kv_bytes_per_token,
-                  d[k].first->m.kv_pct_of_mha);
+                       d[k].first->m.kv_pct_of_mha);
         al_text_printf(&dec, "%s %.0f", al_study_design_title(k), r->speed[k].decode_tokens_per_s);
         al_text_printf(&tps, "%s %.0f", al_study_design_title(k), r->speed[k].train_tokens_per_s);
         i++;
@@ -442,8 +443,8 @@ static double kv_delta_pct(const al_kvf *f, int i) {
 
 /* "MLA int2 (37.8 bytes/token = 7.38 % of MHA fp32, loss 2.1234)" */
 static void kv_point_text(al_text *b, const al_kvf_point *p) {
-    al_text_printf(b, "%s %s (%.1f bytes/token = %.3g %% of MHA fp32, loss %.4f)", p->label, p->method, p->bytes_per_token,
-              p->pct_of_mha_fp32, p->loss);
+    al_text_printf(b, "%s %s (%.1f bytes/token = %.3g %% of MHA fp32, loss %.4f)", p->label, p->method,
+                   p->bytes_per_token, p->pct_of_mha_fp32, p->loss);
 }
 
 /* What the frontier says, by fixed rules: the lowest loss under each bytes
@@ -459,7 +460,8 @@ static void kv_conclusion(const al_study_results *r, al_text *b) {
         kv_point_text(b, &f->p[i]);
         last = i;
     }
-    al_text_printf(b, ". The lower convex hull in (log bytes, loss), the trades worth making, from most bytes to fewest: ");
+    al_text_printf(b, ". The lower convex hull in (log bytes, loss), the trades worth making, from most bytes to "
+                      "fewest: ");
     for (int i = 0, n = 0, last = -1; i < f->n; i++) { /* each round: the largest hull point below the last */
         int next = -1;
         for (int k = 0; k < f->n; k++)
@@ -475,9 +477,10 @@ static void kv_conclusion(const al_study_results *r, al_text *b) {
         al_text_printf(b, ". Best loss x bytes trade: ");
         kv_point_text(b, &f->p[bt]);
     }
-    al_text_printf(b, ". Across designs, loss differences under %.0f %% are within one seed's run-to-run noise (see above); "
-                 "within a design the compressions are compared on the same model and text.",
-              NOISE_PCT);
+    al_text_printf(b,
+                   ". Across designs, loss differences under %.0f %% are within one seed's run-to-run noise (see "
+                   "above); within a design the compressions are compared on the same model and text.",
+                   NOISE_PCT);
     int n_ref = 0, why = -1;
     for (int i = 0; i < f->n; i++) {
         if (f->p[i].ok) continue;
@@ -1035,12 +1038,12 @@ static void conversions_doc(doc *d, const al_study_results *r) {
         al_text_printf(&d->b, d->html ? "<li>" : "- ");
         al_text t = {0};
         al_text_printf(&t,
-                  "%s (%.4g %% of MHA's cache): conversion changes the loss by %+.4f nats/byte from the MHA "
-                  "source's (%.4f to %.4f); %d steps of uptraining bring it to %.4f, %.4f %s the same design trained from scratch for "
-                  "%d steps (%.4f)%s.",
-                  al_study_design_title(c->design), c->kv_pct_of_mha, c->converted.mean - c->source.mean,
-                  c->source.mean, c->converted.mean, nu, c->uptrained.mean, fabs(gap), gap <= 0 ? "below" : "above",
-                  nl, c->scratch_long.mean, c->n > 1 ? " (means over seeds)" : "");
+                       "%s (%.4g %% of MHA's cache): conversion changes the loss by %+.4f nats/byte from the MHA "
+                       "source's (%.4f to %.4f); %d steps of uptraining bring it to %.4f, %.4f %s the same design "
+                       "trained from scratch for %d steps (%.4f)%s.",
+                       al_study_design_title(c->design), c->kv_pct_of_mha, c->converted.mean - c->source.mean,
+                       c->source.mean, c->converted.mean, nu, c->uptrained.mean, fabs(gap),
+                       gap <= 0 ? "below" : "above", nl, c->scratch_long.mean, c->n > 1 ? " (means over seeds)" : "");
         if (t.oom) d->b.oom = 1;
         else d_text(d, al_text_str(&t));
         free(t.s);
@@ -1055,14 +1058,14 @@ static void write_doc(doc *d, const al_study_results *r, const design_stats *ds,
     char s1[96], s2[96], s3[96]; /* a number with its range, or a count */
     if (d->html)
         al_text_printf(&d->b,
-                  "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>attnlab study: five KV "
-                  "designs and two score functions</title>\n<style>\nbody{font-family:'DejaVu "
-                  "Sans',Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
-                  "line-height:1.45}\ntable{border-collapse:collapse;margin:1em 0;font-size:0.92em}\nth,td{border:1px "
-                  "solid #ccc;padding:4px 8px;text-align:right}\nth{background:#f3f3f3}\ntd:first-child,th:first-child{"
-                  "text-align:left}\nfigure{margin:1.5em 0}\nfigure img{max-width:100%%;border:1px solid "
-                  "#eee}\nfigcaption{font-size:0.9em;color:#444}\nli{margin:0.4em 0}\ncode{background:#f5f5f5;padding:"
-                  "1px 4px}\n</style></head><body>\n");
+                       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>attnlab study: "
+                       "five KV designs and two score functions</title>\n<style>\nbody{font-family:'DejaVu "
+                       "Sans',Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
+                       "line-height:1.45}\ntable{border-collapse:collapse;margin:1em 0;font-size:0.92em}\n"
+                       "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}\nth{background:#f3f3f3}\n"
+                       "td:first-child,th:first-child{text-align:left}\nfigure{margin:1.5em 0}\nfigure "
+                       "img{max-width:100%%;border:1px solid #eee}\nfigcaption{font-size:0.9em;color:#444}\n"
+                       "li{margin:0.4em 0}\ncode{background:#f5f5f5;padding:1px 4px}\n</style></head><body>\n");
     d_heading(d, 1, "attnlab study: five KV designs and two score functions");
     d_printf(d, D_PARA,
              "Budget %s (%s); %d seed%s; attnlab %s; %s; %d thread%s, OpenBLAS %s kernels; matrix products in %s "

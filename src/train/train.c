@@ -118,17 +118,19 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     }
     const cJSON *v;
     int rc = 0;
-#define GET_INT(f)                                                                                           \
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                                                     \
-        if (!al_json_whole_in(v, INT_MIN, INT_MAX)) rc = al_errf(err, "training setting '%s' must be an integer", #f); \
-        else o->f = (int)v->valuedouble;                                                                     \
+#define GET_INT(f)                                                                     \
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                               \
+        if (!al_json_whole_in(v, INT_MIN, INT_MAX))                                    \
+            rc = al_errf(err, "training setting '%s' must be an integer", #f);         \
+        else                                                                           \
+            o->f = (int)v->valuedouble;                                                \
     }
 #define GET_DBL(f)                                                                           \
     if ((v = cJSON_GetObjectItemCaseSensitive(j, #f))) {                                     \
         if (!cJSON_IsNumber(v)) rc = al_errf(err, "training setting '%s' must be a number", #f); \
         else o->f = v->valuedouble;                                                          \
     }
-    OPT_INTS(GET_INT) OPT_DBLS(GET_DBL) GET_INT(shards)
+    OPT_INTS(GET_INT) OPT_DBLS(GET_DBL) GET_INT(shards) GET_INT(train_subset) GET_INT(eval_images) /* ViT's */
 #undef GET_INT
 #undef GET_DBL
     /* saved as a double: any seed below 2^64 that a double holds (18446744073709551616.0 is 2^64 itself) */
@@ -151,14 +153,6 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "init_from")) &&
         (!cJSON_IsString(v) || al_train_opts_set_init_from(o, v->valuestring, err)))
         rc = cJSON_IsString(v) ? -1 : al_errf(err, "training setting 'init_from' must be a string");
-    static const char *const vision_ints[] = {"train_subset", "eval_images"};
-    int *vision_dst[] = {&o->train_subset, &o->eval_images};
-    for (int i = 0; i < 2; i++)
-        if ((v = cJSON_GetObjectItemCaseSensitive(j, vision_ints[i]))) {
-            if (!al_json_whole_in(v, INT_MIN, INT_MAX))
-                rc = al_errf(err, "training setting '%s' must be an integer", vision_ints[i]);
-            else *vision_dst[i] = (int)v->valuedouble;
-        }
     cJSON_Delete(j);
     return rc;
 }
