@@ -2,15 +2,16 @@
 # test_mpi.sh: data-parallel training under Open MPI's mpirun on localhost
 # (docs/distributed.md): 1, 2 and 4 ranks (one thread each) give the same
 # weights, moments and losses bit for bit as one process summing the same
-# shards (--shards); resume works with another rank count; ranks started with
-# other settings are refused; a global batch the ranks cannot split is a usage
-# error; a rank killed with SIGKILL stops the others within seconds with one
-# line, leaving a checkpoint that resumes; the vision task runs too; `bench
-# train` reports the communication time. The all-reduce overlapped with the
-# backward (default) and after it (ATTNLAB_OVERLAP=0) give the same bits, and
-# buckets do go out during the backward; a rank stopped with SIGSTOP (hung,
-# not dead) makes the others stop within seconds with one line (heartbeat). A
-# build without MPI must refuse to run as mpirun's copies.
+# shards (--shards), in fp32 and in BF16 on each BF16 engine the CPU runs;
+# resume works with another rank count; ranks started with other settings are
+# refused; a global batch the ranks cannot split is a usage error; a rank
+# killed with SIGKILL stops the others within seconds with one line, leaving a
+# checkpoint that resumes; the vision task runs too; `bench train` reports the
+# communication time. The all-reduce overlapped with the backward (default) and
+# after it (ATTNLAB_OVERLAP=0) give the same bits, and buckets do go out during
+# the backward; a rank stopped with SIGSTOP (hung, not dead) makes the others
+# stop within seconds with one line (heartbeat). A build without MPI must
+# refuse to run as mpirun's copies.
 #
 # usage: bash tests/cli/test_mpi.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -114,6 +115,42 @@ check_ok
 check_stderr "resuming .* at step 2 of 4"
 same_run "$WORK/ref" "$WORK/resumed"
 end
+
+# ---------------------------------------------------------------- BF16
+
+# Mixed precision keeps the argument (docs/distributed.md): a shard's products are
+# row-independent on every engine and the sums between shards and ranks are of
+# fp32 gradients. Checked per BF16 engine, on a model whose products span several
+# of the engines' tiles, one process on 2 threads against ranks of 1 thread.
+BF=(--data "$DATA" --layers 2 --hidden 128 --heads 4 --kv-heads 2 --context 64 --batch 4 --steps 3 --warmup 1
+    --lr 3e-3 --eval-every 3 --eval-tokens 512 --threads 1 --quiet --precision bf16)
+begin "the fp32 run the BF16 runs must differ from"
+run train "${BF[@]}" --precision f32 --shards 4 --out "$WORK/bf_f32"
+check_ok
+end
+for engine in amx onednn avx512-bf16 emulated; do
+    begin "--precision bf16 on the $engine engine: mpirun -np 2 and 4 give one process's bits"
+    export ATTNLAB_BF16_ENGINE=$engine
+    run train "${BF[@]}" --shards 4 --threads 2 --out "$WORK/bf_$engine"
+    check_ok
+    ran=$(grep -o "engine: [a-z0-9-]*" "$ERRF" | cut -d' ' -f2)
+    if [ "$ran" != "$engine" ]; then
+        echo "# the $engine engine cannot run on this CPU (it fell to ${ran:-?}): not tested here"
+        unset ATTNLAB_BF16_ENGINE
+        end
+        continue
+    fi
+    cmp -s "$WORK/bf_f32/model.safetensors" "$WORK/bf_$engine/model.safetensors" &&
+        note "the $engine run gave the f32 run's weights"
+    for np in 2 4; do
+        mpi "$np" train "${BF[@]}" --out "$WORK/bf_${engine}_np$np"
+        check_ok
+        check_stderr "engine: $engine\)"
+        same_run "$WORK/bf_$engine" "$WORK/bf_${engine}_np$np"
+    done
+    unset ATTNLAB_BF16_ENGINE
+    end
+done
 
 # ---------------------------------------------------------------- overlap
 
