@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "attnlab.h"
+#include "../io/io.h"
 #include "../plot/colormap.h"
 #include "explore_maps.h"
 #include "explore_page.h"
@@ -170,9 +171,10 @@ static cJSON *stats_object(const al_head_stats *s) {
 }
 
 char *al_explore_stats_json(const al_head_stats *stats, int heads) {
+    const unsigned long mark = al_json_mark();
     cJSON *a = cJSON_CreateArray();
-    for (int h = 0; a && h < heads; h++) cJSON_AddItemToArray(a, stats_object(&stats[h]));
-    char *text = a ? cJSON_PrintUnformatted(a) : NULL;
+    for (int h = 0; a && h < heads; h++) al_json_push(a, stats_object(&stats[h]));
+    char *text = al_json_print(a, 0, mark);
     cJSON_Delete(a);
     return text;
 }
@@ -181,6 +183,7 @@ char *al_explore_stats_json(const al_head_stats *stats, int heads) {
  * script, src/analysis/explore/explore.js; docs/explore.md lists them). NULL
  * when out of memory. */
 static char *info_json(const al_explore_info *in) {
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_CreateObject();
     char *vir = lut_hex("viridis"), *rdy = lut_hex("RdYlBu_r"), *text = NULL;
     if (!root || !vir || !rdy) goto done;
@@ -203,17 +206,17 @@ static char *info_json(const al_explore_info *in) {
                                                         : "float32le base64, one line per head (layer-major), "
                                                           "row q holds keys 0..T-1");
     if (in->token_labels) { /* a tokenizer.json's tokens: their ids and printable pieces */
-        cJSON_AddItemToObject(root, "token_ids", cJSON_CreateIntArray(in->token_bytes, in->tokens));
-        cJSON_AddItemToObject(root, "pieces", cJSON_CreateStringArray(in->token_labels, in->tokens));
+        al_json_add(root, "token_ids", cJSON_CreateIntArray(in->token_bytes, in->tokens));
+        al_json_add(root, "pieces", cJSON_CreateStringArray(in->token_labels, in->tokens));
     } else {
-        cJSON_AddItemToObject(root, "bytes", cJSON_CreateIntArray(in->token_bytes, in->tokens));
+        al_json_add(root, "bytes", cJSON_CreateIntArray(in->token_bytes, in->tokens));
     }
     if (in->stats) {
         cJSON *stats = cJSON_AddArrayToObject(root, "stats");
         for (int l = 0; l < in->layers; l++) {
             cJSON *layer = cJSON_CreateArray();
-            for (int h = 0; h < in->heads; h++) cJSON_AddItemToArray(layer, stats_object(&in->stats[l * in->heads + h]));
-            cJSON_AddItemToArray(stats, layer);
+            for (int h = 0; h < in->heads; h++) al_json_push(layer, stats_object(&in->stats[l * in->heads + h]));
+            al_json_push(stats, layer);
         }
     }
     cJSON_AddNumberToObject(root, "budget_share", AL_MASS_BUDGET_SHARE);
@@ -228,17 +231,17 @@ static char *info_json(const al_explore_info *in) {
     for (int l = 0; l < in->sim->L; l++) {
         cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray();
         const double *G = in->sim->sim + (size_t)l * H * H;
-        for (int i = 0; i < H; i++) cJSON_AddItemToArray(rows, cJSON_CreateDoubleArray(G + (size_t)i * H, H));
-        cJSON_AddItemToObject(o, "matrix", rows);
+        for (int i = 0; i < H; i++) al_json_push(rows, cJSON_CreateDoubleArray(G + (size_t)i * H, H));
+        al_json_add(o, "matrix", rows);
         cJSON_AddNumberToObject(o, "erank_uncentered", in->sim->layer[l].erank_uncentered);
         cJSON_AddNumberToObject(o, "erank_pca", in->sim->layer[l].erank_pca);
         cJSON_AddNumberToObject(o, "mean_offdiag", in->sim->layer[l].mean_offdiag);
-        cJSON_AddItemToArray(sim, o);
+        al_json_push(sim, o);
     }
     cJSON *maps = cJSON_AddObjectToObject(root, "colormaps");
     cJSON_AddStringToObject(maps, "viridis", vir);
     cJSON_AddStringToObject(maps, "RdYlBu_r", rdy);
-    text = escape_for_script(cJSON_PrintUnformatted(root));
+    text = escape_for_script(al_json_print(root, 0, mark));
 done:
     cJSON_Delete(root);
     free(vir);

@@ -259,7 +259,8 @@ static void add_num(cJSON *o, const char *k, double v) {
     else cJSON_AddNullToObject(o, k);
 }
 
-/* The whole JSON document of f (NULL when out of memory). */
+/* The whole JSON document of f (short of members, or NULL, when out of
+ * memory: al_json_print then refuses it). */
 static cJSON *kvf_json(const al_kvf *f, const al_kvf_meta *meta) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "schema", "attnlab.kvlab/1");
@@ -288,7 +289,7 @@ static cJSON *kvf_json(const al_kvf *f, const al_kvf_meta *meta) {
         cJSON_AddNumberToObject(o, "predictions", (double)p->predictions);
         cJSON_AddBoolToObject(o, "pareto", p->pareto);
         cJSON_AddBoolToObject(o, "hull", p->hull);
-        cJSON_AddItemToArray(pts, o);
+        al_json_push(pts, o);
     }
     cJSON *fr = cJSON_AddObjectToObject(j, "frontier");
     cJSON *bu = cJSON_AddArrayToObject(fr, "best_under");
@@ -298,7 +299,7 @@ static cJSON *kvf_json(const al_kvf *f, const al_kvf_meta *meta) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "max_pct_of_mha_fp32", al_kvf_thresholds[t]);
         cJSON_AddNumberToObject(o, "point", b);
-        cJSON_AddItemToArray(bu, o);
+        al_json_push(bu, o);
     }
     const int bt = al_kvf_best_trade(f);
     if (bt >= 0) cJSON_AddNumberToObject(fr, "best_trade", bt);
@@ -307,8 +308,9 @@ static cJSON *kvf_json(const al_kvf *f, const al_kvf_meta *meta) {
 }
 
 char *al_kvf_json_text(const al_kvf *f, const al_kvf_meta *meta) {
+    const unsigned long mark = al_json_mark();
     cJSON *j = kvf_json(f, meta);
-    char *text = j ? cJSON_Print(j) : NULL;
+    char *text = al_json_print(j, 1, mark);
     cJSON_Delete(j);
     return text;
 }
@@ -448,37 +450,52 @@ static int get_num(const cJSON *o, const char *k, double *out) {
     return 0;
 }
 
-/* One point of the JSON back into p (p->model malloc'd); -1 if malformed. */
+/* One point of the JSON back into p (p->model malloc'd); -1 if malformed or
+ * not one this module could have written: its method must parse to the
+ * compression the point stores (a study reuses it under that name), a
+ * measured point must have a positive, finite size and a finite loss (it is
+ * drawn on a log axis), and the count of predictions must be a whole number
+ * a size_t holds (converting a double beyond it is undefined behaviour).
+ * -2 when out of memory. */
 static int read_point(const cJSON *o, al_kvf_point *p) {
     char model[4096], quant[16], evict[16], status[16];
-    double pred = 0;
     memset(p, 0, sizeof *p);
     if (get_str(o, "model", model, sizeof model) || get_str(o, "label", p->label, sizeof p->label) ||
         get_str(o, "design", p->design, sizeof p->design) || get_str(o, "method", p->method, sizeof p->method) ||
         get_str(o, "quant", quant, sizeof quant) || get_str(o, "evict", evict, sizeof evict) ||
-        get_str(o, "status", status, sizeof status) || get_num(o, "budget", &p->kv.e.budget) ||
-        get_num(o, "predictions", &pred))
+        get_str(o, "status", status, sizeof status) || get_num(o, "budget", &p->kv.e.budget))
         return -1;
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "predictions");
+    if (!al_json_whole_in(pred, 0, 9007199254740992.0)) return -1; /* 2^53: every whole double below is exact */
+    p->predictions = (size_t)pred->valuedouble;
 #define KVF_GET(f) || get_num(o, #f, &p->f)
     if (0 KVF_NUMBERS(KVF_GET)) return -1;
 #undef KVF_GET
     const int q = al_kvq_from_name(quant), e = al_kve_from_name(evict);
     if (q < 0 || e < 0) return -1;
     p->kv.q.kind = (al_kvq_kind)q, p->kv.e.method = (al_kve_method)e;
+    al_kvf_method m;
+    int n;
+    al_err ignored;
+    if (al_kvf_parse_methods(p->method, &m, 1, &n, &ignored) || m.kv.q.kind != p->kv.q.kind ||
+        m.kv.e.method != p->kv.e.method || m.kv.e.budget != p->kv.e.budget)
+        return -1;
     p->ok = !strcmp(status, "ok");
-    p->predictions = (size_t)pred;
+    if (!p->ok && strcmp(status, "refused")) return -1;
     if (!p->ok) get_str(o, "why", p->why, sizeof p->why);
-    if (p->ok && !(isfinite(p->loss) && isfinite(p->bytes_per_token))) return -1;
+    if (p->ok && !(isfinite(p->loss) && isfinite(p->bytes_per_token) && p->bytes_per_token > 0)) return -1;
     p->model = strdup(model);
-    return p->model ? 0 : -1;
+    return p->model ? 0 : -2;
 }
 
 int al_kvf_read_json(al_kvf *f, const char *path, const char *key, al_err *err) {
     char *text;
     size_t len;
     if (al_read_file(path, &text, &len, err)) return -1;
-    cJSON *j = cJSON_Parse(text);
+    int oom;
+    cJSON *j = al_json_parse(text, len, &oom);
     free(text);
+    if (oom) return al_errf(err, "%s: out of memory", path);
     char k[1024] = "";
     const cJSON *pts = cJSON_GetObjectItemCaseSensitive(j, "points");
     if (!j || get_str(j, "key", k, sizeof k) || strcmp(k, key ? key : "") || !cJSON_IsArray(pts)) {
@@ -490,8 +507,9 @@ int al_kvf_read_json(al_kvf *f, const char *path, const char *key, al_err *err) 
     const cJSON *o;
     cJSON_ArrayForEach(o, pts) {
         al_kvf_point p;
-        if (read_point(o, &p)) {
-            rc = al_errf(err, "%s: a malformed point", path);
+        const int bad = read_point(o, &p);
+        if (bad) {
+            rc = al_errf(err, bad == -2 ? "%s: out of memory" : "%s: a malformed point", path);
             break;
         }
         rc = al_kvf_add(f, &p, err);

@@ -43,10 +43,11 @@ static char *fig_file(const char *out, const char *stem, const char *ext, al_err
     return path;
 }
 
-/* STEM.json from a cJSON object (freed) and STEM.npy from floats. */
-static int write_data(const char *out, const char *stem, cJSON *j, const float *npy, int ndim, const int64_t *shape,
-                      al_err *err) {
-    char *text = cJSON_Print(j);
+/* STEM.json from a cJSON object built since mark (freed) and STEM.npy from
+ * floats. */
+static int write_data(const char *out, const char *stem, cJSON *j, unsigned long mark, const float *npy, int ndim,
+                      const int64_t *shape, al_err *err) {
+    char *text = al_json_print(j, 1, mark);
     cJSON_Delete(j);
     char *json_path = fig_file(out, stem, ".json", err), *npy_path = fig_file(out, stem, ".npy", err);
     int rc = !text                    ? al_errf(err, "out of memory")
@@ -81,10 +82,11 @@ static void name_figure(al_study_figure *f, const char *stem, const char *extra_
 /* The end of a line-plot figure: unless rc already failed, STEM.json (j,
  * consumed either way) and STEM.npy, then STEM.png; the plot is freed and the
  * figure named in fig. Returns 0 or -1. */
-static int finish_lineplot(const char *out, al_lineplot *p, cJSON *j, int rc, const char *stem, const float *npy,
-                           int ndim, const int64_t *shape, const char *caption, al_study_figure *fig, al_err *err) {
+static int finish_lineplot(const char *out, al_lineplot *p, cJSON *j, unsigned long mark, int rc, const char *stem,
+                           const float *npy, int ndim, const int64_t *shape, const char *caption, al_study_figure *fig,
+                           al_err *err) {
     if (!rc) {
-        rc = write_data(out, stem, j, npy, ndim, shape, err);
+        rc = write_data(out, stem, j, mark, npy, ndim, shape, err);
         j = NULL;
     }
     char *png = rc ? NULL : fig_file(out, stem, ".png", err);
@@ -120,6 +122,7 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
     const int layers[2] = {0, L - 1}, heads[2] = {0, H - 1};
     float *Pm = malloc(sizeof(float) * 4 * (size_t)T * T), *t = malloc(sizeof(float) * (size_t)T * T);
     al_figure *f = NULL;
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject(), *pairs = cJSON_AddArrayToObject(j, "pairs");
     rc = Pm && t ? 0 : al_errf(err, "out of memory");
     for (int i = 0; i < 4 && !rc; i++) {
@@ -142,7 +145,7 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
         cJSON_AddNumberToObject(o, "row_sum", hs.row_sum);
         cJSON_AddNumberToObject(o, "min", hs.min_weight);
         cJSON_AddNumberToObject(o, "max", hs.max_weight);
-        cJSON_AddItemToArray(pairs, o);
+        al_json_push(pairs, o);
     }
     if (!rc) {
         cJSON_AddStringToObject(j, "figure", "attnmaps.png");
@@ -155,7 +158,7 @@ int al_fig_attnmaps(const char *out_dir, const char *model_dir, const char *titl
         cJSON_AddStringToObject(j, "scale", "log");
         cJSON_AddStringToObject(j, "npy_layout", "[pair, query, key]");
         const int64_t shape[3] = {4, T, T};
-        rc = write_data(out_dir, "attnmaps", j, Pm, 3, shape, err);
+        rc = write_data(out_dir, "attnmaps", j, mark, Pm, 3, shape, err);
         j = NULL;
     }
     if (!rc) {
@@ -233,6 +236,7 @@ int al_fig_cls_attention(const char *out_dir, const char *const dirs[2], const c
     const int image = 0;
     int side = 0, rc = 0, T = 0;
     float *grid = NULL, *row = NULL;
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject(), *panels = cJSON_AddArrayToObject(j, "panels");
     for (int k = 0; k < 2 && !rc; k++) {
         al_model m;
@@ -266,8 +270,8 @@ int al_fig_cls_attention(const char *out_dir, const char *const dirs[2], const c
             cJSON_AddNumberToObject(o, "row_sum", sum);
             cJSON_AddNumberToObject(o, "min", lo);
             cJSON_AddNumberToObject(o, "max", hi);
-            cJSON_AddItemToObject(o, "weights", cJSON_CreateFloatArray(row, T));
-            cJSON_AddItemToArray(panels, o);
+            al_json_add(o, "weights", cJSON_CreateFloatArray(row, T));
+            al_json_push(panels, o);
         }
         al_model_free(&m);
     }
@@ -281,10 +285,10 @@ int al_fig_cls_attention(const char *out_dir, const char *const dirs[2], const c
         cJSON_AddStringToObject(j, "images", images_dir);
         cJSON_AddNumberToObject(j, "image", image);
         cJSON_AddNumberToObject(j, "label", cls->label);
-        cJSON_AddItemToObject(j, "pixels", cJSON_CreateFloatArray(pix, set.S * set.S));
+        al_json_add(j, "pixels", cJSON_CreateFloatArray(pix, set.S * set.S));
         cJSON_AddStringToObject(j, "npy_layout", "[model (softmax, poly), patch row, patch column]: CLS weights");
         const int64_t shape[3] = {2, side, side};
-        rc = write_data(out_dir, "poly_vs_softmax", j, grid, 3, shape, err);
+        rc = write_data(out_dir, "poly_vs_softmax", j, mark, grid, 3, shape, err);
         j = NULL;
     }
     if (!rc) {
@@ -338,6 +342,7 @@ int al_fig_loss_curves(const char *out_dir, const al_fig_design *d, int n_design
         for (int i = 0; i < d[k].n_runs; i++) np = d[k].runs[i].n > np ? d[k].runs[i].n : np;
     float *npy = calloc((size_t)n_designs * np * 4, sizeof(float));
     double *x = malloc(sizeof(double) * np * 4), *y = x + np, *lo = y + np, *hi = lo + np;
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject(), *series = cJSON_AddArrayToObject(j, "series");
     int rc = npy && x ? 0 : al_errf(err, "out of memory");
     for (int k = 0; k < n_designs && !rc; k++) {
@@ -348,8 +353,8 @@ int al_fig_loss_curves(const char *out_dir, const al_fig_design *d, int n_design
             const al_fig_run *r = &d[k].runs[i];
             cJSON *ro = cJSON_CreateObject();
             cJSON_AddNumberToObject(ro, "seed", (double)r->seed);
-            cJSON_AddItemToObject(ro, "val_loss", cJSON_CreateDoubleArray(r->val_loss, r->n));
-            cJSON_AddItemToArray(runs, ro);
+            al_json_add(ro, "val_loss", cJSON_CreateDoubleArray(r->val_loss, r->n));
+            al_json_push(runs, ro);
         }
         const int n = first->n;
         for (int e = 0; e < n; e++) {
@@ -374,12 +379,12 @@ int al_fig_loss_curves(const char *out_dir, const al_fig_design *d, int n_design
         cJSON_AddStringToObject(o, "title", d[k].title);
         cJSON_AddNumberToObject(o, "seeds", d[k].n_runs);
         cJSON *tk = cJSON_AddArrayToObject(o, "tokens");
-        for (int e = 0; e < n; e++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(first->step[e] * tokens_per_step));
-        cJSON_AddItemToObject(o, "val_loss_mean", cJSON_CreateDoubleArray(y, n));
-        cJSON_AddItemToObject(o, "val_loss_min", cJSON_CreateDoubleArray(lo, n));
-        cJSON_AddItemToObject(o, "val_loss_max", cJSON_CreateDoubleArray(hi, n));
-        cJSON_AddItemToObject(o, "runs", runs);
-        cJSON_AddItemToArray(series, o);
+        for (int e = 0; e < n; e++) al_json_push(tk, cJSON_CreateNumber(first->step[e] * tokens_per_step));
+        al_json_add(o, "val_loss_mean", cJSON_CreateDoubleArray(y, n));
+        al_json_add(o, "val_loss_min", cJSON_CreateDoubleArray(lo, n));
+        al_json_add(o, "val_loss_max", cJSON_CreateDoubleArray(hi, n));
+        al_json_add(o, "runs", runs);
+        al_json_push(series, o);
     }
     if (!rc) rc = al_lineplot_hline(p, "unigram baseline", unigram_loss, err);
     if (!rc) {
@@ -397,7 +402,7 @@ int al_fig_loss_curves(const char *out_dir, const al_fig_design *d, int n_design
                                 "[design (mha gqa mqa mla lrkv), evaluation, (tokens, mean, min, max)]");
     }
     const int64_t shape[3] = {n_designs, np, 4};
-    rc = finish_lineplot(out_dir, p, j, rc, "loss_curves", npy, 3, shape,
+    rc = finish_lineplot(out_dir, p, j, mark, rc, "loss_curves", npy, 3, shape,
                          "Validation loss against training tokens for the five designs, with the unigram baseline "
                          "(dashed).",
                          fig, err);
@@ -437,7 +442,7 @@ static int kv_conversion_points(al_lineplot *p, const al_fig_design *d, int n_de
             cJSON_AddNumberToObject(o, "val_loss_min", st.min);
             cJSON_AddNumberToObject(o, "val_loss_max", st.max);
             cJSON_AddNumberToObject(o, "seeds", c);
-            cJSON_AddItemToArray(conv, o);
+            al_json_push(conv, o);
         }
     if (!rc) /* wider: the legend sits beside the axes when every corner holds points */
         rc = al_lineplot_marker_key(p, "from scratch", AL_MARKER_CIRCLE, err) ||
@@ -454,6 +459,7 @@ int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs
     if (!p) return -1;
     float *npy = malloc(sizeof(float) * 4 * 3 * (size_t)(n_designs > 0 ? n_designs : 1)); /* designs, conversions */
     int n = 0, rc = npy ? 0 : al_errf(err, "out of memory");
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject(), *pts = cJSON_AddArrayToObject(j, "points");
     for (int k = 0; k < n_designs && !rc; k++) {
         const int c = d[k].n_runs;
@@ -480,7 +486,7 @@ int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs
         cJSON_AddNumberToObject(o, "val_loss_min", st.min);
         cJSON_AddNumberToObject(o, "val_loss_max", st.max);
         cJSON_AddNumberToObject(o, "seeds", c);
-        cJSON_AddItemToArray(pts, o);
+        al_json_push(pts, o);
         n++;
     }
     const int n_plain = n;
@@ -500,7 +506,7 @@ int al_fig_kv_vs_loss(const char *out_dir, const al_fig_design *d, int n_designs
                                             : "[design (mha gqa mqa mla lrkv), (kv_pct_of_mha, mean, min, max)]");
     }
     const int64_t shape[2] = {n, 4};
-    rc = finish_lineplot(out_dir, p, j, rc, "kv_vs_loss", npy, 2, shape,
+    rc = finish_lineplot(out_dir, p, j, mark, rc, "kv_vs_loss", npy, 2, shape,
                          "KV-cache size per token (% of MHA) against final validation loss, one point per design.", fig,
                          err);
     free(npy);

@@ -247,11 +247,16 @@ int cmd_attnmap(int argc, char **argv) {
         /* every number shown, with where it came from; a tokenizer.json's tokens too */
         char *tokens_json = NULL;
         if (labels) {
+            const unsigned long mark = al_json_mark();
             cJSON *o = cJSON_CreateObject();
-            cJSON_AddItemToObject(o, "token_ids", cJSON_CreateIntArray(tok_ids, T));
-            cJSON_AddItemToObject(o, "pieces", cJSON_CreateStringArray((const char *const *)labels, T));
-            tokens_json = cJSON_PrintUnformatted(o);
+            al_json_add(o, "token_ids", cJSON_CreateIntArray(tok_ids, T));
+            al_json_add(o, "pieces", cJSON_CreateStringArray((const char *const *)labels, T));
+            tokens_json = al_json_print(o, 0, mark);
             cJSON_Delete(o);
+            if (!tokens_json) {
+                failed = cli_fail(cmd, "out of memory");
+                goto done;
+            }
         }
         /* room for every field: the fixed text, 512 bytes a pair, and the strings */
         size_t cap = 4096 + (size_t)npairs * 600 + (size_t)nl * 128 + (tokens_json ? strlen(tokens_json) : 0) + strlen(model_dir) +

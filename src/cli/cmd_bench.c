@@ -241,12 +241,14 @@ static void env_text(const bench_env *e) {
     if (contend_n > 0) printf("  contended: %ld busy processes ran beside the timed rounds\n", contend_n);
 }
 
-/* Prints o (one line) and frees it. */
-static void json_out(cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
+/* Prints o, built since mark, as one line and frees it; 0, or -1 when out
+ * of memory (nothing printed). */
+static int json_out(cJSON *o, unsigned long mark) {
+    char *s = al_json_print(o, 0, mark);
     if (s) puts(s);
     free(s);
     cJSON_Delete(o);
+    return s ? 0 : -1;
 }
 
 /* ---- --vs-f32: the bf16 path against the fp32 one, timed in pairs ---- */
@@ -438,6 +440,7 @@ static int bench_train(int argc, char **argv) {
         const double mean = total / iters, flops = al_model_train_flops_per_token(&m, o.context) * N;
         const double sgemm = al_sgemm_probe_gflops(&e.sg), gflops = flops / best / 1e9;
         if (json) {
+            const unsigned long mark = al_json_mark();
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "bench", "train");
             cJSON_AddStringToObject(j, "attention", al_attn_name(m.cfg.attention));
@@ -467,7 +470,7 @@ static int bench_train(int argc, char **argv) {
             bf16_ratios_json(j, "mfu", gflops, &e);
             if (vs_f32) paired_json(j, "step", &ps);
             env_json(j, &e, (int)iters);
-            json_out(j);
+            if (json_out(j, mark)) rc = cli_fail(cmd, "out of memory");
         } else {
             printf("train step: %d layers, hidden %d, %d heads (%d KV), %s attention, B=%d x T=%d\n",
                    m.cfg.num_layers, m.cfg.hidden_size, m.cfg.num_heads, m.cfg.num_kv_heads,
@@ -590,6 +593,7 @@ static int bench_prefill(int argc, char **argv) {
         const double flops = al_model_fwd_flops_per_token(&m, (int)tokens) * tokens;
         const double sgemm = al_sgemm_probe_gflops(&e.sg), gflops = flops / best / 1e9;
         if (json) {
+            const unsigned long mark = al_json_mark();
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "bench", "prefill");
             cJSON_AddStringToObject(j, "attention", al_attn_name(cfg.attention));
@@ -608,7 +612,7 @@ static int bench_prefill(int argc, char **argv) {
             cJSON_AddStringToObject(j, "weights", al_dtype_name(m.embed_dt));
             if (vs_f32) paired_json(j, "forward", &pp);
             env_json(j, &e, (int)iters);
-            json_out(j);
+            if (json_out(j, mark)) rc = cli_fail(cmd, "out of memory");
         } else {
             printf("prefill: %d layers, hidden %d, %d heads (%d KV), %s attention, %ld tokens, %s weights\n",
                    cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, al_attn_name(cfg.attention), tokens,
@@ -768,6 +772,7 @@ static int bench_decode(int argc, char **argv) {
         /* the attention alone: the cache it reads against its own time */
         const double kv_gbs = best_attn > 0 ? cache_read / best_attn / 1e9 : 0;
         if (json) {
+            const unsigned long mark = al_json_mark();
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "bench", "decode");
             cJSON_AddStringToObject(j, "attention", al_attn_name(cfg.attention));
@@ -797,7 +802,7 @@ static int bench_decode(int argc, char **argv) {
             cJSON_AddStringToObject(j, "weights", al_dtype_name(m.embed_dt));
             cJSON_AddStringToObject(j, "wmat_kernel", al_wmat_kernel_name());
             env_json(j, &e, (int)iters);
-            json_out(j);
+            if (json_out(j, mark)) rc = cli_fail(cmd, "out of memory");
         } else {
             printf("decode at context %ld: %s attention, %d layers, hidden %d\n", context, al_attn_name(cfg.attention),
                    cfg.num_layers, cfg.hidden_size);
@@ -932,6 +937,7 @@ static int bench_attention(int argc, char **argv) {
         const double gf = fwd_flops / best_f / 1e9, gb = bwd_flops / best_b / 1e9, sgemm = al_sgemm_probe_gflops(&e.sg);
         const double saved = 4.0 * B * H * (double)T * (dh + 1), ws = (double)al_attn_workspace_bytes();
         if (json) {
+            const unsigned long mark = al_json_mark();
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "bench", "attention");
             cJSON_AddStringToObject(j, "score", score);
@@ -955,7 +961,7 @@ static int bench_attention(int argc, char **argv) {
             num(j, "workspace_bytes", ws);
             if (vs_f32) paired_json(j, "fwd", &pf), paired_json(j, "bwd", &pb);
             env_json(j, &e, (int)iters);
-            json_out(j);
+            if (json_out(j, mark)) rc = cli_fail(cmd, "out of memory");
         } else {
             printf("attention (%s, %s): B=%ld H=%ld G=%ld T=%ld d_h=%ld\n", score, bidir ? "bidirectional" : "causal", B,
                    H, G, T, dh);

@@ -97,6 +97,7 @@ int cmd_compare(int argc, char **argv) {
     char (*names)[160] = calloc((size_t)nm, sizeof *names);
     int *layers = calloc((size_t)nm, sizeof *layers);
     al_head_stats *st = calloc((size_t)nm, sizeof *st);
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_CreateObject(), *panels = cJSON_AddArrayToObject(root, "panels");
     if (!P || !names || !layers || !st) failed = cli_fail(cmd, "out of memory");
     for (int i = 0; i < nm && !failed; i++) {
@@ -143,7 +144,7 @@ int cmd_compare(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "sink_mass", st[i].sink_mass);
             cJSON_AddNumberToObject(o, "entropy", st[i].entropy);
             cJSON_AddNumberToObject(o, "mean_distance", st[i].mean_distance);
-            cJSON_AddItemToArray(panels, o);
+            al_json_push(panels, o);
             printf("%-40s %-28s layer %d head %ld: weights %.4g..%.4g, row sum %.4f\n", models.items[i], names[i],
                    layers[i], head, st[i].min_weight, st[i].max_weight, st[i].row_sum);
         }
@@ -171,7 +172,7 @@ int cmd_compare(int argc, char **argv) {
         cJSON_AddStringToObject(root, "figure", figure);
         cJSON_AddStringToObject(root, "npy", npy);
         cJSON_AddStringToObject(root, "npy_layout", "[model, query, key]");
-        char *js = cJSON_Print(root);
+        char *js = al_json_print(root, 1, mark);
         if (!js || al_write_file_atomic(json, js, strlen(js), &err)) failed = cli_fail(cmd, js ? err.msg : "out of memory");
         free(js);
     }

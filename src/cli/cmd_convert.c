@@ -181,8 +181,9 @@ int cmd_convert(int argc, char **argv) {
     }
     const int T = context ? (int)context : o.context;
     if (T > src.cfg.max_position) {
+        const int max_position = src.cfg.max_position; /* al_model_free clears src */
         al_model_free(&src);
-        return cli_usage(cmd, "--context %d exceeds the source's %d", T, src.cfg.max_position);
+        return cli_usage(cmd, "--context %d exceeds the source's %d", T, max_position);
     }
     o.context = T;
     al_tokenizer *tk = cli_tokenizer(model_dir, src.cfg.vocab_size, &err);

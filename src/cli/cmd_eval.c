@@ -21,7 +21,6 @@
  * --weights bf16 scores an attnlab model with its matrices rounded to BF16
  * (weights.c).
  */
-#include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,10 +146,13 @@ int cmd_eval(int argc, char **argv) {
         return rc;
     }
     if (vit) {
-        cJSON *alj = extra ? cJSON_Parse(extra) : NULL;
+        char *tj;
+        const int bad = al_json_member_text(extra, "train", &tj, &err);
         free(extra);
-        char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(alj, "train"));
-        cJSON_Delete(alj);
+        if (bad) {
+            al_model_free(&m);
+            return cli_failf(cmd, "%s: %s", model_dir, err.msg);
+        }
         rc = eval_vision(cmd, model_dir, &m, images, tj, cli_find(args, n, "batch")->seen ? batch : 100, max_images,
                          json);
         free(tj);
@@ -170,12 +172,20 @@ int cmd_eval(int argc, char **argv) {
         o.context = mc < 1024 ? mc : 1024;
         if (!cli_find(args, n, "batch")->seen) batch = 1;
     }
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    char *tj;
+    const int bad = al_json_member_text(extra, "train", &tj, &err);
     free(extra);
-    char *tj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(al, "train"));
-    if (tj) al_train_opts_from_json(&o, tj, &err);
+    if (bad) {
+        al_model_free(&m);
+        return cli_failf(cmd, "%s: %s", model_dir, err.msg);
+    }
+    const unsigned long mark = al_json_mark();
+    if (tj) al_train_opts_from_json(&o, tj, &err); /* settings it cannot read: the defaults above */
     free(tj);
-    cJSON_Delete(al);
+    if (al_json_failed_since(mark)) { /* but not for want of memory */
+        al_model_free(&m);
+        return cli_fail(cmd, "out of memory");
+    }
     int T = context ? (int)context : o.context;
     if (T > m.cfg.max_position || T > al_config_max_context(&m.cfg)) {
         const int window = m.cfg.sliding_window, max_position = m.cfg.max_position;

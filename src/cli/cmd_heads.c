@@ -90,7 +90,7 @@ static size_t out_stem_len(const char *out) {
 
 static cJSON *matrix_json(const double *a, int H) {
     cJSON *rows = cJSON_CreateArray();
-    for (int i = 0; i < H; i++) cJSON_AddItemToArray(rows, cJSON_CreateDoubleArray(a + (size_t)i * H, H));
+    for (int i = 0; i < H; i++) al_json_push(rows, cJSON_CreateDoubleArray(a + (size_t)i * H, H));
     return rows;
 }
 
@@ -99,7 +99,7 @@ static void add_metrics(cJSON *o, const al_sim_metrics *m, int H) {
     cJSON_AddNumberToObject(o, "erank_uncentered_pct", 100.0 * m->erank_uncentered);
     cJSON_AddNumberToObject(o, "erank_pca_pct", 100.0 * m->erank_pca);
     cJSON_AddNumberToObject(o, "mean_offdiag", m->mean_offdiag);
-    cJSON_AddItemToObject(o, "cumulative_variance", cJSON_CreateDoubleArray(m->cumvar, H));
+    al_json_add(o, "cumulative_variance", cJSON_CreateDoubleArray(m->cumvar, H));
 }
 
 /* The config (its JSON view) and what matters for heads and caches. */
@@ -116,6 +116,7 @@ static cJSON *config_json(const heads_model *hm) {
 
 /* The whole report as JSON text (malloc'd), or NULL when out of memory. */
 static char *report_json(const heads_run *r) {
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "analysis", "head similarity s_ij = <A_i, A_j>_F / (|A_i| |A_j|), A_h = Wq_h^T Wk_h");
     cJSON_AddStringToObject(root, "precision", al_precision_name(al_precision_now())); /* of the products */
@@ -132,18 +133,18 @@ static char *report_json(const heads_run *r) {
         cJSON_AddStringToObject(o, "dir", hm->dir);
         cJSON_AddStringToObject(o, "title", hm->title);
         cJSON_AddStringToObject(o, "attention", al_attn_name(hm->cfg.attention));
-        cJSON_AddItemToObject(o, "config", config_json(hm));
+        al_json_add(o, "config", config_json(hm));
         cJSON *layers = cJSON_AddArrayToObject(o, "layers");
         for (int l = 0; l < s->L; l++) {
             cJSON *lo = cJSON_CreateObject();
             cJSON_AddNumberToObject(lo, "layer", l);
             add_metrics(lo, &s->layer[l], s->H);
-            cJSON_AddItemToObject(lo, "similarity", matrix_json(s->sim + (size_t)l * s->H * s->H, s->H));
-            cJSON_AddItemToArray(layers, lo);
+            al_json_add(lo, "similarity", matrix_json(s->sim + (size_t)l * s->H * s->H, s->H));
+            al_json_push(layers, lo);
         }
         cJSON *mean = cJSON_AddObjectToObject(o, "mean_matrix"); /* the layer-averaged G and its metrics */
         add_metrics(mean, &s->of_mean, s->H);
-        cJSON_AddItemToObject(mean, "similarity", matrix_json(s->mean_sim, s->H));
+        al_json_add(mean, "similarity", matrix_json(s->mean_sim, s->H));
         cJSON *avg = cJSON_AddObjectToObject(o, "layer_average"); /* per-layer metrics averaged */
         add_metrics(avg, &s->avg, s->H);
         cJSON *shown = cJSON_AddObjectToObject(o, "shown"); /* what the figure and the NPY show */
@@ -152,10 +153,10 @@ static char *report_json(const heads_run *r) {
         else
             cJSON_AddNumberToObject(shown, "layer", r->layer);
         add_metrics(shown, shown_metrics(r, i), s->H);
-        cJSON_AddItemToObject(shown, "similarity", matrix_json(shown_matrix(r, i), s->H));
-        cJSON_AddItemToArray(models, o);
+        al_json_add(shown, "similarity", matrix_json(shown_matrix(r, i), s->H));
+        al_json_push(models, o);
     }
-    char *text = cJSON_Print(root);
+    char *text = al_json_print(root, 1, mark);
     cJSON_Delete(root);
     return text;
 }

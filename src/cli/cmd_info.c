@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "core/ceiling.h"
+#include "io/io.h"
 #include "model/model.h"
 
 /* The dtype(s) of the matrices: "BF16", "F32", or "mixed". */
@@ -48,17 +49,17 @@ static void design_line(const al_config *c) {
 }
 
 /* Prints one JSON object: the config's view (al_config_view) plus `extra`'s
- * members (info's own numbers), then frees extra. Returns 0, or 1 when out
- * of memory (message printed). */
-static int print_json(const char *cmd, const al_config *c, cJSON *extra) {
+ * members (info's own numbers, built since mark), then frees extra. Returns
+ * 0, or 1 when out of memory (message printed). */
+static int print_json(const char *cmd, const al_config *c, cJSON *extra, unsigned long mark) {
     cJSON *root = cJSON_CreateObject();
     int bad = !root || !extra || al_config_view(c, root);
     while (!bad && extra->child) {
         cJSON *item = cJSON_DetachItemViaPointer(extra, extra->child);
         cJSON_DeleteItemFromObjectCaseSensitive(root, item->string); /* info's number wins over the view's */
-        bad = !cJSON_AddItemToObject(root, item->string, item);
+        bad = !al_json_add(root, item->string, item);
     }
-    char *text = bad ? NULL : cJSON_PrintUnformatted(root);
+    char *text = bad ? NULL : al_json_print(root, 0, mark);
     cJSON_Delete(root);
     cJSON_Delete(extra);
     if (!text) return cli_fail(cmd, "out of memory");
@@ -80,6 +81,7 @@ static int info_vision(const char *model_dir, al_model *m, int json) {
     const double fwd = al_vit_fwd_flops_per_image(m);
     int rc = 0;
     if (json) {
+        const unsigned long mark = al_json_mark();
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", model_dir);
         cJSON_AddNumberToObject(j, "patches", P);
@@ -90,7 +92,7 @@ static int info_vision(const char *model_dir, al_model *m, int json) {
         cJSON_AddNumberToObject(j, "params_head", (double)head);
         cJSON_AddNumberToObject(j, "fwd_flops_per_image", fwd);
         cJSON_AddNumberToObject(j, "train_flops_per_image", 3 * fwd);
-        rc = print_json("info", c, j);
+        rc = print_json("info", c, j, mark);
     } else {
         printf("model       %s\n", model_dir);
         printf("task        vision transformer: %d x %d x %d images, %d x %d patches -> %d patches + CLS, %d classes\n",
@@ -160,6 +162,7 @@ int cmd_info(int argc, char **argv) {
     double ratio = (double)vpt / (double)mha_vpt;
     double fwd = al_model_fwd_flops_per_token(&m, T);
     if (json) {
+        const unsigned long mark = al_json_mark();
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", model_dir);
         cJSON_AddNumberToObject(j, "params", (double)total);
@@ -183,7 +186,7 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "rss_bytes", (double)rss);
         cJSON_AddNumberToObject(j, "rss_file_bytes", (double)rss_file);
         cJSON_AddNumberToObject(j, "rss_anon_bytes", (double)rss_anon);
-        rc = print_json(cmd, c, j);
+        rc = print_json(cmd, c, j, mark);
     } else {
         printf("model       %s\n", model_dir);
         design_line(c);

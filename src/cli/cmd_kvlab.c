@@ -56,16 +56,17 @@ static void on_point(void *ctx, const al_kvf_point *p) {
 }
 
 /* The window a model is scored in: --context, else the context it was
- * trained at (config.json's attnlab.train), else min(1024, its context). */
+ * trained at (config.json's attnlab.train), else min(1024, its context);
+ * -1 when out of memory reading the block. */
 static int model_context(const al_model *m, const char *extra, long context) {
     if (context) return (int)context;
     const int mc = al_config_max_context(&m->cfg);
-    int T = mc < 1024 ? mc : 1024;
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    int T = mc < 1024 ? mc : 1024, oom = 0;
+    cJSON *al = extra ? al_json_parse(extra, strlen(extra), &oom) : NULL;
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(al, "train"), "context");
     if (cJSON_IsNumber(c) && c->valueint > 0) T = c->valueint;
     cJSON_Delete(al);
-    return T;
+    return oom ? -1 : T;
 }
 
 /* Loads model i, its label (its design's title, made unique with the
@@ -79,6 +80,7 @@ static int load_model(const char *cmd, kv_model *km, int i, const char *dir, con
     km->loaded = 1;
     km->T = model_context(&km->m, extra, context);
     free(extra);
+    if (km->T < 0) return cli_failf(cmd, "%s: out of memory", dir);
     if (km->m.cfg.task == AL_TASK_VISION) return cli_failf(cmd, "%s: a vision model has no KV cache to decode", dir);
     if (km->T > km->m.cfg.max_position || km->T > al_config_max_context(&km->m.cfg))
         return cli_usage(cmd, "--context %d exceeds %s's context %d", km->T, dir, al_config_max_context(&km->m.cfg));

@@ -170,10 +170,11 @@ static int apply_config_file(const char *cmd, const char *path, al_arg *args, in
     size_t len;
     al_err err;
     if (al_read_file(path, &text, &len, &err)) return cli_fail(cmd, err.msg);
-    cJSON *j = *tree = cJSON_Parse(text);
+    int oom;
+    cJSON *j = *tree = al_json_parse(text, len, &oom);
     free(text);
     if (!cJSON_IsObject(j)) {
-        al_errf(&err, "%s: not a JSON object", path);
+        al_errf(&err, oom ? "%s: out of memory" : "%s: not a JSON object", path);
         return cli_fail(cmd, err.msg);
     }
     int rc = CLI_OK;

@@ -25,8 +25,10 @@ static int config_vocab(const char *dir) {
     int rc = stat(path, &st) ? 0 : al_read_file(path, &text, &len, &err) ? -1 : 1;
     free(path);
     if (rc < 1) return rc;
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    int oom;
+    cJSON *j = al_json_parse(text, len, &oom);
     free(text);
+    if (oom) return -2;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
     int V = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 1e9 ? (int)v->valuedouble : -1;
     cJSON_Delete(j);

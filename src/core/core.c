@@ -69,6 +69,10 @@ int al_err_prefix(al_err *err, const char *fmt, ...) {
     return -1;
 }
 
+int al_err_is_oom(const al_err *err) {
+    return err && (strstr(err->msg, "out of memory") || strstr(err->msg, "Cannot allocate memory"));
+}
+
 int al_vstrfmt(char *buf, size_t cap, const char *fmt, va_list ap) {
     int n = vsnprintf(buf, cap, fmt, ap);
     if (n < 0 || (size_t)n < cap) return n < 0 ? -1 : 0;

@@ -32,6 +32,12 @@ int al_errf(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 
  * cuts). Returns -1. */
 int al_err_prefix(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether err says out of memory: every allocation failure is reported with
+ * "out of memory" or strerror(ENOMEM) in its line (the fault sweep checks
+ * each). For callers that take a failed read for a verdict on the file (a
+ * study run to train again) and must not when memory ran short. */
+int al_err_is_oom(const al_err *err);
+
 /* Bounded text where a cut is acceptable (messages, labels): printf into
  * buf[cap]; a result that does not fit is cut after a whole UTF-8 character,
  * ends in "..." and returns 1 (0 when it fit, -1 on a format error).

@@ -54,11 +54,13 @@ static int open_index(al_ckpt *c, const char *path, al_err *err) {
     char *text;
     size_t len;
     if (al_read_file(path, &text, &len, err)) return -1;
-    cJSON *root = cJSON_Parse(text);
+    int oom;
+    cJSON *root = al_json_parse(text, len, &oom);
     free(text);
     int rc = 0;
     const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    if (!root || !cJSON_IsObject(root)) rc = al_errf(err, "%s: not a JSON object", path);
+    if (oom) rc = al_errf(err, "%s: out of memory", path);
+    else if (!root || !cJSON_IsObject(root)) rc = al_errf(err, "%s: not a JSON object", path);
     else if (!cJSON_IsObject(map)) rc = al_errf(err, "%s: no \"weight_map\" object", path);
     int n = 0;
     if (!rc)

@@ -13,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,9 +189,4 @@ int al_afile_remove_stale(const char *dir, int *removed, al_err *err) {
     }
     closedir(d);
     return rc;
-}
-
-/* One check for every reader that converts a file's JSON number to an integer. */
-int al_json_whole_in(const cJSON *v, double lo, double hi) {
-    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo && v->valuedouble <= hi;
 }

@@ -16,10 +16,31 @@
  * *len excludes the NUL). Errors name the path. */
 int al_read_file(const char *path, char **data, size_t *len, al_err *err);
 
+/* JSON through cJSON with its allocation failures seen (json.c says how).
+ * The count of this thread's failed cJSON allocations so far, and whether
+ * any failed since a mark: a writer takes the mark before building. */
+struct cJSON;
+unsigned long al_json_mark(void);
+int al_json_failed_since(unsigned long mark);
+/* cJSON_ParseWithLength; on NULL, *oom says whether an allocation failed
+ * (out of memory) rather than the text not being JSON. */
+struct cJSON *al_json_parse(const char *text, size_t len, int *oom);
+/* The document as text (cJSON_Print when formatted, else unformatted;
+ * free() it), or NULL when out of memory: in printing, or in building it
+ * since mark (an item that was not added). */
+char *al_json_print(const struct cJSON *j, int formatted, unsigned long mark);
+/* cJSON_AddItemToObject / cJSON_AddItemToArray that never leak: 1 when
+ * added; else item (which may be NULL, a failed creation) is deleted, the
+ * failure counted (al_json_failed_since), and 0 returned. */
+int al_json_add(struct cJSON *obj, const char *key, struct cJSON *item);
+int al_json_push(struct cJSON *arr, struct cJSON *item);
+/* Member `key` of the JSON object text json (NULL: none) as unformatted
+ * JSON text into *out (malloc'd; NULL when json is not an object holding
+ * it). 0, or -1 with one line when out of memory. */
+int al_json_member_text(const char *json, const char *key, char **out, al_err *err);
 /* Whether JSON value v is a number holding a whole value in [lo, hi]: what
  * an integer field of a file may be converted from (a file may hold any
  * number, and converting one past the type's range is undefined behaviour). */
-struct cJSON;
 int al_json_whole_in(const struct cJSON *v, double lo, double hi);
 
 /* Atomic write of one buffer. */

@@ -130,8 +130,11 @@ static int check_layout(const char *path, al_st_file *f, al_err *err) {
 /* Parses the JSON header (already located inside f->blob) into f->tensors. */
 static int parse_header(const char *path, al_st_file *f, const char *hdr, size_t hlen, al_err *err) {
     const char *end = NULL;
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
-    if (!root) return al_errf(err, "%s: header is not valid JSON", path);
+    if (!root)
+        return al_errf(err, al_json_failed_since(mark) ? "%s: out of memory reading the header"
+                                                         : "%s: header is not valid JSON", path);
     int rc = 0;
     for (const char *q = end; q && q < hdr + hlen; q++)  /* only padding may follow */
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
@@ -288,12 +291,13 @@ static int add_int(cJSON *arr, uint64_t v) {
     char s[24];
     snprintf(s, sizeof s, "%" PRIu64, v);
     cJSON *x = cJSON_CreateRaw(s);
-    return x && cJSON_AddItemToArray(arr, x) ? 0 : -1;
+    return al_json_push(arr, x) ? 0 : -1;
 }
 
 /* Builds the header JSON text (unpadded); caller frees with cJSON_free. */
 static char *build_header(const char *path, const al_st_out_tensor *ts, int n, const char *const *meta_kv,
                           int n_meta, al_err *err) {
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
     if (ok && n_meta > 0) {
@@ -316,7 +320,7 @@ static char *build_header(const char *path, const al_st_out_tensor *ts, int n, c
         ok = ok && add_int(of, off) == 0 && add_int(of, off + 4 * count) == 0;
         off += 4 * count;
     }
-    char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
+    char *s = ok ? al_json_print(root, 0, mark) : NULL;
     cJSON_Delete(root);
     if (!s) al_errf(err, "%s: out of memory building safetensors header", path);
     return s;

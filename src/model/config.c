@@ -209,10 +209,7 @@ int al_config_view(const al_config *c, cJSON *obj) {
         if (!al_config_field_used(i, c)) continue;
         const al_config_field *f = al_config_field_at(i, NULL);
         cJSON *v = field_json(f, c, 1);
-        if (!v || !cJSON_AddItemToObject(obj, f->name, v)) {
-            cJSON_Delete(v);
-            return -1;
-        }
+        if (!al_json_add(obj, f->name, v)) return -1;
     }
     return 0;
 }
@@ -640,10 +637,11 @@ static int read_fields(al_config *c, int from, int to, const cJSON *root, const 
 
 int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *err) {
     if (extra_out) *extra_out = NULL;
-    cJSON *root = cJSON_Parse(text);
+    int oom;
+    cJSON *root = al_json_parse(text, strlen(text), &oom);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return al_errf(err, "invalid config: not a JSON object");
+        return al_errf(err, oom ? "config: out of memory" : "invalid config: not a JSON object");
     }
     al_config_default(c);
     int rc = -1;
@@ -759,7 +757,10 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     const int have_score_n = present[al_config_field_find("score_n")];
     if (!have_score_n) c->score_n = c->max_position;
     if (is_vit) al_config_vision_derive(c, !have_score_n);
-    if (al && extra_out) *extra_out = cJSON_PrintUnformatted(al);
+    if (al && extra_out && !(*extra_out = al_json_print(al, 0, al_json_mark()))) {
+        al_errf(err, "config: out of memory");
+        goto done;
+    }
     if (c->hf != AL_HF_NONE && parse_hf(c, root, err)) goto done;
     rc = al_config_validate(c, err);
 done:
@@ -807,10 +808,7 @@ static int write_fields(const al_config *c, al_cf_where where, cJSON *obj) {
             c->head_dim == c->qk_nope_head_dim + c->qk_rope_head_dim)
             continue;
         cJSON *v = field_json(f, c, 0);
-        if (!v || !cJSON_AddItemToObject(obj, f->key, v)) {
-            cJSON_Delete(v);
-            return -1;
-        }
+        if (!al_json_add(obj, f->key, v)) return -1;
     }
     return 0;
 }
@@ -822,10 +820,11 @@ static void delete_key(cJSON *obj, const char *key) {
 }
 
 int al_config_save(const al_config *c, const char *path, const char *extra_json, al_err *err) {
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     const char *arch_name = al_config_architecture(c);
-    cJSON_AddItemToArray(arch, cJSON_CreateString(arch_name));
+    al_json_push(arch, cJSON_CreateString(arch_name));
     const al_attn_ops *d = al_attn_ops_for(c);
     cJSON_AddStringToObject(root, "model_type", c->task == AL_TASK_VISION ? "attnlab_vit" : d ? d->hf_model_type : "?");
     int bad = write_fields(c, AL_CF_TOP, root);
@@ -841,10 +840,11 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     cJSON_AddBoolToObject(root, "attention_bias", 0);
     cJSON_AddBoolToObject(root, "mlp_bias", 0);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
-    cJSON *al = extra_json ? cJSON_Parse(extra_json) : NULL;
+    int oom = 0; /* an "attnlab" block that cannot be parsed for want of memory must not be dropped */
+    cJSON *al = extra_json ? al_json_parse(extra_json, strlen(extra_json), &oom) : NULL;
     if (!al || !cJSON_IsObject(al)) {
         cJSON_Delete(al);
-        al = cJSON_CreateObject();
+        al = oom ? NULL : cJSON_CreateObject();
     }
     /* the block's config keys are rewritten from c (any design's, in case c's design changed) */
     const int n = al_config_field_count();
@@ -855,8 +855,8 @@ int al_config_save(const al_config *c, const char *path, const char *extra_json,
     delete_key(al, "format_version");
     cJSON_AddNumberToObject(al, "format_version", AL_CONFIG_FORMAT_VERSION);
     bad |= write_fields(c, AL_CF_BLOCK, al);
-    cJSON_AddItemToObject(root, "attnlab", al);
-    char *text = bad ? NULL : cJSON_Print(root);
+    al_json_add(root, "attnlab", al);
+    char *text = bad || oom ? NULL : al_json_print(root, 1, mark);
     cJSON_Delete(root);
     if (!text) return al_errf(err, "%s: out of memory", path);
     size_t len = strlen(text);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../attn/convert.h"
+#include "../io/io.h"
 #include "../train/train.h"
 #include "config.h"
 #include "convert.h"
@@ -268,11 +269,12 @@ done:
 /* a JSON array of n doubles */
 static cJSON *numbers(const double *v, int n) {
     cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    for (int i = 0; a && i < n; i++) al_json_push(a, cJSON_CreateNumber(v[i]));
     return a;
 }
 
 char *al_convert_report_json(const al_convert_report *r, const al_config *src, const al_config *dst) {
+    const unsigned long mark = al_json_mark();
     cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject(), *layers = cJSON_CreateArray();
     if (!root || !cfg || !layers) {
         cJSON_Delete(root);
@@ -283,7 +285,7 @@ char *al_convert_report_json(const al_convert_report *r, const al_config *src, c
     cJSON_AddStringToObject(root, "source_attention", al_attn_name(src->attention));
     cJSON_AddStringToObject(root, "target_attention", al_attn_name(dst->attention));
     al_config_view(dst, cfg);
-    cJSON_AddItemToObject(root, "config", cfg);
+    al_json_add(root, "config", cfg);
     cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
     cJSON_AddNumberToObject(root, "heldout_tokens", (double)r->heldout_tokens);
     cJSON_AddNumberToObject(root, "heldout_loss_source", r->loss_source);
@@ -295,12 +297,12 @@ char *al_convert_report_json(const al_convert_report *r, const al_config *src, c
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "layer", l);
         cJSON_AddNumberToObject(o, "output_error", r->out_err[l]);
-        cJSON_AddItemToObject(o, "key_error", numbers(r->k_err + (size_t)l * r->heads, r->heads));
-        cJSON_AddItemToObject(o, "value_error", numbers(r->v_err + (size_t)l * r->heads, r->heads));
-        cJSON_AddItemToArray(layers, o);
+        al_json_add(o, "key_error", numbers(r->k_err + (size_t)l * r->heads, r->heads));
+        al_json_add(o, "value_error", numbers(r->v_err + (size_t)l * r->heads, r->heads));
+        al_json_push(layers, o);
     }
-    cJSON_AddItemToObject(root, "layers", layers);
-    char *s = cJSON_Print(root);
+    al_json_add(root, "layers", layers);
+    char *s = al_json_print(root, 1, mark);
     cJSON_Delete(root);
     return s;
 }

@@ -63,10 +63,32 @@ typedef struct run_buf {
     double size, y; /* font size and baseline of the run */
 } run_buf;
 
+/* Replaces each byte of s that is not part of a well-formed UTF-8 character
+ * (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF)
+ * with '?'. cairo refuses a whole string for one such byte, and a label may
+ * carry a directory's name, which Linux lets be any bytes. */
+static void utf8_mend(char *s) {
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        const int n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : (*p & 0xF8) == 0xF0 ? 4 : 0;
+        unsigned cp = n == 1 ? *p : n == 2 ? *p & 0x1Fu : n == 3 ? *p & 0x0Fu : *p & 0x07u;
+        int ok = n > 0;
+        for (int k = 1; ok && k < n; k++) { /* a NUL is no continuation byte: never read past it */
+            ok = (p[k] & 0xC0) == 0x80;
+            cp = cp << 6 | (p[k] & 0x3Fu);
+        }
+        static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (ok && (cp < least[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)) ok = 0;
+        if (ok) p += n;
+        else *p++ = '?';
+    }
+}
+
 /* Draws (or measures) what r holds at x and empties it; returns its advance. */
 static double flush(cairo_t *cr, run_buf *r, int bold, int draw, double x) {
     r->b[r->n] = 0;
     r->n = 0;
+    utf8_mend(r->b);
     return run(cr, r->b, r->size, bold, draw, x, r->y);
 }
 

@@ -241,14 +241,17 @@ static int *byte_ids(const uint8_t *text, size_t len, size_t max, size_t *n, al_
 /* The run block of a converted model's config.json: the source run's
  * training settings (so its text is the default of eval) and its origin. */
 static char *converted_block(const al_plan_run *source, const al_model *src) {
+    const unsigned long mark = al_json_mark();
     char *train = al_train_opts_to_json(&source->opts), *text = NULL;
-    cJSON *j = cJSON_CreateObject(), *t = train ? cJSON_Parse(train) : NULL, *from = cJSON_CreateObject();
+    int oom;
+    cJSON *j = cJSON_CreateObject(), *t = train ? al_json_parse(train, strlen(train), &oom) : NULL,
+          *from = cJSON_CreateObject();
     if (j && t && from && cJSON_AddStringToObject(from, "model", source->dir) &&
         cJSON_AddStringToObject(from, "attention", al_attn_name(src->cfg.attention))) {
-        cJSON_AddItemToObject(j, "train", t);
-        cJSON_AddItemToObject(j, "converted_from", from);
+        al_json_add(j, "train", t);
+        al_json_add(j, "converted_from", from);
         t = from = NULL;
-        text = cJSON_PrintUnformatted(j);
+        text = al_json_print(j, 0, mark);
     }
     cJSON_Delete(t);
     cJSON_Delete(from);

@@ -502,7 +502,7 @@ static cJSON *kv_json(const al_study_results *r) {
     if (!f->n) return o;
     cJSON_AddStringToObject(o, "figure", r->kv_figure.file);
     cJSON *dd = cJSON_AddArrayToObject(o, "data");
-    for (int j = 0; j < 2; j++) cJSON_AddItemToArray(dd, cJSON_CreateString(r->kv_figure.data[j]));
+    for (int j = 0; j < 2; j++) al_json_push(dd, cJSON_CreateString(r->kv_figure.data[j]));
     cJSON_AddStringToObject(o, "caption", r->kv_figure.caption);
     cJSON_AddStringToObject(o, "methods", AL_KVF_STUDY_METHODS);
     cJSON_AddNumberToObject(o, "context", r->kv_context);
@@ -517,7 +517,7 @@ static cJSON *kv_json(const al_study_results *r) {
         cJSON_AddStringToObject(q, "method", p->method);
         if (!p->ok) {
             cJSON_AddStringToObject(q, "why", p->why);
-            cJSON_AddItemToArray(ref, q);
+            al_json_push(ref, q);
             continue;
         }
         const double delta = kv_delta_pct(f, i);
@@ -528,7 +528,7 @@ static cJSON *kv_json(const al_study_results *r) {
         if (isfinite(delta)) cJSON_AddNumberToObject(q, "delta_vs_uncompressed_pct", delta);
         cJSON_AddBoolToObject(q, "pareto", p->pareto);
         cJSON_AddBoolToObject(q, "hull", p->hull);
-        cJSON_AddItemToArray(pts, q);
+        al_json_push(pts, q);
     }
     cJSON *bu = cJSON_AddArrayToObject(o, "best_under");
     for (int t = 0; t < AL_KVF_N_THRESHOLDS; t++) {
@@ -540,7 +540,7 @@ static cJSON *kv_json(const al_study_results *r) {
         cJSON_AddStringToObject(q, "method", f->p[i].method);
         cJSON_AddNumberToObject(q, "loss", f->p[i].loss);
         cJSON_AddNumberToObject(q, "bytes_per_token", f->p[i].bytes_per_token);
-        cJSON_AddItemToArray(bu, q);
+        al_json_push(bu, q);
     }
     const int bt = al_kvf_best_trade(f);
     if (bt >= 0) {
@@ -657,12 +657,12 @@ static void conversions_json(const al_study_results *r, cJSON *root) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "design", al_study_design(cs[i].design));
         cJSON_AddNumberToObject(o, "kv_pct_of_mha", cs[i].kv_pct_of_mha);
-        cJSON_AddItemToObject(o, "loss_source", stat_json(&cs[i].source));
-        cJSON_AddItemToObject(o, "loss_converted", stat_json(&cs[i].converted));
-        cJSON_AddItemToObject(o, "loss_uptrained", stat_json(&cs[i].uptrained));
-        cJSON_AddItemToObject(o, "loss_scratch", stat_json(&cs[i].scratch));
-        cJSON_AddItemToObject(o, "loss_scratch_same_steps", stat_json(&cs[i].scratch_long));
-        cJSON_AddItemToArray(des, o);
+        al_json_add(o, "loss_source", stat_json(&cs[i].source));
+        al_json_add(o, "loss_converted", stat_json(&cs[i].converted));
+        al_json_add(o, "loss_uptrained", stat_json(&cs[i].uptrained));
+        al_json_add(o, "loss_scratch", stat_json(&cs[i].scratch));
+        al_json_add(o, "loss_scratch_same_steps", stat_json(&cs[i].scratch_long));
+        al_json_push(des, o);
     }
     cJSON *runs = cJSON_AddArrayToObject(cj, "runs");
     for (int i = 0; i < r->n_conv; i++) {
@@ -679,11 +679,12 @@ static void conversions_json(const al_study_results *r, cJSON *root) {
         cJSON_AddStringToObject(o, "converted_dir", x->converted_dir);
         cJSON_AddStringToObject(o, "uptrained_dir", x->uptrained_dir);
         cJSON_AddStringToObject(o, "scratch_same_steps_dir", x->scratch_long_dir);
-        cJSON_AddItemToArray(runs, o);
+        al_json_push(runs, o);
     }
 }
 
 static char *report_json(const al_study_results *r, const design_stats *d, const vit_stats *v, const findings *f) {
+    const unsigned long mark = al_json_mark();
     const al_study_budget *b = r->budget;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "attnlab.study/1");
@@ -706,7 +707,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
     cJSON_AddStringToObject(mj, "bf16_engine", al_precision_engine());
     cJSON_AddStringToObject(root, "precision", al_precision_name(study_precision(r)));
     cJSON *seeds = cJSON_AddArrayToObject(root, "seeds");
-    for (int i = 0; i < r->n_seeds; i++) cJSON_AddItemToArray(seeds, cJSON_CreateNumber((double)r->seeds[i]));
+    for (int i = 0; i < r->n_seeds; i++) al_json_push(seeds, cJSON_CreateNumber((double)r->seeds[i]));
     cJSON *cj = cJSON_AddObjectToObject(root, "corpus");
     cJSON_AddStringToObject(cj, "path", r->corpus_path);
     cJSON_AddNumberToObject(cj, "bytes", (double)r->corpus_bytes);
@@ -718,7 +719,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
     cJSON_AddNumberToObject(cj, "unigram_val_bpb", r->unigram.val_cross_entropy / M_LN2);
 
     cJSON *lm = cJSON_AddObjectToObject(root, "language_models");
-    cJSON_AddItemToObject(lm, "settings", train_json(&r->lm_opts, 0));
+    al_json_add(lm, "settings", train_json(&r->lm_opts, 0));
     cJSON *res = cJSON_AddObjectToObject(lm, "resolution");
     if (r->n_seeds == 1) {
         cJSON_AddStringToObject(res, "rule",
@@ -741,17 +742,17 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)x->m.kv_bytes_per_token);
         cJSON_AddNumberToObject(o, "kv_pct_of_mha", x->m.kv_pct_of_mha);
         cJSON_AddNumberToObject(o, "seeds", d[k].loss.n);
-        cJSON_AddItemToObject(o, "val_loss", stat_json(&d[k].loss));
-        cJSON_AddItemToObject(o, "val_bpb", stat_json(&d[k].bpb));
+        al_json_add(o, "val_loss", stat_json(&d[k].loss));
+        al_json_add(o, "val_bpb", stat_json(&d[k].bpb));
         cJSON_AddNumberToObject(o, "train_tokens_per_s", r->speed[k].train_tokens_per_s);
         cJSON_AddNumberToObject(o, "decode_tokens_per_s", r->speed[k].decode_tokens_per_s);
-        cJSON_AddItemToObject(o, "train_tokens_per_s_runs", stat_json(&d[k].tps));
-        cJSON_AddItemToObject(o, "erank_uncentered_pct", stat_json(&d[k].erank_u));
-        cJSON_AddItemToObject(o, "erank_pca_pct", stat_json(&d[k].erank_p));
+        al_json_add(o, "train_tokens_per_s_runs", stat_json(&d[k].tps));
+        al_json_add(o, "erank_uncentered_pct", stat_json(&d[k].erank_u));
+        al_json_add(o, "erank_pca_pct", stat_json(&d[k].erank_p));
         cJSON_AddNumberToObject(o, "delta_vs_mha_pct", d[k].delta_pct);
         cJSON_AddBoolToObject(o, "resolved_vs_mha", d[k].resolved);
-        cJSON_AddItemToObject(o, "config", config_json(&x->cfg));
-        cJSON_AddItemToArray(des, o);
+        al_json_add(o, "config", config_json(&x->cfg));
+        al_json_push(des, o);
     }
     cJSON *runs = cJSON_AddArrayToObject(lm, "runs");
     for (int i = 0; i < r->n_lm; i++) {
@@ -776,19 +777,19 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON *st = cJSON_AddArrayToObject(cv, "step"), *tk = cJSON_AddArrayToObject(cv, "tokens"),
               *vl = cJSON_AddArrayToObject(cv, "val_loss");
         for (int j = 0; j < x->log.n; j++) {
-            cJSON_AddItemToArray(st, cJSON_CreateNumber(x->log.step[j]));
-            cJSON_AddItemToArray(tk,
+            al_json_push(st, cJSON_CreateNumber(x->log.step[j]));
+            al_json_push(tk,
                                  cJSON_CreateNumber((double)x->log.step[j] * r->lm_opts.batch * r->lm_opts.context));
-            cJSON_AddItemToArray(vl, cJSON_CreateNumber(x->log.val_loss[j]));
+            al_json_push(vl, cJSON_CreateNumber(x->log.val_loss[j]));
         }
-        cJSON_AddItemToArray(runs, o);
+        al_json_push(runs, o);
     }
 
     cJSON *vj = cJSON_AddObjectToObject(root, "vision");
     cJSON_AddStringToObject(vj, "status", r->n_vit ? "done" : "skipped");
     cJSON_AddStringToObject(vj, "note", r->vision_note);
     cJSON_AddStringToObject(vj, "images", r->images_path);
-    if (r->n_vit) cJSON_AddItemToObject(vj, "settings", train_json(&r->vit_opts, 1));
+    if (r->n_vit) al_json_add(vj, "settings", train_json(&r->vit_opts, 1));
     cJSON *vm = cJSON_AddArrayToObject(vj, "models");
     for (int k = 0; k < 2; k++) {
         if (!v[k].first) continue;
@@ -797,13 +798,13 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON_AddStringToObject(o, "title", v[k].first->title);
         cJSON_AddNumberToObject(o, "params", (double)v[k].first->m.params);
         cJSON_AddNumberToObject(o, "test_images", v[k].first->m.test_images);
-        cJSON_AddItemToObject(o, "accuracy", stat_json(&v[k].acc));
-        cJSON_AddItemToObject(o, "test_loss", stat_json(&v[k].loss));
-        cJSON_AddItemToObject(o, "train_images_per_s", stat_json(&v[k].ips));
-        cJSON_AddItemToObject(o, "erank_uncentered_pct", stat_json(&v[k].erank_u));
-        cJSON_AddItemToObject(o, "erank_pca_pct", stat_json(&v[k].erank_p));
-        cJSON_AddItemToObject(o, "config", config_json(&v[k].first->cfg));
-        cJSON_AddItemToArray(vm, o);
+        al_json_add(o, "accuracy", stat_json(&v[k].acc));
+        al_json_add(o, "test_loss", stat_json(&v[k].loss));
+        al_json_add(o, "train_images_per_s", stat_json(&v[k].ips));
+        al_json_add(o, "erank_uncentered_pct", stat_json(&v[k].erank_u));
+        al_json_add(o, "erank_pca_pct", stat_json(&v[k].erank_p));
+        al_json_add(o, "config", config_json(&v[k].first->cfg));
+        al_json_push(vm, o);
     }
     cJSON *vr = cJSON_AddArrayToObject(vj, "runs");
     for (int i = 0; i < r->n_vit; i++) {
@@ -825,12 +826,12 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON *st = cJSON_AddArrayToObject(cv, "step"), *im = cJSON_AddArrayToObject(cv, "images"),
               *vl = cJSON_AddArrayToObject(cv, "val_loss"), *va = cJSON_AddArrayToObject(cv, "val_accuracy");
         for (int j = 0; j < x->log.n; j++) {
-            cJSON_AddItemToArray(st, cJSON_CreateNumber(x->log.step[j]));
-            cJSON_AddItemToArray(im, cJSON_CreateNumber((double)x->log.step[j] * r->vit_opts.batch));
-            cJSON_AddItemToArray(vl, cJSON_CreateNumber(x->log.val_loss[j]));
-            cJSON_AddItemToArray(va, cJSON_CreateNumber(x->log.val_acc[j]));
+            al_json_push(st, cJSON_CreateNumber(x->log.step[j]));
+            al_json_push(im, cJSON_CreateNumber((double)x->log.step[j] * r->vit_opts.batch));
+            al_json_push(vl, cJSON_CreateNumber(x->log.val_loss[j]));
+            al_json_push(va, cJSON_CreateNumber(x->log.val_acc[j]));
         }
-        cJSON_AddItemToArray(vr, o);
+        al_json_push(vr, o);
     }
     if (r->n_vit && isfinite(r->cls.min[0])) {
         cJSON *ca = cJSON_AddObjectToObject(vj, "cls_attention");
@@ -844,7 +845,7 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
             cJSON_AddNumberToObject(o, "max", r->cls.max[k]);
         }
     }
-    cJSON_AddItemToObject(root, "kv_frontier", kv_json(r));
+    al_json_add(root, "kv_frontier", kv_json(r));
     if (r->n_conv) conversions_json(r, root);
     cJSON *fig = cJSON_AddArrayToObject(root, "figures");
     for (int i = 0; i < r->n_figures; i++) {
@@ -852,13 +853,13 @@ static char *report_json(const al_study_results *r, const design_stats *d, const
         cJSON_AddStringToObject(o, "file", r->figures[i].file);
         cJSON *dd = cJSON_AddArrayToObject(o, "data");
         for (int j = 0; j < 3; j++)
-            if (r->figures[i].data[j][0]) cJSON_AddItemToArray(dd, cJSON_CreateString(r->figures[i].data[j]));
+            if (r->figures[i].data[j][0]) al_json_push(dd, cJSON_CreateString(r->figures[i].data[j]));
         cJSON_AddStringToObject(o, "caption", r->figures[i].caption);
-        cJSON_AddItemToArray(fig, o);
+        al_json_push(fig, o);
     }
     cJSON *fj = cJSON_AddArrayToObject(root, "findings");
-    for (int i = 0; i < f->n; i++) cJSON_AddItemToArray(fj, cJSON_CreateString(f->text[i]));
-    char *text = cJSON_Print(root);
+    for (int i = 0; i < f->n; i++) al_json_push(fj, cJSON_CreateString(f->text[i]));
+    char *text = al_json_print(root, 1, mark);
     cJSON_Delete(root);
     return text;
 }

@@ -40,8 +40,9 @@ int al_train_state_step(const char *path, int *step, al_err *err) {
                 return al_errf(err, "%s: out of memory for its %llu-byte header", path, (unsigned long long)hl);
             }
             if (fread(h, 1, hl, f) == hl) {
-                h[hl] = 0;
-                cJSON *j = cJSON_Parse(h);
+                int oom;
+                cJSON *j = al_json_parse(h, hl, &oom);
+                if (oom) rc = -2;
                 const cJSON *v =
                     cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "__metadata__"), "step");
                 long s;
@@ -55,7 +56,9 @@ int al_train_state_step(const char *path, int *step, al_err *err) {
         }
     }
     fclose(f);
-    return rc ? al_errf(err, "%s: no readable step in the training state", path) : 0;
+    return rc == -2 ? al_errf(err, "%s: out of memory", path)
+           : rc     ? al_errf(err, "%s: no readable step in the training state", path)
+                    : 0;
 }
 
 /* Relative equality of two settings that went through JSON. */
@@ -110,17 +113,17 @@ static int same_train(const al_train_opts *a, const al_train_opts *b, int vision
     return 1;
 }
 
-/* 1 if the log at path has the line of `step` with an evaluation. */
-static int log_has_final(const char *path, int step) {
+/* 1 if the log at path has the line of `step` with an evaluation, 0 if
+ * not (or it cannot be read), -1 with err when memory ran short. */
+static int log_has_final(const char *path, int step, al_err *err) {
     char *text;
     size_t len;
-    al_err err;
-    if (al_read_file(path, &text, &len, &err)) return 0;
-    int found = 0;
-    for (char *line = text; line && *line && !found;) {
+    if (al_read_file(path, &text, &len, err)) return al_err_is_oom(err) ? -1 : 0;
+    int found = 0, oom = 0;
+    for (char *line = text; line && *line && !found && !oom;) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
-        cJSON *j = cJSON_Parse(line);
+        cJSON *j = al_json_parse(line, strlen(line), &oom);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
         found =
             cJSON_IsNumber(s) && s->valueint == step && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "val_loss"));
@@ -128,7 +131,7 @@ static int log_has_final(const char *path, int step) {
         line = nl ? nl + 1 : NULL;
     }
     free(text);
-    return found;
+    return oom ? al_errf(err, "%s: out of memory", path) : found;
 }
 
 /* The files of a run directory that decide its state. */
@@ -136,14 +139,15 @@ enum { RUN_CONFIG, RUN_STATE, RUN_MODEL, RUN_LOG, RUN_FILES };
 static const char *const run_file_names[RUN_FILES] = {"config.json", "train_state.safetensors", "model.safetensors",
                                                       "log.jsonl"};
 
-/* What the run's files say (al_study_run_state), their paths made. */
-static al_run_state run_state_of(const al_train_opts *plan, char *const *file, int *step, char *why, size_t cap) {
+/* What the run's files say (al_study_run_state), their paths made; -1 with
+ * err when memory ran short reading them (no verdict on the run then). */
+static int run_state_of(const al_train_opts *plan, char *const *file, int *step, char *why, size_t cap, al_err *err) {
     al_train_opts saved;
-    al_err err;
     *step = 0;
     al_strfmt(why, cap, "not trained yet");
     if (access(file[RUN_CONFIG], F_OK) != 0) return AL_RUN_NEW;
-    const int loaded = al_run_load_opts(plan->out, &saved, &err);
+    const int loaded = al_run_load_opts(plan->out, &saved, err);
+    if (loaded && al_err_is_oom(err)) return -1;
     if (loaded == -1) {
         al_strfmt(why, cap, "its config.json is unreadable");
         return AL_RUN_STALE;
@@ -160,7 +164,8 @@ static al_run_state run_state_of(const al_train_opts *plan, char *const *file, i
         return AL_RUN_NEW;
     }
     int s;
-    if (al_train_state_step(file[RUN_STATE], &s, &err)) {
+    if (al_train_state_step(file[RUN_STATE], &s, err)) {
+        if (al_err_is_oom(err)) return -1;
         al_strfmt(why, cap, "its training state is unreadable");
         return AL_RUN_STALE;
     }
@@ -173,7 +178,9 @@ static al_run_state run_state_of(const al_train_opts *plan, char *const *file, i
         al_strfmt(why, cap, "stopped at step %d of %d", s, plan->steps);
         return s > 0 ? AL_RUN_PARTIAL : AL_RUN_NEW;
     }
-    if (access(file[RUN_MODEL], F_OK) != 0 || !log_has_final(file[RUN_LOG], s)) {
+    const int final = access(file[RUN_MODEL], F_OK) == 0 ? log_has_final(file[RUN_LOG], s, err) : 0;
+    if (final < 0) return -1;
+    if (!final) {
         al_strfmt(why, cap, "its checkpoint or log.jsonl lacks the final step");
         return AL_RUN_STALE;
     }
@@ -186,7 +193,9 @@ int al_study_run_state(const al_train_opts *plan, al_run_state *state, int *step
     int rc = 0;
     for (int i = 0; i < RUN_FILES; i++)
         if (!(file[i] = al_study_join(plan->out, run_file_names[i], err))) rc = -1;
-    if (!rc) *state = run_state_of(plan, file, step, why, cap);
+    const int st = rc ? -1 : run_state_of(plan, file, step, why, cap, err);
+    if (st < 0) rc = -1;
+    else *state = (al_run_state)st;
     for (int i = 0; i < RUN_FILES; i++) free(file[i]);
     return rc;
 }
@@ -234,10 +243,12 @@ int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
         al_run_log_free(out);
         return al_errf(err, "out of memory");
     }
+    const unsigned long mark = al_json_mark();
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
-        cJSON *j = cJSON_Parse(line);
+        int oom;
+        cJSON *j = al_json_parse(line, strlen(line), &oom);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *v;
         if (cJSON_IsNumber(s)) {
             out->last_step = s->valueint;
@@ -262,7 +273,9 @@ int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
     out->items_per_s = ni ? median(ips, ni) : out->tokens_per_s;
     free(tps);
     free(ips);
-    const int rc = out->n ? 0 : al_errf(err, "%s: no evaluation lines", path);
+    const int rc = al_json_failed_since(mark) ? al_errf(err, "%s: out of memory", path) /* a line not read */
+                   : out->n                       ? 0
+                                                  : al_errf(err, "%s: no evaluation lines", path);
     if (rc) al_run_log_free(out);
     free(path);
     return rc;
@@ -337,11 +350,13 @@ int al_study_measure_lm(const char *dir, const al_corpus *corpus, long max_token
     char *extra = NULL;
     memset(out, 0, sizeof *out);
     if (al_config_load_dir(&cfg, dir, &extra, err)) return -1;
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    int oom = 0;
+    cJSON *al = extra ? al_json_parse(extra, strlen(extra), &oom) : NULL;
     free(extra);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(al, "step");
     out->steps = cJSON_IsNumber(st) ? st->valueint : 0;
     cJSON_Delete(al);
+    if (oom) return al_errf(err, "%s: out of memory", dir);
     const int T = cfg.max_position; /* the trained context */
     al_model m;
     if (al_model_create(&m, &cfg, err)) return al_err_prefix(err, "%s", dir);
@@ -491,10 +506,11 @@ int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err
         return -1;
     }
     rc = -1;
-    for (char *line = text; line && *line;) {
+    int oom = 0;
+    for (char *line = text; line && *line && !oom;) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
-        cJSON *j = cJSON_Parse(line);
+        cJSON *j = al_json_parse(line, strlen(line), &oom);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *acc, *loss, *cnt;
         acc = cJSON_GetObjectItemCaseSensitive(j, "val_accuracy");
         loss = cJSON_GetObjectItemCaseSensitive(j, "val_loss");
@@ -510,7 +526,8 @@ int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err
     }
     free(text);
     out->steps = steps;
-    if (rc) al_errf(err, "%s: log.jsonl has no final evaluation at step %d", path, steps);
+    if (oom) rc = al_errf(err, "%s: out of memory", path);
+    else if (rc) al_errf(err, "%s: log.jsonl has no final evaluation at step %d", path, steps);
     free(path);
     return rc;
 }
@@ -525,9 +542,10 @@ int al_study_measure_vit(const char *dir, int steps, al_vit_measure *out, al_err
     X(params) X(accuracy) X(test_loss) X(test_images) X(erank_uncentered_pct) X(erank_pca_pct) X(mean_offdiag)
 /* clang-format on */
 
-/* Writes a cJSON object to DIR/measure.json atomically and frees it. */
-static int save_measure(const char *dir, cJSON *j, al_err *err) {
-    char *text = cJSON_Print(j);
+/* Writes a cJSON object built since mark to DIR/measure.json atomically and
+ * frees it. */
+static int save_measure(const char *dir, cJSON *j, unsigned long mark, al_err *err) {
+    char *text = al_json_print(j, 1, mark);
     cJSON_Delete(j);
     char *path = text ? al_study_join(dir, "measure.json", err) : NULL;
     int rc = !text ? al_errf(err, "out of memory") : !path ? -1 : al_write_file_atomic(path, text, strlen(text), err);
@@ -552,8 +570,14 @@ static cJSON *load_measure(const char *dir, const char *kind, int steps, int *go
     if (unread) return NULL;
     *got = 1;
     if (!there) return NULL;
-    cJSON *j = cJSON_Parse(text);
+    int oom;
+    cJSON *j = al_json_parse(text, len, &oom);
     free(text);
+    if (oom) {
+        *got = -1;
+        al_errf(err, "%s/measure.json: out of memory", dir);
+        return NULL;
+    }
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind"), *s = cJSON_GetObjectItemCaseSensitive(j, "steps");
     if (!cJSON_IsString(k) || strcmp(k->valuestring, kind) || !cJSON_IsNumber(s) || s->valueint != steps) {
         cJSON_Delete(j);
@@ -568,13 +592,14 @@ int al_study_measured(int got, const char *dir, al_err *err) {
 }
 
 int al_study_save_lm_measure(const char *dir, const al_lm_measure *m, al_err *err) {
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "lm");
     cJSON_AddNumberToObject(j, "steps", m->steps);
 #define ADD(f) cJSON_AddNumberToObject(j, #f, (double)m->f);
     LM_FIELDS(ADD)
 #undef ADD
-    return save_measure(dir, j, err);
+    return save_measure(dir, j, mark, err);
 }
 
 int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m, al_err *err) {
@@ -605,13 +630,14 @@ int al_study_load_lm_measure(const char *dir, int steps, al_lm_measure *m, al_er
 }
 
 int al_study_save_vit_measure(const char *dir, const al_vit_measure *m, al_err *err) {
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "vision");
     cJSON_AddNumberToObject(j, "steps", m->steps);
 #define ADD(f) cJSON_AddNumberToObject(j, #f, (double)m->f);
     VIT_FIELDS(ADD)
 #undef ADD
-    return save_measure(dir, j, err);
+    return save_measure(dir, j, mark, err);
 }
 
 int al_study_load_vit_measure(const char *dir, int steps, al_vit_measure *m, al_err *err) {

@@ -799,11 +799,12 @@ static int load_config(loader *ld, const char *path) {
     const char *tok_path = ld->path;
     if (al_read_file(path, &text, &len, ld->err)) return -1;
     ld->path = path;
-    cJSON *cfg = cJSON_ParseWithLength(text, len);
+    int oom;
+    cJSON *cfg = al_json_parse(text, len, &oom);
     free(text);
     int rc = 0, has_bos = 0, has_eos = 0, add_bos = 0, add_eos = 0, bos = -1, eos = -1;
     if (!cJSON_IsObject(cfg)) {
-        rc = fail(ld, "not a JSON object");
+        rc = fail(ld, oom ? "out of memory" : "not a JSON object");
         goto done;
     }
     if (config_token(ld, cfg, "bos_token", &bos, &has_bos) || config_token(ld, cfg, "eos_token", &eos, &has_eos)) {
@@ -869,6 +870,7 @@ static al_tokenizer *load_text(const char *text, size_t len, const char *json_pa
     cJSON *root = NULL;
     char *reduced = NULL;
     size_t reduced_len = 0;
+    int oom = 0;
     if (!t) {
         al_errf(err, "out of memory");
         goto done;
@@ -879,7 +881,11 @@ static al_tokenizer *load_text(const char *text, size_t len, const char *json_pa
             al_errf(err, "out of memory");
             goto done;
         }
-        root = cJSON_ParseWithLength(reduced, reduced_len);
+        root = al_json_parse(reduced, reduced_len, &oom);
+        if (oom) {
+            fail(&ld, "out of memory");
+            goto done;
+        }
         if (!root) { /* let the full parse say where the error is */
             *fallback = 1;
             goto done;
@@ -889,7 +895,11 @@ static al_tokenizer *load_text(const char *text, size_t len, const char *json_pa
             *fallback = 1;
             goto done;
         }
-        root = cJSON_ParseWithLength(text, len);
+        root = al_json_parse(text, len, &oom);
+    }
+    if (oom) {
+        fail(&ld, "out of memory");
+        goto done;
     }
     if (!root) {
         const char *at = cJSON_GetErrorPtr();

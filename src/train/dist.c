@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../io/io.h"
+
 #ifdef AL_HAVE_MPI
 #include <mpi.h>
 #include <omp.h>
@@ -371,8 +373,9 @@ int al_dist_max(int v, int *max, al_err *err) {
 int al_dist_check_run(const al_train_opts *o, const al_model *m, uint64_t data_hash, al_err *err) {
     if (dist_size == 1) return 0;
     char *settings = al_train_opts_to_json(o);
+    const unsigned long mark = al_json_mark();
     cJSON *view = cJSON_CreateObject();
-    char *config = view && !al_config_view(&m->cfg, view) ? cJSON_PrintUnformatted(view) : NULL;
+    char *config = view && !al_config_view(&m->cfg, view) ? al_json_print(view, 0, mark) : NULL;
     cJSON_Delete(view);
     if (!settings || !config) {
         free(settings);

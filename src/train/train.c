@@ -87,6 +87,7 @@ int al_train_opts_set_init_from(al_train_opts *o, const char *dir, al_err *err) 
 #define OPT_DBLS(X) X(lr) X(min_lr_ratio) X(weight_decay) X(beta1) X(beta2) X(adam_eps) X(grad_clip) X(val_fraction)
 
 char *al_train_opts_to_json(const al_train_opts *o) {
+    const unsigned long mark = al_json_mark();
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "data", o->data[0] ? o->data : "default");
 #define ADD(f) cJSON_AddNumberToObject(j, #f, (double)o->f);
@@ -105,16 +106,17 @@ char *al_train_opts_to_json(const al_train_opts *o) {
         cJSON_AddNumberToObject(j, "train_subset", o->train_subset);
         cJSON_AddNumberToObject(j, "eval_images", o->eval_images);
     }
-    char *s = cJSON_PrintUnformatted(j);
+    char *s = al_json_print(j, 0, mark);
     cJSON_Delete(j);
     return s;
 }
 
 int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err) {
-    cJSON *j = cJSON_Parse(json);
+    int oom;
+    cJSON *j = al_json_parse(json, strlen(json), &oom);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return al_errf(err, "training settings are not a JSON object");
+        return al_errf(err, oom ? "training settings: out of memory" : "training settings are not a JSON object");
     }
     const cJSON *v;
     int rc = 0;
@@ -167,16 +169,15 @@ int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err) {
         free(path);
         return -1;
     }
-    cJSON *al = extra ? cJSON_Parse(extra) : NULL;
+    char *text;
+    int rc = al_json_member_text(extra, "train", &text, err);
     free(extra);
-    const cJSON *train = cJSON_GetObjectItemCaseSensitive(al, "train");
-    char *text = train ? cJSON_PrintUnformatted(train) : NULL;
-    cJSON_Delete(al);
-    int rc = text ? al_train_opts_from_json(o, text, err)
-                  : al_errf(err, "%s: no training settings (not a run directory of attnlab train)", path);
+    if (rc) al_err_prefix(err, "%s", path);
+    else if (text) rc = al_train_opts_from_json(o, text, err);
+    else rc = al_errf(err, "%s: no training settings (not a run directory of attnlab train)", path);
     free(text);
     free(path);
-    return rc ? -2 : 0;
+    return rc ? al_err_is_oom(err) ? -1 : -2 : 0;
 }
 
 double al_lr_at(const al_train_opts *o, int step) {
@@ -283,13 +284,13 @@ static int state_meta(const char *path, const char *key, char *out, size_t cap, 
     if (len < 8 || hl > len - 8) {
         al_errf(err, "%s: truncated training state", path);
     } else {
-        char saved = blob[8 + hl];
-        blob[8 + hl] = 0;
-        cJSON *j = cJSON_Parse(blob + 8);
-        blob[8 + hl] = saved;
+        int oom;
+        cJSON *j = al_json_parse(blob + 8, (size_t)hl, &oom);
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "__metadata__");
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, key);
-        if (cJSON_IsString(v) && strlen(v->valuestring) < cap) {
+        if (oom) {
+            al_errf(err, "%s: out of memory", path);
+        } else if (cJSON_IsString(v) && strlen(v->valuestring) < cap) {
             memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
             rc = 0;
         } else if (cJSON_IsString(v)) {
@@ -568,8 +569,9 @@ static int log_eval(FILE *log, const al_task_hooks *h, double loss, double acc, 
  * the source and its evaluation on this run's data. */
 static int log_init_line(FILE *log, const al_train_opts *o, const al_task_hooks *h, const al_train_progress *p,
                          al_err *err) {
+    const unsigned long mark = al_json_mark();
     cJSON *src = cJSON_CreateString(o->init_from);
-    char *quoted = src ? cJSON_PrintUnformatted(src) : NULL;
+    char *quoted = al_json_print(src, 0, mark);
     cJSON_Delete(src);
     if (!quoted) return al_errf(err, "out of memory");
     int ok = fprintf(log, "{\"step\":0,\"init_from\":%s,\"precision\":\"%s\"", quoted, al_precision_name(o->precision)) >= 0;

@@ -84,8 +84,9 @@ int al_train_opts_from_json(al_train_opts *o, const char *json, al_err *err);
 
 /* The settings of the run in dir: the model config and the "train" block of
  * its config.json, o->out = dir. Returns 0, -1 when config.json cannot be
- * read as a model config, or -2 when it has no valid training settings (not
- * a run directory of al_train; o->model is loaded then); err says which. */
+ * read as a model config (or memory ran short), or -2 when it has no valid
+ * training settings (not a run directory of al_train; o->model is loaded
+ * then); err says which. */
 int al_run_load_opts(const char *dir, al_train_opts *o, al_err *err);
 /* What --resume reads from the run in dir: train_state.safetensors (the
  * weights w, both AdamW moments m1, m2, n floats each; the step and the data

@@ -15,7 +15,8 @@
 #  - the HF conversion carries tokenizer.json and needs --calibration;
 #  - bad input (a source that is not MHA/GQA, ranks beyond the shapes, odd
 #    RoPE dims or an odd LRKV rank, a target equal to the source, an existing
-#    DST, an unknown design, another design's flag; MQA, LRKV and vision
+#    DST, an unknown design, another design's flag, a context beyond the
+#    source's, named with the source's; MQA, LRKV and vision
 #    sources from tests/fixtures/v1) is one stderr line, exit 1 or 2, and
 #    nothing at DST.
 #
@@ -227,6 +228,7 @@ bad "an LRKV source" 2 "attention is lrkv; conversion starts from mha or gqa" --
 bad "a vision source" 2 "the source is a vision model" --model "$FIX/vit-relu" --to mqa
 bad "mqa with --kv-heads" 2 "--kv-heads applies only to --to gqa" --model "$WORK/mha" --to mqa --kv-heads 2
 bad "missing source" 1 "." --model "$WORK/nothing" --to gqa
+bad "a context beyond the source's" 2 "--context 65 exceeds the source's 64" --model "$WORK/mha" --to mla --context 65
 mkdir -p "$WORK/exists"
 begin "an existing DST is refused and left alone"
 run convert --model "$WORK/mha" --to gqa --out "$WORK/exists"

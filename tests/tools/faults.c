@@ -3,9 +3,11 @@
  * test-only build of the command-line program (CMakeLists.txt links it with
  * -Wl,--wrap=SYMBOL for every function below). --wrap redirects only the
  * calls made by the objects linked into that executable, i.e. attnlab's own
- * library and CLI: libc, OpenBLAS, cJSON, cairo and libgomp keep calling the
- * real functions, so a failure lands exactly where attnlab would see it and
- * no source file carries a test hook.
+ * library and CLI: libc, OpenBLAS, cairo and libgomp keep calling the real
+ * functions, so a failure lands exactly where attnlab would see it and no
+ * source file carries a test hook. cJSON's allocations are counted too:
+ * attnlab installs its own allocator as cJSON's hook (src/io/json.c), and
+ * that allocator's malloc call is attnlab's, so it is wrapped.
  *
  * The state is three counters (allocations, write points, fired faults),
  * advanced atomically (an OpenMP worker may allocate), and what the

@@ -8,6 +8,7 @@
 #include "io/io.h"
 #include "test.h"
 
+#include <cJSON.h>
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
@@ -524,6 +525,44 @@ static void test_text_buffer(void) {
     free(full.s);
 }
 
+/* json.c: a parse tells text that is not JSON from a failed allocation; an
+ * item that cannot be added is freed (LeakSanitizer sees the run under ASan)
+ * and counted, and a writer's document built since a mark with such a
+ * failure is refused while a later one prints; a member read out of a block.
+ * (Allocation failures themselves: the fault sweep, tests/cli/test_faults.sh.) */
+static void test_json(void) {
+    int oom = -1;
+    cJSON *j = al_json_parse("{\"a\": [1, 2]}", 14, &oom);
+    CHECK(cJSON_IsObject(j) && oom == 0);
+    cJSON_Delete(j);
+    CHECK(al_json_parse("{\"a\": [1, 2", 11, &oom) == NULL && oom == 0);
+    CHECK(al_json_parse("", 0, &oom) == NULL && oom == 0);
+
+    unsigned long mark = al_json_mark();
+    cJSON *root = cJSON_CreateObject();
+    CHECK(al_json_add(root, "n", cJSON_CreateNumber(1)) == 1 && al_json_push(NULL, NULL) == 0);
+    CHECK(al_json_failed_since(mark));
+    CHECK(al_json_print(root, 0, mark) == NULL); /* the document lost an item: not written */
+    mark = al_json_mark();
+    CHECK(al_json_add(NULL, "lost", cJSON_CreateString("freed, not leaked")) == 0 && al_json_failed_since(mark));
+    mark = al_json_mark();
+    cJSON *arr = cJSON_CreateArray();
+    CHECK(al_json_push(arr, cJSON_CreateTrue()) == 1 && al_json_add(root, "a", arr) == 1);
+    char *text = al_json_print(root, 0, mark);
+    CHECK(text && !strcmp(text, "{\"n\":1,\"a\":[true]}"));
+    free(text);
+    cJSON_Delete(root);
+
+    al_err err;
+    char *out = (char *)1;
+    CHECK(al_json_member_text("{\"train\": {\"context\": 16}, \"step\": 4}", "train", &out, &err) == 0 && out &&
+          !strcmp(out, "{\"context\":16}"));
+    free(out);
+    CHECK(al_json_member_text("{\"step\": 4}", "train", &out, &err) == 0 && out == NULL);
+    CHECK(al_json_member_text("not json", "train", &out, &err) == 0 && out == NULL);
+    CHECK(al_json_member_text(NULL, "train", &out, &err) == 0 && out == NULL);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al_test_io.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -540,6 +579,7 @@ int main(void) {
     test_f16();
     test_text();
     test_text_buffer();
+    test_json();
     cleanup();
     return TEST_EXIT();
 }

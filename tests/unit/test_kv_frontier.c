@@ -134,10 +134,15 @@ static void test_sweep(void) {
     al_model_free(&m);
 }
 
-/* a made-up measured point */
+/* a made-up measured point (its compression the method's, as a sweep sets it) */
 static al_kvf_point pt(const char *label, const char *method, double bytes, double loss) {
     al_kvf_point p = {.model = (char *)"m", .ok = 1, .bytes_per_token = bytes, .loss = loss,
                       .pct_of_mha_fp32 = bytes / 10.0, .perplexity = exp(loss), .predictions = 8};
+    al_kvf_method m;
+    int n;
+    al_err err;
+    CHECK(al_kvf_parse_methods(method, &m, 1, &n, &err) == 0 && n == 1);
+    p.kv = m.kv;
     al_strfmt(p.label, sizeof p.label, "%s", label);
     al_strfmt(p.design, sizeof p.design, "mha");
     al_strfmt(p.method, sizeof p.method, "%s", method);
@@ -197,6 +202,28 @@ static void test_select_and_write(void) {
     }
     CHECK(al_read_file(png, &text, &len, &err) == 0 && len > 8 && !memcmp(text, "\x89PNG\r\n\x1a\n", 8));
     free(text);
+    /* a cache whose point the writer could not have written is refused whole, in one line: a count past size_t
+     * (undefined to convert), a measured size of 0 (drawn on a log axis), a method that is not the point's
+     * compression (a study would reuse it under that name) */
+    static const char *const edits[][2] = {{"\"predictions\":\t8", "\"predictions\":\t1e300"},
+                                           {"\"bytes_per_token\":\t500,", "\"bytes_per_token\":\t0,"},
+                                           {"\"quant\":\t\"int8\"", "\"quant\":\t\"int4\""}};
+    for (int e = 0; e < 3; e++) {
+        al_kvf bad = {0};
+        CHECK(al_read_file(json, &text, &len, &err) == 0);
+        char *at = text ? strstr(text, edits[e][0]) : NULL;
+        CHECK_MSG(at != NULL, "edit %d: '%s' not in the written cache", e, edits[e][0]);
+        if (at) {
+            char *edited = al_sprintf("%.*s%s%s", (int)(at - text), text, edits[e][1], at + strlen(edits[e][0]));
+            CHECK(edited && al_write_file_atomic(json, edited, strlen(edited), &err) == 0);
+            CHECK_MSG(al_kvf_read_json(&bad, json, "key 1", &err) == -1 && bad.n == 0 && strstr(err.msg, "malformed"),
+                      "edit %d accepted (%d points)", e, bad.n);
+            free(edited);
+            CHECK(al_write_file_atomic(json, text, len, &err) == 0);
+        }
+        free(text);
+        al_kvf_free(&bad);
+    }
     unlink(png), unlink(json), unlink(csv), rmdir(dir);
     al_kvf_free(&back);
     al_kvf_free(&f);

@@ -280,6 +280,22 @@ static void test_errors(void) {
     al_lineplot_free(NULL);
 }
 
+/* Labels that are not valid UTF-8 (a directory's name may be any bytes):
+ * drawn with '?' for the bad bytes, where cairo alone refuses the figure. */
+static void test_bad_utf8(void) {
+    al_err err;
+    char path[600];
+    snprintf(path, sizeof path, "%s/bad_utf8.png", tmpdir);
+    al_lineplot *p = al_lineplot_new("title \xff", "x \xc0\xaf (overlong)", "y \xed\xa0\x80 (surrogate)", &err);
+    CHECK(p != NULL);
+    const double x[2] = {1, 2}, y[2] = {1, 2};
+    CHECK(al_lineplot_line(p, "MHA (run\xe2\x82)", x, y, 2, &err) == 0);
+    CHECK(al_lineplot_point(p, "\xf4\x90\x80\x80 past U+10FFFF, \xce\xbb fine", 1.5, 1.5, NAN, NAN, &err) == 0);
+    const int rc = al_lineplot_save(p, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    al_lineplot_free(p);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al_test_lineplot.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -288,6 +304,7 @@ int main(void) {
     test_markers();
     test_log_axes();
     test_errors();
+    test_bad_utf8();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
