@@ -17,6 +17,8 @@
 #     swallow one);
 #   - leave no "*.tmp.*" file, and leave every file it was to replace
 #     byte-identical to before when it failed;
+#   - a fresh training run (train case) that succeeded: the fault-free run's
+#     model.safetensors, train_state.safetensors and config.json;
 #   - training (the resume case): the run directory it failed in still
 #     evaluates, and `train --resume` from it (no faults) ends bit-equal
 #     (model.safetensors, train_state.safetensors, config.json) to the run
@@ -223,6 +225,12 @@ check_run() {
             done
         fi
     fi
+    if [ -z "$why" ] && [ "$kind" = train ] && [ "$rc" -eq 0 ]; then # a run that succeeded: the fault-free run's files
+        local f
+        for f in model.safetensors train_state.safetensors config.json; do
+            cmp -s "$dir/RUN/$f" "$WORK/ref/RUN/$f" || why="RUN/$f differs from the fault-free run's"
+        done
+    fi
     if [ -z "$why" ] && [ "$kind" = resume ]; then why=$(check_resumed "$cs" "$args" "$dir/RUN"); fi
     if [ -z "$why" ] && [ "$kind" = study ]; then why=$(check_study "$args" "$dir/RUN" "$rc"); fi
     if [ -n "$why" ]; then fail "$cs $sweep n=$n: $why | $(head -c 300 "$dir/err" | tr '\n' '|')"; return 1; fi
@@ -304,6 +312,7 @@ run_case() {
         rm -rf "$WORK/ref" && mkdir -p "$WORK/ref" && cp "$dir"/OUT.* "$WORK/ref/" 2>/dev/null
         [ "$kind" != new ] || cp -r "$dir/NEW" "$WORK/ref/NEW"
         [ "$kind" != study ] || cp "$dir/RUN/report.json" "$WORK/ref/report.json"
+        [ "$kind" != train ] || cp -r "$dir/RUN" "$WORK/ref/RUN"
         return "$rc"
     fi
     check_run "$cs" "$kind" "$n" "$sweep" "$dir" "$rc" "$args"
