@@ -27,6 +27,7 @@ static void *json_malloc(size_t n) {
     return p;
 }
 
+/* Makes json_malloc cJSON's allocator, before main (the top comment says why then). */
 __attribute__((constructor)) static void json_install_hooks(void) {
     cJSON_Hooks hooks = {json_malloc, free};
     cJSON_InitHooks(&hooks);

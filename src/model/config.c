@@ -641,7 +641,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     cJSON *root = al_json_parse(text, strlen(text), &oom);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return al_errf(err, oom ? "config: out of memory" : "invalid config: not a JSON object");
+        return al_errf(err, oom ? "out of memory" : "invalid config: not a JSON object");
     }
     al_config_default(c);
     int rc = -1;
@@ -758,7 +758,7 @@ int al_config_parse(al_config *c, const char *text, char **extra_out, al_err *er
     if (!have_score_n) c->score_n = c->max_position;
     if (is_vit) al_config_vision_derive(c, !have_score_n);
     if (al && extra_out && !(*extra_out = al_json_print(al, 0, al_json_mark()))) {
-        al_errf(err, "config: out of memory");
+        al_errf(err, "out of memory");
         goto done;
     }
     if (c->hf != AL_HF_NONE && parse_hf(c, root, err)) goto done;
