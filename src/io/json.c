@@ -46,12 +46,7 @@ cJSON *al_json_parse(const char *text, size_t len, int *oom) {
 
 char *al_json_print(const cJSON *j, int formatted, unsigned long mark) {
     if (!j || json_failures != mark) return NULL;
-    char *text = formatted ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
-    if (text && json_failures != mark) { /* not expected: printing reports its failures itself */
-        free(text);
-        text = NULL;
-    }
-    return text;
+    return formatted ? cJSON_Print(j) : cJSON_PrintUnformatted(j); /* NULL when its own allocation fails */
 }
 
 int al_json_add(cJSON *obj, const char *key, cJSON *item) {

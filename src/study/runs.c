@@ -243,11 +243,10 @@ int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
         al_run_log_free(out);
         return al_errf(err, "out of memory");
     }
-    const unsigned long mark = al_json_mark();
-    for (char *line = text; line && *line;) {
+    int oom = 0;
+    for (char *line = text; line && *line && !oom;) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
-        int oom;
         cJSON *j = al_json_parse(line, strlen(line), &oom);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *v;
         if (cJSON_IsNumber(s)) {
@@ -273,9 +272,9 @@ int al_run_log_read(const char *dir, al_run_log *out, al_err *err) {
     out->items_per_s = ni ? median(ips, ni) : out->tokens_per_s;
     free(tps);
     free(ips);
-    const int rc = al_json_failed_since(mark) ? al_errf(err, "%s: out of memory", path) /* a line not read */
-                   : out->n                       ? 0
-                                                  : al_errf(err, "%s: no evaluation lines", path);
+    const int rc = oom      ? al_errf(err, "%s: out of memory", path) /* a line not read */
+                   : out->n ? 0
+                            : al_errf(err, "%s: no evaluation lines", path);
     if (rc) al_run_log_free(out);
     free(path);
     return rc;
