@@ -271,17 +271,28 @@ static inline void row_map_p16(const score_fn *f, const float *restrict s, uint1
     for (int c = 0; c < RV; c += 2) store_p16x2(p + c * KW, w[c], w[c + 1]);
 }
 
+/* softmax's dS = scale w (dP - D) as w (dP scale - D scale): an FMA and a
+ * product per vector where the plain form takes three operations (vnds:
+ * -(D scale), rounded once per row). The same value within fp32 rounding,
+ * rounded to bf16 next. On AMX the rows' vector work does not overlap the
+ * tile products (row_softmax_p16_full), so its count is time: the
+ * backward's full softmax rows went from 27 vector operations per 32
+ * weights to 25, the backward 0.978x the time (H 12 T 1024 d_h 64,
+ * paired, 8 of 10 pairs faster). */
+static inline vf v_ds_softmax(vf w, vf dp, vf vs, vf vnds) { return V_MUL(w, V_FMA(dp, vs, vnds)); }
+
 /* softmax backward on lanes c KW .. (c + 1) KW of a row (vec_bwd's, with
  * the scale in the exponent's FMA): s unscaled scores, vnl -lse (base 2),
- * g dP -> *w = 2^(s mul - lse), *d = scale *w (g - D); 0 on masked lanes */
-static inline void vec_bwd_softmax(const float *restrict s, const float *restrict g, vf vmul, vf vnl, vf vD, vf vs,
-                                   int nv, int c, vf *w, vf *d) {
+ * g dP, vnds -(D scale) -> *w = 2^(s mul - lse), *d = v_ds_softmax; 0 on
+ * masked lanes */
+static inline void vec_bwd_softmax(const float *restrict s, const float *restrict g, vf vmul, vf vnl, vf vnds,
+                                   vf vs, int nv, int c, vf *w, vf *d) {
     if (nv <= c * KW) {
         *w = *d = V_ZERO();
         return;
     }
     *w = v_exp2_w(V_FMA(V_LOAD(s + c * KW), vmul, vnl));
-    *d = V_MUL(V_MUL(*w, V_SUB(V_LOAD(g + c * KW), vD)), vs);
+    *d = v_ds_softmax(*w, V_LOAD(g + c * KW), vs, vnds);
     if (nv < (c + 1) * KW) {
         const vmask mk = V_MASK(nv - c * KW);
         *w = V_SEL(mk, *w, V_ZERO());
@@ -297,14 +308,14 @@ static inline __attribute__((always_inline)) void row_bwd_p16_softmax_full(const
                                                                            uint16_t *restrict p, uint16_t *restrict ds,
                                                                            float mul, float lse, float D,
                                                                            float scale) {
-    const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vD = V_SET1(D), vs = V_SET1(scale);
+    const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vnds = V_SET1(-(D * scale)), vs = V_SET1(scale);
 #pragma GCC unroll 8
     for (int c = 0; c < RV; c += 2) {
         vf w[2], d[2];
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
             w[u] = v_exp2_w(V_FMA(V_LOAD(s + (c + u) * KW), vmul, vnl));
-            d[u] = V_MUL(V_MUL(w[u], V_SUB(V_LOAD(dp + (c + u) * KW), vD)), vs);
+            d[u] = v_ds_softmax(w[u], V_LOAD(dp + (c + u) * KW), vs, vnds);
         }
         store_p16x2(p + c * KW, w[0], w[1]);
         store_p16x2(ds + c * KW, d[0], d[1]);
@@ -317,12 +328,13 @@ static __attribute__((noinline)) void row_bwd_p16(const score_fn *f, const float
                                uint16_t *restrict p, uint16_t *restrict ds, int nv, float mul, float lse, float D,
                                float scale) {
     const vf vmul = V_SET1(mul), vnl = V_SET1(-lse), vl = V_SET1(lse), vD = V_SET1(D), vs = V_SET1(scale);
+    const vf vnds = V_SET1(-(D * scale));
     for (int c = 0; c < RV; c += 2) { /* two vectors, rounded and stored together */
         vf w[2], d[2];
 #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
             const int cu = c + u;
-            if (f->kind == AL_SCORE_SOFTMAX) vec_bwd_softmax(s, dp, vmul, vnl, vD, vs, nv, cu, &w[u], &d[u]);
+            if (f->kind == AL_SCORE_SOFTMAX) vec_bwd_softmax(s, dp, vmul, vnl, vnds, vs, nv, cu, &w[u], &d[u]);
             else vec_bwd(f, V_MUL(V_LOAD(s + cu * KW), vmul), V_LOAD(dp + cu * KW), vl, vD, vs, nv, cu, &w[u], &d[u]);
         }
         store_p16x2(p + c * KW, w[0], w[1]);
@@ -1496,14 +1508,14 @@ static inline __attribute__((always_inline)) void pair_bwd_softmax_full(const fl
                                                                         float scale) {
     const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const vf vmul = V_SET1(mul), vnl0 = V_SET1(-lse0), vnl1 = V_SET1(-lse1), vD0 = V_SET1(D0), vD1 = V_SET1(D1);
-    const vf vs = V_SET1(scale);
+    const vf vmul = V_SET1(mul), vnl0 = V_SET1(-lse0), vnl1 = V_SET1(-lse1), vs = V_SET1(scale);
+    const vf vnds0 = V_SET1(-(D0 * scale)), vnds1 = V_SET1(-(D1 * scale));
 #pragma GCC unroll 4
     for (int c = 0; c < RV; c++) {
         const vf w0 = v_exp2_w(V_FMA(V_LOAD(s + c * KW), vmul, vnl0));
         const vf w1 = v_exp2_w(V_FMA(V_LOAD(s + KT + c * KW), vmul, vnl1));
-        const vf d0 = V_MUL(V_MUL(w0, V_SUB(V_LOAD(dp + c * KW), vD0)), vs);
-        const vf d1 = V_MUL(V_MUL(w1, V_SUB(V_LOAD(dp + KT + c * KW), vD1)), vs);
+        const vf d0 = v_ds_softmax(w0, V_LOAD(dp + c * KW), vs, vnds0);
+        const vf d1 = v_ds_softmax(w1, V_LOAD(dp + KT + c * KW), vs, vnds1);
         const __m512i pw = (__m512i)_mm512_cvtne2ps_pbh(w1, w0), dw = (__m512i)_mm512_cvtne2ps_pbh(d1, d0);
         _mm512_storeu_si512(p2 + 2 * c * KW, _mm512_permutexvar_epi16(il, pw));
         _mm512_storeu_si512(ds2 + 2 * c * KW, _mm512_permutexvar_epi16(il, dw));
@@ -1658,13 +1670,39 @@ static void transpose_f32(float *restrict dst, int ldd, const float *restrict sr
         for (int e = 0; e < ne; e++) dst[(size_t)j * ldd + e] = src[(size_t)e * lds + j];
 }
 
+#if AL_VW == 16
+/* A key tile's dK (or dV) rows streamed straight from its transposed sums
+ * src [d..][KT] (the products' C, rows KT floats apart) to dst (the tile's
+ * first row, rows ld apart): 16 x 16 blocks transposed in registers, each
+ * row's piece one whole line, the rows' lines in turn. Where
+ * grads_streamed, in place of transpose_f32 and tile_grads_out, whose
+ * transposed copy was written and read again (the backward 0.968x the
+ * time at H 12 T 1024 d_h 64, AMX, paired, 9 of 12 pairs faster). d a
+ * multiple of 16, nkt <= KT keys (the sums' columns up to tile_cols(nkt)
+ * are read). */
+static void grads_stream_tr(float *restrict dst, long ld, const float *restrict src, int d, int nkt) {
+    __m512i x[16];
+    for (int j0 = 0; j0 < nkt; j0 += 16) {
+        const int nj = imin(16, nkt - j0);
+        for (int e0 = 0; e0 < d; e0 += 16) {
+            for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(src + (size_t)(e0 + i) * KT + j0);
+            tr16(x);
+            for (int i = 0; i < nj; i++) _mm512_stream_ps(dst + (size_t)(j0 + i) * ld + e0, _mm512_castsi512_ps(x[i]));
+        }
+    }
+}
+#endif
+
 /* q, k, v, o as forward, lse[B, H, T] (softmax only), dout[B*T, ldo]
  *   -> dq[B*T, ldq], dk[B*T, ldk], dv[B*T, ldv], accumulated
  *
  * score_kern.h's backward with bf16 operands: packs kT, vT, k2 (all
- * threads, or each item its unit's where the items are whole units) and
- * D_i = dO_i . O_i (fp32); an item (sequence, KV group, chunk of heads)
- * rounds its heads' Q and dO into rows and transposed rows, then runs key
+ * threads, or each item its unit's where the items are whole units); an
+ * item (sequence, KV group, chunk of heads) rounds its heads' Q and dO
+ * into rows and transposed rows and computes their D_i = dO_i . O_i (fp32)
+ * while the dO rows are in the caches (where all threads computed every
+ * D first, reading dO from memory twice: the backward 0.957x the time at
+ * H 12 T 1024 d_h 64 on AMX, paired, 9 of 10 pairs faster), then runs key
  * tile outer:
  * per block of RB query rows, S = Q K^T and dP = dO V^T for every head of
  * the chunk (the tile shared), P and dS (row_bwd, fp32) rounded to bf16,
@@ -1704,7 +1742,6 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
         const unsigned csr = al_ftz_on();
         BF16_THREAD_BEGIN();
         if (!pl.own) pack_tiles(s, k, v, ntile, dkp, dvp, kT, NULL, vT, k2);
-        if (softmax) softmax_D(s, o, dout, Dall); /* D_i = dO_i . O_i (fp32) */
         float *tc = thr_base + (size_t)omp_get_thread_num() * pl.per_thr;
         uint16_t *qr = take16(&tc, (size_t)hpc * tq * dkp), *qT = take16(&tc, (size_t)hpc * tq * dkp);
         uint16_t *dr = take16(&tc, (size_t)hpc * tq * dvp), *dT = take16(&tc, (size_t)hpc * tq * dvp);
@@ -1729,6 +1766,8 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                 const float *dh = dout + (size_t)b * T * s->ldo + (size_t)(h0 + hh) * DV;
                 pack16_rows_trows(qr + (size_t)hh * tq * dkp, qT + (size_t)hh * tq * dkp, qh, s->ldq, T, tq, DK, dkp);
                 pack16_rows_trows(dr + (size_t)hh * tq * dvp, dT + (size_t)hh * tq * dvp, dh, s->ldo, T, tq, DV, dvp);
+                /* D_t = dO_t . O_t (fp32), the head's dO rows just read, in the caches */
+                if (softmax) softmax_D_head(s, o, dout, b, h0 + hh, Dall + ((size_t)b * H + h0 + hh) * T);
             }
             memset(dqs, 0, sizeof(float) * (size_t)hn * tq * dkp);
             /* the unit's key tiles from its tile 0: the thread's own (packed here) or the shared ones */
@@ -1858,9 +1897,18 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                     bmm(1, dkp, ncols, tq - iq0, qT + (size_t)hh * tq * dkp + iq0, tq, 0, dS2 + at, 2 * KT, dKT, KT, 0,
                         hh > 0);
                 }
-                transpose_f32(dKa, dkp, dKT, KT, dkp, ncols); /* the columns the products made */
-                transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
-                tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
+#if AL_VW == 16
+                if (grads_streamed(s, nch, dk, dv)) {
+                    const size_t row = (size_t)b * T + (size_t)j0;
+                    grads_stream_tr(dk + row * s->ldk + (size_t)g * DK, s->ldk, dKT, DK, nkt);
+                    grads_stream_tr(dv + row * s->ldv + (size_t)g * DV, s->ldv, dVT, DV, nkt);
+                } else
+#endif
+                {
+                    transpose_f32(dKa, dkp, dKT, KT, dkp, ncols); /* the columns the products made */
+                    transpose_f32(dVa, dvp, dVT, KT, dvp, ncols);
+                    tile_grads_out(s, b, g, ch, nch, j0, nkt, dKa, dkp, dVa, dvp, part, dk, dv);
+                }
                 if (pl.dq_tiles && (tile + 1 - g0 == pl.dq_tiles || tile + 1 == ntile)) {
                     dq_group(&pl, T, causal, hn, g0, tile, dS, k2u, dqs);
                     g0 = tile + 1;

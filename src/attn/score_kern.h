@@ -487,32 +487,39 @@ static inline void prefetch_row_w(float *p, int n) {
     for (int e = 0; e < n; e += 16) __builtin_prefetch(p + e, 1, 2);
 }
 
-/* D_i = dO_i . O_i (fp32), per (sequence, head, row) into D[B][H][T]: the
- * derivative of softmax's normalisation, for backward. A work-shared loop
- * (omp for): call it inside a parallel region. */
-static void softmax_D(const al_attn_shape *s, const float *o, const float *dout, float *D) {
-    const int T = s->T, H = s->H, DV = s->dv;
-#pragma omp for schedule(static)
-    for (long bh = 0; bh < (long)s->B * H; bh++) {
-        const int b = (int)(bh / H), h = (int)(bh % H);
-        for (int t = 0; t < T; t++) {
-            const float *a = dout + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
-            const float *c = o + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
-            if (t + ROW_PREFETCH < T) {
-                prefetch_row(a + (size_t)ROW_PREFETCH * s->ldo, DV);
-                prefetch_row(c + (size_t)ROW_PREFETCH * s->ldo, DV);
-            }
-            vf acc = V_ZERO();
-            int e = 0;
-            for (; e + KW <= DV; e += KW) acc = V_FMA(V_LOAD(a + e), V_LOAD(c + e), acc);
-            if (e < DV) {
-                const vmask mk = V_MASK(DV - e);
-                acc = V_FMA(V_LOADM(a + e, mk), V_LOADM(c + e, mk), acc);
-            }
-            D[bh * T + t] = V_HSUM(acc);
+/* D_t = dO_t . O_t (fp32) for the T rows of sequence b, head h into
+ * D[0 .. T): the derivative of softmax's normalisation, for backward */
+static void softmax_D_head(const al_attn_shape *s, const float *o, const float *dout, int b, int h, float *D) {
+    const int T = s->T, DV = s->dv;
+    for (int t = 0; t < T; t++) {
+        const float *a = dout + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
+        const float *c = o + ((size_t)b * T + t) * s->ldo + (size_t)h * DV;
+        if (t + ROW_PREFETCH < T) {
+            prefetch_row(a + (size_t)ROW_PREFETCH * s->ldo, DV);
+            prefetch_row(c + (size_t)ROW_PREFETCH * s->ldo, DV);
         }
+        vf acc = V_ZERO();
+        int e = 0;
+        for (; e + KW <= DV; e += KW) acc = V_FMA(V_LOAD(a + e), V_LOAD(c + e), acc);
+        if (e < DV) {
+            const vmask mk = V_MASK(DV - e);
+            acc = V_FMA(V_LOADM(a + e, mk), V_LOADM(c + e, mk), acc);
+        }
+        D[t] = V_HSUM(acc);
     }
 }
+
+#ifndef SCORE_KERN_ROWS_ONLY
+/* softmax_D_head for every (sequence, head) into D[B][H][T]. A work-shared
+ * loop (omp for): call it inside a parallel region. (The BF16 kernels call
+ * softmax_D_head per item instead, right after reading the head's dO
+ * rows.) */
+static void softmax_D(const al_attn_shape *s, const float *o, const float *dout, float *D) {
+#pragma omp for schedule(static)
+    for (long bh = 0; bh < (long)s->B * s->H; bh++)
+        softmax_D_head(s, o, dout, (int)(bh / s->H), (int)(bh % s->H), D + bh * s->T);
+}
+#endif
 
 /* Where tile_grads_out puts row t's dK and dV of an item: the rows of dk,
  * dv (one chunk), or its chunk's partial row */
