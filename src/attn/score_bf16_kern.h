@@ -1733,6 +1733,9 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
     const int shared = nch > 1;
     /* dq written past the caches where overwritten and whole aligned vectors (tile_grads_out's reason) */
     const int dq_stream = s->grads_overwrite && rows_streamable(dq, s->ldq, DK);
+#if AL_VW == 16
+    const int kv_stream = grads_streamed(s, nch, dk, dv); /* dk, dv rows straight from the sums (grads_stream_tr) */
+#endif
     float *cur = ws;
     uint16_t *kT = take16(&cur, pl.n_k), *vT = take16(&cur, pl.n_vt), *k2 = take16(&cur, pl.n_k);
     float *Dall = take(&cur, pl.n_d), *part = take(&cur, pl.n_part);
@@ -1898,10 +1901,11 @@ void BSFX(al_attn_bwd)(const al_attn_shape *s, const float *q, const float *k, c
                         hh > 0);
                 }
 #if AL_VW == 16
-                if (grads_streamed(s, nch, dk, dv)) {
-                    const size_t row = (size_t)b * T + (size_t)j0;
-                    grads_stream_tr(dk + row * s->ldk + (size_t)g * DK, s->ldk, dKT, DK, nkt);
-                    grads_stream_tr(dv + row * s->ldv + (size_t)g * DV, s->ldv, dVT, DV, nkt);
+                if (kv_stream) {
+                    float *kr, *vr; /* the tile's first rows of dk, dv */
+                    tile_grad_rows(s, b, g, ch, nch, j0, part, dk, dv, &kr, &vr);
+                    grads_stream_tr(kr, s->ldk, dKT, DK, nkt);
+                    grads_stream_tr(vr, s->ldv, dVT, DV, nkt);
                 } else
 #endif
                 {
