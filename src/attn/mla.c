@@ -34,6 +34,16 @@
  * (16-core Xeon): materialised 70 / 18 / 11 ms at 1 / 4 / 16 threads,
  * absorbed 90 / 27 / 24 ms (1.3x / 1.5x / 2.1x slower).
  *
+ * Precision. In BF16 mode the two up-projections out of a normalised latent
+ * (kv = c~ W_kvb^T, q = qa~ W_qb^T, forward and backward) run as compensated
+ * BF16 products (nn.h's al_bf16_split: three bf16 products on the matrix
+ * units, about fp32's accuracy); every other product is plain BF16. Over
+ * ten seeds of the quick study's MLA run, bf16 with these plain ended
+ * +0.58 % above fp32 on average, compensated +0.16 % (lower than plain in 8
+ * of 10 seeds; docs/study.md, session 39), for about 1.05-1.1x the bf16
+ * step: the latent is rounded twice in a row (x W_kva, then c~ W_kvb)
+ * where the other designs round once.
+ *
  * The matrices are read through weight references (al_mla_wr): fp32 arena
  * tensors for attnlab's own models, memory-mapped BF16/F16/F32 ones for a
  * Hugging Face checkpoint (inference only); the two gains are always fp32.
@@ -320,7 +330,9 @@ static void mla_forward(const al_attn_layer *L, al_wref x, float *y, float *save
     if (D.dq > 0) {
         al_matmul_x(S.qa, D.dq, x, d, R.qa, N, d, D.dq, 0);              /* qa[N, dq] = x W_qa^T */
         al_rmsnorm_fwd(S.qan, S.rstd_q, S.qa, W.qa_norm, N, D.dq, c->rms_norm_eps);
+        const int was = al_bf16_split(1); /* out of a normalised latent (header) */
         al_matmul(S.q, D.qw, S.qan, D.dq, R.qb, N, D.dq, D.qw, 0);       /* q[N, H*dk] = qa~ W_qb^T */
+        al_bf16_split(was);
     } else {
         al_matmul_x(S.q, D.qw, x, d, R.q, N, d, D.qw, 0);                /* q[N, H*dk] = x W_q^T */
     }
@@ -331,7 +343,9 @@ static void mla_forward(const al_attn_layer *L, al_wref x, float *y, float *save
     al_matmul_x(kpe, D.dr, x, d, al_wref_at(R.kva, (size_t)D.dc * d), N, d, D.dr, 0); /* k_pe[N, dr] */
     al_rmsnorm_fwd(S.cn, S.rstd_c, S.c, W.kv_norm, N, D.dc, c->rms_norm_eps);
     al_rope_interleaved(kpe, N, T, 0, 1, D.dr, L->rope, +1);
+    int was = al_bf16_split(1); /* out of the normalised latent (header) */
     al_matmul(kv, D.kvw, S.cn, D.dc, R.kvb, N, D.dc, D.kvw, 0);         /* kv[N, H*(dn+dv)] = c~ W_kvb^T */
+    al_bf16_split(was);
     split_kv(&D, N, kv, kpe, S.k, S.v);
     al_attn_shape s = shape_of(c, &D, B, T);
     al_attn_fwd(&s, S.q, S.k, S.v, S.o, S.lse);
@@ -363,7 +377,9 @@ static void mla_backward(const al_attn_layer *L, al_wref x, const float *dy, flo
     al_rope_interleaved(dkpe, N, T, 0, 1, D.dr, L->rope, -1);
     /* latent path: dkv -> dc~ -> dc (through the norm) */
     memset(dcn, 0, sizeof(float) * Nz * 2 * D.dc);
+    int was = al_bf16_split(1);
     al_linear_bwd_into(dcn, 1, G.kvb, add_w, dkv, S.cn, W.kvb, N, D.dc, D.kvw);
+    al_bf16_split(was);
     al_rmsnorm_bwd(dc, G.kv_norm, dcn, S.c, W.kv_norm, S.rstd_c, N, D.dc);
     al_linear_bwd_ref(dx, 1, G.kva, add_w, al_wref_f32(dc), x, W.kva, N, d, D.dc);
     al_linear_bwd_ref(dx, 1, G.kva + (size_t)D.dc * d, add_w, al_wref_f32(dkpe), x, W.kva + (size_t)D.dc * d, N, d,
@@ -371,7 +387,9 @@ static void mla_backward(const al_attn_layer *L, al_wref x, const float *dy, flo
     /* query path */
     if (D.dq > 0) {
         memset(dqan, 0, sizeof(float) * Nz * 2 * D.dq);
+        was = al_bf16_split(1);
         al_linear_bwd_into(dqan, 1, G.qb, add_w, dq, S.qan, W.qb, N, D.dq, D.qw);
+        al_bf16_split(was);
         al_rmsnorm_bwd(dqa, G.qa_norm, dqan, S.qa, W.qa_norm, S.rstd_q, N, D.dq);
         al_linear_bwd_ref(dx, 1, G.qa, add_w, al_wref_f32(dqa), x, W.qa, N, d, D.dq);
     } else {

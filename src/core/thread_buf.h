@@ -19,6 +19,7 @@ typedef enum {
     AL_THREAD_BUF_ATTENTION,
     AL_THREAD_BUF_BF16,        /* the BF16 products' workspace */
     AL_THREAD_BUF_BF16_SHARED, /* an operand rounded once for several products */
+    AL_THREAD_BUF_BF16_SPLIT,  /* compensated BF16 products' low parts */
     AL_THREAD_BUF_KINDS
 } al_thread_buf_kind;
 

@@ -30,10 +30,16 @@
  * kernels allow) and onednn on AVX512-BF16 without AMX, whose kernels sum
  * each element of C the same for any rows (gemm_onednn.c); the amx and own
  * engines always run the shape's tiles.
+ *
+ * A product made while the calling thread's al_bf16_split flag is set runs
+ * compensated: three BF16 products over its operands' high and low parts
+ * (sgemm_split, below), the same bits at any thread count as well.
  */
 #include <assert.h>
 #include <cblas.h>
 #include <omp.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "../core/blas.h"
 #include "nn.h"
@@ -270,6 +276,107 @@ static void sgemm_tile(const al_bf16_plan *plan, int slot, int a_transposed, int
                 r1 - r0, c1 - c0, K, alpha, A_rows, lda, B_cols, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
 }
 
+/* ---- compensated BF16 products (nn.h: al_bf16_split) ----
+ * The calling thread's flag; while it is set, a product that would run on
+ * the BF16 engines runs as three of them (sgemm_split). */
+static _Thread_local int split_on;
+static _Thread_local size_t split_products; /* made by this thread: al_bf16_split_products */
+
+size_t al_bf16_split_products(void) { return split_products; }
+
+int al_bf16_split(int on) {
+    const int was = split_on;
+    split_on = on != 0;
+    return was;
+}
+
+/* x rounded to bf16 (nearest, ties to even) and back: the high part the
+ * engines multiply in place of an fp32 operand. Finite x only matters: a NaN
+ * or infinity reaches C through the high parts' own product anyway. */
+static inline float bf16_high(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float h;
+    memcpy(&h, &u, sizeof h);
+    return h;
+}
+
+/* lo[rows][cols] (dense) = bf16(X - bf16(X)) of X[rows][cols] stored ld
+ * floats apart: what rounding X to bf16 left out, itself rounded to bf16. */
+static void split_low(uint16_t *lo, const float *X, int ld, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        const float *x = X + (size_t)r * ld;
+        uint16_t *l = lo + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) {
+            uint32_t u;
+            const float rest = bf16_high(x[c] - bf16_high(x[c]));
+            memcpy(&u, &rest, sizeof u);
+            l[c] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+/* The low parts of an operand of a compensated product: lo[i][j] of the
+ * stored matrix (its own orientation), ld values apart; lo NULL where the
+ * operand has none (BF16 values: lo 0). */
+typedef struct split_low_part {
+    const uint16_t *lo;
+    int ld;
+} split_low_part;
+
+/* C = alpha op(A) op(B) + beta C to about fp32's accuracy on the BF16
+ * engines, given the operands' low parts: each fp32 operand X is hi + lo
+ * (hi = bf16(X), lo = bf16(X - hi): 16 significant bits together), and C =
+ * beta C + alpha (lo_A hi_B + hi_A lo_B + hi_A hi_B), the small terms
+ * first, each an ordinary BF16 product (so the bits do not depend on the
+ * thread count either); lo_A lo_B, below 2^-16 of the product, is left
+ * out. A missing low part's term is skipped (a BF16 operand is its own hi;
+ * where memory for the low parts ran out the product is the plain one). */
+static void sgemm_split_parts(int a_transposed, int b_transposed, int M, int N, int K, float alpha, al_wref A,
+                              int lda, split_low_part a_low, al_wref B, int ldb, split_low_part b_low, float beta,
+                              float *C, int ldc) {
+    split_products++;
+    split_on = 0; /* the products below are plain BF16 ones */
+    if (a_low.lo) {
+        al_sgemm_ref(a_transposed, b_transposed, M, N, K, alpha, (al_wref){a_low.lo, AL_DT_BF16}, a_low.ld, B, ldb,
+                     beta, C, ldc);
+        beta = 1.0f;
+    }
+    if (b_low.lo) {
+        al_sgemm_ref(a_transposed, b_transposed, M, N, K, alpha, A, lda, (al_wref){b_low.lo, AL_DT_BF16}, b_low.ld,
+                     beta, C, ldc);
+        beta = 1.0f;
+    }
+    al_sgemm_ref(a_transposed, b_transposed, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    split_on = 1;
+}
+
+/* The low parts of X[rows][cols] (ld apart) at *room, moved past them; none
+ * for a BF16 operand or without room. */
+static split_low_part split_low_of(al_wref X, int ld, int rows, int cols, uint16_t **room) {
+    if (X.dt != AL_DT_F32 || !*room) return (split_low_part){NULL, 0};
+    uint16_t *lo = *room;
+    split_low(lo, X.p, ld, rows, cols);
+    *room += (size_t)rows * cols;
+    return (split_low_part){lo, cols};
+}
+
+/* sgemm_split_parts with the low parts made here, in the calling thread's
+ * room (al_bf16_split_room). */
+static void sgemm_split(int a_transposed, int b_transposed, int M, int N, int K, float alpha, al_wref A, int lda,
+                        al_wref B, int ldb, float beta, float *C, int ldc) {
+    /* the stored shapes: op(A) is A[M][K] or, transposed, A[K][M]; op(B) is B[K][N] or B[N][K] */
+    const int a_rows = a_transposed ? K : M, a_cols = a_transposed ? M : K;
+    const int b_rows = b_transposed ? N : K, b_cols = b_transposed ? K : N;
+    const size_t a_lo = A.dt == AL_DT_F32 ? (size_t)a_rows * a_cols : 0;
+    const size_t b_lo = B.dt == AL_DT_F32 ? (size_t)b_rows * b_cols : 0;
+    uint16_t *room = al_bf16_split_room(a_lo + b_lo);
+    const split_low_part a_low = split_low_of(A, lda, a_rows, a_cols, &room);
+    const split_low_part b_low = split_low_of(B, ldb, b_rows, b_cols, &room);
+    sgemm_split_parts(a_transposed, b_transposed, M, N, K, alpha, A, lda, a_low, B, ldb, b_low, beta, C, ldc);
+}
+
 /* C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, row-major (cblas_sgemm's
  * arguments), the same bits for any thread count; an operand given as BF16
  * values takes the product to the BF16 engines whatever the mode. OpenBLAS
@@ -281,6 +388,11 @@ void al_sgemm_ref(int a_transposed, int b_transposed, int M, int N, int K, float
                   int ldb, float beta, float *C, int ldc) {
     assert((A.dt == AL_DT_F32 || A.dt == AL_DT_BF16) && (B.dt == AL_DT_F32 || B.dt == AL_DT_BF16));
     if (M <= 0 || N <= 0) return;
+    if (split_on && K > 0 && (A.dt == AL_DT_F32 || B.dt == AL_DT_F32) &&
+        (A.dt == AL_DT_BF16 || B.dt == AL_DT_BF16 || al_precision_now() == AL_PREC_BF16)) {
+        sgemm_split(a_transposed, b_transposed, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     /* inside a parallel region (e.g. per-head products) the tiles run on
      * this thread alone: a nested region gets one thread */
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -340,7 +452,20 @@ void al_linear_fwd(float *y, const float *x, const float *W, int N, int in, int 
  * whole (al_bf16_round_shared), it is rounded once for both. */
 void al_linear_bwd_ref(float *dx, int dx_add, float *dW, int dW_add, al_wref dy, al_wref x, const float *W, int N,
                        int in, int out) {
-    if (dx && dW && dy.dt == AL_DT_F32 && N > 0) {
+    if (split_on && dx && dW && dy.dt == AL_DT_F32 && N > 0 && in > 0 && out > 0 &&
+        al_precision_now() == AL_PREC_BF16) {
+        /* compensated: dy's low parts made once for both products */
+        const size_t x_lo = x.dt == AL_DT_F32 ? (size_t)N * in : 0;
+        uint16_t *room = al_bf16_split_room((size_t)N * out + (size_t)out * in + x_lo);
+        const split_low_part dy_low = split_low_of(dy, out, N, out, &room);
+        const split_low_part w_low = split_low_of(al_wref_f32(W), in, out, in, &room);
+        const split_low_part x_low = split_low_of(x, in, N, in, &room);
+        sgemm_split_parts(0, 0, N, in, out, 1.0f, dy, out, dy_low, al_wref_f32(W), in, w_low, dx_add ? 1.0f : 0.0f, dx,
+                          in);
+        sgemm_split_parts(1, 0, out, in, N, 1.0f, dy, out, dy_low, x, in, x_low, dW_add ? 1.0f : 0.0f, dW, in);
+        return;
+    }
+    if (dx && dW && dy.dt == AL_DT_F32 && N > 0 && !split_on) { /* split products need dy's fp32 values */
         const uint16_t *dy_bf16 = al_bf16_round_shared(dy.p, (size_t)N * out);
         if (dy_bf16) dy = (al_wref){dy_bf16, AL_DT_BF16};
     }

@@ -151,6 +151,19 @@ void al_bf16_shadow_detach(const float *w);
 /* The BF16 copy of element p of an attached arena, or NULL. */
 const uint16_t *al_bf16_shadow_of(const float *p);
 
+/* Compensated BF16 products, for the few products a design measured its
+ * bf16 quality to hinge on (attn/mla.c: the up-projections out of its
+ * normalised latents; docs/study.md). While the calling thread's flag is
+ * set, each product it makes that would run on the BF16 engines splits
+ * every fp32 operand X into hi = bf16(X) and lo = bf16(X - hi), 16
+ * significant bits together, and sums lo_A hi_B + hi_A lo_B + hi_A hi_B:
+ * three BF16 products on the same engine (still the matrix units, about
+ * three times the work), within a few fp32 roundings of the fp32 product
+ * (lo_A lo_B, under 2^-16 of it, is left out). F32 products, and BF16
+ * operands (their own hi), are as without it. Sets the flag to `on` and
+ * returns what it was, for the caller to restore. */
+int al_bf16_split(int on);
+
 /* ---- weights in their checkpoint dtype (wmat.c) ----
  * A weight reference: W[out, in] row-major at p, elements of dtype dt (F32,
  * BF16 or F16). attnlab's own models are F32 arenas; Hugging Face checkpoints

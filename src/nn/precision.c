@@ -391,9 +391,17 @@ static char *ws_get(size_t bytes) { return al_thread_buf_get(&my_ws, AL_THREAD_B
 
 static _Thread_local al_thread_buf my_shared; /* al_bf16_round_shared's values */
 
+static _Thread_local al_thread_buf my_split; /* compensated products' low parts (linear.c) */
+
 void al_precision_release(void) {
     al_thread_buf_release(&my_ws, AL_THREAD_BUF_BF16);
     al_thread_buf_release(&my_shared, AL_THREAD_BUF_BF16_SHARED);
+    al_thread_buf_release(&my_split, AL_THREAD_BUF_BF16_SPLIT);
+}
+
+uint16_t *al_bf16_split_room(size_t elems) {
+    const size_t bytes = (elems ? elems : 1) * sizeof(uint16_t);
+    return al_thread_buf_get(&my_split, AL_THREAD_BUF_BF16_SPLIT, bytes, bytes);
 }
 
 /* Bytes of one element of engine e's blocks (emulated: fp32; oneDNN's test

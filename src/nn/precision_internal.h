@@ -27,6 +27,15 @@
 
 #include "nn.h"
 
+/* The calling thread's room for a compensated product's low parts (linear.c's
+ * sgemm_split): `elems` bf16 values, grown on demand and kept like the
+ * workspace (freed by al_precision_release or at thread exit); NULL when
+ * memory ran out. */
+uint16_t *al_bf16_split_room(size_t elems);
+/* Test hook: how many compensated products (al_bf16_split) the calling
+ * thread has made. */
+size_t al_bf16_split_products(void);
+
 /* How al_sgemm cuts one dimension of C (n lines: C's rows or columns) into
  * its tiles (linear.c): `blocks` blocks, block b from line al_cut_start(c,
  * b) to al_cut_start(c, b + 1), the starts at multiples of `quantum` spread

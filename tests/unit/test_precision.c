@@ -13,7 +13,9 @@
  * kernels' packing and plain reference, and the fast kernels against it
  * where the CPU has them (the AMX kernel also on emulated tiles, amx_emu.h,
  * wherever the CPU has AVX-512); the rounding of fp32 runs to bf16 in
- * every set against its plain loop. Prints what it could not run.
+ * every set against its plain loop; compensated products (al_bf16_split)
+ * to fp32's accuracy on every engine, and the products MLA runs so. Prints
+ * what it could not run.
  */
 #include <omp.h>
 #include <string.h>
@@ -274,6 +276,90 @@ static void check_linear_bwd_shared(const char *label, int offered, al_rng *r) {
         }
         free(dy), free(x), free(W), free(dx), free(dW), free(dx1), free(dW1);
     }
+}
+
+/* Compensated products (al_bf16_split, linear.c's sgemm_split) on the
+ * engine in effect: every case within 1.5e-5 of the fp32 operands' float64
+ * product, relative to sum |a b| (the split's own bound: lo_A lo_B left
+ * out and each lo rounded, 3 x 2^-18 = 1.14e-5 per term, plus fp32 sums;
+ * a plain BF16 product misses it by over 1e-4, check_engine, and one of
+ * the three terms left out by about 2^-9), the same bits at
+ * 1, 2 and 3 threads and with B's BF16 copy attached; A given as BF16 is
+ * its own high part (the product of A's bf16 values with B's fp32 ones);
+ * a linear's backward with the flag reads dy's fp32 values (not the shared
+ * rounding); the flag is the calling thread's, returns what it was, and
+ * leaves F32 products alone. */
+static void check_split(const char *label, al_rng *r) {
+    CHECK(al_bf16_split(1) == 0 && al_bf16_split(1) == 1);
+    for (int ci = 0; ci < N_CASES; ci++) {
+        gemm_data d;
+        data_make(&d, cases[ci], r);
+        const gemm_case c = cases[ci];
+        float *C = run(&d);
+        const double e = worst_err(&d, C, 0);
+        CHECK_MSG(e < 1.5e-5, "%s: split case %d (%c%c %dx%dx%d alpha %g beta %g): error %.3g against fp32", label, ci,
+                  c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', c.M, c.N, c.K, c.alpha, c.beta, e);
+        al_err err = {0};
+        CHECK(al_bf16_shadow_attach(d.B, d.b_n, &err) == 0);
+        const int threads = omp_get_max_threads();
+        int same = 1;
+        for (int t = 1; t <= 3; t++) {
+            omp_set_num_threads(t);
+            float *again = run(&d);
+            same &= !memcmp(again, C, sizeof(float) * d.c_n);
+            free(again);
+        }
+        omp_set_num_threads(threads);
+        al_bf16_shadow_detach(d.B);
+        CHECK_MSG(same, "%s: split case %d: threads or B's copy change the bits", label, ci);
+        /* A as BF16 values: the reference takes A rounded, B exact */
+        uint16_t *Abf = malloc(sizeof(uint16_t) * d.a_n);
+        for (size_t i = 0; i < d.a_n; i++) Abf[i] = al_f32_to_bf16(d.A[i]);
+        memcpy(C, d.C0, sizeof(float) * d.c_n);
+        al_sgemm_ref(c.ta, c.tb, c.M, c.N, c.K, c.alpha, (al_wref){Abf, AL_DT_BF16}, d.lda, al_wref_f32(d.B), d.ldb,
+                     c.beta, C, d.ldc);
+        for (size_t i = 0; i < d.a_n; i++) d.A[i] = (float)bf(d.A[i]);
+        const double ea = worst_err(&d, C, 0);
+        CHECK_MSG(ea < 1.5e-5, "%s: split case %d with A as BF16: error %.3g", label, ci, ea);
+        free(Abf), free(C);
+        data_free(&d);
+    }
+    /* a linear's backward: both products to fp32's accuracy */
+    enum { N = 67, IN = 45, OUT = 130 };
+    float *dy = malloc(sizeof(float) * N * OUT), *x = malloc(sizeof(float) * N * IN), *W = malloc(sizeof(float) * OUT * IN),
+          *dx = malloc(sizeof(float) * N * IN), *dW = malloc(sizeof(float) * OUT * IN);
+    for (int i = 0; i < N * OUT; i++) dy[i] = rnd(r);
+    for (int i = 0; i < N * IN; i++) x[i] = rnd(r);
+    for (int i = 0; i < OUT * IN; i++) W[i] = rnd(r);
+    al_linear_bwd_into(dx, 0, dW, 0, dy, x, W, N, IN, OUT);
+    double worst = 0;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IN; i++) {
+            double s = 0, mag = 0;
+            for (int o = 0; o < OUT; o++) s += (double)dy[n * OUT + o] * W[o * IN + i], mag += fabs((double)dy[n * OUT + o] * W[o * IN + i]);
+            worst = fmax(worst, fabs(dx[n * IN + i] - s) / mag);
+        }
+    for (int o = 0; o < OUT; o++)
+        for (int i = 0; i < IN; i++) {
+            double s = 0, mag = 0;
+            for (int n = 0; n < N; n++) s += (double)dy[n * OUT + o] * x[n * IN + i], mag += fabs((double)dy[n * OUT + o] * x[n * IN + i]);
+            worst = fmax(worst, fabs(dW[o * IN + i] - s) / mag);
+        }
+    CHECK_MSG(worst < 1.5e-5, "%s: split linear backward: error %.3g against fp32", label, worst);
+    free(dy), free(x), free(W), free(dx), free(dW);
+    CHECK(al_bf16_split(0) == 1);
+    /* F32 products ignore the flag: OpenBLAS's bits */
+    gemm_data d;
+    data_make(&d, cases[1], r);
+    al_precision_set(AL_PREC_F32);
+    float *plain = run(&d);
+    al_bf16_split(1);
+    float *flagged = run(&d);
+    al_bf16_split(0);
+    al_precision_set(AL_PREC_BF16);
+    CHECK_MSG(!memcmp(plain, flagged, sizeof(float) * d.c_n), "%s: the flag changed an F32 product", label);
+    free(plain), free(flagged);
+    data_free(&d);
 }
 
 /* The amx engine keeps a weight's packed tiles between products
@@ -690,7 +776,15 @@ static void check_models(void) {
         memcpy(g_f, m.g, sizeof(float) * m.n_floats);
         al_precision_set(AL_PREC_BF16);
         al_bf16_engine_force(AL_BF16_EMULATED);
+        const size_t split_before = al_bf16_split_products();
         const double loss_b = tu_loss_and_grads(&m, &a, in, tg);
+        /* MLA's up-projections out of its normalised latents run compensated
+         * (attn/mla.c): per layer kv and q forward, each one's two backward
+         * products; no other design's */
+        const size_t split_made = al_bf16_split_products() - split_before;
+        const size_t split_want = cfgs[ci].attention == AL_ATTN_MLA ? (size_t)6 * cfgs[ci].num_layers : 0;
+        CHECK_MSG(split_made == split_want, "%s: %zu compensated products, want %zu", names[ci], split_made,
+                  split_want);
         memcpy(g_b, m.g, sizeof(float) * m.n_floats);
         CHECK(al_bf16_shadow_attach(m.w, m.n_floats, &err) == 0);
         CHECK_MSG(tu_same_bits_1_2_threads(&m, &a, in, tg), "%s: bf16 gradients differ between 1 and 2 threads",
@@ -788,6 +882,7 @@ int main(void) {
         check_linear_bwd_shared(al_bf16_engine_name((al_bf16_engine)e), e == AL_BF16_ONEDNN, &r);
         if (e == AL_BF16_ONEDNN) check_onednn_merge(&r);
         check_bf16_weights(al_bf16_engine_name((al_bf16_engine)e), &r);
+        check_split(al_bf16_engine_name((al_bf16_engine)e), &r);
         if (e == AL_BF16_AMX) check_packed_cache("amx", &r);
         fprintf(stderr, "ran: engine %s\n", al_bf16_engine_name((al_bf16_engine)e));
     }
@@ -798,6 +893,7 @@ int main(void) {
         check_engine("onednn (fp32 test mode)", &r);
         check_shadow_and_threads("onednn (fp32 test mode)", &r);
         check_linear_bwd_shared("onednn (fp32 test mode)", 0, &r);
+        check_split("onednn (fp32 test mode)", &r);
         fprintf(stderr, "ran: engine onednn in its fp32 test mode\n");
     } else {
         fprintf(stderr, "skipped: onednn fp32 test mode (built without oneDNN)\n");
