@@ -40,7 +40,7 @@
  * units, about fp32's accuracy); every other product is plain BF16. Over
  * ten seeds of the quick study's MLA run, bf16 with these plain ended
  * +0.58 % above fp32 on average, compensated +0.16 % (lower than plain in 8
- * of 10 seeds; docs/study.md, session 39), for about 1.05-1.1x the bf16
+ * of 10 seeds; docs/study.md, session 39), for about 1.05-1.15x the bf16
  * step: the latent is rounded twice in a row (x W_kva, then c~ W_kvb)
  * where the other designs round once.
  *

@@ -330,7 +330,7 @@ typedef struct split_low_part {
  * (hi = bf16(X), lo = bf16(X - hi): 16 significant bits together), and C =
  * beta C + alpha (lo_A hi_B + hi_A lo_B + hi_A hi_B), the small terms
  * first, each an ordinary BF16 product (so the bits do not depend on the
- * thread count either); lo_A lo_B, below 2^-16 of the product, is left
+ * thread count either); lo_A lo_B, below 2^-18 of the product, is left
  * out. A missing low part's term is skipped (a BF16 operand is its own hi;
  * where memory for the low parts ran out the product is the plain one). */
 static void sgemm_split_parts(int a_transposed, int b_transposed, int M, int N, int K, float alpha, al_wref A,

@@ -158,8 +158,9 @@ const uint16_t *al_bf16_shadow_of(const float *p);
  * every fp32 operand X into hi = bf16(X) and lo = bf16(X - hi), 16
  * significant bits together, and sums lo_A hi_B + hi_A lo_B + hi_A hi_B:
  * three BF16 products on the same engine (still the matrix units, about
- * three times the work), within a few fp32 roundings of the fp32 product
- * (lo_A lo_B, under 2^-16 of it, is left out). F32 products, and BF16
+ * three times the work), within 3 x 2^-18 (1.2e-5) of sum |a b| of the
+ * fp32 product, where a plain BF16 one may be off by 2^-8 (lo_A lo_B is
+ * left out and each lo rounded). F32 products, and BF16
  * operands (their own hi), are as without it. Sets the flag to `on` and
  * returns what it was, for the caller to restore. */
 int al_bf16_split(int on);
