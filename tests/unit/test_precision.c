@@ -291,6 +291,10 @@ static void check_linear_bwd_shared(const char *label, int offered, al_rng *r) {
  * leaves F32 products alone. */
 static void check_split(const char *label, al_rng *r) {
     CHECK(al_bf16_split(1) == 0 && al_bf16_split(1) == 1);
+    int other_thread = -1; /* another thread's flag, unset while this one's is set */
+#pragma omp parallel num_threads(2)
+    if (omp_get_thread_num() == 1) other_thread = al_bf16_split(0);
+    CHECK_MSG(other_thread != 1, "%s: the split flag is not the calling thread's", label);
     for (int ci = 0; ci < N_CASES; ci++) {
         gemm_data d;
         data_make(&d, cases[ci], r);
@@ -326,8 +330,9 @@ static void check_split(const char *label, al_rng *r) {
     }
     /* a linear's backward: both products to fp32's accuracy */
     enum { N = 67, IN = 45, OUT = 130 };
-    float *dy = malloc(sizeof(float) * N * OUT), *x = malloc(sizeof(float) * N * IN), *W = malloc(sizeof(float) * OUT * IN),
-          *dx = malloc(sizeof(float) * N * IN), *dW = malloc(sizeof(float) * OUT * IN);
+    float *dy = malloc(sizeof(float) * N * OUT), *x = malloc(sizeof(float) * N * IN),
+          *W = malloc(sizeof(float) * OUT * IN), *dx = malloc(sizeof(float) * N * IN),
+          *dW = malloc(sizeof(float) * OUT * IN);
     for (int i = 0; i < N * OUT; i++) dy[i] = rnd(r);
     for (int i = 0; i < N * IN; i++) x[i] = rnd(r);
     for (int i = 0; i < OUT * IN; i++) W[i] = rnd(r);
@@ -336,13 +341,19 @@ static void check_split(const char *label, al_rng *r) {
     for (int n = 0; n < N; n++)
         for (int i = 0; i < IN; i++) {
             double s = 0, mag = 0;
-            for (int o = 0; o < OUT; o++) s += (double)dy[n * OUT + o] * W[o * IN + i], mag += fabs((double)dy[n * OUT + o] * W[o * IN + i]);
+            for (int o = 0; o < OUT; o++) {
+                const double t = (double)dy[n * OUT + o] * W[o * IN + i];
+                s += t, mag += fabs(t);
+            }
             worst = fmax(worst, fabs(dx[n * IN + i] - s) / mag);
         }
     for (int o = 0; o < OUT; o++)
         for (int i = 0; i < IN; i++) {
             double s = 0, mag = 0;
-            for (int n = 0; n < N; n++) s += (double)dy[n * OUT + o] * x[n * IN + i], mag += fabs((double)dy[n * OUT + o] * x[n * IN + i]);
+            for (int n = 0; n < N; n++) {
+                const double t = (double)dy[n * OUT + o] * x[n * IN + i];
+                s += t, mag += fabs(t);
+            }
             worst = fmax(worst, fabs(dW[o * IN + i] - s) / mag);
         }
     CHECK_MSG(worst < 1.5e-5, "%s: split linear backward: error %.3g against fp32", label, worst);
