@@ -278,6 +278,24 @@ static void check_linear_bwd_shared(const char *label, int offered, al_rng *r) {
     }
 }
 
+/* Worst |C - ref| / sum |a b| over C[M, N] (dense), ref the float64
+ * product of op(A)(i, k) = A[i a_rs + k a_cs] and op(B)(k, j) = B[k b_rs +
+ * j b_cs] over K. */
+static double worst_vs_f64(const float *C, int M, int N, int K, const float *A, int a_rs, int a_cs, const float *B,
+                           int b_rs, int b_cs) {
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double t = (double)A[(size_t)i * a_rs + (size_t)k * a_cs] * B[(size_t)k * b_rs + (size_t)j * b_cs];
+                s += t, mag += fabs(t);
+            }
+            worst = fmax(worst, fabs(C[(size_t)i * N + j] - s) / mag);
+        }
+    return worst;
+}
+
 /* Compensated products (al_bf16_split, linear.c's sgemm_split) on the
  * engine in effect: every case within 1.5e-5 of the fp32 operands' float64
  * product, relative to sum |a b| (the split's own bound: lo_A lo_B left
@@ -337,25 +355,8 @@ static void check_split(const char *label, al_rng *r) {
     for (int i = 0; i < N * IN; i++) x[i] = rnd(r);
     for (int i = 0; i < OUT * IN; i++) W[i] = rnd(r);
     al_linear_bwd_into(dx, 0, dW, 0, dy, x, W, N, IN, OUT);
-    double worst = 0;
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < IN; i++) {
-            double s = 0, mag = 0;
-            for (int o = 0; o < OUT; o++) {
-                const double t = (double)dy[n * OUT + o] * W[o * IN + i];
-                s += t, mag += fabs(t);
-            }
-            worst = fmax(worst, fabs(dx[n * IN + i] - s) / mag);
-        }
-    for (int o = 0; o < OUT; o++)
-        for (int i = 0; i < IN; i++) {
-            double s = 0, mag = 0;
-            for (int n = 0; n < N; n++) {
-                const double t = (double)dy[n * OUT + o] * x[n * IN + i];
-                s += t, mag += fabs(t);
-            }
-            worst = fmax(worst, fabs(dW[o * IN + i] - s) / mag);
-        }
+    const double worst = fmax(worst_vs_f64(dx, N, IN, OUT, dy, OUT, 1, W, IN, 1),   /* dx = dy W */
+                              worst_vs_f64(dW, OUT, IN, N, dy, 1, OUT, x, IN, 1)); /* dW = dy^T x */
     CHECK_MSG(worst < 1.5e-5, "%s: split linear backward: error %.3g against fp32", label, worst);
     free(dy), free(x), free(W), free(dx), free(dW);
     CHECK(al_bf16_split(0) == 1);
