@@ -6,7 +6,8 @@
 # (printed only where auto means bf16: AMX, or AMD's AVX512-BF16), bf16
 # training as mixed precision (repeats bit for bit, --resume bit-exact, the
 # checkpoint an ordinary fp32 one that eval reads in either precision, a
-# resume in another precision allowed with a note).
+# resume in another precision allowed with a note), and bench/precision_seeds.py
+# (the bf16-vs-fp32 quality table over seeds) on a 4-step scale.
 #
 # usage: bash tests/cli/test_precision.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -265,6 +266,97 @@ run bench attention --context 64 --heads 2 --head-dim 8 --precision bf16 --vs-f3
 check_ok
 check_stdout "forward vs the fp32 path \(same run, 3 alternated pairs\): [0-9.]+x median"
 check_stdout "backward vs the fp32 path"
+end
+
+# ---------------------------------------------------------------- bench/precision_seeds.py
+
+SEEDS=$(dirname "$0")/../../bench/precision_seeds.py
+PS=$WORK/ps
+PSARGS=(--attnlab "$BIN" --out "$PS" --data "$DATA" --designs mha,mla --seeds 2 --yardstick --steps 4 --context 32
+    --batch 2 --eval-tokens 256 --json)
+begin "precision_seeds.py: f32, bf16 and the AVX2 yardstick per design and seed; gaps from the runs' own logs"
+timeout 300 "$PY" "$SEEDS" "${PSARGS[@]}" >"$WORK/ps.json" 2>"$WORK/ps.err" ||
+    note "precision_seeds.py failed: $(tail -n 1 "$WORK/ps.err")"
+[ "$(find "$PS" -mindepth 1 -maxdepth 1 -type d | wc -l)" = 12 ] || note "not 12 runs in $PS: $(ls "$PS" | tr '\n' ' ')"
+check_py "precision_seeds.py's report is wrong" '
+import json, math, os, sys
+j, ps = json.load(open(sys.argv[1])), sys.argv[2]
+assert j["seeds"] == [1337, 1338] and sorted(j["designs"]) == ["mha", "mla"], j
+def final(name):
+    rec = json.loads(open(os.path.join(ps, name, "log.jsonl")).read().splitlines()[-1])
+    conf = json.load(open(os.path.join(ps, name, "config.json")))
+    return rec, conf["attnlab"]["train"]
+for d, e in j["designs"].items():
+    assert e["bound"] == 1.0 and e["unit"] == "% of the fp32 loss", e
+    for kind, prec in (("bf16", "BF16"), ("avx2", "F32")):
+        r = e[kind]
+        for i, s in enumerate(j["seeds"]):
+            ref, ref_train = final("%s-f32-%d" % (d, s))
+            rec, train = final("%s-%s-%d" % (d, kind, s))
+            assert ref_train["precision"] == "F32" and train["precision"] == prec and train["seed"] == s, train
+            assert train["steps"] == 4 and rec["step"] == 4 and e["f32"][i] == ref["val_loss"], (rec, e)
+            assert math.isclose(r["gaps"][i], 100 * (rec["val_loss"] - ref["val_loss"]) / ref["val_loss"]), r
+        m = sum(r["gaps"]) / 2
+        assert math.isclose(r["mean"], m) and math.isclose(r["se"], abs(r["gaps"][0] - r["gaps"][1]) / 2), r
+        assert r["within"] == sum(abs(g) <= 1.0 for g in r["gaps"]), r
+' "$WORK/ps.json" "$PS"
+end
+
+begin "precision_seeds.py: finished runs are kept, an unfinished one is trained again, the table names each seed"
+ls -l --time-style=full-iso "$PS" >"$WORK/ps.before"
+head -n 1 "$PS/mla-bf16-1338/log.jsonl" >"$WORK/ps.cut" && mv "$WORK/ps.cut" "$PS/mla-bf16-1338/log.jsonl"
+timeout 300 "$PY" "$SEEDS" "${PSARGS[@]::${#PSARGS[@]}-1}" >"$OUTF" 2>"$ERRF" ||
+    note "precision_seeds.py failed: $(tail -n 1 "$ERRF")"
+[ "$(grep -c '^precision_seeds: ' "$ERRF")" = 1 ] && grep -q "^precision_seeds: mla-bf16-1338$" "$ERRF" ||
+    note "retrained other than mla-bf16-1338: $(tr '\n' ' ' <"$ERRF")"
+check_py "the retrained run does not repeat its first training's bits" '
+import json, sys
+a, b = (json.load(open(x)) for x in sys.argv[1:3])
+assert a["designs"]["mla"]["bf16"]["gaps"][1] == b["designs"]["mla"]["bf16"]["gaps"][1], (a, b)
+' "$WORK/ps.json" <(timeout 60 "$PY" "$SEEDS" "${PSARGS[@]}")
+check_stdout "^\| mla \| bf16 \| [-+][0-9.]+ \| [-+][0-9.]+ \| [-+][0-9.]+ % \([0-9.]+\) \| [0-2] of 2 within 1 % \|$"
+check_stdout "^\| mha \| avx2 \| "
+[ -z "$(find "$PS" -maxdepth 1 -name '*.tmp')" ] || note "unfinished runs left in $PS"
+end
+
+begin "precision_seeds.py: a gap past the bound either way is counted out (final losses edited to -1.5 and +1.5 %)"
+check_py "editing the runs' logs failed" '
+import json, sys
+ps = sys.argv[1]
+ref = json.loads(open(ps + "/mha-f32-1337/log.jsonl").read().splitlines()[-1])["val_loss"]
+for name, f in (("mha-bf16-1337", 0.985), ("mha-avx2-1337", 1.015)):
+    path = ps + "/" + name + "/log.jsonl"
+    lines = open(path).read().splitlines()
+    last = json.loads(lines[-1])
+    last["val_loss"] = ref * f
+    open(path, "w").write("\n".join(lines[:-1] + [json.dumps(last)]) + "\n")
+' "$PS"
+timeout 60 "$PY" "$SEEDS" "${PSARGS[@]}" >"$WORK/ps3.json" 2>"$ERRF" || note "precision_seeds.py failed: $(tail -n 1 "$ERRF")"
+check_py "the edited gaps are not -1.5 and +1.5 or still counted within 1 %" '
+import json, math, sys
+e = json.load(open(sys.argv[1]))["designs"]["mha"]
+for kind, want in (("bf16", -1.5), ("avx2", 1.5)):
+    r = e[kind]
+    assert math.isclose(r["gaps"][0], want, rel_tol=1e-9), r
+    assert r["within"] == int(abs(r["gaps"][1]) <= 1.0), r
+' "$WORK/ps3.json"
+end
+
+begin "precision_seeds.py: an unknown design or a failing run: one line, exit 1, no half-written run left"
+timeout 60 "$PY" "$SEEDS" --attnlab "$BIN" --out "$WORK/ps2" --designs mha,xyz >"$OUTF" 2>"$ERRF"
+RC=$?
+check_status 1
+[ "$(cat "$ERRF")" = "precision_seeds: --designs: unknown design 'xyz' (one of mha, gqa, mqa, mla, lrkv)" ] ||
+    note "unexpected error: $(head -c 300 "$ERRF")"
+timeout 60 "$PY" "$SEEDS" --attnlab "$BIN" --out "$WORK/ps2" --designs mha --steps 4 --data "$WORK/missing" \
+    >"$OUTF" 2>"$ERRF"
+RC=$?
+check_status 1
+grep -q Traceback "$ERRF" && note "a Python traceback"
+tail -n 1 "$ERRF" | grep -qE "^precision_seeds: .*train --out .*/mha-f32-1337\.tmp .*: exit 1: attnlab: .*missing" ||
+    note "last line: $(tail -n 1 "$ERRF")"
+check_absent "$WORK/ps2/mha-f32-1337"
+check_absent "$WORK/ps2/mha-f32-1337.tmp"
 end
 
 finish
