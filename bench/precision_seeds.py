@@ -71,12 +71,35 @@ def final_record(run_dir):
     return last if "val_loss" in last else None
 
 
+def check_settings(run_dir, design, kind, seed, a):
+    """Fails unless a finished run was trained with the settings asked for
+    now, so that a table never mixes runs of other budgets."""
+    try:
+        conf = json.load(open(os.path.join(run_dir, "config.json")))
+        train, model = conf["attnlab"]["train"], conf["attnlab"]
+    except (OSError, ValueError, KeyError, TypeError):
+        fail("%s: finished, but its config.json is unreadable; remove it or give another --out" % run_dir)
+    want = {"seed": seed, "precision": "BF16" if kind == "bf16" else "F32"}
+    if design.startswith("vit-"):
+        want.update(steps=a.vit_steps, batch=a.vit_batch, train_subset=a.vit_train_images)
+        got_design = "vit-" + str(model.get("score"))
+    else:
+        want.update(steps=a.steps, batch=a.batch, context=a.context, eval_tokens=a.eval_tokens)
+        got_design = model.get("attention")
+    if got_design != design:
+        fail("%s: holds a %s run, not %s; give another --out" % (run_dir, got_design, design))
+    for key, value in want.items():
+        if train.get(key) != value:
+            fail("%s: trained with %s %s, not %s; give another --out" % (run_dir, key, train.get(key), value))
+
+
 def run_one(design, kind, seed, a):
     """Trains one run unless OUT holds it finished; returns its final record."""
     name = "%s-%s-%d" % (design, kind, seed)
     final = os.path.join(a.out, name)
     rec = final_record(final)
     if rec is not None:
+        check_settings(final, design, kind, seed, a)
         return rec
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)

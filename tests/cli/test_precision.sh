@@ -342,6 +342,22 @@ for kind, want in (("bf16", -1.5), ("avx2", 1.5)):
 ' "$WORK/ps3.json"
 end
 
+begin "precision_seeds.py: finished runs of other settings are refused, not mixed into the table"
+timeout 60 "$PY" "$SEEDS" --attnlab "$BIN" --out "$PS" --data "$DATA" --designs mha --seeds 1 --steps 5 --context 32 \
+    --batch 2 --eval-tokens 256 >"$OUTF" 2>"$ERRF"
+RC=$?
+check_status 1
+[ "$(cat "$ERRF")" = "precision_seeds: $PS/mha-f32-1337: trained with steps 4, not 5; give another --out" ] ||
+    note "unexpected error: $(head -c 300 "$ERRF")"
+mv "$PS/mha-f32-1337" "$PS/keep" && cp -r "$PS/mla-f32-1337" "$PS/mha-f32-1337"
+timeout 60 "$PY" "$SEEDS" "${PSARGS[@]}" >"$OUTF" 2>"$ERRF"
+RC=$?
+check_status 1
+[ "$(cat "$ERRF")" = "precision_seeds: $PS/mha-f32-1337: holds a mla run, not mha; give another --out" ] ||
+    note "unexpected error: $(head -c 300 "$ERRF")"
+rm -r "$PS/mha-f32-1337" && mv "$PS/keep" "$PS/mha-f32-1337"
+end
+
 begin "precision_seeds.py: an unknown design or a failing run: one line, exit 1, no half-written run left"
 timeout 60 "$PY" "$SEEDS" --attnlab "$BIN" --out "$WORK/ps2" --designs mha,xyz >"$OUTF" 2>"$ERRF"
 RC=$?
