@@ -57,8 +57,8 @@ def train_args(design, seed, a):
                          str(a.vit_train_images), "--eval-images", "0"] + (["--images", a.images] if a.images else [])
     data = ["--data", a.data] if a.data else []
     return common + data + ["--preset", design, "--steps", str(a.steps), "--batch", str(a.batch), "--context",
-                     str(a.context), "--warmup", str(min(30, a.steps // 2)), "--lr", "2e-3", "--eval-every",
-                     str(a.steps), "--eval-tokens", str(a.eval_tokens)]
+                            str(a.context), "--warmup", str(min(30, a.steps // 2)), "--lr", "2e-3", "--eval-every",
+                            str(a.steps), "--eval-tokens", str(a.eval_tokens)]
 
 
 def final_record(run_dir):
