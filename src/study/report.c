@@ -7,7 +7,9 @@
  * The findings are written from the numbers by fixed rules, so the text never
  * claims more than the data resolve: with one seed a difference in loss
  * below 2 % counts as unresolved (run-to-run variation of models this small
- * and this briefly trained is of that order); with several seeds a
+ * and this briefly trained is of that order: at the quick budget two runs of
+ * one seed that differ only in their sums' rounding end up to about 2 %
+ * apart, docs/study.md, "Session 40"); with several seeds a
  * difference is resolved only when the designs' ranges over the seeds do not
  * overlap. Vision accuracies use the binomial standard error of the test set
  * (one seed) or the same range rule.
