@@ -175,7 +175,7 @@ def main():
     if a.vit:
         designs += VIT_DESIGNS
     if not designs or a.seeds < 1 or a.steps < 2 or a.vit_steps < 2:
-        fail("nothing to run: give designs, --seeds >= 1, --steps >= 2")
+        fail("nothing to run: give designs, --seeds >= 1, --steps and --vit-steps >= 2")
     if not os.access(a.attnlab, os.X_OK):
         fail("%s: not an executable (build with make, or give --attnlab)" % a.attnlab)
     os.makedirs(a.out, exist_ok=True)
@@ -183,13 +183,13 @@ def main():
 
     # seed by seed, so an interrupted invocation leaves every design with
     # about as many seeds as the others
+    seeds = list(range(a.seed, a.seed + a.seeds))
     recs = {}
-    for seed in range(a.seed, a.seed + a.seeds):
+    for seed in seeds:
         for d in designs:
             for k in kinds:
                 recs[(d, k, seed)] = run_one(d, k, seed, a)
 
-    seeds = list(range(a.seed, a.seed + a.seeds))
     report = {"seeds": seeds, "designs": {}}
     for d in designs:
         bound = 2.0 if d.startswith("vit-") else 1.0

@@ -303,7 +303,6 @@ for d, e in j["designs"].items():
 end
 
 begin "precision_seeds.py: finished runs are kept, an unfinished one is trained again, the table names each seed"
-ls -l --time-style=full-iso "$PS" >"$WORK/ps.before"
 head -n 1 "$PS/mla-bf16-1338/log.jsonl" >"$WORK/ps.cut" && mv "$WORK/ps.cut" "$PS/mla-bf16-1338/log.jsonl"
 timeout 300 "$PY" "$SEEDS" "${PSARGS[@]::${#PSARGS[@]}-1}" >"$OUTF" 2>"$ERRF" ||
     note "precision_seeds.py failed: $(tail -n 1 "$ERRF")"
