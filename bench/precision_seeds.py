@@ -48,19 +48,27 @@ def fail(msg):
     sys.exit("precision_seeds: " + msg)
 
 
+def settings(design, seed, a):
+    """The settings of one run that its config.json records in its train
+    block, by that block's names: each is also the `attnlab train` flag of
+    the same name (dashes for underscores), so the flags and the check of a
+    finished run (check_settings) come from this one table."""
+    if design.startswith("vit-"):
+        return {"seed": seed, "steps": a.vit_steps, "batch": a.vit_batch, "train_subset": a.vit_train_images,
+                "warmup": min(50, a.vit_steps // 2), "lr": 2e-3, "eval_every": a.vit_steps}
+    return {"seed": seed, "steps": a.steps, "batch": a.batch, "context": a.context, "eval_tokens": a.eval_tokens,
+            "warmup": min(30, a.steps // 2), "lr": 2e-3, "eval_every": a.steps}
+
+
 def train_args(design, seed, a):
     """The `attnlab train` flags of one run at the quick budget's settings."""
-    common = ["--seed", str(seed), "--quiet", "--save-every", "0"]
+    args = ["--quiet", "--save-every", "0"]
+    for key, value in settings(design, seed, a).items():
+        args += ["--" + key.replace("_", "-"), str(value)]
     if design.startswith("vit-"):
-        steps = a.vit_steps
-        return common + ["--task", "vision", "--score", design[4:], "--patch", "2", "--layers", "2", "--hidden",
-                         "64", "--heads", "4", "--batch", str(a.vit_batch), "--steps", str(steps), "--warmup",
-                         str(min(50, steps // 2)), "--lr", "2e-3", "--eval-every", str(steps), "--train-subset",
-                         str(a.vit_train_images), "--eval-images", "0"] + (["--images", a.images] if a.images else [])
-    data = ["--data", a.data] if a.data else []
-    return common + data + ["--preset", design, "--steps", str(a.steps), "--batch", str(a.batch), "--context",
-                            str(a.context), "--warmup", str(min(30, a.steps // 2)), "--lr", "2e-3", "--eval-every",
-                            str(a.steps), "--eval-tokens", str(a.eval_tokens)]
+        return args + ["--task", "vision", "--score", design[4:], "--patch", "2", "--layers", "2", "--hidden", "64",
+                       "--heads", "4", "--eval-images", "0"] + (["--images", a.images] if a.images else [])
+    return args + ["--preset", design] + (["--data", a.data] if a.data else [])
 
 
 def final_record(run_dir):
@@ -81,13 +89,8 @@ def check_settings(run_dir, design, kind, seed, a):
         train, model = conf["attnlab"]["train"], conf["attnlab"]
     except (OSError, ValueError, KeyError, TypeError):
         fail("%s: finished, but its config.json is unreadable; remove it or give another --out" % run_dir)
-    want = {"seed": seed, "precision": "BF16" if kind == "bf16" else "F32"}
-    if design.startswith("vit-"):
-        want.update(steps=a.vit_steps, batch=a.vit_batch, train_subset=a.vit_train_images)
-        got_design = "vit-" + str(model.get("score"))
-    else:
-        want.update(steps=a.steps, batch=a.batch, context=a.context, eval_tokens=a.eval_tokens)
-        got_design = model.get("attention")
+    want = dict(settings(design, seed, a), precision="BF16" if kind == "bf16" else "F32")
+    got_design = "vit-" + str(model.get("score")) if design.startswith("vit-") else model.get("attention")
     if got_design != design:
         fail("%s: holds a %s run, not %s; give another --out" % (run_dir, got_design, design))
     for key, value in want.items():
