@@ -149,6 +149,17 @@ check_exists() { [ -e "$1" ] || note "$1 does not exist"; }
 check_absent() { [ ! -e "$1" ] || note "$1 exists but should not"; }
 check_same_file() { cmp -s "$1" "$2" || note "$1 and $2 differ"; }
 
+# PY_JSON_UNIQUE: Python that defines unique(pairs), an object_pairs_hook
+# for json.load(s) that fails on a key written twice in one object (legal
+# JSON that readers resolve differently: attnlab never writes one). Put it
+# before a check_py script: check_py DESC "$PY_JSON_UNIQUE"'...'.
+PY_JSON_UNIQUE='
+def unique(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), "a key twice: %s" % sorted(k for k in set(keys) if keys.count(k) > 1)
+    return dict(pairs)
+'
+
 # check_py DESCRIPTION PYTHON_CODE [ARGS...]: runs /usr/bin/python3 -c CODE
 # ARGS; a non-zero exit records DESCRIPTION plus the script's last line.
 check_py() {

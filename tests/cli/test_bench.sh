@@ -17,11 +17,11 @@
 SMALL="--sgemm-n 128 --triad-mb 8 --precision f32"
 
 # common fields and their consistency, for every benchmark's JSON
-COMMON='
+COMMON="$PY_JSON_UNIQUE"'
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 1, "expected one line, got %d" % len(lines)
-j = json.loads(lines[0])
+j = json.loads(lines[0], object_pairs_hook=unique)
 assert j["bench"] == sys.argv[2], j["bench"]
 for k in ("threads", "iters", "sgemm_n", "sgemm_gflops", "triad_mb", "triad_gb_per_s", "peak_rss_bytes"):
     assert isinstance(j[k], (int, float)) and j[k] > 0, (k, j.get(k))

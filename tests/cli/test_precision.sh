@@ -212,9 +212,9 @@ check_stderr_empty
 cp "$OUTF" "$WORK/bp.json"
 run bench attention --context 32 --heads 2 --head-dim 8 --json "${SMALL[@]}"
 check_ok
-check_py "bench precision fields" '
+check_py "bench precision fields" "$PY_JSON_UNIQUE"'
 import json, sys
-t, p, a = (json.load(open(x)) for x in sys.argv[1:4])
+t, p, a = (json.load(open(x), object_pairs_hook=unique) for x in sys.argv[1:4])
 auto = sys.argv[4]
 assert (t["precision"], p["precision"], a["precision"]) == ("BF16", "F32", auto), (t["precision"], p["precision"], a["precision"])
 for j, ratios in ((t, ["mfu"]), (p, ["ratio"]), (a, ["fwd_ratio", "bwd_ratio"])):
@@ -250,9 +250,9 @@ check_ok
 cp "$OUTF" "$WORK/vp.json"
 run bench attention --context 64 --heads 2 --head-dim 8 --precision bf16 --vs-f32 --json "${SMALL3[@]}"
 check_ok
-check_py "--vs-f32 fields" '
+check_py "--vs-f32 fields" "$PY_JSON_UNIQUE"'
 import json, sys
-t, p, a = (json.load(open(x)) for x in sys.argv[1:4])
+t, p, a = (json.load(open(x), object_pairs_hook=unique) for x in sys.argv[1:4])
 for j, figs in ((t, [("step", "step_s_best", 1)]), (p, [("forward", "ms_best", 1e3)]),
                 (a, [("fwd", "fwd_ms", 1e3), ("bwd", "bwd_ms", 1e3)])):
     assert j["precision"] == "BF16" and j["f32_pairs"] == 3, (j["precision"], j["f32_pairs"])
