@@ -91,7 +91,8 @@ def loadavg():
 
 
 class SgemmProbe:
-    """An n x n x n torch.mm ceiling, run once before each timed run; keeps the best."""
+    """An n x n x n torch.mm ceiling, run once before each timed run; keeps the best, and the sum of the runs for
+    the noise (attnlab's: mean time / best time - 1, docs/bench.md)."""
 
     def __init__(self, n):
         self.n = n
@@ -99,18 +100,22 @@ class SgemmProbe:
         self.a = ((idx * 7) % 13).to(torch.float32).mul_(0.1).view(n, n)
         self.b = ((idx * 5) % 11).to(torch.float32).mul_(0.1).view(n, n)
         self.c = torch.empty(n, n)
-        self.best = float("inf")
+        self.best, self.total, self.runs = float("inf"), 0.0, 0
         self.run()  # warm-up
-        self.best = float("inf")
+        self.best, self.total, self.runs = float("inf"), 0.0, 0
 
     def run(self):
         t0 = time.perf_counter()
         torch.mm(self.a, self.b, out=self.c)
         dt = time.perf_counter() - t0
         self.best = min(self.best, dt)
+        self.total, self.runs = self.total + dt, self.runs + 1
 
     def gflops(self):
         return 2.0 * self.n ** 3 / self.best / 1e9
+
+    def noise(self):
+        return self.total / self.runs / self.best - 1.0 if self.runs else 0.0
 
 
 def timed(fn, iters, probe):
@@ -162,6 +167,7 @@ def common(d, probe, iters, load_start, rss, args):
         "iters": iters,
         "sgemm_n": probe.n,
         "sgemm_gflops": probe.gflops(),
+        "noise": probe.noise(),
         "peak_rss_bytes": rss,
         "contend": 0,  # attnlab's --contend N: the peer runs no busy processes
         "loadavg_start": load_start,
@@ -387,8 +393,9 @@ def text(r):
             1e3 * r["step_s_best"], 1e3 * r["step_s"], r["tokens_per_s"], r["model_gflops_per_s"], 100 * r["mfu"]))
     print("  precision %s; bf16 ceiling: torch.mm bf16 (oneDNN) %.1f GFLOP/s (n=%d)" % (
         r["precision"], r["bf16_onednn_gflops"], r["sgemm_n"]))
-    print("  sgemm %.1f GFLOP/s (torch.mm n=%d, same run, OpenBLAS %s kernels); peak RSS %.1f MB; load average "
-          "%.2f -> %.2f on %d threads" % (r["sgemm_gflops"], r["sgemm_n"], r["blas_kernels"],
+    print("  sgemm %.1f GFLOP/s (torch.mm n=%d, same run, OpenBLAS %s kernels; their mean %.0f%% slower: the "
+          "machine's noise); peak RSS %.1f MB; load average "
+          "%.2f -> %.2f on %d threads" % (r["sgemm_gflops"], r["sgemm_n"], r["blas_kernels"], 100 * r["noise"],
                                           r["peak_rss_bytes"] / 1048576.0, r["loadavg_start"], r["loadavg_end"],
                                           r["threads"]))
     sys.stdout.flush()

@@ -218,6 +218,7 @@ static void env_json(cJSON *o, const bench_env *e, int iters) {
     num(o, "iters", iters);
     num(o, "sgemm_n", (double)e->sgemm_n);
     num(o, "sgemm_gflops", al_sgemm_probe_gflops(&e->sg));
+    num(o, "noise", al_sgemm_probe_noise(&e->sg));
     num(o, "triad_mb", (double)e->triad_mb);
     num(o, "triad_gb_per_s", e->triad);
     num(o, "peak_rss_bytes", (double)e->rss);
@@ -227,9 +228,9 @@ static void env_json(cJSON *o, const bench_env *e, int iters) {
 }
 
 static void env_text(const bench_env *e) {
-    printf("  ceilings (same run): sgemm %.1f GFLOP/s (n=%ld, best of the runs interleaved with the timed ones), "
-           "triad %.1f GB/s (%ld MB arrays)\n",
-           al_sgemm_probe_gflops(&e->sg), e->sgemm_n, e->triad, e->triad_mb);
+    printf("  ceilings (same run): sgemm %.1f GFLOP/s (n=%ld, best of the runs interleaved with the timed ones; "
+           "their mean %.0f%% slower: the machine's noise), triad %.1f GB/s (%ld MB arrays)\n",
+           al_sgemm_probe_gflops(&e->sg), e->sgemm_n, 100 * al_sgemm_probe_noise(&e->sg), e->triad, e->triad_mb);
     char onednn[48] = "unavailable", amx[48] = "unavailable";
     if (e->bf16_onednn > 0) snprintf(onednn, sizeof onednn, "%.1f GFLOP/s (n=%ld)", e->bf16_onednn, e->sgemm_n);
     if (e->amx_tile > 0) snprintf(amx, sizeof amx, "%.1f GFLOP/s", e->amx_tile);

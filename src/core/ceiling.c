@@ -251,7 +251,7 @@ int al_sgemm_probe_init(al_sgemm_probe *p, int n) {
     }
     p->best_s = 1e30;
     al_sgemm_probe_run(p); /* warm-up: caches, pages, threads */
-    p->best_s = 1e30;
+    p->best_s = 1e30, p->sum_s = 0, p->runs = 0;
     return 0;
 }
 
@@ -261,11 +261,16 @@ double al_sgemm_probe_run(al_sgemm_probe *p) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
     const double dt = al_now() - t0;
     if (dt < p->best_s) p->best_s = dt;
+    p->sum_s += dt, p->runs++;
     return 2.0 * n * (double)n * n / dt / 1e9;
 }
 
 double al_sgemm_probe_gflops(const al_sgemm_probe *p) {
     return p->best_s < 1e29 ? 2.0 * p->n * (double)p->n * p->n / p->best_s / 1e9 : 0.0;
+}
+
+double al_sgemm_probe_noise(const al_sgemm_probe *p) {
+    return p->runs > 0 ? p->sum_s / p->runs / p->best_s - 1.0 : 0.0;
 }
 
 void al_sgemm_probe_free(al_sgemm_probe *p) {

@@ -37,6 +37,8 @@ typedef struct al_sgemm_probe {
     int n;
     float *a, *b, *c;
     double best_s; /* fastest run so far, seconds */
+    double sum_s;  /* all runs since the warm-up, seconds */
+    int runs;
 } al_sgemm_probe;
 /* 0, or -1 when out of memory. */
 int al_sgemm_probe_init(al_sgemm_probe *p, int n);
@@ -44,6 +46,13 @@ int al_sgemm_probe_init(al_sgemm_probe *p, int n);
 double al_sgemm_probe_run(al_sgemm_probe *p);
 /* GFLOP/s of the fastest run so far (0 before any). */
 double al_sgemm_probe_gflops(const al_sgemm_probe *p);
+/* The machine's noise over the runs so far: how much slower the probe's
+ * mean run was than its best, mean time / best time - 1 (0 before any). The runs are spread over a benchmark's
+ * whole span, so this is how far its timings could be thrown by the other
+ * work on the machine in bursts: a steady load slows every run alike and
+ * leaves same-run ratios standing, a bursty one does not, and only this
+ * shows it (docs/bench.md). */
+double al_sgemm_probe_noise(const al_sgemm_probe *p);
 void al_sgemm_probe_free(al_sgemm_probe *p);
 
 /* The oneDNN bf16 ceiling to interleave the same way: one n x n x n bf16

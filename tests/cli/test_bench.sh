@@ -29,6 +29,7 @@ assert j["kernels"] in ("avx512", "avx2", "generic"), j["kernels"]
 assert isinstance(j["blas_kernels"], str)
 for k in ("loadavg_start", "loadavg_end"):
     assert isinstance(j[k], (int, float)), k
+assert isinstance(j["noise"], (int, float)) and j["noise"] >= 0, j.get("noise")
 def close(a, b):
     assert abs(a - b) <= 1e-4 * max(abs(a), abs(b)) + 1e-9, (a, b)
 '

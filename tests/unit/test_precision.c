@@ -969,6 +969,19 @@ int main(void) {
     al_bf16_probe_free(&bp);
     al_bf16_probe_free(&bp);
     CHECK(bp.impl == NULL);
+    /* the interleaved sgemm probe: its best and its noise (mean time / best
+     * time - 1) over the runs after the warm-up, from the runs' own rates */
+    al_sgemm_probe sp;
+    CHECK(al_sgemm_probe_init(&sp, 40) == 0);
+    CHECK(al_sgemm_probe_gflops(&sp) == 0 && al_sgemm_probe_noise(&sp) == 0);
+    double t_sum = 0, t_best = 1e30;
+    for (int i = 0; i < 5; i++) {
+        const double t = 2.0 * 40 * 40 * 40 / al_sgemm_probe_run(&sp) / 1e9;
+        t_sum += t, t_best = t < t_best ? t : t_best;
+    }
+    CHECK(fabs(al_sgemm_probe_gflops(&sp) - 2.0 * 40 * 40 * 40 / t_best / 1e9) <= 1e-9 * al_sgemm_probe_gflops(&sp));
+    CHECK(al_sgemm_probe_noise(&sp) >= 0 && fabs(al_sgemm_probe_noise(&sp) - (t_sum / 5 / t_best - 1)) <= 1e-9);
+    al_sgemm_probe_free(&sp);
     for (int l = AL_CPU_AVX512_BF16; l <= AL_CPU_AMX; l++)
         if ((int)al_cpu_level_now() < l) fprintf(stderr, "skipped: %s kernel (CPU set lacks it)\n", al_cpu_level_name((al_cpu_level)l));
     al_precision_release();
