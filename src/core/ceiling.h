@@ -8,7 +8,8 @@
  * ceiling measured once before a benchmark can be taken at another load than
  * the benchmark itself. al_sgemm_probe lets a benchmark interleave the
  * ceiling with its own timed runs (one sgemm before each of them) and keep
- * the best of each, so both bests come from the same quiet moments.
+ * the best of each, so both bests come from the same quiet moments; the
+ * probe's mean run beside its best says how noisy those moments were.
  */
 #ifndef AL_CEILING_H
 #define AL_CEILING_H
@@ -47,11 +48,11 @@ double al_sgemm_probe_run(al_sgemm_probe *p);
 /* GFLOP/s of the fastest run so far (0 before any). */
 double al_sgemm_probe_gflops(const al_sgemm_probe *p);
 /* The machine's noise over the runs so far: how much slower the probe's
- * mean run was than its best, mean time / best time - 1 (0 before any). The runs are spread over a benchmark's
- * whole span, so this is how far its timings could be thrown by the other
- * work on the machine in bursts: a steady load slows every run alike and
- * leaves same-run ratios standing, a bursty one does not, and only this
- * shows it (docs/bench.md). */
+ * mean run was than its best, mean time / best time - 1 (0 before a run).
+ * The runs are spread over a benchmark's whole span, so this is how far
+ * its timings could be thrown by other work on the machine in bursts: a
+ * steady load slows every run alike and leaves same-run ratios standing, a
+ * bursty one does not, and only this shows it (docs/bench.md). */
 double al_sgemm_probe_noise(const al_sgemm_probe *p);
 void al_sgemm_probe_free(al_sgemm_probe *p);
 
