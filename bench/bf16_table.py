@@ -19,10 +19,10 @@ machine's state (docs/bench.md: the pool's machines are shared and noisy):
              with the checkpoint read into the page cache right before (the
              issue's condition; the read's time is printed beside); with
              --map-f32 also in f32 (minutes)
-then prints each round's figures, its ratios, the noise each benchmark saw
-(its JSON's "noise", docs/bench.md: where it is high a long run's ratio to a
-short ceiling run reads low), and how many rounds met each target of the
-issue. --out FILE keeps every JSON line the benchmarks printed
+then prints each round's figures, its ratios, the noise and the bf16
+ceilings each benchmark saw (docs/bench.md, "Method": bursts raise the
+noise, a steady neighbour lowers the ceilings; the targets are quiet-host
+figures), and how many rounds met each target of the issue. --out FILE keeps every JSON line the benchmarks printed
 (one object per line, with "round" added).
 
   bench/bf16_table.py [--attnlab build/attnlab] [--rounds 3] [--map-model DIR]
@@ -174,9 +174,11 @@ def main():
                   "".join(" | attnmap %s %.1f s (checkpoint %.1f GB read into the page cache first in %.1f s)" % (
                       k[4:], v["wall_s"], v["read_gb"], v["read_s"]) for k, v in g.items() if k.startswith("map_"))),
               flush=True)
-        print("  noise (mean sgemm ceiling run over its best, - 1): train %s, prefill %s, attention %s" % tuple(
-            "%.2f" % g[k]["noise"] if "noise" in g[k] else "-" for k in ("train_bf16", "prefill_bf16",
-                                                                          "attention_bf16")), flush=True)
+        print("  noise (mean sgemm ceiling run over its best, - 1) and ceilings (oneDNN bf16 GFLOP/s, AMX tile "
+              "TFLOP/s): " + "; ".join("%s %s, %.0f, %.1f" % (
+                  k.split("_")[0], "%.2f" % g[k]["noise"] if "noise" in g[k] else "-", g[k]["bf16_onednn_gflops"] or 0,
+                  (g[k]["amx_tile_gflops"] or 0) / 1e3) for k in ("train_bf16", "prefill_bf16", "attention_bf16")),
+              flush=True)
     for name, ok in TARGETS + ([MAP_TARGET] if a.map_model else []):
         print("target %-42s met in %d of %d rounds" % (name, sum(1 for g, x in rounds if ok(g, x)), len(rounds)))
     if a.out:

@@ -50,9 +50,10 @@ double al_sgemm_probe_gflops(const al_sgemm_probe *p);
 /* The machine's noise over the runs so far: how much slower the probe's
  * mean run was than its best, mean time / best time - 1 (0 before a run).
  * The runs are spread over a benchmark's whole span, so this is how far
- * its timings could be thrown by other work on the machine in bursts: a
- * steady load slows every run alike and leaves same-run ratios standing, a
- * bursty one does not, and only this shows it (docs/bench.md). */
+ * its timings could be thrown by other work on the machine in bursts,
+ * which bend a long run's ratio to a short ceiling run; a steady load
+ * leaves it near 0 and shows in the ceilings' level instead
+ * (docs/bench.md). */
 double al_sgemm_probe_noise(const al_sgemm_probe *p);
 void al_sgemm_probe_free(al_sgemm_probe *p);
 
