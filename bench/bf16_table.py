@@ -22,8 +22,9 @@ machine's state (docs/bench.md: the pool's machines are shared and noisy):
 then prints each round's figures, its ratios, the noise and the bf16
 ceilings each benchmark saw (docs/bench.md, "Method": bursts raise the
 noise, a steady neighbour lowers the ceilings; the targets are quiet-host
-figures), and how many rounds met each target of the issue. --out FILE keeps every JSON line the benchmarks printed
-(one object per line, with "round" added).
+figures), and how many rounds met each target of the issue. --out FILE
+keeps every JSON line the benchmarks printed (one object per line, with
+"round" added).
 
   bench/bf16_table.py [--attnlab build/attnlab] [--rounds 3] [--map-model DIR]
 """
