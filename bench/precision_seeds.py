@@ -5,11 +5,10 @@ Issue 14 asks that a quick-budget run of each study preset trained with BF16
 products end within 1 % of the fp32 run's validation loss (the ViTs' test
 accuracy within 2 points). One run per precision cannot answer that on its
 own: two runs of one seed that differ only in rounding follow different
-trajectories, and at the quick budget they end up to 1 % apart when both
-are fp32 and up to 2 % for bf16 against fp32 (docs/study.md, "Session 39"
-and "Session 40"). This
-script measures the gap the way that noise allows: for each design and seed
-it trains
+trajectories, and at the quick budget they end up about 1 % apart when
+both are fp32 and up to 2 % for bf16 against fp32 (docs/study.md,
+"Session 39" and "Session 40"). This script measures the gap the way that
+noise allows: for each design and seed it trains
   f32   `attnlab train ... --precision f32`
   bf16  `attnlab train ... --precision bf16`
   avx2  with --yardstick: fp32 again with ATTNLAB_CPU=avx2 (the AVX2
