@@ -24,7 +24,7 @@ ceilings each benchmark saw (docs/bench.md, "Method": bursts raise the
 noise, a steady neighbour lowers the ceilings; the targets are quiet-host
 figures), and how many rounds met each target of the issue that applies to
 the engine the rounds ran on (targets_for: the AMX table on the amx engine,
-the 1.6x row of a CPU without AMX on onednn). --out FILE
+the 1.6x row of a CPU without AMX on onednn or avx512-bf16). --out FILE
 keeps every JSON line the benchmarks printed (one object per line, with
 "round" added).
 
@@ -144,19 +144,21 @@ TARGETS = [  # (name, test on a round's figures g and ratios x)
 ]
 MAP_TARGET = ("attnmap 7B bf16 <= 30 s", lambda g, x: g["map_bf16"]["wall_s"] <= 30)
 # The issue's one target for a CPU with AVX512-BF16 but no AMX (AMD Zen 4), where the products run on oneDNN's
-# AVX512-BF16 kernels (bf16 engine "onednn"); the targets above are set for the amx engine.
+# AVX512-BF16 kernels (bf16 engine "onednn", or attnlab's own "avx512-bf16" where oneDNN is missing or forced
+# out by ATTNLAB_BF16_ENGINE); the targets above are set for the amx engine.
 NO_AMX_TARGETS = [("train bf16 >= 1.6x f32 (AVX512-BF16, no AMX)", lambda g, x: x["train_vs_f32"] >= 1.6)]
 
 
 def targets_for(engines, map_model):
     """The targets that apply to a run whose train benchmarks ran on the bf16 engines `engines` (the set of
     their JSON's "bf16_engine"): the AMX table where every round ran on amx, the no-AMX row where every round
-    ran on onednn, else none (an emulated engine, or rounds that differ: the figures are printed, not judged).
-    Returns (heading, targets)."""
+    ran on an AVX512-BF16 engine, else none (the emulated engine of a CPU without bf16 instructions, or rounds
+    on different kinds of engine: the figures are printed, not judged). Returns (heading, targets)."""
     if engines == {"amx"}:
         return "targets of a CPU with AMX (bf16 engine amx)", TARGETS + ([MAP_TARGET] if map_model else [])
-    if engines == {"onednn"}:
-        return "target of a CPU with AVX512-BF16 and no AMX (bf16 engine onednn)", NO_AMX_TARGETS
+    if engines and engines <= {"onednn", "avx512-bf16"}:
+        return "target of a CPU with AVX512-BF16 and no AMX (bf16 engine %s)" % ", ".join(sorted(engines)), \
+            NO_AMX_TARGETS
     return "no target applies to bf16 engine %s" % ", ".join(sorted(engines)), []
 
 
