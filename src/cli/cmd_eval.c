@@ -145,14 +145,14 @@ int cmd_eval(int argc, char **argv) {
         free(extra);
         return rc;
     }
+    char *tj; /* the run's training settings (config.json's attnlab block), NULL where it has none */
+    const int bad = al_json_member_text(extra, "train", &tj, &err);
+    free(extra);
+    if (bad) {
+        al_model_free(&m);
+        return cli_failf(cmd, "%s: %s", model_dir, err.msg);
+    }
     if (vit) {
-        char *tj;
-        const int bad = al_json_member_text(extra, "train", &tj, &err);
-        free(extra);
-        if (bad) {
-            al_model_free(&m);
-            return cli_failf(cmd, "%s: %s", model_dir, err.msg);
-        }
         rc = eval_vision(cmd, model_dir, &m, images, tj, cli_find(args, n, "batch")->seen ? batch : 100, max_images,
                          json);
         free(tj);
@@ -165,19 +165,12 @@ int cmd_eval(int argc, char **argv) {
     if (m.cfg.hf != AL_HF_NONE) {
         if (!data && !text_arg) {
             al_model_free(&m);
-            free(extra);
+            free(tj);
             return cli_usage(cmd, "a Hugging Face checkpoint has no training data to evaluate on: give --data FILE or --text STR");
         }
         const int mc = al_config_max_context(&m.cfg);
         o.context = mc < 1024 ? mc : 1024;
         if (!cli_find(args, n, "batch")->seen) batch = 1;
-    }
-    char *tj;
-    const int bad = al_json_member_text(extra, "train", &tj, &err);
-    free(extra);
-    if (bad) {
-        al_model_free(&m);
-        return cli_failf(cmd, "%s: %s", model_dir, err.msg);
     }
     const unsigned long mark = al_json_mark();
     if (tj) al_train_opts_from_json(&o, tj, &err); /* settings it cannot read: the defaults above */
