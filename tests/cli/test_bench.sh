@@ -6,7 +6,9 @@
 # ATTNLAB_CPU selects the attention kernel set the report names, an unknown
 # value is ignored with one warning; bad flags are one-line usage errors;
 # bench/ab.py alternates two binaries (here the same one) pair by pair and
-# reports each timing's ratios, and fails in one line on bad input.
+# reports each timing's ratios, and fails in one line on bad input;
+# bench/bf16_table.py judges a run by the targets of the bf16 engine it ran
+# on (its rounds need PyTorch and minutes: only that choice is run here).
 # Timings are not checked (shared, noisy machines): only that they are
 # positive and the ratios are what the fields say.
 #
@@ -223,6 +225,27 @@ end
 begin "bench train: unknown flag"
 run bench train --frob 1
 check_error 2 "unknown flag.*frob"
+end
+
+# ---- bench/bf16_table.py: which of issue 14's targets judge a run ----
+begin "bf16_table.py: the AMX table on amx, the 1.6x row on the no-AMX engines, none on emulated"
+check_py "bf16_table.py judges a run by the wrong targets" '
+import sys
+sys.path.insert(0, sys.argv[1])
+import bf16_table as t
+heading, amx = t.targets_for({"amx"}, "/map")
+assert [n for n, _ in amx] == [n for n, _ in t.TARGETS] + [t.MAP_TARGET[0]], heading
+assert len(t.targets_for({"amx"}, None)[1]) == len(t.TARGETS)
+for engines in ({"onednn"}, {"avx512-bf16"}, {"onednn", "avx512-bf16"}):
+    heading, rows = t.targets_for(engines, "/map")
+    assert [n for n, _ in rows] == [t.NO_AMX_TARGETS[0][0]] and "no AMX" in heading, (engines, heading)
+    (name, ok), = rows
+    assert "1.6x" in name and ok({}, {"train_vs_f32": 1.6}) and not ok({}, {"train_vs_f32": 1.59}), name
+for engines in ({"emulated"}, {"amx", "onednn"}, set()):
+    heading, rows = t.targets_for(engines, "/map")
+    assert rows == [] and heading.startswith("no target"), (engines, heading)
+assert t.shown(None, "%.1f") == "-" and t.shown(2072.9, "%.1f", 1e-3) == "2.1"
+' "$(dirname "$0")/../../bench"
 end
 
 # ---- bench/ab.py: two binaries alternated pair by pair ----
