@@ -659,20 +659,9 @@ static void check_tiles(al_rng *r) {
     if (al_cpu_detect() < AL_CPU_AVX512) fprintf(stderr, "skipped: amx tiles kernel on emulated tiles (no AVX-512)\n");
 }
 
-/* The AVX-512 packer of the set in use (integer rounding, or AVX512-BF16's
- * conversion) against the plain one, bit for bit, on odd shapes in both
- * forms from both kinds of views and sources, over values that test the
- * rounding: ties, infinities, signalling and quiet NaNs, and in a second
- * round denormals too (the conversion reads them as zero, so a vector
- * holding one takes the integer rounding: the first round is the one that
- * tests the conversion). */
-static void check_tiles_packers(al_rng *r) {
-    if (al_cpu_level_now() < AL_CPU_AVX512) {
-        fprintf(stderr, "skipped: avx512 tiles packer (CPU set lacks avx512)\n");
-        return;
-    }
-    if (al_cpu_level_now() < AL_CPU_AVX512_BF16)
-        fprintf(stderr, "skipped: avx512-bf16 tiles packer (CPU set lacks avx512-bf16)\n");
+/* The packer of the set in use (named `set`) against the plain one: the
+ * test of check_tiles_packers below */
+static void check_tiles_packer(al_rng *r, const char *set) {
     static const int shapes[][2] = {{1, 1}, {17, 33}, {16, 64}, {45, 70}, {3, 300}};
     for (int denormals = 0; denormals < 2; denormals++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -699,12 +688,35 @@ static void check_tiles_packers(al_rng *r) {
                 for (int part = 0; part < 5; part++) /* more parts than some shapes' steps or groups */
                     al_bf16_tiles_pack_ref(plain, pairs, bf_src ? NULL : X, bf_src ? Xb : NULL, rs, cs, n, K, part, 5);
                 CHECK_MSG(!memcmp(fast, plain, sizeof(uint16_t) * el),
-                          "tiles packers differ: %d lines x %d (%s form, %s, %s%s)", n, K, pairs ? "pairs" : "rows",
-                          line_runs ? "line runs" : "runs of lines", bf_src ? "bf16" : "fp32",
+                          "tiles packers differ, set %s: %d lines x %d (%s form, %s, %s%s)", set, n, K,
+                          pairs ? "pairs" : "rows", line_runs ? "line runs" : "runs of lines", bf_src ? "bf16" : "fp32",
                           denormals ? ", with denormals" : "");
                 free(X), free(Xb), free(fast), free(plain);
             }
     }
+}
+
+/* Each AVX-512 packer the CPU has (AVX-512's integer rounding, AVX512-BF16's
+ * conversion: the set forced in turn, since al_bf16_tiles_pack picks by the
+ * set in use and a machine with AVX512-BF16 would otherwise never run the
+ * first) against the plain one, bit for bit, on odd shapes in both forms
+ * from both kinds of views and sources, over values that test the
+ * rounding: ties, infinities, signalling and quiet NaNs, and in a second
+ * round denormals too (the conversion reads them as zero, so a vector
+ * holding one takes the integer rounding: the first round is the one that
+ * tests the conversion). */
+static void check_tiles_packers(al_rng *r) {
+    static const al_cpu_level sets[] = {AL_CPU_AVX512, AL_CPU_AVX512_BF16};
+    for (size_t li = 0; li < sizeof sets / sizeof sets[0]; li++) {
+        if (al_cpu_detect() < sets[li]) {
+            fprintf(stderr, "skipped: tiles packer, set %s (the CPU lacks it)\n", al_cpu_level_name(sets[li]));
+            continue;
+        }
+        CHECK(al_cpu_force(sets[li]) == sets[li]);
+        check_tiles_packer(r, al_cpu_level_name(sets[li]));
+        fprintf(stderr, "ran: tiles packer, set %s\n", al_cpu_level_name(sets[li]));
+    }
+    al_cpu_force(-1);
 }
 
 /* al_bf16_round_run and al_bf16_round_stream (whole 64-byte lines of dst
