@@ -30,8 +30,11 @@ int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int
     if (kv) o = *kv;
     if (o.e.method == AL_KVE_SNAPKV && !o.e.prompt) o.e.prompt = prompt_len;
     if (al_decoder_create_opts(&dec, m, prompt_len + n > 0 ? prompt_len + n : 1, kv_dt, &o, err)) return -1;
-    float *logits = malloc(sizeof(float) * 2 * (size_t)V), *probs = logits + V;
-    if (!logits) {
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    uint64_t *keys = malloc(sizeof(uint64_t) * (size_t)V); /* al_sample's scratch */
+    if (!logits || !keys) {
+        free(logits);
+        free(keys);
         al_decoder_free(&dec);
         return al_errf(err, "out of memory");
     }
@@ -45,7 +48,7 @@ int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int
         for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
     double t1 = al_now();
     while (made < n && !rc) {
-        int tok = al_sample(s, logits, probs, V, &rng);
+        int tok = al_sample(s, logits, keys, V, &rng);
         if (out) out[made] = tok;
         made++;
         if (on_token) on_token(tok, ctx);
@@ -61,6 +64,7 @@ int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int
         stats->kv_held_bytes = al_decoder_kv_held_bytes(&dec);
     }
     free(logits);
+    free(keys);
     al_decoder_free(&dec);
     return rc ? -1 : made;
 }

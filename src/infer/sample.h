@@ -13,7 +13,9 @@ typedef struct al_sampler {
     float top_p;        /* 1: off */
 } al_sampler;
 
-/* logits[V] are not modified; probs[V] is scratch. */
-int al_sample(const al_sampler *s, const float *logits, float *probs, int V, al_rng *rng);
+/* The next token from logits[V] (not modified); keys[V] is scratch (the
+ * weights and ids in sampling order). Thread-safe: no state outside the
+ * arguments. */
+int al_sample(const al_sampler *s, const float *logits, uint64_t *keys, int V, al_rng *rng);
 
 #endif
