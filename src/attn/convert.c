@@ -35,10 +35,6 @@ const float *al_cv_head_v(const al_attn_source *s, int h) {
     return s->wv + (size_t)g * c->head_dim * c->hidden_size;
 }
 
-void al_cv_rows_f64(double *dst, const float *W, size_t row0, int rows, int d) {
-    for (size_t i = 0; i < (size_t)rows * d; i++) dst[i] = W[row0 * d + i];
-}
-
 double al_cv_rel_err(const float *A, const double *B, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {

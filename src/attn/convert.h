@@ -41,7 +41,4 @@ int al_cv_lowrank(const double *M, int m, int d, const double *cov, int r, doubl
 /* ||A - B||_F / ||A||_F over n values (0 when both are 0; A in fp32, B double). */
 double al_cv_rel_err(const float *A, const double *B, size_t n);
 
-/* the rows of head h's map (rows dh x d of W from row offset h*dh) into double */
-void al_cv_rows_f64(double *dst, const float *W, size_t row0, int rows, int d);
-
 #endif

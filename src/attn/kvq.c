@@ -191,8 +191,6 @@ double al_kvq_bytes_per_token(const al_kvq *q) {
     return (double)q->code_row + 4.0 * q->nvcell + 4.0 * q->nkey / q->group;
 }
 
-size_t al_kvq_residual_bytes(const al_kvq *q) { return res_rows(q) * q->vpt * al_dtype_size(q->dt); }
-
 double al_kvq_held_bytes(const al_kvq *q, int n) {
     const int qn = q->qn < n ? q->qn : n;
     return qn * al_kvq_bytes_per_token(q) + (double)(n - qn) * q->vpt * al_dtype_size(q->dt);

@@ -163,9 +163,8 @@ void al_kvq_free(al_kvq *q);
 void al_kvq_reset(al_kvq *q);
 void al_kvq_seek(al_kvq *q, int n);
 /* The closed form of the header: bytes per token (scales included) of the
- * quantised part, and the residual's fixed bytes per layer. */
+ * quantised part. */
 double al_kvq_bytes_per_token(const al_kvq *q);
-size_t al_kvq_residual_bytes(const al_kvq *q);
 /* Bytes a layer holding n positions uses for them: qn quantised ones at
  * the closed form, n - qn in the residual at the cache dtype. */
 double al_kvq_held_bytes(const al_kvq *q, int n);

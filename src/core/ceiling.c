@@ -25,32 +25,6 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-double al_measure_sgemm_gflops(int n, int reps) {
-    size_t nn = (size_t)n * n;
-    float *a = al_alloc(nn * sizeof(float)), *b = al_alloc(nn * sizeof(float)), *c = al_alloc(nn * sizeof(float));
-    if (!a || !b || !c) {
-        al_free(a);
-        al_free(b);
-        al_free(c);
-        return 0;
-    }
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = (float)((i * 7) % 13) * 0.1f;
-        b[i] = (float)((i * 5) % 11) * 0.1f;
-    }
-    double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
-        double t0 = al_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = al_now() - t0;
-        if (r > 0 && dt < best) best = dt; /* the first run warms caches and threads */
-    }
-    al_free(a);
-    al_free(b);
-    al_free(c);
-    return 2.0 * n * (double)n * n / best / 1e9;
-}
-
 #ifdef AL_HAVE_ONEDNN
 /* One n^3 bf16 matmul primitive, its memory and a stream. */
 struct al_bf16_probe_impl {

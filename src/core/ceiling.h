@@ -14,8 +14,6 @@
 #ifndef AL_CEILING_H
 #define AL_CEILING_H
 
-/* Best of `reps` n x n x n cblas_sgemm runs, GFLOP/s (all threads). */
-double al_measure_sgemm_gflops(int n, int reps);
 /* Best of `reps` n x n x n oneDNN bf16 matmuls (bf16 A and B, fp32 C, one
  * primitive over all threads, as PyTorch runs torch.mm in bf16), GFLOP/s:
  * the ceiling of BF16 products. 0 when the library was built without

@@ -51,11 +51,6 @@ const al_preset *al_preset_find(const char *name) {
     return NULL;
 }
 
-const al_preset *al_preset_list(int *n) {
-    *n = N_PRESETS;
-    return presets;
-}
-
 const char *al_preset_names(char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;

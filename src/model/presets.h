@@ -24,7 +24,6 @@ typedef struct al_preset {
 } al_preset;
 
 const al_preset *al_preset_find(const char *name);
-const al_preset *al_preset_list(int *n);
 /* "tiny, small, ...": the names for messages, into buf (returns buf). */
 const char *al_preset_names(char *buf, size_t cap);
 /* Copies the preset's model fields into c where given[i] is 0 (indexes of

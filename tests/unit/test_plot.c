@@ -521,6 +521,24 @@ static void test_pooling(void) {
     } else {
         CHECK(0);
     }
+    /* the caller's footnote replaces the automatic one: "" none (the figure
+     * loses the footnote's line), a text of its own in its place, NULL the
+     * automatic one again */
+    double w0, h0, w1, h1;
+    CHECK(al_figure_extent(f, &w0, &h0) == 0);
+    CHECK(al_figure_set_footnote(f, "", &err) == 0 && al_figure_save(f, pp, &err) == 0);
+    CHECK(al_figure_extent(f, &w1, &h1) == 0 && h1 < h0);
+    CHECK(al_figure_set_footnote(f, "a note of the caller's", &err) == 0 && al_figure_save(f, pp, &err) == 0);
+    CHECK(al_figure_extent(f, &w1, &h1) == 0 && h1 == h0);
+    if (png_open(&p, pp) == 0) {
+        CHECK(dark_pixels(&p, 0, p.h - 25, p.w / 2, p.h) > 10);
+        png_close(&p);
+    } else {
+        CHECK(0);
+    }
+    CHECK(al_figure_set_footnote(f, NULL, &err) == 0 && al_figure_save(f, pp, &err) == 0);
+    CHECK(al_figure_extent(f, &w1, &h1) == 0 && h1 == h0 && w1 == w0);
+    CHECK(al_figure_set_footnote(NULL, "x", &err) == -1);
     al_figure_free(f);
 }
 
