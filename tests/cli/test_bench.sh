@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_bench.sh: `attnlab bench attention|train|prefill|decode` on tiny
+# test_bench.sh: `attnlab bench attention|train|prefill|decode|wmat` on tiny
 # shapes: each runs, prints its text report, and with --json exactly one JSON
 # object with the fields docs/bench.md documents (figures, both ceilings,
 # ratios, peak RSS, kernels, load average), consistent with each other;
@@ -225,6 +225,39 @@ end
 begin "bench train: unknown flag"
 run bench train --frob 1
 check_error 2 "unknown flag.*frob"
+end
+
+# ---- bench wmat: the weight products by storage and kernel set ----
+begin "bench wmat: text report and JSON, every storage and set"
+run bench wmat --rows 67 --cols 45 --n 3 --iters 1
+check_ok
+check_stdout "^W \\[67, 45\\], [0-9]* threads"
+for kind in "F32" "BF16" "F16" "BF16 AVX2" "F16 AVX2" "BF16 plain C" "F16 plain C"; do
+    check_stdout "^$kind  *[0-9.]*  *[0-9.]*x  *[0-9.]*$"
+done
+check_stderr_empty
+run bench wmat --rows 67 --cols 45 --n 3 --iters 1 --json
+check_ok
+check_stderr_empty
+check_py "bad wmat JSON" "$PY_JSON_UNIQUE"'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, lines
+j = json.loads(lines[0], object_pairs_hook=unique)
+assert (j["bench"], j["rows"], j["cols"], j["n"]) == ("wmat", 67, 45, 3), j
+assert isinstance(j["avx512"], bool) and j["threads"] > 0, j
+for k in ("f32", "bf16", "f16", "bf16_avx2", "f16_avx2", "bf16_portable", "f16_portable"):
+    for f in ("matvec_%s_gb_per_s" % k, "matmul_%s_gflops" % k):
+        assert isinstance(j[f], (int, float)) and j[f] > 0, (f, j.get(f))
+assert len(j) == 6 + 14, sorted(j)
+' "$OUTF"
+end
+
+begin "bench wmat: bad sizes are usage errors"
+run bench wmat --rows 0
+check_error 2 "rows.*must be positive"
+run bench wmat --n 70000
+check_error 2 "1..65536"
 end
 
 # ---- bench/bf16_table.py: which of issue 14's targets judge a run ----
