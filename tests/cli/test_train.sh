@@ -2,7 +2,8 @@
 # test_train.sh: `attnlab train` end to end on tiny models: the loss goes
 # down, log.jsonl is well-formed, an interrupted (SIGINT/SIGTERM) and resumed
 # run equals an uninterrupted one bit for bit, divergence is reported and
-# leaves a loadable checkpoint, and eval / generate / info work on the result.
+# leaves a loadable checkpoint, eval / generate / info work on the result, and
+# without --data the run reads the KJV from its cache (extracted once).
 #
 # usage: bash tests/cli/test_train.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -290,6 +291,47 @@ check_error 1 "data path too long \(${#TOO_LONG} bytes, at most 4095\)"
 [ ! -e "$WORK/never" ] || note "$WORK/never was created"
 end
 cd - >/dev/null || exit 1
+
+# ---------------------------------------------------------------- the default corpus
+# Without --data a run reads Debian's King James Bible, extracted once by the
+# `bible` program into the cache ($XDG_CACHE_HOME/attnlab, else
+# $HOME/.cache/attnlab) and read from there afterwards.
+TINYRUN=(--precision f32 --layers 1 --hidden 32 --heads 2 --context 16 --batch 2 --steps 1 --eval-tokens 256
+    --threads 2 --quiet)
+NOBIBLE=$WORK/nobible # a PATH without `bible` (with the `timeout` that run uses)
+mkdir -p "$NOBIBLE"
+ln -sf "$(command -v timeout)" "$NOBIBLE/timeout"
+begin "the default corpus: extracted once into \$XDG_CACHE_HOME/attnlab, then read without \`bible\`"
+rm -rf "$WORK/xdg"
+XDG_CACHE_HOME=$WORK/xdg run train "${TINYRUN[@]}" --out "$WORK/kjv1"
+check_ok
+check_py "the cached corpus is not the KJV" '
+import sys
+t = open(sys.argv[1], "rb").read()
+assert len(t) == int(sys.argv[2]), (len(t), sys.argv[2])
+assert t.lstrip().startswith(b"Genesis 1") and b"In the beginning God created the heaven and the earth." in t[:200]
+assert t.rstrip().endswith(b"Amen."), t[-40:]
+' "$WORK/xdg/attnlab/kjv.txt" "$(bible gen1:1-rev22:21 | wc -c)"
+PATH=$NOBIBLE XDG_CACHE_HOME=$WORK/xdg run train "${TINYRUN[@]}" --out "$WORK/kjv2"
+check_ok
+check_py "a run on the cached corpus trained on other data" '
+import json, sys
+a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+assert a["train_loss"] == b["train_loss"], (a, b)
+' "$WORK/kjv1/log.jsonl" "$WORK/kjv2/log.jsonl"
+end
+
+begin "the default corpus: \$HOME/.cache/attnlab without XDG_CACHE_HOME; no \`bible\` and no cache is one line"
+rm -rf "$WORK/home"
+mkdir -p "$WORK/home"
+XDG_CACHE_HOME= HOME=$WORK/home run train "${TINYRUN[@]}" --out "$WORK/kjv3"
+check_ok
+check_exists "$WORK/home/.cache/attnlab/kjv.txt"
+rm -rf "$WORK/xdg2"
+PATH=$NOBIBLE XDG_CACHE_HOME=$WORK/xdg2 run train "${TINYRUN[@]}" --out "$WORK/kjv4"
+check_error 1 "default corpus: .*install Debian's bible-kjv, or pass --data FILE"
+[ ! -e "$WORK/xdg2/attnlab/kjv.txt" ] || note "a failed extraction left a corpus file"
+end
 
 begin "no temp files anywhere in the work dir"
 check_no_tmp "$WORK"
