@@ -2,8 +2,9 @@
 # test_train.sh: `attnlab train` end to end on tiny models: the loss goes
 # down, log.jsonl is well-formed, an interrupted (SIGINT/SIGTERM) and resumed
 # run equals an uninterrupted one bit for bit, divergence is reported and
-# leaves a loadable checkpoint, eval / generate / info work on the result, and
-# without --data the run reads the KJV from its cache (extracted once).
+# leaves a loadable checkpoint, eval / generate / info work on the result,
+# --config FILE sets flags, and without --data the run reads the KJV from its
+# cache (extracted once).
 #
 # usage: bash tests/cli/test_train.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -291,6 +292,36 @@ check_error 1 "data path too long \(${#TOO_LONG} bytes, at most 4095\)"
 [ ! -e "$WORK/never" ] || note "$WORK/never was created"
 end
 cd - >/dev/null || exit 1
+
+# ---------------------------------------------------------------- --config
+begin "--config FILE: numbers, strings and switches set their flags; the command line's flags win"
+cat >"$WORK/settings.json" <<'JSON'
+{"layers": 2, "hidden": 48, "heads": 4, "kv-heads": 2, "attention": "gqa", "tied": true, "lr": 0.0025,
+ "context": 16, "batch": 2, "steps": 2, "seed": 7, "eval-tokens": 256, "quiet": false, "precision": "f32"}
+JSON
+run train --config "$WORK/settings.json" --data "$DATA" --out "$WORK/cfgrun" --seed 11 --threads 2 --quiet
+check_ok
+check_stderr_empty
+check_py "the settings file did not set its flags" '
+import json, sys
+c = json.load(open(sys.argv[1]))
+t = c["attnlab"]["train"]
+got = (c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+       c["tie_word_embeddings"], t["lr"], t["context"], t["batch"], t["steps"], t["precision"])
+assert got == (2, 48, 4, 2, True, 0.0025, 16, 2, 2, "F32"), got
+assert t["seed"] == 11, t["seed"]  # given on the command line too: that value wins
+' "$WORK/cfgrun/config.json"
+end
+
+begin "--config FILE: a value that is no string, number or switch is a usage error"
+echo '{"layers": [1, 2]}' >"$WORK/array.json"
+run train --config "$WORK/array.json" --data "$DATA" --out "$WORK/cfgbad"
+check_error 2 "array.json: setting 'layers' must be a string, number or boolean"
+echo '{"tied": 3}' >"$WORK/switch.json"
+run train --config "$WORK/switch.json" --data "$DATA" --out "$WORK/cfgbad"
+check_error 2 "tied.*switch"
+[ ! -e "$WORK/cfgbad" ] || note "a refused settings file left a run directory"
+end
 
 # ---------------------------------------------------------------- the default corpus
 # Without --data a run reads Debian's King James Bible, extracted once by the
