@@ -14,7 +14,9 @@
 #     with --seeds 2 the report gives the spread over seeds; --no-vision
 #     records the vision pair as skipped;
 #   - a run whose saved step is behind resumes from it; a run whose settings
-#     differ is trained again from scratch;
+#     differ (lr, precision, data), whose config.json cannot be read, whose
+#     training state is past the plan or whose log lacks the final step is
+#     trained again from scratch, with that reason;
 #   - paths are never cut: a study 3,841 bytes deep completes, a longer
 #     study directory is refused in one line;
 #   - a real SIGINT after the first run: exit 130, no temp files, and the
@@ -385,6 +387,43 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 assert c["attnlab"]["train"]["lr"] == 0.002, c["attnlab"]["train"]["lr"]
 ' "$S1/runs/lrkv-seed1337/config.json"
+end
+
+begin "runs whose files disagree with the plan are trained again, each with its reason"
+# one study over four damaged runs: the other reasons of al_study_run_state
+"$PY" - "$S1/runs" <<'EOF'
+import json, sys
+runs = sys.argv[1]
+open(runs + "/mha-seed1337/config.json", "w").write("{")  # unreadable
+p = runs + "/gqa-seed1337/config.json"
+c = json.load(open(p))
+c["attnlab"]["train"]["data"] = "/elsewhere.txt"  # other data
+json.dump(c, open(p, "w"), indent=1)
+p = runs + "/mqa-seed1337/train_state.safetensors"
+b = bytearray(open(p, "rb").read())
+i = b.find(b'"step":"4"')
+assert i > 0, "no step in the header"
+b[i:i + 10] = b'"step":"9"'  # past the plan's 4 steps
+open(p, "wb").write(bytes(b))
+p = runs + "/mla-seed1337/log.jsonl"
+lines = open(p).read().splitlines(True)
+open(p, "w").write("".join(lines[:-1]))  # the final step's line gone
+EOF
+study --out "$S1"
+check_ok
+check_stderr "mha-seed1337: its config.json is unreadable: training it again"
+check_stderr "gqa-seed1337: it was trained on other data \\(/elsewhere.txt\\): training it again"
+check_stderr "mqa-seed1337: it was trained past the planned 4 steps: training it again"
+check_stderr "mla-seed1337: its checkpoint or log.jsonl lacks the final step: training it again"
+check_stderr "lrkv-seed1337: complete, skipped"
+check_py "a retrained run is not whole again" '
+import json, sys
+for d in ("mha", "gqa", "mqa", "mla"):
+    steps = [json.loads(l)["step"] for l in open("%s/%s-seed1337/log.jsonl" % (sys.argv[1], d))]
+    assert steps == [1, 2, 3, 4], (d, steps)
+    c = json.load(open("%s/%s-seed1337/config.json" % (sys.argv[1], d)))
+    assert c["attnlab"]["train"]["data"] == sys.argv[2] and c["attnlab"]["step"] == 4, (d, c["attnlab"])
+' "$S1/runs" "$DATA"
 end
 
 begin "the report records the precision of the study and of every run"
