@@ -244,8 +244,12 @@ int al_train_vision(al_train_opts *o, al_err *err) {
     if (al_fmnist_load(&t.train, o->images, "train", o->train_subset, err) ||
         al_fmnist_load(&t.test, o->images, "t10k", 0, err))
         goto done;
-    /* a new run standardises with its training images' statistics; a resumed one keeps its own */
-    if (!o->resume) al_image_set_stats(&t.train, &c->image_mean, &c->image_std);
+    /* a new run standardises with its training images' statistics; a resumed
+     * one keeps its own, and one started from another run's weights keeps
+     * that run's (the weights were learnt on inputs standardised so; other
+     * statistics, e.g. of a --train-subset, would change what the source's
+     * model sees and its step-0 score) */
+    if (!o->resume && !o->init_from[0]) al_image_set_stats(&t.train, &c->image_mean, &c->image_std);
     if (al_image_set_check(&t.train, c, "training images", err) || al_image_set_check(&t.test, c, "test images", err))
         goto done;
     o->context = c->max_position;

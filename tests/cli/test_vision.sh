@@ -4,8 +4,9 @@
 # is where a bright 7 x 7 block sits), so it runs in seconds and does not need
 # the Debian package: the run leaves a checkpoint with the documented names,
 # log.jsonl has accuracies, it learns, eval and info work, an interrupted
-# and resumed run equals an uninterrupted one bit for bit, and bad input is
-# refused with one line.
+# and resumed run equals an uninterrupted one bit for bit, a run started
+# from it (--init-from) keeps its image statistics and scores at step 0 what
+# eval scores, and bad input is refused with one line.
 #
 # usage: bash tests/cli/test_vision.sh PATH/TO/attnlab WORKDIR
 # shellcheck source=tests/cli/lib.sh
@@ -289,6 +290,42 @@ a, b = (json.load(open(p)) for p in sys.argv[2:4])
 assert (a["precision"], b["precision"]) == ("F32", "BF16"), (a, b)
 assert a["count"] == b["count"] == 50 and abs(a["loss"] - b["loss"]) <= 0.02 * a["loss"], (a, b)
 ' "$WORK/vbf" "$WORK/vbf_f32.json" "$OUTF"
+end
+
+# ---------------------------------------------------------------- uptraining from a vision run
+
+# (the run keeps the source's image statistics: with its own, those of another --train-subset, step 0 scored
+# another model than eval does)
+begin "train --init-from a vision run: the vision flags, step 0 scores what eval scores, origin recorded"
+run train --init-from "$M" --out "$WORK/vup" --images "$IMG" --train-subset 64 --eval-images 20 --steps 2 \
+    --eval-every 2 --threads 2 --quiet --precision f32
+check_ok
+run eval --model "$M" --images "$IMG" --max-images 20 --json --precision f32
+check_ok
+check_py "a vision uptraining run is wrong" '
+import json, os, sys
+run, src = sys.argv[1], sys.argv[2]
+first = json.loads(open(run + "/log.jsonl").readline())
+ev = json.loads(open(sys.argv[3]).read())
+assert first["step"] == 0 and first["init_from"] == os.path.realpath(src), first
+assert abs(first["val_loss"] - ev["loss"]) <= 1e-6 and first["val_images"] == 20, (first, ev)
+assert abs(first["val_accuracy"] - ev["accuracy"]) <= 1e-9, (first, ev)
+c, s = json.load(open(run + "/config.json")), json.load(open(src + "/config.json"))
+t = c["attnlab"]["train"]
+assert t["batch"] == 64 and t["train_subset"] == 64 and t["init_from"] == os.path.realpath(src), t
+for k in ("image_size", "patch_size", "hidden_size", "num_hidden_layers", "num_labels"):
+    assert c[k] == s[k], k
+' "$WORK/vup" "$M" "$OUTF"
+end
+
+begin "train --init-from a vision run: text flags, another patch or task are usage errors"
+run train --init-from "$M" --out "$WORK/vbad1" --data "$WORK/x.txt"
+check_error 2 "--data does not apply to .*'s vision model"
+run train --init-from "$M" --out "$WORK/vbad2" --patch 4 --images "$IMG"
+check_error 2 "--patch 4, but its config has 7"
+run train --init-from "$M" --out "$WORK/vbad3" --task lm
+check_error 2 "--task lm, but its model is vision"
+for d in vbad1 vbad2 vbad3; do check_absent "$WORK/$d"; done
 end
 
 begin "no temp files anywhere in the work dir"
