@@ -122,6 +122,22 @@ check_ok
 check_py "outputs do not check out" "$CHECK_OUTPUTS" "$WORK/out/one" 1 0
 end
 
+begin "--model=DIR and --title=T spellings; more than 64 models is a usage error"
+run heads --model="$WORK/mla" --title="the MLA model" --model "$WORK/mha" --title=second --layer 0 --out "$WORK/out/eq"
+check_ok
+check_py "the = spellings were not read" '
+import json, sys
+m = json.load(open(sys.argv[1] + ".json"))["models"]
+assert [x["title"] for x in m] == ["the MLA model", "second"], m
+assert m[0]["dir"].endswith("/mla") and m[1]["dir"].endswith("/mha"), m
+' "$WORK/out/eq"
+many=()
+for i in $(seq 65); do many+=(--model "$WORK/mha"); done
+run heads "${many[@]}" --out "$WORK/out/many"
+check_error 2 "at most 64 models"
+check_absent "$WORK/out/many.json"
+end
+
 begin "help lists the flags"
 run heads --help
 check_ok
