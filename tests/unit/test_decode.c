@@ -2,7 +2,8 @@
  * test_decode.c: al_attn_decode (src/attn/decode.c), the chunked one-token
  * attention over a cache that every design decodes with, against its plain
  * double-precision reference al_attn_decode_ref on random caches: every
- * score function, MHA/GQA/MQA group shapes, MLA's shared-latent layout and
+ * score function, MHA/GQA/MQA group shapes (1-6 heads a group against the
+ * value blocks of every width), MLA's shared-latent layout and
  * LRKV's shared part plus per-head latents, odd head sizes (vector tails),
  * lengths below, at and across the 256-position chunk boundary; on every
  * kernel level this CPU runs (core/cpu.h: AVX-512, AVX2, generic BLAS); with
@@ -70,6 +71,17 @@ int main(void) {
                     CHECK_MSG(e < 2e-5, "%s %s LRKV score %d n %d: rel err %.3g", ln, dn, sc, n, e);
                     e = run_case((al_score_kind)sc, 3, 1, 18, 18, 20, n, TU_LAYOUT_LRKV, dt); /* r > one vector */
                     CHECK_MSG(e < 2e-5, "%s %s LRKV-odd score %d n %d: rel err %.3g", ln, dn, sc, n, e);
+                }
+        /* every register block of the weighted sum of values: 1-6 heads a group (the rows of a block) times
+         * d_v of 3 and 4 vectors of 16 (AVX-512's column blocks; 5 and 8 of AVX2's 8), on both caches */
+        for (int bf = 0; bf < 2; bf++)
+            for (int pg = 1; pg <= 6; pg++)
+                for (int dv = 40; dv <= 64; dv += 24) {
+                    const int sc = (pg + dv) % AL_SCORE_COUNT;
+                    const double e = run_case((al_score_kind)sc, 2 * pg, 2, 24, dv, 0, 300, TU_LAYOUT_KV,
+                                              bf ? AL_DT_BF16 : AL_DT_F32);
+                    CHECK_MSG(e < 2e-5, "%s %s %d heads a group, d_v %d, score %d: rel err %.3g", ln,
+                              bf ? "bf16" : "f32", pg, dv, sc, e);
                 }
 
         /* the same bits with 1 and 2 threads (chunks, not threads, fix every sum) */
