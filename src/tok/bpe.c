@@ -51,10 +51,10 @@ void tok_strmap_free(tok_strmap *m) {
     m->cap = m->n = 0;
 }
 
-/* Doubles the table. */
+/* Doubles the table (a freed or zeroed one, cap 0, gets table_cap's least). */
 static int strmap_grow(tok_strmap *m) {
     tok_strmap g;
-    g.cap = m->cap * 2;
+    g.cap = m->cap ? m->cap * 2 : table_cap(0);
     g.n = 0;
     g.slots = calloc(g.cap, sizeof *g.slots);
     if (!g.slots) return -1;

@@ -593,6 +593,34 @@ static void cleanup(void) {
     rmdir(tmpdir);
 }
 
+/* The vocabulary's hash map (bpe.c) past the size it was made for: it
+ * doubles (from 16 slots to 16384 here) and keeps every key, overwrites in
+ * place, answers -1 for a key it lacks (a prefix, a longer key), and a map
+ * freed (cap 0) takes keys again. Loading sizes the map from a count of the
+ * vocabulary, so no tokenizer file makes it grow. */
+static void test_strmap(void) {
+    enum { N = 5000 };
+    static char keys[N][12];
+    tok_strmap m;
+    CHECK(tok_strmap_init(&m, 0) == 0 && m.cap == 16);
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i * 7919);
+        CHECK(tok_strmap_put(&m, keys[i], strlen(keys[i]), i) == 0);
+    }
+    CHECK(m.n == N && m.cap >= 2 * (size_t)N && (m.cap & (m.cap - 1)) == 0);
+    int wrong = 0;
+    for (int i = 0; i < N; i++) wrong += tok_strmap_get(&m, keys[i], strlen(keys[i])) != i;
+    CHECK_MSG(!wrong, "%d keys lost or wrong after growing", wrong);
+    CHECK(tok_strmap_put(&m, keys[42], strlen(keys[42]), -7) == 0 && m.n == N);
+    CHECK(tok_strmap_get(&m, keys[42], strlen(keys[42])) == -7);
+    CHECK(tok_strmap_get(&m, "k", 1) == -1 && tok_strmap_get(&m, "k0x", 3) == -1);
+    CHECK(tok_strmap_get(&m, keys[1], strlen(keys[1]) - 1) == -1);
+    tok_strmap_free(&m);
+    CHECK(m.cap == 0 && tok_strmap_get(&m, "k0", 2) == -1);
+    CHECK(tok_strmap_put(&m, keys[3], strlen(keys[3]), 3) == 0 && tok_strmap_get(&m, keys[3], strlen(keys[3])) == 3);
+    tok_strmap_free(&m);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al_tok_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -607,6 +635,7 @@ int main(void) {
     test_open_dir();
     test_refusals();
     test_byte_level();
+    test_strmap();
     cleanup();
     return TEST_EXIT();
 }
