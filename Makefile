@@ -3,7 +3,7 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 
-.PHONY: all deps test-deps configure test demo clean bench fuzz
+.PHONY: all deps test-deps configure test demo clean bench fuzz coverage
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -33,6 +33,11 @@ fuzz: test-deps
 	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_harnesses
 	@sh scripts/fuzz.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(FUZZ_ONLY)
 
+# Which lines of src/ the tests run: an instrumented build in $(BUILD)-cov, the suite, gcov's counts
+# (docs/coverage.md).
+coverage: test-deps
+	@bash scripts/coverage.sh --build $(BUILD)-cov --jobs $(JOBS)
+
 demo: all
 	@sh scripts/demo.sh
 
@@ -40,4 +45,4 @@ bench: all
 	@$(BUILD)/attnlab bench train
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz $(BUILD)-cov

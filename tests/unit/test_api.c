@@ -6,8 +6,9 @@
  * greedy against choosing the argmax of a full al_logits recompute at every
  * step (the KV-cache decode against the plain forward), sampling repeatable
  * by seed, and each refusal: a directory that is no model, a vision model,
- * empty or too long inputs, with the message in the caller's buffer
- * (truncated to its length, or none without one).
+ * empty or too long inputs, bytes outside a smaller vocabulary, bytes
+ * generated from a model whose tokens are not bytes; the message in the
+ * caller's buffer (truncated to its length, or none without one).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,33 @@ static void check_open_refusals(const char *root) {
     CHECK_MSG(al_open(dir, errbuf, sizeof errbuf) == NULL && strstr(errbuf, "vision"), "vision model: '%s'", errbuf);
 }
 
+/* A model whose vocabulary is not the 256 bytes (a tokenized run's): bytes
+ * past it are refused by al_logits, and al_generate, whose samples are
+ * bytes, refuses the model. */
+static void check_other_vocab(const char *root) {
+    char dir[512], errbuf[256];
+    snprintf(dir, sizeof dir, "%s/v200", root);
+    al_config c = tu_config(32, 64, 1, 2, 2, 16, 16);
+    c.vocab_size = 200;
+    c.tokenizer_vocab = 1; /* a tokenized run's vocabulary */
+    if (save_model(&c, 4, dir)) return;
+    al_handle *h = al_open(dir, errbuf, sizeof errbuf);
+    CHECK_MSG(h != NULL, "vocab 200: al_open: %s", errbuf);
+    if (!h) return;
+    CHECK(al_vocab_size(h) == 200);
+    const uint8_t ok[3] = {1, 199, 7}, bad[3] = {1, 250, 7};
+    float logits[3 * 200];
+    CHECK(al_logits(h, ok, 3, logits, errbuf, sizeof errbuf) == 0);
+    errbuf[0] = 0;
+    CHECK_MSG(al_logits(h, bad, 3, logits, errbuf, sizeof errbuf) == -1 && strstr(errbuf, "byte 250"), "'%s'", errbuf);
+    uint8_t out[4];
+    errbuf[0] = 0;
+    CHECK_MSG(al_generate(h, ok, 3, 4, 0.0f, 0, 1.0f, 1, out, errbuf, sizeof errbuf) == -1 &&
+                  strstr(errbuf, "200 tokens"),
+              "'%s'", errbuf);
+    al_close(h);
+}
+
 int main(void) {
     char root[] = "/tmp/al_test_api_XXXXXX";
     if (!mkdtemp(root)) return 1;
@@ -154,6 +182,7 @@ int main(void) {
     al_config mla = tu_mla_config(0, 0);
     check_design("mla", &mla, 2 * (20 + 4) * 4, 0, root);
     check_open_refusals(root);
+    check_other_vocab(root);
     CHECK(tu_remove_dir(root) == 0);
     return TEST_EXIT();
 }
