@@ -226,6 +226,12 @@ for v in missing_shard index_wrong_shard index_lacks_tensor index_shard_path ind
     done
 done
 
+begin "convert refuses a checkpoint of a family outside Llama's, naming it"
+run convert --model "$WORK/qwen" --to mla --out "$WORK/conv_qwen" --calibration "$DATA"
+check_error 2 "the source is a qwen2 checkpoint; conversion takes Llama-family ones \(llama, mistral\)"
+check_absent "$WORK/conv_qwen"
+end
+
 begin "no temp files anywhere in the work dir"
 check_no_tmp "$WORK"
 end
