@@ -345,18 +345,23 @@ for x, y in zip(a["language_models"]["runs"], b["language_models"]["runs"]):
 ' "$WORK/report1.json" "$S1/report.json"
 end
 
-begin "a run stopped partway resumes from its saved step"
-# make mha's training state say step 2 of 4 (same header length), as a run
-# killed after its step-2 checkpoint would have left it
-"$PY" - "$S1/runs/mha-seed1337/train_state.safetensors" <<'EOF'
+# set_step FILE N: a training state's saved step 4 rewritten as N (one digit: the header keeps its length)
+set_step() {
+    "$PY" - "$1" "$2" <<'EOF'
 import sys
-p = sys.argv[1]
+p, n = sys.argv[1], sys.argv[2].encode()
 b = bytearray(open(p, "rb").read())
 i = b.find(b'"step":"4"')
-assert i > 0, "no step in the header"
-b[i:i + 10] = b'"step":"2"'
+assert i > 0 and len(n) == 1, "no step 4 in the header"
+b[i:i + 10] = b'"step":"' + n + b'"'
 open(p, "wb").write(bytes(b))
 EOF
+}
+
+begin "a run stopped partway resumes from its saved step"
+# make mha's training state say step 2 of 4, as a run killed after its
+# step-2 checkpoint would have left it
+set_step "$S1/runs/mha-seed1337/train_state.safetensors" 2
 gqa_before=$(stat -c %Y "$S1/runs/gqa-seed1337/log.jsonl")
 study --out "$S1"
 check_ok
@@ -399,16 +404,11 @@ p = runs + "/gqa-seed1337/config.json"
 c = json.load(open(p))
 c["attnlab"]["train"]["data"] = "/elsewhere.txt"  # other data
 json.dump(c, open(p, "w"), indent=1)
-p = runs + "/mqa-seed1337/train_state.safetensors"
-b = bytearray(open(p, "rb").read())
-i = b.find(b'"step":"4"')
-assert i > 0, "no step in the header"
-b[i:i + 10] = b'"step":"9"'  # past the plan's 4 steps
-open(p, "wb").write(bytes(b))
 p = runs + "/mla-seed1337/log.jsonl"
 lines = open(p).read().splitlines(True)
 open(p, "w").write("".join(lines[:-1]))  # the final step's line gone
 EOF
+set_step "$S1/runs/mqa-seed1337/train_state.safetensors" 9 # past the plan's 4 steps
 study --out "$S1"
 check_ok
 check_stderr "mha-seed1337: its config.json is unreadable: training it again"

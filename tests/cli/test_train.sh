@@ -320,7 +320,7 @@ check_error 2 "array.json: setting 'layers' must be a string, number or boolean"
 echo '{"tied": 3}' >"$WORK/switch.json"
 run train --config "$WORK/switch.json" --data "$DATA" --out "$WORK/cfgbad"
 check_error 2 "tied.*switch"
-[ ! -e "$WORK/cfgbad" ] || note "a refused settings file left a run directory"
+check_absent "$WORK/cfgbad"
 end
 
 # ---------------------------------------------------------------- the default corpus
@@ -361,7 +361,7 @@ check_exists "$WORK/home/.cache/attnlab/kjv.txt"
 rm -rf "$WORK/xdg2"
 PATH=$NOBIBLE XDG_CACHE_HOME=$WORK/xdg2 run train "${TINYRUN[@]}" --out "$WORK/kjv4"
 check_error 1 "default corpus: .*install Debian's bible-kjv, or pass --data FILE"
-[ ! -e "$WORK/xdg2/attnlab/kjv.txt" ] || note "a failed extraction left a corpus file"
+check_absent "$WORK/xdg2/attnlab/kjv.txt"
 end
 
 begin "no temp files anywhere in the work dir"
