@@ -171,6 +171,10 @@ static void check_other_vocab(const char *root) {
 int main(void) {
     char root[] = "/tmp/al_test_api_XXXXXX";
     if (!mkdtemp(root)) return 1;
+#ifdef NDEBUG
+    /* this file is built with the library's flags: its asserts would be gone too */
+    CHECK_MSG(0, "%s", "NDEBUG is defined: the build compiled assert() out (CMakeLists.txt keeps it on)");
+#endif
     /* GQA: 2 layers x 2 KV heads x (k, v) x 12 floats x 4 bytes */
     al_config gqa = tu_config(48, 80, 2, 4, 2, 12, 32);
     check_design("gqa", &gqa, 2 * 2 * 2 * 12 * 4, gqa_params_closed_form(&gqa), root);
