@@ -849,9 +849,9 @@ static int bench_attention(int argc, char **argv) {
     const char *cmd = "bench attention";
     const char *score = "softmax", *precision = NULL;
     al_precision prec;
-    long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 10, bidir = 0, sgemm_n = 2048, threads = 0, power = 3;
+    long B = 1, H = 12, G = 0, T = 1024, dh = 64, iters = 10, sgemm_n = 2048, threads = 0, power = 3;
     long triad_mb = 256;
-    int json = 0, vs_f32 = 0;
+    int json = 0, vs_f32 = 0, bidir = 0; /* switches are ints (ARG_FLAG) */
     al_arg args[17] = {
         {"score", ARG_STRING, &score, "softmax | poly | relu | sigmoid"},
         {"poly-power", ARG_INT, &power, "poly: p"},
@@ -889,7 +889,7 @@ static int bench_attention(int argc, char **argv) {
     al_attn_shape s = {(int)B, (int)T, (int)H, (int)G, (int)dh, (int)dh, ld_q, ld_kv, ld_kv, ld_q,
                        1.0f / sqrtf((float)dh)};
     al_attn_set_score(&s, &cfg);
-    s.bidirectional = (int)bidir;
+    s.bidirectional = bidir;
     s.grads_overwrite = 1; /* the backward writes dq, dk, dv, as the MHA/GQA/MQA layers run it */
     size_t nq = (size_t)B * T * ld_q, nkv = (size_t)B * T * ld_kv;
     float *q = al_alloc(nq * 4), *k = al_alloc(nkv * 4), *v = al_alloc(nkv * 4), *o = al_alloc(nq * 4);
@@ -915,7 +915,7 @@ static int bench_attention(int argc, char **argv) {
     double best_f = 1e30, best_b = 1e30;
     if (!(rc = env_start(cmd, &e))) {
         for (long it = 0; it < iters; it++) {
-            double tf[2], tb[2]; /* [0] the run's precision, [1] fp32 (--vs-f32) */
+            double tf[2] = {0}, tb[2] = {0}; /* [0] the run's precision, [1] fp32 (--vs-f32) */
             for (int c = 0; c <= vs_f32; c++) {
                 const int path = pair_path(vs_f32, it, c);
                 al_precision_set(path ? AL_PREC_F32 : prec);

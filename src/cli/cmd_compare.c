@@ -115,9 +115,10 @@ int cmd_compare(int argc, char **argv) {
                          : al_attnmap_prepare_layers(models.items[i], tok, T, &want, 1, &m, &a, &trained, &err);
         if (!prc && vision) trained = T;
         if (!prc && vision && a.T != T) {
+            const int patches = a.T - 1; /* before al_acts_free clears a */
             al_acts_free(&a);
             al_model_free(&m);
-            prc = al_errf(&err, "%s has %d patches, the first model %d", models.items[i], a.T - 1, T - 1);
+            prc = al_errf(&err, "%s has %d patches, the first model %d", models.items[i], patches, T - 1);
         }
         if (prc) {
             failed = cli_fail(cmd, err.msg);

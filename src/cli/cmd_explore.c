@@ -140,7 +140,8 @@ int cmd_explore(int argc, char **argv) {
     const char *cmd = "explore";
     const char *model_dir = NULL, *text = NULL, *out = NULL, *precision = NULL, *layers_s = NULL, *heads_s = NULL;
     al_precision prec;
-    long max_tokens = 256, topk = 10, threads = 0, serve_flag = 0, port = 0;
+    long max_tokens = 256, topk = 10, threads = 0, port = 0;
+    int serve_flag = 0; /* a switch: ARG_FLAG writes an int */
     al_arg args[] = {
         {"model", ARG_STRING, &model_dir, "model directory"},
         {"text", ARG_STRING, &text, "input text file (encoded by the model's tokenizer; a byte model's tokens are bytes)"},

@@ -102,6 +102,14 @@ assert np.allclose(P.sum(-1), 1, atol=1e-4)
     check_error 1 "vision model"
     end
 
+    begin "vision models with different patch grids: the counts named"
+    run train --precision f32 $VIT --patch 4 --out "$WORK/vit_p4"
+    check_ok
+    run compare --model "$WORK/vit_soft" --model "$WORK/vit_p4" --image 0 --images "$IMG" --out "$WORK/bad5.png"
+    check_error 1 "vit_p4 has 49 patches, the first model 196"
+    check_absent "$WORK/bad5.npy"
+    end
+
     begin "image index out of range"
     run compare --model "$WORK/vit_soft" --image 100 --images "$IMG" --out "$WORK/bad3.png"
     check_error 1 "out of range"
