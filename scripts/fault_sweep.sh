@@ -17,6 +17,9 @@
 #     swallow one);
 #   - leave no "*.tmp.*" file, and leave every file it was to replace
 #     byte-identical to before when it failed;
+#   - a command whose output is text (the out cases: tokenize, info, generate)
+#     and that succeeded: the fault-free run's standard output, byte for byte
+#     (a failure absorbed must not change a result);
 #   - a fresh training run (train case) that succeeded: the fault-free run's
 #     model.safetensors, train_state.safetensors and config.json;
 #   - training (the resume case): the run directory it failed in still
@@ -110,8 +113,36 @@ for split, n in (("train", 64), ("t10k", 32)):
 IMAGES
 "$PY" "$ROOT/tests/ref/make_hf_checkpoint.py" "$FX/hf" --family llama --dtype BF16 --shards 2 >/dev/null 2>"$WORK/setup.err" ||
     setup_fail "Hugging Face checkpoint: $(cat "$WORK/setup.err")"
+# A SentencePiece-style tokenizer (Prepend and Replace normalizers, a normalized added token, a Replace decoder)
+# whose added token is over 1 MiB long: the loader interns strings into 1 MiB blocks, and a string that does
+# not fit takes a block of its own, full, so the strings interned after each copy of it (the normalizers'; the
+# token's normalized form) each start a new block, an allocation the sweep fails. With ordinary tokenizers
+# those strings share the first block and no allocation of theirs is ever reached.
+"$PY" - "$FX" <<'TOKENIZER' || setup_fail "tokenizer"
+import json, os, sys
+d = sys.argv[1]
+os.makedirs(d + "/tok", exist_ok=True)
+big = "z" * ((1 << 20) + 16)
+vocab = {"<unk>": 0, "\u2581": 1}
+vocab.update((c, 2 + i) for i, c in enumerate("abcdefghijklmnopqrstuvwxyz"))
+merges = [("t", "h"), ("th", "e"), ("\u2581", "the")]
+vocab.update((a + b, len(vocab) + i) for i, (a, b) in enumerate(merges))
+tok = {"version": "1.0",
+       "added_tokens": [{"id": len(vocab), "content": big, "single_word": False, "lstrip": False, "rstrip": False,
+                         "normalized": True, "special": False}],
+       "normalizer": {"type": "Sequence", "normalizers": [
+           {"type": "Prepend", "prepend": "\u2581"},
+           {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+       "pre_tokenizer": None, "post_processor": None,
+       "decoder": {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+       "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": False, "byte_fallback": False,
+                 "vocab": vocab, "merges": ["%s %s" % m for m in merges]}}
+json.dump(tok, open(d + "/tok/tokenizer.json", "w"), ensure_ascii=False)
+open(d + "/tok.txt", "w").write("the " + big + " hat")
+TOKENIZER
 
-# ---- cases: NAME|KIND|ARGS[|STRIDE] (KIND: cmd = a command; train = a fresh run; resume = resuming FX/mha;
+# ---- cases: NAME|KIND|ARGS[|STRIDE] (KIND: cmd = a command; out = a command whose standard output is its
+# result; train = a fresh run; resume = resuming FX/mha;
 # new = a command that makes the new directory NEW; study = a study into RUN) ----
 # OUT in ARGS is the case's output path (pre-filled with known bytes before each run), with any extension.
 # STRIDE: the case's smallest stride (the study makes about 4,000 allocation calls and 800 write points in
@@ -120,8 +151,9 @@ IMAGES
 # step.
 
 CASE_LIST=(
-    "load-info|cmd|info --model $FX/mha"
-    "load-hf|cmd|info --model $FX/hf"
+    "load-info|out|info --model $FX/mha"
+    "load-hf|out|info --model $FX/hf"
+    "tokenize|out|tokenize --model $FX/tok --file $FX/tok.txt --ids-only"
     "train|train|train ${TINY[*]} --steps 4 --out RUN"
     "train-mla|train|train ${TINY[*]} --steps 2 --attention mla --out RUN"
     "resume|resume|train --resume --steps 8 --threads $THREADS --quiet --out RUN"
@@ -131,10 +163,10 @@ CASE_LIST=(
     "kvlab|cmd|kvlab --model $FX/mha --model $FX/mla --data $FX/short.txt --methods none,int4,h2o:0.5 --context 16 --max-tokens 48 --threads $THREADS --out OUT.png"
     "study|study|study --budget tiny --data $FX/data.txt --threads $THREADS --precision f32 --no-vision --out RUN|25"
     "eval|cmd|eval --model $FX/mha --data $FX/data.txt --context 16 --max-tokens 200 --logits OUT.npy"
-    "generate|cmd|generate --model $FX/mha --prompt the -n 8 --temperature 0"
-    "decode-mla|cmd|generate --model $FX/mla --prompt the -n 6 --temperature 0"
-    "decode-lrkv|cmd|generate --model $FX/lrkv --prompt the -n 6 --temperature 0.8 --kv-dtype bf16"
-    "decode-hf|cmd|generate --model $FX/hf --prompt the -n 4 --temperature 0"
+    "generate|out|generate --model $FX/mha --prompt the -n 8 --temperature 0"
+    "decode-mla|out|generate --model $FX/mla --prompt the -n 6 --temperature 0"
+    "decode-lrkv|out|generate --model $FX/lrkv --prompt the -n 6 --temperature 0.8 --kv-dtype bf16"
+    "decode-hf|out|generate --model $FX/hf --prompt the -n 4 --temperature 0"
     "attnmap|cmd|attnmap --model $FX/mha --text $FX/short.txt --layer all --head 0,1 --out OUT.png"
     "heads|cmd|heads --model $FX/mha --model $FX/mla --layer 0 --out OUT.png"
     "explore|cmd|explore --model $FX/mha --text $FX/short.txt --out OUT.html"
@@ -214,6 +246,9 @@ check_run() {
             cmp -s "$f" "$WORK/before" || same_output "$f" "$WORK/ref/$(basename "$f")" ||
                 why="$(basename "$f") is neither the old file nor the complete new one"
         done
+    fi
+    if [ -z "$why" ] && [ "$kind" = out ] && [ "$rc" -eq 0 ] && ! cmp -s "$dir/out" "$WORK/ref/out"; then
+        why="exit 0 with another output than the fault-free run's"
     fi
     if [ -z "$why" ] && [ "$kind" = new ]; then # nothing at NEW after a failure, the whole of it after a success
         if [ "$rc" -ne 0 ]; then
@@ -310,6 +345,7 @@ run_case() {
     if [ "$sweep" = none ]; then
         [ "$rc" -eq 0 ] || fail "$cs: fails without a fault (exit $rc): $(head -c 300 "$dir/err" | tr '\n' '|')"
         rm -rf "$WORK/ref" && mkdir -p "$WORK/ref" && cp "$dir"/OUT.* "$WORK/ref/" 2>/dev/null
+        cp "$dir/out" "$WORK/ref/out"
         [ "$kind" != new ] || cp -r "$dir/NEW" "$WORK/ref/NEW"
         [ "$kind" != study ] || cp "$dir/RUN/report.json" "$WORK/ref/report.json"
         [ "$kind" != train ] || cp -r "$dir/RUN" "$WORK/ref/RUN"

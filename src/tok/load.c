@@ -253,8 +253,9 @@ static int load_normalizer(loader *ld, const cJSON *node, int depth) {
     } else {
         return fail(ld, "unsupported normalizer '%s' (attnlab supports NFC, Prepend, Replace and Sequence)", type);
     }
-    n.a = n.a ? tok_intern(t, n.a, strlen(n.a)) : NULL;
-    n.b = n.b ? tok_intern(t, n.b, strlen(n.b)) : NULL;
+    /* interned: the strings point into the JSON, freed after loading */
+    if ((n.a && !(n.a = tok_intern(t, n.a, strlen(n.a)))) || (n.b && !(n.b = tok_intern(t, n.b, strlen(n.b)))))
+        return fail(ld, "out of memory");
     n.alen = n.a ? strlen(n.a) : 0;
     n.blen = n.b ? strlen(n.b) : 0;
     if (grow(ld, (void **)&t->norms, &t->n_norms, sizeof n)) return -1;
@@ -647,6 +648,7 @@ static int build_matchers(loader *ld, const added_spec *a, int n) {
             text = nl ? tok_intern(t, nt, nl) : NULL;
             len = nl;
             free(nt);
+            if (nl && !text) return fail(ld, "out of memory");
             if (!text) continue; /* normalizes to nothing: can never match */
         }
         x->text = text;

@@ -2,7 +2,8 @@
 # test_faults.sh: injected faults (docs/faults.md), reduced for `make test`:
 # the allocation and write sweep of scripts/fault_sweep.sh over every
 # seventh allocation call and write point, at most 6 per case and kind
-# (attnlab_faults, built next to attnlab), 5 kill -9 trials of scripts/kill_trials.sh, a run killed before
+# (attnlab_faults, built next to attnlab), every allocation of the
+# tokenize case (a tokenizer's loading), 5 kill -9 trials of scripts/kill_trials.sh, a run killed before
 # its first checkpoint resuming from step 0, stale temp files removed on
 # resume, and `bench --contend` leaving no busy process behind (normal end,
 # SIGINT, SIGKILL).
@@ -25,7 +26,19 @@ echo "$out" | sed 's/^/    /'
 [ "$rc" -eq 0 ] || note "the sweep failed ($(echo "$out" | tail -n 1))"
 echo "$out" | grep -qE '^[0-9]+ runs, 0 failed$' || note "no summary line"
 runs=$(echo "$out" | sed -n 's/^\([0-9]*\) runs, .*/\1/p')
-[ "${runs:-0}" -ge 100 ] || note "only ${runs:-0} runs" # 19 cases: 19 x 6 allocation + 13 x 6 write runs, and each case's fault-free one
+[ "${runs:-0}" -ge 100 ] || note "only ${runs:-0} runs" # 20 cases: 20 x 6 allocation + 13 x 6 write runs, and each case's fault-free one
+end
+
+begin "every allocation of a tokenizer's loading fails in turn: an error, or the fault-free ids"
+# the tokenize case's fixture makes the normalizers' strings and a normalized added token's each allocate
+# (fault_sweep.sh); a failure there once loaded a tokenizer without them, exit 0 with other ids
+out=$(bash "$ROOT/scripts/fault_sweep.sh" --build "$(dirname "$BIN")" --cases '^tokenize$' --only alloc \
+    --work "$WORK/sweep-tok" 2>&1)
+rc=$?
+echo "$out" | sed 's/^/    /'
+[ "$rc" -eq 0 ] || note "the sweep failed ($(echo "$out" | tail -n 1))"
+runs=$(echo "$out" | sed -n 's/^\([0-9]*\) runs, 0 failed$/\1/p')
+[ "${runs:-0}" -ge 300 ] || note "only ${runs:-0} runs, or some failed"
 end
 
 begin "5 kill -9 trials: every resumed run ends bit-equal to an uninterrupted one"
