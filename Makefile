@@ -3,7 +3,7 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 
-.PHONY: all deps test-deps configure test demo clean bench fuzz coverage
+.PHONY: all deps test-deps configure test demo clean bench fuzz coverage analyze
 
 all: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -38,6 +38,10 @@ fuzz: test-deps
 coverage: test-deps
 	@bash scripts/coverage.sh --build $(BUILD)-cov --jobs $(JOBS)
 
+# clang-14's static analyzer over the library and the CLI, each finding with its path (docs/static-analysis.md).
+analyze: test-deps
+	@bash scripts/analyze.sh --build $(BUILD)-analyze --jobs $(JOBS)
+
 demo: all
 	@sh scripts/demo.sh
 
@@ -45,4 +49,4 @@ bench: all
 	@$(BUILD)/attnlab bench train
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz $(BUILD)-cov
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz $(BUILD)-cov $(BUILD)-analyze

@@ -94,7 +94,7 @@ static char *layer_reply(al_explore_server *s, int layer) {
     const int H = s->H;
     al_head_stats *st = calloc((size_t)H, sizeof *st);
     char **thumbs = calloc((size_t)H, sizeof *thumbs), *stats = NULL, *out = NULL;
-    size_t total = 256, len;
+    size_t total = 256, len = 0;
     al_err err;
     for (int h = 0; st && thumbs && h < H; h++) {
         if (compute_head(s, layer, h) || al_head_stats_of(s->P, s->T, s->topk, !s->causal, &st[h], &err) ||
@@ -140,7 +140,7 @@ int al_explore_server_handle(void *ctx, const al_http_request *req, al_http_repl
         if (layer < 0 || head < 0) return al_http_text(r, 400, NULL, "map: layer and head out of range\n");
         double t0 = now_s();
         if (compute_head(s, layer, head)) return -1;
-        size_t len;
+        size_t len = 0; /* map_line leaves it unset when it fails */
         char *line = map_line(s, s->factor, &len);
         s->last_map_s = now_s() - t0;
         if (s->first_map_s == 0) s->first_map_s = s->last_map_s;

@@ -5,6 +5,7 @@
  * for the reference decode. The decode kernels over the codes are
  * kvq_kern.h (AVX-512, AVX2) and the plain ones below (generic level).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,7 @@ int al_kvq_create(al_kvq *q, const al_kvq_opts *o, const al_kv_seg *segs, int ns
     memset(q, 0, sizeof *q);
     if (al_kvq_check(o, segs, nseg, err)) return -1;
     q->bits = al_kvq_bits(o->kind), q->group = o->group, q->residual = o->residual, q->capacity = capacity;
+    assert(q->bits > 0); /* al_kvq_check refused every other kind */
     q->vpt = vpt, q->dt = dt;
     int ncell = 0;
     for (int i = 0; i < nseg; i++) ncell += segs[i].width / cell_width(o, &segs[i]);

@@ -294,7 +294,7 @@ static void gqa_cache_fill(const al_attn_layer *L, const float *saved, int T, al
 static int gqa_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
     const al_config *c = L->cfg;
     const int d = c->hidden_size, dh = c->head_dim, g = h / (c->num_heads / c->num_kv_heads);
-    if (!wq && !wk) return dh;
+    if (!wq || !wk) return dh; /* the size query (attn.h: both or neither) */
     al_wread_f64(wq, al_attn_w(L, W_Q), (size_t)h * dh * d, (size_t)dh * d);
     al_wread_f64(wk, al_attn_w(L, W_K), (size_t)g * dh * d, (size_t)dh * d);
     if (c->qk_norm) /* the gains of Qwen3's q/k norms scale each row */

@@ -60,6 +60,7 @@
  * 7.8 / 1.9 / 0.84 ms for a decode over materialised per-head K/V (8x the
  * cache) written the same way.
  */
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -480,7 +481,7 @@ static void gain_product(double *out, al_wref A, int lda, int rows, int n, const
  * scalar), and the interleaved RoPE of the pe parts is ignored (position 0). */
 static int mla_head_maps(const al_attn_layer *L, int h, double *wq, double *wk) {
     const mla_dims D = dims_of(L->cfg);
-    if (!wq && !wk) return D.dk;
+    if (!wq || !wk) return D.dk; /* the size query (attn.h: both or neither) */
     const mla_w w = views(L->cfg, L->w);
     const mla_wr R = wrefs(L);
     const size_t d = (size_t)D.d;
@@ -716,8 +717,11 @@ static int mla_convert(const al_attn_source *s, const al_attn_layer *L, double *
         order[dn + 2 * i] = rope_pair(i, st);
         order[dn + 2 * i + 1] = rope_pair(i, st) + half;
     }
-    for (int e = 0, n = 0; e < dh; e++)
-        if (!kept[e]) order[n++] = e;
+    int n_nope = 0;
+    for (int e = 0; e < dh; e++)
+        if (!kept[e]) order[n_nope++] = e;
+    assert(n_nope == dn); /* the dr rope dims are distinct: stride_of keeps the pairs apart */
+    assert(W.q); /* the target has no query compression (mla_convert_shape) */
     for (int h = 0; h < H; h++) {
         const float *k = al_cv_head_k(s, h), *v = al_cv_head_v(s, h);
         for (int e = 0; e < dh; e++) {

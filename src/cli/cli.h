@@ -50,6 +50,13 @@ al_arg *cli_find(al_arg *args, int n, const char *name);
 int cli_fail(const char *cmd, const char *msg);
 int cli_failf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#ifdef __clang_analyzer__
+/* What clang's static analyzer cannot see from another file (as core.h's
+ * al_errf): the values these always return. */
+#define cli_fail(...) (cli_fail(__VA_ARGS__), 1)
+#define cli_failf(...) (cli_failf(__VA_ARGS__), 1)
+#define cli_usage(...) (cli_usage(__VA_ARGS__), CLI_USAGE)
+#endif
 /* --kv-dtype: "f32" or "bf16" into *out; anything else is a usage error
  * (message printed, returns CLI_USAGE). */
 int cli_kv_dtype(const char *cmd, const char *value, al_dtype *out);

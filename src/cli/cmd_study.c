@@ -10,6 +10,7 @@
  * run, its step, and the ETA of the whole study), the heads figure through
  * `attnlab heads`' own code, and the summary table.
  */
+#include <assert.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -88,6 +89,8 @@ static void show(void *ctx, const al_study_progress *p) {
     view *v = ctx;
     const al_study_plan *pl = p->plan;
     const al_plan_run *r = p->run >= 0 ? &pl->runs[p->run] : NULL;
+    assert(r || (p->event != AL_STUDY_RUN_BEGIN && p->event != AL_STUDY_CONVERT && p->event != AL_STUDY_RUN_MEASURE &&
+                 p->event != AL_STUDY_RUN_STEP)); /* a run's own events name it (study.c) */
     const int no = p->run + 1, nr = pl->n_runs;
     char eta[32];
     cli_duration(eta, sizeof eta, p->eta_s);

@@ -12,6 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef __clang_analyzer__ /* core.h's analyzer-only wrappers; here are the functions */
+#undef al_errf
+#undef al_err_prefix
+#endif
+
 static int utf8_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
 
 /* An error message into msg[cap]. One that does not fit keeps its start and

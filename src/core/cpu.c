@@ -7,6 +7,7 @@
  */
 #include "cpu.h"
 
+#include <assert.h>
 #include <cpuid.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -171,6 +172,7 @@ al_cpu_level al_cpu_force(int level) {
 void al_cpu_describe(char *buf, size_t cap) {
     if (!cap) return;
     const int top = (int)al_cpu_detect();
+    assert(top >= 0 && top < AL_CPU_COUNT);
     size_t len = (size_t)snprintf(buf, cap, "runs ");
     append_names(buf, cap, &len, 0, top + 1);
     if (top + 1 < AL_CPU_COUNT && len < cap) {

@@ -58,9 +58,10 @@ static int open_index(al_ckpt *c, const char *path, al_err *err) {
     cJSON *root = al_json_parse(text, len, &oom);
     free(text);
     int rc = 0;
-    const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    const int object = cJSON_IsObject(root);
+    const cJSON *map = object ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (oom) rc = al_errf(err, "%s: out of memory", path);
-    else if (!root || !cJSON_IsObject(root)) rc = al_errf(err, "%s: not a JSON object", path);
+    else if (!object) rc = al_errf(err, "%s: not a JSON object", path);
     else if (!cJSON_IsObject(map)) rc = al_errf(err, "%s: no \"weight_map\" object", path);
     int n = 0;
     if (!rc)

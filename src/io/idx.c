@@ -78,17 +78,17 @@ int al_idx_read(const char *path, al_idx *x, al_err *err) {
     if (rc == 0) rc = al_errf(err, "%s: truncated IDX file (%zu of 4 header bytes)", path, got);
     if (rc < 0) goto fail;
     if (hdr[0] != 0 || hdr[1] != 0) {
-        rc = al_errf(err, "%s: not an IDX file (magic %02x %02x %02x %02x, expected 00 00 08 NN)", path, hdr[0], hdr[1],
-                     hdr[2], hdr[3]);
+        al_errf(err, "%s: not an IDX file (magic %02x %02x %02x %02x, expected 00 00 08 NN)", path, hdr[0], hdr[1],
+                hdr[2], hdr[3]);
         goto fail;
     }
     if (hdr[2] != 0x08) {
-        rc = al_errf(err, "%s: IDX type 0x%02x is not supported (only 0x08, unsigned bytes)", path, hdr[2]);
+        al_errf(err, "%s: IDX type 0x%02x is not supported (only 0x08, unsigned bytes)", path, hdr[2]);
         goto fail;
     }
     x->ndim = hdr[3];
     if (x->ndim < 1 || x->ndim > AL_IDX_MAX_DIMS) {
-        rc = al_errf(err, "%s: IDX file with %d dimensions (1..%d supported)", path, x->ndim, AL_IDX_MAX_DIMS);
+        al_errf(err, "%s: IDX file with %d dimensions (1..%d supported)", path, x->ndim, AL_IDX_MAX_DIMS);
         goto fail;
     }
     rc = read_exact(f, hdr + 4, 4 * (size_t)x->ndim, &got, path, err);
@@ -99,7 +99,7 @@ int al_idx_read(const char *path, al_idx *x, al_err *err) {
         const uint8_t *b = hdr + 4 + 4 * i;
         x->dims[i] = (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
         if (x->dims[i] == 0 || (uint64_t)x->dims[i] > IDX_MAX_BYTES / x->n) {
-            rc = al_errf(err, "%s: IDX dimension %d is %lld (empty or too large)", path, i, (long long)x->dims[i]);
+            al_errf(err, "%s: IDX dimension %d is %lld (empty or too large)", path, i, (long long)x->dims[i]);
             goto fail;
         }
         x->n *= (size_t)x->dims[i];
@@ -110,7 +110,7 @@ int al_idx_read(const char *path, al_idx *x, al_err *err) {
     rc = read_exact(f, &extra, 1, &got, path, err);
     if (rc < 0) goto fail;
     if (rc == 1) {
-        rc = al_errf(err, "%s: inconsistent IDX file (more than the %zu data bytes its dimensions say)", path, x->n);
+        al_errf(err, "%s: inconsistent IDX file (more than the %zu data bytes its dimensions say)", path, x->n);
         goto fail;
     }
     gzclose(f);

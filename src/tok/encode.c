@@ -178,7 +178,7 @@ static void apply_behavior(tok_split_behavior b, span_list *l) {
             else l->v[--w] = (split_span){l->v[i].a, l->v[i].b, 0};
             prev_match = m;
         }
-        memmove(l->v, l->v + w, sizeof *l->v * (l->n - w));
+        if (w) memmove(l->v, l->v + w, sizeof *l->v * (l->n - w)); /* an empty list may have no array */
         l->n -= w;
         return;
     }
