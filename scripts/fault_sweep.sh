@@ -167,6 +167,7 @@ CASE_LIST=(
     "decode-mla|out|generate --model $FX/mla --prompt the -n 6 --temperature 0"
     "decode-lrkv|out|generate --model $FX/lrkv --prompt the -n 6 --temperature 0.8 --kv-dtype bf16"
     "decode-hf|out|generate --model $FX/hf --prompt the -n 4 --temperature 0"
+    "decode-kvq|out|generate --model $FX/mha --prompt the -n 6 --temperature 0 --kv-quant int4 --kv-evict h2o --kv-budget 4"
     "attnmap|cmd|attnmap --model $FX/mha --text $FX/short.txt --layer all --head 0,1 --out OUT.png"
     "heads|cmd|heads --model $FX/mha --model $FX/mla --layer 0 --out OUT.png"
     "explore|cmd|explore --model $FX/mha --text $FX/short.txt --out OUT.html"

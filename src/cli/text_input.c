@@ -22,7 +22,7 @@ static int config_vocab(const char *dir) {
     struct stat st;
     al_err err;
     if (!path) return -2;
-    int rc = stat(path, &st) ? 0 : al_read_file(path, &text, &len, &err) ? -1 : 1;
+    int rc = stat(path, &st) ? 0 : al_read_file(path, &text, &len, &err) ? (al_err_is_oom(&err) ? -2 : -1) : 1;
     free(path);
     if (rc < 1) return rc;
     int oom;

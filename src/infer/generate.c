@@ -43,9 +43,15 @@ int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int
     int rc = 0, made = 0;
     double t0 = al_now();
     /* the prompt in one batched forward; if its activations cannot be
-     * allocated (a long prompt on a large model), one token at a time */
-    if (al_decoder_prefill(&dec, prompt, prompt_len, logits, err))
+     * allocated (a long prompt on a large model), one token at a time: the
+     * same cache within rounding. Not with a compressed cache, where steps
+     * attend through the compressed cache and evict as they go, and a
+     * prefill attends exactly and evicts once: another experiment */
+    const int compressed = o.q.kind != AL_KVQ_NONE || o.e.method != AL_KVE_NONE;
+    if (al_decoder_prefill(&dec, prompt, prompt_len, logits, err)) {
+        if (compressed) rc = -1;
         for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
+    }
     double t1 = al_now();
     while (made < n && !rc) {
         int tok = al_sample(s, logits, keys, V, &rng);

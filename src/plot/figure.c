@@ -774,9 +774,10 @@ static void draw_fitted(cairo_t *cr, const char *s, double x, double y, double s
 /* Draws a vertical colour bar at (x, y, w, h) (points) with its ticks,
  * labels and optional label; 0 at the bottom, 1 at the top. PNG bars are
  * filled per device row for exact colours; vector bars are one image row
- * per table entry. */
-static void draw_cbar(cairo_t *cr, const layout *L, int fmt, const al_cmap *cm, double x, double y, double w,
-                      double h, const al_tick *ticks, int nt, double tick_w, const char *label) {
+ * per table entry. Fails (cairo's reason in err) when the bar's image
+ * cannot be had, rather than save a figure without it. */
+static int draw_cbar(cairo_t *cr, const layout *L, int fmt, const al_cmap *cm, double x, double y, double w,
+                     double h, const al_tick *ticks, int nt, double tick_w, const char *label, al_err *err) {
     cairo_surface_t *img;
     if (fmt == FMT_PNG) {
         long x0 = lround(x * L->k), y0 = lround(y * L->k), x1 = lround((x + w) * L->k), y1 = lround((y + h) * L->k);
@@ -814,7 +815,9 @@ static void draw_cbar(cairo_t *cr, const layout *L, int fmt, const al_cmap *cm, 
             paint_scaled(cr, img, x, y, w, h, 8, cm->n, 1.0);
         }
     }
+    const cairo_status_t st = cairo_surface_status(img);
     cairo_surface_destroy(img);
+    if (st != CAIRO_STATUS_SUCCESS) return al_errf(err, "figure: colour bar: cairo: %s", cairo_status_to_string(st));
     cairo_set_source_rgb(cr, 0, 0, 0);
     cairo_set_line_width(cr, 0.6);
     cairo_rectangle(cr, x, y, w, h);
@@ -828,6 +831,7 @@ static void draw_cbar(cairo_t *cr, const layout *L, int fmt, const al_cmap *cm, 
         al_ptext_draw(cr, ticks[k].label, x + w + TICK_LEN + TICK_PAD, ty, L->f_tick, 0, 0, AL_VA_MIDDLE, 0);
     }
     if (label) draw_fitted(cr, label, x + w + TICK_LEN + TICK_PAD + tick_w + 6, y + h / 2, L->f_label, 0, h + 2 * L->f_tick, AL_VA_TOP, 1);
+    return 0;
 }
 
 
@@ -882,8 +886,8 @@ static int draw_panel(cairo_t *cr, al_figure *fig, panel *p, const layout *L, in
     if (L->any_sub) ty -= 1.25 * L->f_sub;  /* titles line up across panels */
     if (p->title) draw_fitted(cr, p->title, cx, ty, L->f_title, 0, avail, AL_VA_BOTTOM, 0);
     if (fig->cbar == AL_CBAR_EACH)
-        draw_cbar(cr, L, fmt, p->cmap, hx + p->hw + L->cb_gap, hy, L->cb_w, p->hh, p->cticks, p->n_cticks, L->cbtick_w,
-                  p->style.cbar_label);
+        return draw_cbar(cr, L, fmt, p->cmap, hx + p->hw + L->cb_gap, hy, L->cb_w, p->hh, p->cticks, p->n_cticks,
+                         L->cbtick_w, p->style.cbar_label, err);
     return 0;
 }
 
@@ -904,8 +908,9 @@ static int render(cairo_t *cr, al_figure *fig, layout *L, int fmt, al_err *err) 
     if (fig->cbar == AL_CBAR_SHARED) {
         double x = MARGIN + grid_w, y = MARGIN + L->title_h + L->top, h = (fig->rows - 1) * L->cell_h + L->S;
         if (fmt == FMT_PNG) y = lround(y * L->k) / L->k;
-        draw_cbar(cr, L, fmt, L->shared_cmap, x, y, L->cb_w, h, L->shared_ticks, L->n_shared_ticks, L->shared_cbtick_w,
-                  fig->style.cbar_label);
+        if (draw_cbar(cr, L, fmt, L->shared_cmap, x, y, L->cb_w, h, L->shared_ticks, L->n_shared_ticks,
+                      L->shared_cbtick_w, fig->style.cbar_label, err))
+            return -1;
     }
     const char *foot = footnote_text(fig);
     if (foot && *foot) {

@@ -100,11 +100,12 @@ char *al_study_join(const char *dir, const char *name, al_err *err) {
 
 /* ---- the plan ---- */
 
-/* Whether the Fashion-MNIST files are readable in dir (NULL: Debian's). */
-static int have_fmnist(const char *dir) {
+/* Whether the Fashion-MNIST files are readable in dir (NULL: Debian's): 1,
+ * or 0 (the study goes on without its ViTs); -1 with err when memory ran
+ * out, which says nothing about the files. */
+static int have_fmnist(const char *dir, al_err *err) {
     al_image_set t;
-    al_err err;
-    if (al_fmnist_load(&t, dir, "t10k", 1, &err)) return 0;
+    if (al_fmnist_load(&t, dir, "t10k", 1, err)) return al_err_is_oom(err) ? -1 : 0;
     al_image_set_free(&t);
     return 1;
 }
@@ -204,7 +205,12 @@ int al_study_plan_init(al_study_plan *p, const al_study_settings *s, al_err *err
         return -1;
 
     /* vision: a subset of the images on disk when the budget trains on part of them */
-    p->vision = !s->no_vision && have_fmnist(s->images);
+    const int vision = s->no_vision ? 0 : have_fmnist(s->images, err);
+    if (vision < 0) {
+        al_study_plan_free(p);
+        return -1;
+    }
+    p->vision = vision;
     if (p->vision && (b->vit_train_images || b->vit_test_images)) {
         if (make_subdir(p->out, "data", err) ||
             al_study_set_path(p->images, sizeof p->images, "image subset", err, "%s/data/fashion-mnist-%d-%d", p->out,

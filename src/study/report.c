@@ -554,7 +554,8 @@ static cJSON *kv_json(const al_study_results *r) {
     }
     al_text c = {0};
     kv_conclusion(r, &c);
-    cJSON_AddStringToObject(o, "conclusion", c.oom ? "" : al_text_str(&c));
+    /* a conclusion that ran out of memory is an item not made: al_json_print then refuses the report */
+    al_json_add(o, "conclusion", c.oom ? NULL : cJSON_CreateString(al_text_str(&c)));
     free(c.s);
     return o;
 }

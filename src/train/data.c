@@ -56,7 +56,8 @@ static int write_default_corpus(char *dir, const char *out, al_err *err) {
         }
     }
     int status = pclose(p);
-    if (!buf || status != 0 || n < 1000000) {
+    if (!buf) return al_errf(err, "default corpus: out of memory reading the output of 'bible'");
+    if (status != 0 || n < 1000000) {
         free(buf);
         return al_errf(err, "default corpus: 'bible gen1:1-rev22:21' failed (install Debian's bible-kjv, or pass --data FILE)");
     }
