@@ -145,6 +145,10 @@ static int env_start(const char *cmd, bench_env *e) {
      * only before and after the rounds came out below the model's own
      * products (ratios of 1.0-1.8 to that "ceiling", docs/bench.md) */
     e->bp_on = !al_bf16_probe_init(&e->bp, (int)e->sgemm_n);
+    if (!e->bp_on && e->bp.oom) { /* not "unavailable": the ceiling is there, the memory is not */
+        al_sgemm_probe_free(&e->sg);
+        return cli_fail(cmd, "oneDNN bf16 ceiling: out of memory");
+    }
     for (int r = 0; e->bp_on && r < 3; r++) al_bf16_probe_run(&e->bp);
     e->amx_tile = al_measure_amx_tile_gflops(3);
     if (contend_start(cmd)) {
@@ -163,16 +167,20 @@ static void env_probe(bench_env *e) {
 }
 
 /* After the timed rounds: stop the busy processes, read the bf16 ceilings
- * again and free the probes, measure triad (quiet again), note the load. */
-static void env_finish(bench_env *e) {
+ * again and free the probes, measure triad (quiet again), note the load.
+ * 1 (error printed) when triad's arrays cannot be had: a benchmark without
+ * its ceiling would print ratios to nothing. */
+static int env_finish(const char *cmd, bench_env *e) {
     contend_stop();
     for (int r = 0; e->bp_on && r < 3; r++) al_bf16_probe_run(&e->bp);
     e->bf16_onednn = e->bp_on ? al_bf16_probe_gflops(&e->bp) : -(double)e->bp.refused;
     env_free(e);
     e->triad = al_measure_triad_gbs((int)e->triad_mb, 3);
+    if (e->triad < 0) return cli_failf(cmd, "triad bandwidth: out of memory for 3 arrays of %ld MB", e->triad_mb);
     const double amx = al_measure_amx_tile_gflops(3);
     if (amx > e->amx_tile) e->amx_tile = amx;
     e->load_end = al_loadavg1();
+    return 0;
 }
 
 /* A number field rounded to 6 significant digits (measurements are not
@@ -435,7 +443,7 @@ static int bench_train(int argc, char **argv) {
     const size_t buckets = gs.n_buckets, buckets_overlapped = gs.early_buckets; /* the last step's */
     al_grad_shards_free(&gs);
     const double bytes_reduced = al_dist_active() ? sizeof(float) * (double)m.n_floats : 0;
-    if (!rc) env_finish(&e);
+    if (!rc) rc = env_finish(cmd, &e);
     else env_free(&e);
     if (!rc && lead) {
         const double mean = total / iters, flops = al_model_train_flops_per_token(&m, o.context) * N;
@@ -590,7 +598,8 @@ static int bench_prefill(int argc, char **argv) {
             if (dt[0] < best) best = dt[0];
             if (vs_f32) paired_add(&pp, dt[0], dt[1]);
         }
-        env_finish(&e);
+    }
+    if (!rc && !(rc = env_finish(cmd, &e))) {
         const double flops = al_model_fwd_flops_per_token(&m, (int)tokens) * tokens;
         const double sgemm = al_sgemm_probe_gflops(&e.sg), gflops = flops / best / 1e9;
         if (json) {
@@ -750,8 +759,7 @@ static int bench_decode(int argc, char **argv) {
             al_attn_decode_timing(0);
         }
     }
-    if (!rc) {
-        env_finish(&e);
+    if (!rc && !(rc = env_finish(cmd, &e))) {
         /* bytes read per token: every matrix once (in its dtype), of the embedding one row unless it is the head */
         size_t weight_bytes = al_model_weight_bytes(&m);
         const size_t esz = al_dtype_size(m.embed_dt);
@@ -932,7 +940,8 @@ static int bench_attention(int argc, char **argv) {
             best_b = tb[0] < best_b ? tb[0] : best_b;
             if (vs_f32) paired_add(&pf, tf[0], tf[1]), paired_add(&pb, tb[0], tb[1]);
         }
-        env_finish(&e);
+    }
+    if (!rc && !(rc = env_finish(cmd, &e))) {
         const double t_eff = bidir ? (double)T : (T + 1) / 2.0;
         const double fwd_flops = 4.0 * B * H * (double)T * t_eff * dh, bwd_flops = 2.5 * fwd_flops;
         const double gf = fwd_flops / best_f / 1e9, gb = bwd_flops / best_b / 1e9, sgemm = al_sgemm_probe_gflops(&e.sg);

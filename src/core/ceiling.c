@@ -58,12 +58,13 @@ int al_bf16_probe_init(al_bf16_probe *p, int n) {
     memset(p, 0, sizeof *p);
     p->n = n, p->best_s = 1e30;
     struct al_bf16_probe_impl *x = al_alloc(sizeof *x);
-    if (!x) return -1;
+    if (!x) return p->oom = 1, -1;
     memset(x, 0, sizeof *x);
     p->impl = x;
     x->a = al_alloc(nn * sizeof *x->a), x->b = al_alloc(nn * sizeof *x->b), x->c = al_alloc(nn * sizeof *x->c);
     if (!x->a || !x->b || !x->c) {
         al_bf16_probe_free(p);
+        p->oom = 1;
         return -1;
     }
     for (size_t i = 0; i < nn; i++) {
@@ -187,7 +188,7 @@ double al_measure_triad_gbs(int mbytes, int reps) {
         al_free(a);
         al_free(b);
         al_free(c);
-        return 0;
+        return -1;
     }
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {

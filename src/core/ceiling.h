@@ -27,7 +27,8 @@ double al_measure_bf16_onednn_gflops(int n, int reps);
  * in use (core/cpu.h) is below amx: no AMX, or the OS refused the tiles. */
 double al_measure_amx_tile_gflops(int reps);
 /* Best of `reps` STREAM-triad passes a[i] = b[i] + s c[i] over `mbytes` MB
- * per array, GB/s counting 3 arrays moved (all threads). */
+ * per array, GB/s counting 3 arrays moved (all threads); -1 when the arrays
+ * cannot be allocated. */
 double al_measure_triad_gbs(int mbytes, int reps);
 
 /* An sgemm ceiling to interleave with a benchmark's runs: three n x n
@@ -63,6 +64,7 @@ typedef struct al_bf16_probe {
     struct al_bf16_probe_impl *impl; /* oneDNN's objects and the operands */
     double best_s;                   /* fastest run so far, seconds */
     int refused;                     /* init failed on oneDNN: its status (0: no oneDNN, or out of memory) */
+    int oom;                         /* init failed for want of memory for its operands */
 } al_bf16_probe;
 /* 0 when ready; -1 when there is no such ceiling here (p->refused says
  * why) and p holds nothing. */

@@ -172,24 +172,27 @@ int al_study_plan_conversions(al_study_plan *p, al_err *err) {
 
 /* ---- states ---- */
 
-/* 1 if DIR/NAME exists. */
-static int has_file(const char *dir, const char *name) {
-    al_err err;
-    char *path = al_study_join(dir, name, &err);
-    const int ok = path && access(path, F_OK) == 0;
+/* 1 if DIR/NAME exists, 0 if not; -1 with err when memory ran out (no
+ * verdict: taken for "missing", a complete run would be trained again). */
+static int has_file(const char *dir, const char *name, al_err *err) {
+    char *path = al_study_join(dir, name, err);
+    if (!path) return -1;
+    const int ok = access(path, F_OK) == 0;
     free(path);
     return ok;
 }
 
 int al_study_conv_state(const al_study_plan *p, al_plan_run *r, al_err *err) {
-    if (r->conv_kind == AL_CONV_UPTRAIN && has_file(r->conv_dir, "convert.json")) {
+    const int converted = r->conv_kind == AL_CONV_UPTRAIN ? has_file(r->conv_dir, "convert.json", err) : 0;
+    if (converted < 0) return -1;
+    if (converted) {
         al_config c; /* the converted model's own config (MLA's RoPE base comes from the source's weights) */
-        al_err ignored;
-        if (!al_config_load_dir(&c, r->conv_dir, NULL, &ignored)) r->opts.model = c;
-        else r->conv_redo = 1;
+        if (!al_config_load_dir(&c, r->conv_dir, NULL, err)) r->opts.model = c;
+        else if (al_err_is_oom(err)) return -1;
+        else r->conv_redo = 1; /* unreadable: converted again */
     }
     if (al_study_run_state(&r->opts, &r->state, &r->step, r->why, sizeof r->why, err)) return -1;
-    if (r->conv_kind == AL_CONV_UPTRAIN && r->state != AL_RUN_NEW && !has_file(r->conv_dir, "convert.json")) {
+    if (r->conv_kind == AL_CONV_UPTRAIN && r->state != AL_RUN_NEW && !converted) {
         r->state = AL_RUN_STALE; /* what it started from is gone: converted and trained again */
         r->step = 0;
         al_strfmt(r->why, sizeof r->why, "its converted model %s is missing", r->conv_dir);
@@ -207,7 +210,8 @@ int al_study_conv_state(const al_study_plan *p, al_plan_run *r, al_err *err) {
 }
 
 int al_study_conv_needed(const al_plan_run *r) {
-    return r->conv_kind == AL_CONV_UPTRAIN && (r->conv_redo || !has_file(r->conv_dir, "convert.json"));
+    al_err err; /* out of memory: converted again, which fails the same way or writes the same files */
+    return r->conv_kind == AL_CONV_UPTRAIN && (r->conv_redo || has_file(r->conv_dir, "convert.json", &err) != 1);
 }
 
 /* ---- converting ---- */
