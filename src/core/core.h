@@ -32,7 +32,7 @@ int al_errf(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 
  * cuts). Returns -1. */
 int al_err_prefix(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #ifdef __clang_analyzer__
-/* Tells clang's static analyzer (scan-build, docs/coverage.md) what it cannot
+/* Tells clang's static analyzer (make analyze, docs/static-analysis.md) what it cannot
  * see across files: both always return -1, so `if (al_errf(...))` is taken. */
 #define al_errf(...) (al_errf(__VA_ARGS__), -1)
 #define al_err_prefix(...) (al_err_prefix(__VA_ARGS__), -1)
