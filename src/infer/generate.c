@@ -50,7 +50,8 @@ int al_generate_ids_kv(const al_model *m, const int *prompt, int prompt_len, int
     const int compressed = o.q.kind != AL_KVQ_NONE || o.e.method != AL_KVE_NONE;
     if (al_decoder_prefill(&dec, prompt, prompt_len, logits, err)) {
         if (compressed) rc = -1;
-        for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
+        else
+            for (int i = 0; i < prompt_len && !rc; i++) rc = al_decoder_step(&dec, prompt[i], logits, err);
     }
     double t1 = al_now();
     while (made < n && !rc) {
